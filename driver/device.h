@@ -1,0 +1,151 @@
+// The driver contract: a device is one NIC port (or a virtual one), opened
+// from a URI, with queue pairs that burst packets. No backend types appear
+// here; the layers above see only this header, packet.h and clock.h.
+#ifndef BYPASS_DRIVER_DEVICE_H_
+#define BYPASS_DRIVER_DEVICE_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "driver/packet.h"
+
+namespace bypass::driver {
+
+// A 48-bit Ethernet address.
+struct MacAddress {
+  std::array<uint8_t, 6> bytes{};
+
+  static absl::StatusOr<MacAddress> Parse(std::string_view text);  // "02:00:..."
+  std::string ToString() const;
+  bool IsBroadcast() const;
+  bool IsMulticast() const { return (bytes[0] & 1) != 0; }
+  friend bool operator==(const MacAddress&, const MacAddress&) = default;
+};
+inline constexpr MacAddress kBroadcastMac{{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}};
+
+// An IPv4 address in host byte order.
+struct Ipv4Address {
+  uint32_t value = 0;
+  static absl::StatusOr<Ipv4Address> Parse(std::string_view text);  // "10.0.0.1"
+  std::string ToString() const;
+  friend bool operator==(const Ipv4Address&, const Ipv4Address&) = default;
+};
+
+// Device-level offload capabilities (DeviceInfo::offloads).
+enum DeviceOffload : uint32_t {
+  kOffloadRxIpChecksum = 1u << 0,
+  kOffloadRxUdpChecksum = 1u << 1,
+  kOffloadTxIpChecksum = 1u << 2,
+  kOffloadTxUdpChecksum = 1u << 3,
+};
+
+enum class LinkState { kDown, kUp };
+std::string_view LinkStateName(LinkState s);
+
+// What a device is and can do, fixed at open.
+struct DeviceInfo {
+  std::string uri;          // as opened
+  std::string driver;       // "loopback", "net_memif", "net_af_xdp", "mlx5", ...
+  uint32_t mtu = 1500;      // largest IP packet; a frame is mtu + 14
+  MacAddress mac;
+  Ipv4Address ipv4;         // 0.0.0.0 if the device has none and none was given
+  uint16_t num_queues = 1;
+  uint16_t ring_size = 0;   // descriptors per RX and per TX ring
+  uint32_t offloads = 0;    // DeviceOffload bits
+  bool can_steer = false;   // SteerUdpPort works
+  bool owns_port = true;    // false when attached to an application's port
+
+  uint32_t max_frame() const { return mtu + 14; }
+};
+
+// How to open a device. URI keys (see OpenDevice) override these.
+struct DeviceOptions {
+  uint16_t queues = 1;         // queue pairs to set up
+  uint16_t ring_size = 1024;   // power of two
+  uint32_t pool_buffers = 0;   // per queue; 0: 4 * ring_size
+  uint32_t mtu = 1500;         // 9000 for jumbo frames where supported
+  std::optional<Ipv4Address> ipv4;  // for devices with no kernel address
+  int numa_node = -1;
+};
+
+// Plain counters of one queue pair, summed on demand.
+struct QueueStats {
+  uint64_t rx_packets = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t tx_ring_full = 0;     // packets TxBurst handed back to the caller
+  uint64_t alloc_failures = 0;   // AllocBulk calls that found too few buffers
+};
+
+// One RX ring and one TX ring, owned by one thread. Nothing here allocates,
+// locks or makes a system call.
+class QueuePair {
+ public:
+  virtual ~QueuePair() = default;
+
+  // Receives up to out.size() packets; returns how many were stored in out.
+  // The caller owns them and must FreeBulk or TxBurst them.
+  virtual uint16_t RxBurst(absl::Span<Packet*> out) = 0;
+
+  // Transmits as many of pkts as fit, in order; returns how many it took.
+  // Those are no longer the caller's; the rest still are.
+  virtual uint16_t TxBurst(absl::Span<Packet* const> pkts) = 0;
+
+  // Bulk: all of out.size() empty packets (len 0, capacity >= max frame) or
+  // none, returning false and counting an alloc failure.
+  virtual bool AllocBulk(absl::Span<Packet*> out) = 0;
+
+  // Returns packets from RxBurst or AllocBulk to the pool.
+  virtual void FreeBulk(absl::Span<Packet* const> pkts) = 0;
+
+  // Free buffers left in this queue's pool (for accounting tests).
+  virtual uint32_t PoolAvailable() const = 0;
+  virtual uint32_t PoolCapacity() const = 0;
+
+  virtual QueueStats stats() const = 0;
+  virtual uint16_t id() const = 0;
+};
+
+// One NIC port or virtual port. Open with OpenDevice.
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual const DeviceInfo& info() const = 0;
+
+  // REQUIRES: q < info().num_queues.
+  virtual QueuePair& queue(uint16_t q) = 0;
+
+  // Delivers UDP datagrams with destination port `udp_port` (to this
+  // device's IPv4) to queue q. Unimplemented when !info().can_steer; the
+  // layer above then demultiplexes from queue 0 in software.
+  virtual absl::Status SteerUdpPort(uint16_t udp_port, uint16_t q) = 0;
+
+  virtual LinkState link_state() const = 0;
+  // Brings the link down or up (tests); Unimplemented where the device
+  // cannot.
+  virtual absl::Status SetLinkState(LinkState state) = 0;
+};
+
+// Opens a device from a URI:
+//   loopback:NAME[,mac=..][,ip=..]   ports on one in-process L2 segment NAME
+//   memif:SOCKET[,role=server|client|auto][,id=N][,ip=..]
+//   dpdk:DEVARGS[,ip=..]             PCI address or vdev string
+//   dpdk:port=N,queues=A-B[,ip=..]   attach to an application's port
+//   mlx5:DEVICE[,port=N][,ip=..]
+// Keys `ip=`, `mtu=`, `queues=` (except in dpdk attach) and `ring=` are
+// bypass's own; everything else goes to the backend.
+absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view uri,
+                                                   const DeviceOptions& opts = {});
+
+}  // namespace bypass::driver
+
+#endif  // BYPASS_DRIVER_DEVICE_H_
