@@ -13,6 +13,7 @@
 
 namespace bypass::hugepage {
 
+// How to make a BufferPool.
 struct PoolOptions {
   Bytes buffer_size;       // rounded up to a multiple of `align`
   uint32_t count = 0;      // buffers in the pool
@@ -55,6 +56,7 @@ class BufferPool {
   std::unique_ptr<Region> region_;
   char* base_ = nullptr;
   Bytes stride_;
+  int stride_shift_ = -1;  // log2(stride) when a power of two: Put avoids a divide
   uint32_t capacity_ = 0;
   uint32_t free_count_ = 0;
   std::unique_ptr<uint32_t[]> free_;     // stack of free buffer indices

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -31,6 +32,9 @@ enum class IovaMode {
   kPhysical,  // IOVA = physical address, read from /proc/self/pagemap
   kVirtual,   // IOVA = virtual address (unprivileged, or an IOMMU does it)
 };
+// Physical IOVAs are used only for hugetlb regions: the kernel may move small
+// and transparent pages at any time (compaction, khugepaged), which would leave
+// a device DMA-ing into memory that is no longer ours.
 std::string_view IovaModeName(IovaMode m);
 
 // How to obtain a region.
@@ -55,7 +59,9 @@ class Region {
   static absl::StatusOr<std::unique_ptr<Region>> Create(const RegionOptions& opts);
 
   // Maps a region that another process created with shareable = true, from
-  // its memfd (received over a UNIX socket, or /proc/PID/fd/N).
+  // its memfd (received over a UNIX socket, or /proc/PID/fd/N). size and
+  // backing are the creator's size() and backing(). The region holds its own
+  // duplicate of fd (the caller keeps fd), is prefaulted and locked if allowed.
   static absl::StatusOr<std::unique_ptr<Region>> FromFd(int fd, Bytes size,
                                                         Backing backing);
 
@@ -71,17 +77,25 @@ class Region {
   bool locked() const { return locked_; }
   int fd() const { return fd_; }  // -1 unless shareable
   bool Contains(const void* p) const;
-  // Empty if the backing is what was asked for; else one line saying what
-  // was tried, why it failed and what to do.
+  // Empty if the backing is what was asked for; else one line per fallback
+  // (or mlock refusal) saying what was tried, why it failed and what to do.
   const std::string& fallback_note() const { return fallback_note_; }
 
   IovaMode iova_mode() const { return iova_mode_; }
   // REQUIRES: Contains(addr). Per page: the page's IOVA plus the offset.
-  uint64_t Iova(const void* addr) const;
+  uint64_t Iova(const void* addr) const {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    if (iova_mode_ == IovaMode::kVirtual) return a;
+    const uintptr_t offset = a - reinterpret_cast<uintptr_t>(data_);
+    return page_iova_[offset >> iova_shift_] + (offset & ((uintptr_t{1} << iova_shift_) - 1));
+  }
 
  private:
   Region() = default;
-  friend class RegionBuilder;
+  // Locks, translates and registers a freshly mapped region.
+  absl::Status Finish(bool lock, bool lock_required);
+  // Reads each hugepage's physical address when pagemap allows it.
+  void TranslateIova();
 
   void* data_ = nullptr;
   Bytes size_;
@@ -92,11 +106,15 @@ class Region {
   std::string fallback_note_;
   IovaMode iova_mode_ = IovaMode::kVirtual;
   std::unique_ptr<uint64_t[]> page_iova_;  // one per page when kPhysical
+  unsigned iova_shift_ = 0;                 // log2 of the page size when kPhysical
+  std::vector<int> hook_ids_;               // hooks whose on_map succeeded
 };
 
 // Callbacks run for every region created (after mapping) and destroyed
 // (before unmapping), so a driver can DMA-map them. A failing on_map makes
-// Region::Create fail with that status.
+// Region::Create fail with that status. on_unmap runs only for regions whose
+// on_map succeeded, and only while the hook is registered. Hooks run under a
+// recursive registry lock: they may create regions and add or remove hooks.
 struct RegistrationHook {
   std::function<absl::Status(const Region&)> on_map;
   std::function<void(const Region&)> on_unmap;
