@@ -82,6 +82,7 @@ struct QueueStats {
   uint64_t tx_packets = 0;
   uint64_t tx_bytes = 0;
   uint64_t tx_ring_full = 0;     // packets TxBurst handed back to the caller
+  uint64_t rx_dropped = 0;       // frames dropped by the backend (link down, oversize)
   uint64_t alloc_failures = 0;   // AllocBulk calls that found too few buffers
 };
 

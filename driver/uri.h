@@ -2,12 +2,14 @@
 #ifndef BYPASS_DRIVER_URI_H_
 #define BYPASS_DRIVER_URI_H_
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace bypass::driver {

@@ -61,6 +61,11 @@ def _pkg_config_repository_impl(ctx):
     for flag in libs:
         if flag.startswith("-L") and _normalize(ctx, flag[2:]) in _STD_LIB_DIRS:
             continue
+        if flag == "-Wl,--as-needed":
+            # DPDK's bare --as-needed would apply to every library after it
+            # on the link line, dropping e.g. libnuma that only one of our
+            # shared objects needs.
+            continue
         linkopts.append(flag)
 
     include_names = []

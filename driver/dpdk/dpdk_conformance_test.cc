@@ -1,0 +1,227 @@
+// The device conformance suite over the DPDK backends this machine has:
+// net_ring in this process; memif between two processes; af_packet over a
+// veth pair between two network namespaces that the test creates and
+// removes. (af_xdp over the same veth pair does not open here yet: XSK
+// creation answers EINVAL; see the README's table.) The second process is //test:reflector, which sends
+// every frame back with the Ethernet addresses swapped, so for those
+// backends the pair is one device whose frames come back to it.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "driver/clock.h"
+#include "driver/device.h"
+#include "driver/testing/conformance.h"
+#include "gtest/gtest.h"
+#include "test/netns.h"
+
+namespace bypass::driver {
+namespace {
+
+using ::bypass::driver::testing::BackendFactory;
+using ::bypass::driver::testing::BackendFeatures;
+using ::bypass::driver::testing::DeviceConformanceTest;
+using ::bypass::driver::testing::EndpointPair;
+
+// The reflector process of a pair; killed with the pair.
+class Reflector {
+ public:
+  static absl::StatusOr<std::unique_ptr<Reflector>> Start(const std::string& uri,
+                                                          const std::string& netns) {
+    const char* srcdir = std::getenv("TEST_SRCDIR");
+    const std::string bin = absl::StrCat(srcdir ? srcdir : ".", "/bypass/test/reflector");
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe");
+    const pid_t pid = fork();
+    if (pid < 0) return absl::InternalError("fork");
+    if (pid == 0) {
+      dup2(out[1], 1);
+      std::vector<std::string> args = {bin, uri};
+      if (!netns.empty()) args.push_back("--netns=" + netns);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      std::perror("exec reflector");
+      _exit(127);
+    }
+    close(out[1]);
+    auto r = std::unique_ptr<Reflector>(new Reflector(pid, out[0]));
+    // It prints "ready ..." once its device is open and its link is up; that
+    // needs our side to be open too for memif, so waiting happens later.
+    return r;
+  }
+
+  // Waits for the "ready" line (cold path, bounded).
+  absl::Status WaitReady(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    std::string line;
+    while (line.find('\n') == std::string::npos) {
+      if (poll(&p, 1, timeout_ms) <= 0) {
+        return absl::DeadlineExceededError("the reflector did not become ready");
+      }
+      char buf[128];
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n <= 0) return absl::UnavailableError("the reflector exited (its error is above)");
+      line.append(buf, static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+
+  ~Reflector() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    close(fd_);
+  }
+
+ private:
+  Reflector(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
+  pid_t pid_;
+  int fd_;
+};
+
+// A device whose peer is a reflector process: forwards everything, and owns
+// the reflector so it goes away with the device.
+class ReflectedDevice final : public Device {
+ public:
+  ReflectedDevice(std::unique_ptr<Device> inner, std::unique_ptr<Reflector> reflector)
+      : inner_(std::move(inner)), reflector_(std::move(reflector)) {}
+  ~ReflectedDevice() override {
+    inner_.reset();  // close our side first, so the reflector sees it go
+    reflector_.reset();
+  }
+  const DeviceInfo& info() const override { return inner_->info(); }
+  QueuePair& queue(uint16_t q) override { return inner_->queue(q); }
+  absl::Status SteerUdpPort(uint16_t p, uint16_t q) override { return inner_->SteerUdpPort(p, q); }
+  LinkState link_state() const override { return inner_->link_state(); }
+  absl::Status SetLinkState(LinkState s) override { return inner_->SetLinkState(s); }
+
+ private:
+  std::unique_ptr<Device> inner_;
+  std::unique_ptr<Reflector> reflector_;
+};
+
+absl::Status WaitLinkUp(Device& dev) {
+  const uint64_t deadline = SteadyClock::Get().NowNs() + 5'000'000'000ull;
+  while (dev.link_state() != LinkState::kUp) {
+    if (SteadyClock::Get().NowNs() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(dev.info().uri, ": link stayed down"));
+    }
+    usleep(1000);
+  }
+  return absl::OkStatus();
+}
+
+int g_pairs = 0;
+
+// net_ring: one port whose TX ring is its RX ring.
+class RingFactory final : public BackendFactory {
+ public:
+  std::string Name() const override { return "dpdk_net_ring"; }
+  BackendFeatures Features() const override {
+    BackendFeatures f;
+    f.jumbo = true;
+    f.max_queues = 1;
+    // Its ring has the vdev's own fixed size, not ring_size: the suite's
+    // back-pressure test cannot size its pool to fill it.
+    f.tx_backpressure = false;
+    f.poll_budget = 100'000;
+    return f;
+  }
+  absl::StatusOr<EndpointPair> Open(const DeviceOptions& opts) override {
+    auto a = OpenDevice(absl::StrCat("dpdk:net_ring_conf", ++g_pairs), opts);
+    if (!a.ok()) return a.status();
+    return EndpointPair(*std::move(a), nullptr);
+  }
+};
+
+// Our side opens URI `ours`; the reflector opens `theirs` (in `netns`).
+class ReflectedFactory final : public BackendFactory {
+ public:
+  using UriFn = std::string (*)(int pair, bool ours, const DeviceOptions& opts);
+  ReflectedFactory(std::string name, UriFn uri, bool needs_veth)
+      : name_(std::move(name)), uri_(uri), needs_veth_(needs_veth) {}
+
+  std::string Name() const override { return name_; }
+  BackendFeatures Features() const override {
+    BackendFeatures f;
+    f.max_queues = 1;
+    f.poll_budget = 50'000'000;  // another process answers: allow more polls
+    return f;
+  }
+  absl::StatusOr<EndpointPair> Open(const DeviceOptions& opts) override {
+    std::string netns;
+    if (needs_veth_) {
+      if (absl::Status s = EnsureVeth(); !s.ok()) return s;
+      netns = veth_->ns_b();
+    }
+    // A memif pair whose link does not come up is tried again, and said so:
+    // about one pair in ten does that here (an open issue, see README).
+    absl::Status last;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const int pair = ++g_pairs;
+      auto reflector = Reflector::Start(uri_(pair, false, opts), netns);
+      if (!reflector.ok()) return reflector.status();
+      auto a = OpenDevice(uri_(pair, true, opts), opts);
+      if (!a.ok()) return a.status();
+      last = WaitLinkUp(**a);
+      if (!last.ok()) {
+        std::fprintf(stderr, "conformance: %s; trying a new pair\n", std::string(last.message()).c_str());
+        continue;
+      }
+      if (absl::Status s = (*reflector)->WaitReady(20000); !s.ok()) return s;
+      return EndpointPair(std::make_unique<ReflectedDevice>(*std::move(a), *std::move(reflector)),
+                          nullptr);
+    }
+    return last;
+  }
+
+  static test::VethPair* veth() { return veth_.get(); }
+
+ private:
+  // One veth pair for the whole binary; this process lives in namespace a.
+  static absl::Status EnsureVeth() {
+    if (veth_) return absl::OkStatus();
+    auto v = test::VethPair::Create(absl::StrCat("bpc", getpid() % 10000, "_"));
+    if (!v.ok()) return v.status();
+    veth_ = *std::move(v);
+    return veth_->EnterA();
+  }
+
+  std::string name_;
+  UriFn uri_;
+  bool needs_veth_;
+  static inline std::unique_ptr<test::VethPair> veth_;
+};
+
+std::string MemifUri(int pair, bool ours, const DeviceOptions&) {
+  return absl::StrCat("memif:/tmp/bypass-conf-", getpid(), "-", pair, ".sock,role=",
+                      ours ? "client" : "server");
+}
+
+std::string AfPacketUri(int pair, bool ours, const DeviceOptions&) {
+  test::VethPair* v = ReflectedFactory::veth();
+  return absl::StrCat("dpdk:net_af_packet_c", pair, ours ? "a" : "b",
+                      ",iface=", ours ? v->if_a() : v->if_b());
+}
+
+RingFactory ring;
+ReflectedFactory memif("dpdk_memif_two_processes", MemifUri, false);
+ReflectedFactory af_packet("dpdk_af_packet_veth_netns", AfPacketUri, true);
+
+INSTANTIATE_TEST_SUITE_P(Dpdk, DeviceConformanceTest,
+                         ::testing::Values(&ring, &memif, &af_packet),
+                         ::bypass::driver::testing::BackendParamName);
+
+}  // namespace
+}  // namespace bypass::driver

@@ -1,0 +1,115 @@
+#include "driver/dpdk/eal.h"
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_log.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "hugepage/region.h"
+
+namespace bypass::driver::dpdk {
+namespace {
+
+EalState& State() {
+  static EalState state;
+  return state;
+}
+
+// "0-1" style list of the CPUs this thread may run on, so pinning the main
+// lcore keeps the thread's affinity exactly as it was.
+std::string AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "0";
+  std::vector<std::string> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(std::to_string(c));
+  }
+  return cpus.empty() ? "0" : absl::StrJoin(cpus, ",");
+}
+
+bool Free2MHugepages() {
+  for (const auto& size : hugepage::ReadHugepageState().sizes) {
+    if (size.page_size == hugepage::Bytes::MiB(2) && size.free >= 64) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const EalState& CurrentEal() { return State(); }
+
+absl::Status EnsureEal(const EalRequest& req) {
+  EalState& st = State();
+  if (st.initialized) {
+    if (!req.pci_address.empty() && st.ours && st.args.find(req.pci_address) == std::string::npos) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "dpdk: the EAL was started without PCI device ", req.pci_address,
+          "; open PCI devices before any other dpdk/memif device in this process"));
+    }
+    return absl::OkStatus();
+  }
+  if (rte_lcore_count() > 0) {  // the embedding application ran rte_eal_init
+    st.initialized = true;
+    st.ours = false;
+    st.hugepages = rte_eal_has_hugepages() != 0;
+    return absl::OkStatus();
+  }
+
+  std::vector<std::string> args = {"bypass", absl::StrCat("--lcores=0@(", AllowedCpus(), ")"),
+                                   "--no-telemetry", "--log-level=*:error",
+                                   // memif logs an error for every --in-memory probe (no
+                                   // multi-process channel); bypass reports memif's real
+                                   // failures itself. BYPASS_EAL_ARGS can turn it back on.
+                                   "--log-level=pmd.net.memif:critical"};
+  if (req.pci_address.empty()) {
+    args.push_back("--no-pci");
+  } else {
+    args.push_back(absl::StrCat("--allow=", req.pci_address));
+  }
+  // A unique prefix per process so several bypass processes coexist.
+  args.push_back(absl::StrCat("--file-prefix=bypass-", getpid()));
+  st.hugepages = Free2MHugepages();
+  if (st.hugepages) {
+    args.push_back("--in-memory");
+  } else {
+    args.insert(args.end(), {"--no-huge", "-m", "512", "--no-shconf"});
+    st.notice =
+        "bypass: no free 2 MiB hugepages, DPDK runs with --no-huge (slower, no physical "
+        "addresses); run tools/setup.sh as root to reserve them";
+    std::fprintf(stderr, "%s\n", st.notice.c_str());
+  }
+  if (const char* extra = std::getenv("BYPASS_EAL_ARGS"); extra != nullptr && *extra != '\0') {
+    for (absl::string_view a : absl::StrSplit(extra, ' ', absl::SkipEmpty())) {
+      args.emplace_back(a);
+    }
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int rc = rte_eal_init(static_cast<int>(args.size()), argv.data());
+  if (rc < 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "dpdk: rte_eal_init failed (", rte_strerror(rte_errno), ") with arguments '",
+        absl::StrJoin(args, " "),
+        "': run as root, reserve hugepages with tools/setup.sh, or pass fixes in BYPASS_EAL_ARGS"));
+  }
+  st.initialized = true;
+  st.ours = true;
+  st.args = absl::StrJoin(args, " ");
+  return absl::OkStatus();
+}
+
+}  // namespace bypass::driver::dpdk

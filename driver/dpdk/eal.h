@@ -1,0 +1,38 @@
+// Process-wide DPDK EAL: set up by bypass when the process has none, or the
+// embedding application's, used as it is.
+#ifndef BYPASS_DRIVER_DPDK_EAL_H_
+#define BYPASS_DRIVER_DPDK_EAL_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace bypass::driver::dpdk {
+
+// What the first device open needs from the EAL.
+struct EalRequest {
+  std::string pci_address;  // non-empty: allow exactly this PCI device
+};
+
+// How the EAL came to be.
+struct EalState {
+  bool initialized = false;
+  bool ours = false;           // false: the application initialised it
+  bool hugepages = false;      // false: --no-huge
+  std::string args;            // the arguments bypass passed (when ours)
+  std::string notice;          // one line said once (e.g. running --no-huge)
+};
+
+// Initialises the EAL if the process has none: main lcore only (no worker
+// threads) with the calling thread's CPU affinity kept, --in-memory with
+// hugepages when 2 MiB pages are free, else --no-huge with a one-line notice
+// on stderr; --no-pci unless a PCI address is named; no telemetry. Extra
+// arguments may be given in the environment variable BYPASS_EAL_ARGS.
+// Thread-compatible: call from one thread at a time (cold path).
+absl::Status EnsureEal(const EalRequest& req);
+
+const EalState& CurrentEal();
+
+}  // namespace bypass::driver::dpdk
+
+#endif  // BYPASS_DRIVER_DPDK_EAL_H_

@@ -1,0 +1,264 @@
+#include "driver/loopback/loopback_queue.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "hugepage/pool.h"
+#include "hugepage/region.h"
+#include "hugepage/units.h"
+
+namespace bypass::driver::loopback {
+namespace {
+
+constexpr uint32_t kEthHeader = 14;
+constexpr uint16_t kEtherTypeIpv4 = 0x0800;
+constexpr uint8_t kIpProtoUdp = 17;
+
+uint16_t Load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+uint32_t Load32(const uint8_t* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+}
+
+}  // namespace
+
+std::optional<uint16_t> PeekUdpDstPort(const uint8_t* frame, uint32_t len, uint32_t ipv4) {
+  if (len < kEthHeader + 20 || Load16(frame + 12) != kEtherTypeIpv4) return std::nullopt;
+  const uint8_t* ip = frame + kEthHeader;
+  const uint32_t ihl = (ip[0] & 0x0f) * 4u;
+  if ((ip[0] >> 4) != 4 || ihl < 20) return std::nullopt;
+  if (ip[9] != kIpProtoUdp) return std::nullopt;
+  if ((Load16(ip + 6) & 0x3fff) != 0) return std::nullopt;  // MF or an offset: a fragment
+  if (Load32(ip + 16) != ipv4) return std::nullopt;
+  if (len < kEthHeader + ihl + 8) return std::nullopt;
+  return Load16(ip + ihl + 2);
+}
+
+absl::StatusOr<std::unique_ptr<LoopbackQueue>> LoopbackQueue::Create(uint16_t id,
+                                                                     PortShared* self,
+                                                                     uint32_t pool_buffers,
+                                                                     int numa_node) {
+  hugepage::PoolOptions po;
+  po.buffer_size = hugepage::Bytes(kDataOffset + self->max_frame);
+  po.count = pool_buffers;
+  po.align = hugepage::Bytes(64);
+  // A virtual device does no DMA: leave the reserved hugetlb pages to DPDK
+  // and need no mlock allowance.
+  po.region.best = hugepage::Backing::kTransparent;
+  po.region.numa_node = numa_node;
+  po.region.lock = false;
+  po.region.prefault = true;
+  po.region.name = "bypass-loopback";
+  absl::StatusOr<std::unique_ptr<hugepage::BufferPool>> pool = hugepage::BufferPool::Create(po);
+  if (!pool.ok()) {
+    return absl::Status(pool.status().code(),
+                        absl::StrCat("loopback queue ", id, ": ", pool.status().message()));
+  }
+  return std::unique_ptr<LoopbackQueue>(new LoopbackQueue(id, self, *std::move(pool)));
+}
+
+LoopbackQueue::LoopbackQueue(uint16_t id, PortShared* self,
+                             std::unique_ptr<hugepage::BufferPool> pool)
+    : id_(id),
+      self_(self),
+      pool_(std::move(pool)),
+      capacity_(static_cast<uint32_t>(pool_->buffer_size().value()) - kDataOffset) {}
+
+Packet* LoopbackQueue::InitPacket(void* buf) {
+  Packet* p = new (buf) Packet;
+  p->data = static_cast<uint8_t*>(buf) + kDataOffset;
+  p->len = 0;
+  p->capacity = capacity_;
+  p->backend = reinterpret_cast<uintptr_t>(this);  // the queue whose pool owns it
+  p->rx_queue = id_;
+  p->ol_flags = 0;
+  p->reserved = 0;
+  return p;
+}
+
+bool LoopbackQueue::AllocBulk(absl::Span<Packet*> out) {
+  if (pool_->available() < out.size()) {
+    ++stats_.alloc_failures;
+    return false;
+  }
+  void* bufs[kChunk];
+  for (size_t done = 0; done < out.size();) {
+    const size_t n = std::min<size_t>(kChunk, out.size() - done);
+    pool_->GetBulk(absl::MakeSpan(bufs, n));  // cannot fail: checked above
+    for (size_t i = 0; i < n; ++i) out[done + i] = InitPacket(bufs[i]);
+    done += n;
+  }
+  return true;
+}
+
+void LoopbackQueue::FreeToOwners(absl::Span<Packet* const> pkts) {
+  void* bufs[kChunk];
+  size_t n = 0;
+  LoopbackQueue* owner = nullptr;
+  for (Packet* p : pkts) {
+    LoopbackQueue* o = reinterpret_cast<LoopbackQueue*>(p->backend);
+    if (n > 0 && (o != owner || n == kChunk)) {
+      owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
+      n = 0;
+    }
+    owner = o;
+    bufs[n++] = p;
+  }
+  if (n > 0) owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
+}
+
+void LoopbackQueue::FreeBulk(absl::Span<Packet* const> pkts) { FreeToOwners(pkts); }
+
+SpscRing* LoopbackQueue::RingFor(const Route& r, const Packet& p) const {
+  if (r.dst->num_queues == 1) return r.rings[0];
+  const std::optional<uint16_t> port = PeekUdpDstPort(p.data, p.len, r.dst->ipv4);
+  if (!port) return r.rings[0];
+  // Relaxed: steering is configuration; SteerUdpPort's store is seen by
+  // frames sent after it, with no other data depending on it.
+  return r.rings[r.dst->steer[*port].load(std::memory_order_relaxed)];
+}
+
+uint16_t LoopbackQueue::TxBurst(absl::Span<Packet* const> pkts) {
+  pkts = pkts.first(std::min<size_t>(pkts.size(), UINT16_MAX));  // the count is 16 bits
+  const bool up = self_->link_up.load(std::memory_order_relaxed);
+  size_t taken = 0;
+  for (; taken < pkts.size(); ++taken) {
+    const Packet& p = *pkts[taken];
+    if (!up) {
+      ++counters_.tx_link_down;
+      continue;
+    }
+    if (p.len < kEthHeader || p.len > self_->max_frame) {
+      ++counters_.tx_bad_length;
+      continue;
+    }
+    size_t n_targets = 0;
+    uint32_t peer_down = 0;
+    uint32_t too_long = 0;
+    if ((p.data[0] & 1) != 0) {  // broadcast or multicast: every other port
+      for (const Route& r : routes_) {
+        if (r.dst == self_) continue;
+        if (!r.dst->link_up.load(std::memory_order_relaxed)) {
+          ++peer_down;
+        } else if (p.len > r.dst->max_frame) {
+          ++too_long;
+        } else {
+          targets_[n_targets++] = RingFor(r, p);
+        }
+      }
+    } else {
+      const Route* route = nullptr;
+      for (const Route& r : routes_) {
+        if (std::memcmp(r.dst->mac.bytes.data(), p.data, 6) == 0) {
+          route = &r;
+          break;
+        }
+      }
+      if (route == nullptr) {
+        ++counters_.tx_unknown_unicast;
+        continue;
+      }
+      if (!route->dst->link_up.load(std::memory_order_relaxed)) {
+        ++counters_.tx_peer_link_down;
+        continue;
+      }
+      if (p.len > route->dst->max_frame) {
+        ++counters_.tx_bad_length;
+        continue;
+      }
+      targets_[n_targets++] = RingFor(*route, p);
+    }
+    // A frame is taken only if every destination ring has room; otherwise
+    // the caller keeps it and the rest (back-pressure).
+    bool room = true;
+    for (size_t i = 0; i < n_targets && room; ++i) room = targets_[i]->CanStage();
+    if (!room) break;
+    counters_.tx_peer_link_down += peer_down;
+    counters_.tx_bad_length += too_long;
+    for (size_t i = 0; i < n_targets; ++i) targets_[i]->Stage(p.data, p.len);
+    if (n_targets > 0) {
+      ++stats_.tx_packets;
+      stats_.tx_bytes += p.len;
+    }
+  }
+  for (Route& r : routes_) {
+    for (SpscRing* ring : r.rings) ring->Publish();
+  }
+  stats_.tx_ring_full += pkts.size() - taken;
+  FreeToOwners(pkts.first(taken));
+  return static_cast<uint16_t>(taken);
+}
+
+void LoopbackQueue::DrainWhileDown() {
+  for (Incoming& in : incoming_) {
+    const uint32_t n = in.ring->Readable();
+    in.ring->Release(n);
+    counters_.rx_link_down += n;
+    stats_.rx_dropped += n;
+  }
+}
+
+uint16_t LoopbackQueue::RxBurst(absl::Span<Packet*> out) {
+  out = out.first(std::min<size_t>(out.size(), UINT16_MAX));  // the count is 16 bits
+  if (!self_->link_up.load(std::memory_order_relaxed)) {
+    DrainWhileDown();
+    return 0;
+  }
+  const size_t n_rings = incoming_.size();
+  size_t got = 0;
+  bool pool_empty = false;
+  void* bufs[kChunk];
+  for (size_t k = 0; k < n_rings && got < out.size() && !pool_empty; ++k) {
+    SpscRing& ring = *incoming_[(rx_next_ + k) % n_rings].ring;
+    uint32_t want = static_cast<uint32_t>(std::min<size_t>(ring.Readable(), out.size() - got));
+    while (want > 0) {
+      const uint32_t n = std::min(want, kChunk);
+      const uint32_t have = pool_->GetBurst(absl::MakeSpan(bufs, n));
+      for (uint32_t i = 0; i < have; ++i) {
+        Packet* p = InitPacket(bufs[i]);
+        const uint8_t* frame = ring.Frame(i, &p->len);
+        std::memcpy(p->data, frame, p->len);
+        stats_.rx_bytes += p->len;
+        out[got++] = p;
+      }
+      ring.Release(have);
+      if (have < n) {
+        ++counters_.rx_no_buffer;
+        pool_empty = true;
+        break;
+      }
+      want -= n;
+    }
+  }
+  // Start at the next ring next time, so no sender is starved.
+  if (n_rings > 0) rx_next_ = (rx_next_ + 1) % n_rings;
+  stats_.rx_packets += got;
+  return static_cast<uint16_t>(got);
+}
+
+void LoopbackQueue::AddRoute(const PortShared* dst, std::vector<SpscRing*> rings) {
+  routes_.push_back(Route{dst, std::move(rings)});
+  targets_.resize(routes_.size());
+}
+
+void LoopbackQueue::RemoveRoute(const PortShared* dst) {
+  std::erase_if(routes_, [dst](const Route& r) { return r.dst == dst; });
+}
+
+void LoopbackQueue::AddIncoming(const PortShared* src, std::unique_ptr<SpscRing> ring) {
+  incoming_.push_back(Incoming{src, std::move(ring)});
+}
+
+void LoopbackQueue::RemoveIncoming(const PortShared* src) {
+  std::erase_if(incoming_, [src](const Incoming& in) { return in.src == src; });
+  rx_next_ = 0;
+}
+
+}  // namespace bypass::driver::loopback

@@ -1,0 +1,273 @@
+#include "tools/pingpong/raw.h"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "driver/clock.h"
+#include "driver/net_headers.h"
+#include "tools/ping_wire.h"
+
+namespace bypass::tools {
+namespace {
+
+using driver::kUdpFrameHeaderBytes;
+using driver::Packet;
+
+constexpr uint64_t kResendNs = 200'000'000;  // a lost raw frame is sent again
+
+// The ping payload of a frame, or nullptr if the frame is not ours.
+const uint8_t* PingPayload(const Packet* p, size_t* len) {
+  if (p->len < kUdpFrameHeaderBytes + sizeof(PingHeader)) return nullptr;
+  const auto* eth = reinterpret_cast<const driver::EthernetHeader*>(p->data);
+  const auto* ip = reinterpret_cast<const driver::Ipv4Header*>(p->data + sizeof(*eth));
+  const auto* udp = reinterpret_cast<const driver::UdpHeader*>(p->data + sizeof(*eth) + sizeof(*ip));
+  if (eth->ether_type != htons(driver::kEtherTypeIpv4) || ip->protocol != driver::kIpProtoUdp ||
+      udp->dst_port != htons(kPingUdpPort)) {
+    return nullptr;
+  }
+  *len = p->len - kUdpFrameHeaderBytes;
+  return p->data + kUdpFrameHeaderBytes;
+}
+
+driver::UdpFlow FlowTo(const driver::Device& dev, const PingOptions& opts) {
+  driver::UdpFlow f;
+  f.src_mac = dev.info().mac;
+  f.dst_mac = opts.peer_mac;
+  f.src_ip = dev.info().ipv4;
+  f.dst_ip = opts.peer_ip;
+  f.src_port = kPingUdpPort;
+  f.dst_port = kPingUdpPort;
+  return f;
+}
+
+void Fill(Packet* p, const driver::UdpFlow& flow, size_t size, uint64_t seq, PingKind kind) {
+  const size_t payload = PingPayloadBytes(size);
+  p->len = static_cast<uint32_t>(driver::WriteUdpHeaders(p->data, flow, payload));
+  WritePing(p->data + kUdpFrameHeaderBytes, size, seq, kind);
+}
+
+// Transmits all of pkts, spinning while the ring is full.
+void SendAll(driver::QueuePair& qp, Packet** pkts, uint16_t n) {
+  uint16_t done = 0;
+  while (done < n) done += qp.TxBurst(absl::MakeConstSpan(pkts + done, n - done));
+}
+
+absl::Status CheckSize(const driver::Device& dev, uint64_t size) {
+  const uint64_t max_payload = dev.info().mtu - 28;
+  if (size > max_payload) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--size=", size, " does not fit one frame of ", dev.info().driver, " (MTU ", dev.info().mtu,
+        "): the raw layer sends one frame per message, so use --size up to ", max_payload,
+        " or --layer=rdm"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WaitForLink(driver::Device& dev, uint64_t timeout_ms) {
+  const auto& clock = driver::SteadyClock::Get();
+  const uint64_t deadline = clock.NowNs() + timeout_ms * 1'000'000;
+  while (dev.link_state() != driver::LinkState::kUp) {
+    if (clock.NowNs() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the link of ", dev.info().uri, " did not come up within ", timeout_ms / 1000,
+          " s: is the other side running (for memif, the same socket in another process)?"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunRawServer(driver::Device& dev, const PingOptions& opts) {
+  if (absl::Status s = CheckSize(dev, opts.size); !s.ok()) return s;
+  driver::QueuePair& qp = dev.queue(0);
+  const auto& clock = driver::SteadyClock::Get();
+  Packet* rx[32];
+  Packet* tx[32];
+  uint64_t data_count = 0, first_ns = 0, last_ns = 0;
+  for (;;) {
+    const uint16_t n = qp.RxBurst(absl::MakeSpan(rx));
+    uint16_t ntx = 0;
+    bool fin = false;
+    for (uint16_t i = 0; i < n; ++i) {
+      Packet* p = rx[i];
+      size_t len = 0;
+      const uint8_t* payload = PingPayload(p, &len);
+      PingHeader h{};
+      if (payload == nullptr || !ReadPingHeader(payload, len, &h)) {
+        qp.FreeBulk({&p, 1});
+        continue;
+      }
+      switch (static_cast<PingKind>(h.kind)) {
+        case PingKind::kPing:
+          driver::ReverseUdpFrame(p->data);
+          tx[ntx++] = p;
+          break;
+        case PingKind::kData:
+          last_ns = clock.NowNs();
+          if (data_count++ == 0) first_ns = last_ns;
+          qp.FreeBulk({&p, 1});
+          break;
+        case PingKind::kReportAsk: {
+          driver::ReverseUdpFrame(p->data);
+          PingHeader r{data_count, static_cast<uint32_t>(PingKind::kReport), kPingMagic};
+          std::memcpy(p->data + kUdpFrameHeaderBytes, &r, sizeof(r));
+          const uint64_t elapsed = last_ns - first_ns;
+          if (p->len < kUdpFrameHeaderBytes + sizeof(r) + sizeof(elapsed)) {
+            qp.FreeBulk({&p, 1});
+            break;
+          }
+          std::memcpy(p->data + kUdpFrameHeaderBytes + sizeof(r), &elapsed, sizeof(elapsed));
+          tx[ntx++] = p;
+          data_count = 0;
+          break;
+        }
+        case PingKind::kFin:
+          fin = true;
+          qp.FreeBulk({&p, 1});
+          break;
+        case PingKind::kReport:
+          qp.FreeBulk({&p, 1});
+          break;
+        default:
+          qp.FreeBulk({&p, 1});
+          break;
+      }
+    }
+    if (ntx != 0) SendAll(qp, tx, ntx);
+    if (fin) return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& opts) {
+  if (absl::Status s = CheckSize(dev, opts.size); !s.ok()) return s;
+  driver::QueuePair& qp = dev.queue(0);
+  const auto& clock = driver::SteadyClock::Get();
+  const driver::UdpFlow flow = FlowTo(dev, opts);
+  RunResult result;
+  result.layer = "raw";
+  result.device = dev.info().uri;
+  result.size = opts.size;
+  result.iters = opts.iters;
+  result.mode = opts.mode;
+  Packet* rx[32];
+
+  auto alloc_one = [&]() -> absl::StatusOr<Packet*> {
+    Packet* p = nullptr;
+    for (int tries = 0; !qp.AllocBulk({&p, 1}); ++tries) {
+      if (tries > 1000000) {
+        return absl::ResourceExhaustedError("the queue's buffer pool stays empty: buffers leak");
+      }
+    }
+    return p;
+  };
+
+  // Sends `kind` with `seq` until a verified reply of `reply_kind` arrives;
+  // returns the payload copy of the reply in *reply (16 + 8 bytes).
+  auto round_trip = [&](uint64_t seq, PingKind kind, PingKind reply_kind,
+                        uint8_t* reply) -> absl::StatusOr<uint64_t> {
+    const uint64_t t0 = clock.NowNs();
+    uint64_t sent_at = t0;
+    for (int attempt = 0;; ++attempt) {
+      auto p = alloc_one();
+      if (!p.ok()) return p.status();
+      Fill(*p, flow, kind == PingKind::kPing ? opts.size : std::max<uint64_t>(opts.size, 32), seq,
+           kind);
+      SendAll(qp, &*p, 1);
+      for (;;) {
+        const uint16_t n = qp.RxBurst(absl::MakeSpan(rx));
+        bool got = false;
+        for (uint16_t i = 0; i < n; ++i) {
+          size_t len = 0;
+          const uint8_t* payload = PingPayload(rx[i], &len);
+          if (!got && payload != nullptr) {
+            if (reply_kind == PingKind::kPing) {
+              got = VerifyPing(payload, len, opts.size, seq, PingKind::kPing);
+              if (!got) {
+                PingHeader h{};
+                if (ReadPingHeader(payload, len, &h) && h.seq == seq) {
+                  return absl::DataLossError(absl::StrCat(
+                      "the reply to ping ", seq, " came back with different bytes"));
+                }
+              }
+            } else {
+              PingHeader h{};
+              got = ReadPingHeader(payload, len, &h) &&
+                    h.kind == static_cast<uint32_t>(reply_kind) && len >= 24;
+              if (got) std::memcpy(reply, payload, 24);
+            }
+          }
+        }
+        qp.FreeBulk(absl::MakeConstSpan(rx, n));
+        if (got) return clock.NowNs() - t0;
+        if (clock.NowNs() - sent_at > kResendNs) break;
+      }
+      if (attempt >= 50) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no reply to message ", seq, " after 50 tries 200 ms apart: is the server running?"));
+      }
+      ++result.resent;
+      sent_at = clock.NowNs();
+    }
+  };
+
+  if (opts.mode == "latency") {
+    std::vector<uint64_t> samples;
+    samples.reserve(opts.iters);
+    uint64_t measured_ns = 0;
+    for (uint64_t i = 0; i < opts.warmup + opts.iters; ++i) {
+      auto rtt = round_trip(i, PingKind::kPing, PingKind::kPing, nullptr);
+      if (!rtt.ok()) return rtt.status();
+      if (i >= opts.warmup) {
+        samples.push_back(*rtt);
+        measured_ns += *rtt;
+      }
+    }
+    result.rtt_ns = Percentiles::Of(samples);
+    result.msgs_per_sec = measured_ns == 0 ? 0 : 1e9 * static_cast<double>(opts.iters) /
+                                                     static_cast<double>(measured_ns);
+  } else if (opts.mode == "rate") {
+    std::vector<Packet*> pending(opts.burst);
+    uint64_t sent = 0;
+    const uint64_t total = opts.warmup + opts.iters;
+    uint8_t reply[24];
+    // The warm-up goes first and is reported away, so the count covers iters.
+    for (int phase = 0; phase < 2; ++phase) {
+      const uint64_t goal = phase == 0 ? opts.warmup : total;
+      while (sent < goal) {
+        const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(opts.burst, goal - sent));
+        while (!qp.AllocBulk(absl::MakeSpan(pending.data(), n))) {
+        }
+        for (uint32_t i = 0; i < n; ++i) Fill(pending[i], flow, opts.size, sent + i, PingKind::kData);
+        SendAll(qp, pending.data(), static_cast<uint16_t>(n));
+        sent += n;
+        // Drain anything that arrives so the RX ring never backs up.
+        const uint16_t r = qp.RxBurst(absl::MakeSpan(rx));
+        qp.FreeBulk(absl::MakeConstSpan(rx, r));
+      }
+      auto rt = round_trip(1ull << 62, PingKind::kReportAsk, PingKind::kReport, reply);
+      if (!rt.ok()) return rt.status();
+    }
+    PingHeader h;
+    uint64_t elapsed = 0;
+    std::memcpy(&h, reply, sizeof(h));
+    std::memcpy(&elapsed, reply + sizeof(h), sizeof(elapsed));
+    result.msgs_per_sec = elapsed == 0 ? 0 : 1e9 * static_cast<double>(h.seq) / static_cast<double>(elapsed);
+    result.extra_json = absl::StrCat(",\"received\":", h.seq, ",\"sent\":", opts.iters);
+    result.extra_text = absl::StrCat("received    ", h.seq, " of ", opts.iters, " frames\n");
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--mode=", opts.mode, " is not latency or rate"));
+  }
+  auto fin = alloc_one();
+  if (!fin.ok()) return fin.status();
+  Fill(*fin, flow, opts.size, 0, PingKind::kFin);
+  SendAll(qp, &*fin, 1);
+  return result;
+}
+
+}  // namespace bypass::tools
