@@ -1,14 +1,16 @@
-// Ethernet, IPv4 and UDP headers as they are on the wire, and a writer for
-// the 42-byte stack bypass frames carry. Big-endian fields, no bitfields.
+// Ethernet, IPv4 and UDP as they are on the wire: the header structs, the
+// Internet checksum, a builder for the frames bypass sends and a parser for
+// the frames it receives. Big-endian fields, no bitfields. This is the one
+// place in the tree that knows these layouts.
 #ifndef BYPASS_DRIVER_NET_HEADERS_H_
 #define BYPASS_DRIVER_NET_HEADERS_H_
-
-#include <arpa/inet.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
+#include "absl/types/span.h"
 #include "driver/device.h"
 
 namespace bypass::driver {
@@ -20,7 +22,7 @@ struct EthernetHeader {
   uint16_t ether_type;  // big-endian; 0x0800 IPv4
 };
 struct Ipv4Header {
-  uint8_t version_ihl;   // 0x45
+  uint8_t version_ihl;   // version << 4 | header length in 32-bit words; 0x45 without options
   uint8_t dscp_ecn;      // DSCP << 2 | ECN
   uint16_t total_length; // big-endian, IP header + payload
   uint16_t id;
@@ -44,68 +46,94 @@ static_assert(sizeof(UdpHeader) == 8);
 
 inline constexpr uint16_t kEtherTypeIpv4 = 0x0800;
 inline constexpr uint8_t kIpProtoUdp = 17;
+// Headers of a frame built here (IPv4 without options): 42 bytes.
 inline constexpr size_t kUdpFrameHeaderBytes =
     sizeof(EthernetHeader) + sizeof(Ipv4Header) + sizeof(UdpHeader);
+// The most payload one UDP datagram over IPv4 without options can carry.
+inline constexpr size_t kMaxUdpPayloadBytes = 65535 - sizeof(Ipv4Header) - sizeof(UdpHeader);
 
-// The one's-complement checksum of an IPv4 header (checksum field zeroed).
-inline uint16_t Ipv4Checksum(const Ipv4Header& ip) {
-  const auto* w = reinterpret_cast<const uint8_t*>(&ip);
-  uint32_t sum = 0;
-  for (size_t i = 0; i < sizeof(Ipv4Header); i += 2) sum += (uint32_t{w[i]} << 8) | w[i + 1];
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return htons(static_cast<uint16_t>(~sum));
-}
-
-// Where a UDP datagram goes, and from where.
+// The addresses of one UDP flow, and the DSCP its packets carry.
 struct UdpFlow {
-  MacAddress src_mac, dst_mac;
-  Ipv4Address src_ip, dst_ip;
-  uint16_t src_port = 0, dst_port = 0;
-  uint8_t dscp = 0;
+  MacAddress src_mac;
+  MacAddress dst_mac;
+  Ipv4Address src_ip;
+  Ipv4Address dst_ip;
+  uint16_t src_port = 0;
+  uint16_t dst_port = 0;
+  uint8_t dscp = 0;  // 0..63
+
+  friend bool operator==(const UdpFlow&, const UdpFlow&) = default;
 };
 
-// Writes Ethernet + IPv4 + UDP headers for `payload_len` bytes of payload at
-// `frame` and returns the frame length. REQUIRES: room for both.
-inline size_t WriteUdpHeaders(uint8_t* frame, const UdpFlow& f, size_t payload_len) {
-  auto* eth = reinterpret_cast<EthernetHeader*>(frame);
-  std::memcpy(eth->dst, f.dst_mac.bytes.data(), 6);
-  std::memcpy(eth->src, f.src_mac.bytes.data(), 6);
-  eth->ether_type = htons(kEtherTypeIpv4);
-  auto* ip = reinterpret_cast<Ipv4Header*>(frame + sizeof(EthernetHeader));
-  ip->version_ihl = 0x45;
-  ip->dscp_ecn = static_cast<uint8_t>(f.dscp << 2);
-  ip->total_length = htons(static_cast<uint16_t>(sizeof(Ipv4Header) + sizeof(UdpHeader) + payload_len));
-  ip->id = 0;
-  ip->flags_fragment = htons(0x4000);
-  ip->ttl = 64;
-  ip->protocol = kIpProtoUdp;
-  ip->checksum = 0;
-  ip->src = htonl(f.src_ip.value);
-  ip->dst = htonl(f.dst_ip.value);
-  ip->checksum = Ipv4Checksum(*ip);
-  auto* udp = reinterpret_cast<UdpHeader*>(frame + sizeof(EthernetHeader) + sizeof(Ipv4Header));
-  udp->src_port = htons(f.src_port);
-  udp->dst_port = htons(f.dst_port);
-  udp->length = htons(static_cast<uint16_t>(sizeof(UdpHeader) + payload_len));
-  udp->checksum = 0;
-  return kUdpFrameHeaderBytes + payload_len;
-}
+// The Internet checksum (RFC 1071) of `bytes`: the one's-complement sum of
+// big-endian 16-bit words (an odd last byte padded with zero), folded and
+// complemented. Over an IPv4 header with its checksum in place it is 0 when
+// the header is intact.
+uint16_t InternetChecksum(absl::Span<const uint8_t> bytes);
 
-// Turns a received UDP frame around in place: MACs, IPs and ports swapped.
+// The value for the checksum field of the UDP datagram `datagram` (header and
+// payload) sent from `src` to `dst`, computed over the IPv4 pseudo header and
+// the datagram with its checksum field taken as zero. A computed 0 is
+// returned as 0xffff (RFC 768), so the result is never 0, which means "no
+// checksum".
+uint16_t UdpChecksum(Ipv4Address src, Ipv4Address dst, absl::Span<const uint8_t> datagram);
+
+// Whether the builder fills the UDP checksum. IPv4 allows none (0); the hot
+// path leaves it so, or to a NIC's offload, since it costs a pass over the
+// payload. The IPv4 header checksum is always filled.
+enum class UdpChecksumFill : uint8_t {
+  kNone,     // checksum field 0
+  kCompute,  // computed over pseudo header and payload
+};
+
+// Writes Ethernet + IPv4 (no options, DF set, TTL 64, id 0) + UDP headers into
+// frame[0, kUdpFrameHeaderBytes) around a payload of `payload_len` bytes
+// already in place at frame[kUdpFrameHeaderBytes, + payload_len). Returns the
+// frame length, or 0 if `frame` is too small or the payload too long for one
+// datagram.
+size_t WriteUdpHeaders(const UdpFlow& flow, size_t payload_len, absl::Span<uint8_t> frame,
+                       UdpChecksumFill udp_checksum);
+
+// As WriteUdpHeaders, copying `payload` into place first (it may overlap
+// `frame`).
+size_t BuildUdpFrame(const UdpFlow& flow, absl::Span<const uint8_t> payload,
+                     absl::Span<uint8_t> frame, UdpChecksumFill udp_checksum);
+
+// A received UDP frame taken apart; `payload` points into the frame.
+struct ParsedUdpFrame {
+  UdpFlow flow;
+  absl::Span<const uint8_t> payload;
+  uint8_t ipv4_header_bytes = 0;  // 20, or up to 60 with options
+  bool udp_checksum_present = false;  // false: the sender sent 0 (none)
+};
+
+// Parses an Ethernet + IPv4 + UDP frame, treating every byte as hostile.
+// Nothing unless all of these hold:
+//   - EtherType IPv4 (no VLAN tag), version 4, IHL >= 5; IPv4 options
+//     (IHL 6..15) are covered by the header checksum and skipped;
+//   - the IPv4 header checksum is intact;
+//   - not a fragment (MF clear, offset 0); protocol UDP;
+//   - the IPv4 total length covers its header and a UDP header and fits in
+//     the frame; bytes past it (Ethernet padding, an FCS) are ignored;
+//   - the UDP length equals the IPv4 payload length;
+//   - the UDP checksum is intact, unless it is 0 (none).
+std::optional<ParsedUdpFrame> ParseUdpFrame(absl::Span<const uint8_t> frame);
+
+// Turns a received UDP frame around in place: MACs, IPv4 addresses and UDP
+// ports swapped; both checksums stay valid. REQUIRES: ParseUdpFrame accepted
+// `frame`.
 inline void ReverseUdpFrame(uint8_t* frame) {
-  auto* eth = reinterpret_cast<EthernetHeader*>(frame);
-  uint8_t mac[6];
-  std::memcpy(mac, eth->dst, 6);
-  std::memcpy(eth->dst, eth->src, 6);
-  std::memcpy(eth->src, mac, 6);
-  auto* ip = reinterpret_cast<Ipv4Header*>(frame + sizeof(EthernetHeader));
-  const uint32_t a = ip->src;
-  ip->src = ip->dst;
-  ip->dst = a;
-  auto* udp = reinterpret_cast<UdpHeader*>(frame + sizeof(EthernetHeader) + sizeof(Ipv4Header));
-  const uint16_t p = udp->src_port;
-  udp->src_port = udp->dst_port;
-  udp->dst_port = p;
+  auto swap_bytes = [](uint8_t* a, uint8_t* b, size_t n) {
+    uint8_t tmp[6];
+    std::memcpy(tmp, a, n);
+    std::memcpy(a, b, n);
+    std::memcpy(b, tmp, n);
+  };
+  swap_bytes(frame, frame + 6, 6);
+  uint8_t* ip = frame + sizeof(EthernetHeader);
+  swap_bytes(ip + offsetof(Ipv4Header, src), ip + offsetof(Ipv4Header, dst), 4);
+  uint8_t* udp = ip + (ip[0] & 0x0f) * 4u;
+  swap_bytes(udp + offsetof(UdpHeader, src_port), udp + offsetof(UdpHeader, dst_port), 2);
 }
 
 }  // namespace bypass::driver

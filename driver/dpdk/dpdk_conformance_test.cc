@@ -1,10 +1,10 @@
 // The device conformance suite over the DPDK backends this machine has:
 // net_ring in this process; memif between two processes; af_packet over a
 // veth pair between two network namespaces that the test creates and
-// removes. (af_xdp over the same veth pair does not open here yet: XSK
-// creation answers EINVAL; see the README's table.) The second process is //test:reflector, which sends
-// every frame back with the Ethernet addresses swapped, so for those
-// backends the pair is one device whose frames come back to it.
+// removes; af_xdp over the same veth pair. The second process is
+// //test:reflector, which sends every frame back with the Ethernet addresses
+// swapped, so for those backends the pair is one device whose frames come
+// back to it.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,6 +24,12 @@
 #include "driver/testing/conformance.h"
 #include "gtest/gtest.h"
 #include "test/netns.h"
+
+// DPDK 22.11's af_xdp PMD never frees libxdp's UMEM handle (80 bytes) when
+// it closes a port (its refcount test is off by one; dpdk_device.cc closes
+// the socket that leaves open, see CloseLeftXskSockets). Not ours to free.
+extern "C" const char* __lsan_default_suppressions();
+extern "C" const char* __lsan_default_suppressions() { return "leak:xsk_umem__create\n"; }
 
 namespace bypass::driver {
 namespace {
@@ -165,25 +171,15 @@ class ReflectedFactory final : public BackendFactory {
       if (absl::Status s = EnsureVeth(); !s.ok()) return s;
       netns = veth_->ns_b();
     }
-    // A memif pair whose link does not come up is tried again, and said so:
-    // about one pair in ten does that here (an open issue, see README).
-    absl::Status last;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const int pair = ++g_pairs;
-      auto reflector = Reflector::Start(uri_(pair, false, opts), netns);
-      if (!reflector.ok()) return reflector.status();
-      auto a = OpenDevice(uri_(pair, true, opts), opts);
-      if (!a.ok()) return a.status();
-      last = WaitLinkUp(**a);
-      if (!last.ok()) {
-        std::fprintf(stderr, "conformance: %s; trying a new pair\n", std::string(last.message()).c_str());
-        continue;
-      }
-      if (absl::Status s = (*reflector)->WaitReady(20000); !s.ok()) return s;
-      return EndpointPair(std::make_unique<ReflectedDevice>(*std::move(a), *std::move(reflector)),
-                          nullptr);
-    }
-    return last;
+    const int pair = ++g_pairs;
+    auto reflector = Reflector::Start(uri_(pair, false, opts), netns);
+    if (!reflector.ok()) return reflector.status();
+    auto a = OpenDevice(uri_(pair, true, opts), opts);
+    if (!a.ok()) return a.status();
+    if (absl::Status s = WaitLinkUp(**a); !s.ok()) return s;
+    if (absl::Status s = (*reflector)->WaitReady(20000); !s.ok()) return s;
+    return EndpointPair(std::make_unique<ReflectedDevice>(*std::move(a), *std::move(reflector)),
+                        nullptr);
   }
 
   static test::VethPair* veth() { return veth_.get(); }
@@ -215,12 +211,19 @@ std::string AfPacketUri(int pair, bool ours, const DeviceOptions&) {
                       ",iface=", ours ? v->if_a() : v->if_b());
 }
 
+std::string AfXdpUri(int pair, bool ours, const DeviceOptions&) {
+  test::VethPair* v = ReflectedFactory::veth();
+  return absl::StrCat("dpdk:net_af_xdp_c", pair, ours ? "a" : "b",
+                      ",iface=", ours ? v->if_a() : v->if_b());
+}
+
 RingFactory ring;
 ReflectedFactory memif("dpdk_memif_two_processes", MemifUri, false);
 ReflectedFactory af_packet("dpdk_af_packet_veth_netns", AfPacketUri, true);
+ReflectedFactory af_xdp("dpdk_af_xdp_veth_netns", AfXdpUri, true);
 
 INSTANTIATE_TEST_SUITE_P(Dpdk, DeviceConformanceTest,
-                         ::testing::Values(&ring, &memif, &af_packet),
+                         ::testing::Values(&ring, &memif, &af_packet, &af_xdp),
                          ::bypass::driver::testing::BackendParamName);
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "driver/dpdk/dpdk_device.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -18,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
@@ -58,37 +60,181 @@ std::optional<Ipv4Address> KernelIpv4(const std::string& iface) {
   return out;
 }
 
-// AF_XDP registers its packet memory (UMEM) as locked memory, which the
-// default 8 MiB RLIMIT_MEMLOCK barely holds. Raise the limit where we may;
-// where we may not (no CAP_SYS_RESOURCE, as in many containers), return the
-// most buffers of `buffer_bytes` that fit, with room to spare, and say so.
-absl::StatusOr<uint32_t> AfXdpBufferCap(uint32_t buffer_bytes, uint32_t wanted) {
+// What the DPDK 22.11 af_xdp PMD needs of the pool of each RX queue, read
+// from its source (drivers/net/af_xdp/rte_eth_af_xdp.c):
+//  - It registers the pool's memory as the socket's UMEM, assuming the pool
+//    is one memory chunk of densely packed objects starting at its first
+//    chunk: UMEM = [page below the first object, + populated_size *
+//    object size). rte_pktmbuf_pool_create's pools are not so: their objects
+//    never cross a page (2 MiB with hugepages, 4 KiB with --no-huge, where
+//    that puts one 2.3 KiB mbuf in each page and half the pool past the
+//    UMEM's end), and with hugepages they come in several chunks. The
+//    kernel drops the frames of mbufs past the end: lost frames, lost mbufs.
+//  - At queue setup it takes kAfXdpFillReserve mbufs for the fill ring and
+//    keeps that many there for the life of the queue, whatever nb_desc is;
+//    with fewer in the pool the setup fails with EINVAL ("Failed to
+//    configure xdp socket"), which is what a pool capped below it gave.
+//  - An object (mempool header + mbuf + data room) is one UMEM chunk, and
+//    the kernel takes chunks of at most a page.
+constexpr uint32_t kAfXdpFillReserve = 2048;  // XSK_RING_CONS__DEFAULT_NUM_DESCS
+
+// The kernel frees an interface queue some tens of milliseconds after the
+// AF_XDP socket bound to it closed (in a work queue): binding a queue that a
+// socket, here or in a process that just exited, released a moment ago
+// answers EBUSY, which the PMD reports as EINVAL. Open tries again for this
+// long, each time with a new port: the PMD cannot set up a queue again after
+// two failures (libxdp leaves the fill ring's cached producer index of the
+// failed try in the PMD's queue, and the next fill ring looks full), and a
+// failed setup keeps the kAfXdpFillReserve mbufs it took from the pool.
+constexpr uint64_t kAfXdpQueueBusyMs = 2000;
+
+// The bytes one pool object of `data_room` takes (mempool header included).
+uint32_t PoolObjectBytes(uint32_t data_room) {
+  rte_mempool_objsz sz{};
+  return rte_mempool_calc_obj_size(sizeof(rte_mbuf) + data_room, RTE_MEMPOOL_F_NO_IOVA_CONTIG,
+                                   &sz);
+}
+
+// Whether this process has CAP_IPC_LOCK, with which the kernel does not
+// count AF_XDP packet memory (UMEM) against RLIMIT_MEMLOCK.
+bool HasCapIpcLock() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return false;
+  char line[256];
+  unsigned long long eff = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof(line), f) != nullptr) {
+    found = std::sscanf(line, "CapEff: %llx", &eff) == 1;
+  }
+  std::fclose(f);
+  return found && (eff & (1ull << 14)) != 0;  // CAP_IPC_LOCK
+}
+
+// The AF_XDP sockets open in this process, by descriptor and inode.
+std::vector<std::pair<int, ino_t>> XskSockets() {
+  std::vector<std::pair<int, ino_t>> out;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return out;
+  while (const dirent* e = readdir(dir)) {
+    int fd = -1;
+    struct stat st {};
+    int domain = 0;
+    socklen_t len = sizeof(domain);
+    if (absl::SimpleAtoi(e->d_name, &fd) && fd != dirfd(dir) && fstat(fd, &st) == 0 &&
+        S_ISSOCK(st.st_mode) && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+        domain == AF_XDP) {
+      out.emplace_back(fd, st.st_ino);
+    }
+  }
+  closedir(dir);
+  return out;
+}
+
+// DPDK 22.11's af_xdp PMD (from 22.11.5 on, Debian 12 ships 22.11.11) never
+// frees a queue's UMEM when it closes the port: a backported fix tests
+// `__atomic_sub_fetch(&refcnt, 1) - 1 == 0`, which is false when the count
+// drops to zero, so xsk_umem__delete is not called. libxdp gives the first
+// socket of a UMEM the UMEM's descriptor, so that AF_XDP socket stays open
+// and bound to the interface's queue until the process exits, and opening
+// the same interface again in this process fails (bind: EBUSY, logged as
+// "Failed to create xsk socket", returned as EINVAL). The PMD has already
+// unmapped the socket's rings and detached its XDP program by then; closing
+// the descriptor releases the socket and its UMEM. Closes the sockets of
+// `fds` that are still the same AF_XDP sockets (a PMD that closes them
+// itself leaves nothing to do).
+void CloseLeftXskSockets(const std::vector<std::pair<int, ino_t>>& fds) {
+  for (const auto& [fd, ino] : fds) {
+    struct stat st {};
+    int domain = 0;
+    socklen_t len = sizeof(domain);
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == ino &&
+        getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_XDP) {
+      close(fd);
+    }
+  }
+}
+
+// AF_XDP registers its packet memory (UMEM) as locked memory: the kernel
+// counts it against RLIMIT_MEMLOCK, per user across all of that user's
+// AF_XDP sockets, unless the process has CAP_IPC_LOCK. Returns the limit
+// that applies, or 0 when none does (raising it where we may).
+uint64_t AfXdpMemlockLimit() {
+  if (HasCapIpcLock()) return 0;
   rlimit lim{};
   getrlimit(RLIMIT_MEMLOCK, &lim);
-  if (lim.rlim_cur == RLIM_INFINITY) return wanted;
+  if (lim.rlim_cur == RLIM_INFINITY) return 0;
   rlimit want{RLIM_INFINITY, RLIM_INFINITY};
-  if (setrlimit(RLIMIT_MEMLOCK, &want) == 0) return wanted;
-  const uint64_t fit = (lim.rlim_cur / 2) / (buffer_bytes + 256);
-  if (fit < 512) {
+  if (setrlimit(RLIMIT_MEMLOCK, &want) == 0) return 0;
+  return lim.rlim_cur;
+}
+
+// How many buffers of `object_bytes` the application's share of an af_xdp
+// pool may have: `wanted` when no limit applies; fewer, said once, when only
+// part fits in RLIMIT_MEMLOCK; a one-line error when not even `needed` fit
+// beside the PMD's fill ring.
+absl::StatusOr<uint32_t> AfXdpBufferCap(uint32_t object_bytes, uint32_t wanted, uint32_t needed) {
+  const uint64_t limit = AfXdpMemlockLimit();
+  if (limit == 0) return wanted;
+  // Less a page: the UMEM starts at the page below the first object.
+  const uint64_t fit = limit > 4096 ? (limit - 4096) / object_bytes : 0;
+  const uint64_t app_fit = fit > kAfXdpFillReserve ? fit - kAfXdpFillReserve : 0;
+  if (app_fit < needed) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "dpdk: af_xdp needs locked memory and RLIMIT_MEMLOCK is ", lim.rlim_cur >> 10,
-        " KiB and cannot be raised (", std::strerror(errno),
-        "): run with `ulimit -l unlimited` or CAP_SYS_RESOURCE"));
+        "dpdk: af_xdp locks at least ",
+        ((uint64_t{needed} + kAfXdpFillReserve) * object_bytes + 4096) >> 10,
+        " KiB of packet memory per queue and RLIMIT_MEMLOCK is ", limit >> 10,
+        " KiB, which this process can neither raise nor bypass (no CAP_IPC_LOCK): run with "
+        "`ulimit -l unlimited` (LimitMEMLOCK=infinity) or as root with CAP_IPC_LOCK"));
   }
-  if (fit < wanted) {
+  if (app_fit < wanted) {
     static bool said = false;
     if (!said) {
       std::fprintf(stderr,
-                   "bypass: af_xdp pools limited to %llu buffers by RLIMIT_MEMLOCK (%llu KiB); "
-                   "`ulimit -l unlimited` lifts this\n",
-                   static_cast<unsigned long long>(fit),
-                   static_cast<unsigned long long>(lim.rlim_cur >> 10));
+                   "bypass: af_xdp pools limited to %llu buffers by RLIMIT_MEMLOCK (%llu KiB for "
+                   "all of this user's AF_XDP sockets, no CAP_IPC_LOCK); `ulimit -l unlimited` "
+                   "lifts this\n",
+                   static_cast<unsigned long long>(app_fit),
+                   static_cast<unsigned long long>(limit >> 10));
       said = true;
     }
-    return static_cast<uint32_t>(fit);
+    return static_cast<uint32_t>(app_fit);
   }
   return wanted;
 }
+
+// An af_xdp queue. The PMD takes back the mbufs of sent frames from the
+// completion ring only at the start of its next tx_burst, so after the last
+// TxBurst a burst's worth is neither in the pool nor the caller's: count
+// those as the contract asks, reclaiming them (a tx_burst of nothing) before
+// reading the pool. The pool's kAfXdpFillReserve mbufs of the fill ring are
+// never the caller's and are not part of its capacity.
+class AfXdpQueuePair final : public QueuePair {
+ public:
+  AfXdpQueuePair(uint16_t id, uint16_t port, uint16_t hw_queue, rte_mempool* pool,
+                 uint32_t descriptors)
+      : inner_(id, port, hw_queue, pool, descriptors), port_(port), hw_queue_(hw_queue) {}
+
+  uint16_t RxBurst(absl::Span<Packet*> out) override { return inner_.RxBurst(out); }
+  uint16_t TxBurst(absl::Span<Packet* const> pkts) override { return inner_.TxBurst(pkts); }
+  bool AllocBulk(absl::Span<Packet*> out) override { return inner_.AllocBulk(out); }
+  void FreeBulk(absl::Span<Packet* const> pkts) override { inner_.FreeBulk(pkts); }
+  uint32_t PoolAvailable() const override {
+    rte_eth_tx_burst(port_, hw_queue_, nullptr, 0);
+    return inner_.PoolAvailable();
+  }
+  uint32_t PoolCapacity() const override {
+    const uint32_t cap = inner_.PoolCapacity();
+    return cap > kAfXdpFillReserve ? cap - kAfXdpFillReserve : 0;
+  }
+  QueueStats stats() const override { return inner_.stats(); }
+  uint16_t id() const override { return inner_.id(); }
+  uint16_t hw_queue() const { return hw_queue_; }
+
+ private:
+  DpdkQueuePair inner_;
+  uint16_t port_;
+  uint16_t hw_queue_;
+};
 
 bool LooksLikePci(const std::string& name) {
   // dddd:bb:dd.f or bb:dd.f
@@ -132,6 +278,7 @@ class DpdkDevice final : public Device {
       if (!dev_name_.empty()) {  // bypass hotplugged it
         rte_eal_hotplug_remove(LooksLikePci(dev_name_) ? "pci" : "vdev", dev_name_.c_str());
       }
+      CloseLeftXskSockets(xsk_fds_);
     }
     queues_.clear();
     for (rte_mempool* mp : pools_) rte_mempool_free(mp);
@@ -189,6 +336,7 @@ class DpdkDevice final : public Device {
 
  private:
   uint16_t queue_hw(uint16_t q) const {
+    if (const auto* x = dynamic_cast<const AfXdpQueuePair*>(queues_[q].get())) return x->hw_queue();
     return static_cast<const DpdkQueuePair&>(*queues_[q]).hw_queue();
   }
 
@@ -221,8 +369,10 @@ class DpdkDevice final : public Device {
     return rte_flow_create(port_, &attr, pattern, actions, err);
   }
 
+  // af_xdp: pools laid out as its PMD registers them as UMEM (see
+  // kAfXdpFillReserve).
   absl::Status CreatePools(const DeviceOptions& opts, uint16_t n, uint32_t data_room,
-                           int socket);
+                           int socket, bool af_xdp = false);
   void FillInfo(const DeviceOptions& opts, std::optional<std::string> iface);
 
   DeviceInfo info_;
@@ -230,21 +380,65 @@ class DpdkDevice final : public Device {
   std::string dev_name_;  // set when bypass hotplugged the device
   bool started_ = false;
   int lock_fd_ = -1;
+  // af_xdp: the AF_XDP sockets its queues opened (see CloseLeftXskSockets).
+  std::vector<std::pair<int, ino_t>> xsk_fds_;
   std::vector<rte_mempool*> pools_;
   std::vector<std::unique_ptr<QueuePair>> queues_;
   std::vector<rte_flow*> flows_;
 };
 
+// A pktmbuf pool in one memory chunk with its objects packed back to back
+// across page boundaries, as the af_xdp PMD's UMEM needs (see
+// kAfXdpFillReserve); rte_pktmbuf_pool_create cannot ask for that. Its
+// mbufs have no IOVA, which AF_XDP (the kernel copies or maps by address)
+// does not use.
+rte_mempool* CreateUmemPool(const std::string& name, uint32_t count, uint16_t data_room,
+                            int socket) {
+  rte_mempool* mp = rte_mempool_create_empty(name.c_str(), count, sizeof(rte_mbuf) + data_room, 0,
+                                             sizeof(rte_pktmbuf_pool_private), socket,
+                                             RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+  if (mp == nullptr) return nullptr;
+  rte_pktmbuf_pool_private priv{};
+  priv.mbuf_data_room_size = data_room;
+  priv.mbuf_priv_size = 0;
+  int rc = rte_mempool_set_ops_byname(mp, "ring_sp_sc", nullptr);
+  if (rc == 0) {
+    rte_pktmbuf_pool_init(mp, &priv);
+    rc = rte_mempool_populate_default(mp);
+  }
+  if (rc < 0) {
+    rte_mempool_free(mp);
+    rte_errno = -rc;
+    return nullptr;
+  }
+  if (mp->nb_mem_chunks != 1) {  // DPDK split it when memory was short
+    rte_mempool_free(mp);
+    rte_errno = ENOMEM;
+    return nullptr;
+  }
+  rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
+  return mp;
+}
+
 absl::Status DpdkDevice::CreatePools(const DeviceOptions& opts, uint16_t n, uint32_t data_room,
-                                     int socket) {
+                                     int socket, bool af_xdp) {
   const uint32_t count = opts.pool_buffers != 0 ? opts.pool_buffers : 4u * opts.ring_size;
   for (uint16_t q = 0; q < n; ++q) {
     std::string name = absl::StrCat("bypass", getpid() % 100000, "_", g_counter++);
     // Each queue's pool is used by the one thread that owns the queue (the
     // PMD allocates and frees inside rx/tx_burst on that thread): a
     // single-producer/single-consumer ring needs no atomics.
-    rte_mempool* mp = rte_pktmbuf_pool_create_by_ops(
-        name.c_str(), count, 0, 0, static_cast<uint16_t>(data_room), socket, "ring_sp_sc");
+    rte_mempool* mp =
+        af_xdp ? CreateUmemPool(name, count, static_cast<uint16_t>(data_room), socket)
+               : rte_pktmbuf_pool_create_by_ops(name.c_str(), count, 0, 0,
+                                                static_cast<uint16_t>(data_room), socket,
+                                                "ring_sp_sc");
+    if (mp == nullptr && af_xdp) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "dpdk: af_xdp needs each pool in one contiguous area and cannot get ", count,
+          " buffers of ", PoolObjectBytes(data_room), " bytes so (", rte_strerror(rte_errno),
+          "): reserve more hugepages (tools/setup.sh) or lower pool_buffers / ring_size"));
+    }
     if (mp == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "dpdk: cannot create a pool of ", count, " buffers of ", data_room, " bytes (",
@@ -364,28 +558,64 @@ absl::StatusOr<std::unique_ptr<Device>> DpdkDevice::OpenOwned(const std::string&
   const int socket = rte_eth_dev_socket_id(port) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(port);
   const uint32_t frame = opts.mtu + 14 + 4;
   const uint32_t data_room = RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(frame, 2048);
-  if (absl::Status s = dev->CreatePools(opts, nq, data_room, socket); !s.ok()) return s;
+  const bool af_xdp = name.rfind("net_af_xdp", 0) == 0;
+  if (af_xdp && PoolObjectBytes(data_room) > static_cast<uint32_t>(getpagesize())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dpdk: af_xdp buffers for MTU ", opts.mtu, " take ", PoolObjectBytes(data_room),
+        " bytes and the kernel takes at most a page (", getpagesize(), "): lower mtu="));
+  }
+  if (absl::Status s = dev->CreatePools(opts, nq, data_room, socket, af_xdp); !s.ok()) return s;
+  const std::vector<std::pair<int, ino_t>> xsk_before =
+      af_xdp ? XskSockets() : std::vector<std::pair<int, ino_t>>{};
   for (uint16_t q = 0; q < nq; ++q) {
-    if (int rc = rte_eth_rx_queue_setup(port, q, nb_rxd, socket, nullptr, dev->pools_[q]); rc != 0) {
+    int rc = rte_eth_rx_queue_setup(port, q, nb_rxd, socket, nullptr, dev->pools_[q]);
+    if (af_xdp) {
+      for (const auto& s : XskSockets()) {
+        if (std::find(xsk_before.begin(), xsk_before.end(), s) == xsk_before.end() &&
+            std::find(dev->xsk_fds_.begin(), dev->xsk_fds_.end(), s) == dev->xsk_fds_.end()) {
+          dev->xsk_fds_.push_back(s);
+        }
+      }
+    }
+    if (rc != 0 && af_xdp) {  // Open tries again on kAborted (see kAfXdpQueueBusyMs)
+      return absl::AbortedError(absl::StrCat("dpdk: RX queue ", q, " of ", name, ": ",
+                                             ErrnoText(rc)));
+    }
+    if (rc != 0) {
       return absl::InternalError(absl::StrCat("dpdk: RX queue ", q, " of ", name, ": ", ErrnoText(rc)));
     }
-    if (int rc = rte_eth_tx_queue_setup(port, q, nb_txd, socket, nullptr); rc != 0) {
+    rc = rte_eth_tx_queue_setup(port, q, nb_txd, socket, nullptr);
+    if (rc != 0) {
       return absl::InternalError(absl::StrCat("dpdk: TX queue ", q, " of ", name, ": ", ErrnoText(rc)));
     }
   }
   // A memif client connects in dev_start and fails while its server is not
-  // listening yet: keep trying for a while, so the two sides may start in
-  // either order.
+  // listening yet; and about one connection in ten here stalls in memif's
+  // handshake with the link never coming up. So a client retries the start,
+  // and reconnects (stop, start) when its link is not up within a second,
+  // until start_retry_ms runs out. Open returns with the link up.
   const SteadyClock& clock = SteadyClock::Get();
   const uint64_t deadline = clock.NowNs() + start_retry_ms * 1'000'000;
   for (;;) {
-    const int rc = rte_eth_dev_start(port);
-    if (rc == 0) break;
+    int rc = rte_eth_dev_start(port);
+    if (rc == 0) {
+      if (start_retry_ms == 0) break;
+      const uint64_t link_deadline = clock.NowNs() + 1'000'000'000;
+      rte_eth_link link{};
+      while (rte_eth_link_get_nowait(port, &link) == 0 && link.link_status != RTE_ETH_LINK_UP &&
+             clock.NowNs() < link_deadline) {
+        usleep(1000);
+      }
+      if (link.link_status == RTE_ETH_LINK_UP) break;
+      rte_eth_dev_stop(port);
+      rc = -ETIMEDOUT;
+    }
     if (clock.NowNs() >= deadline) {
       return absl::UnavailableError(absl::StrCat(
-          "dpdk: starting ", name, ": ", ErrnoText(rc),
+          "dpdk: starting ", name, ": ",
+          rc == -ETIMEDOUT ? "the link did not come up" : ErrnoText(rc),
           start_retry_ms != 0 ? absl::StrCat(" after trying for ", start_retry_ms / 1000,
-                                             " s: is the memif server running on that socket?")
+                                             " s: is the memif server on that socket running?")
                               : ""));
     }
     usleep(5000);
@@ -393,6 +623,11 @@ absl::StatusOr<std::unique_ptr<Device>> DpdkDevice::OpenOwned(const std::string&
   dev->started_ = true;
   for (uint16_t q = 0; q < nq; ++q) {
     // Every mbuf of the pool can be in the caller's hands at once.
+    if (af_xdp) {
+      dev->queues_.push_back(std::make_unique<AfXdpQueuePair>(q, port, q, dev->pools_[q],
+                                                              dev->pools_[q]->size + nb_rxd));
+      continue;
+    }
     dev->queues_.push_back(
         std::make_unique<DpdkQueuePair>(q, port, q, dev->pools_[q], dev->pools_[q]->size + nb_rxd));
   }
@@ -549,15 +784,11 @@ absl::StatusOr<std::unique_ptr<Device>> OpenMemif(const DeviceUri& uri, const De
   const std::string devargs =
       absl::StrCat("net_memif_bypass", getpid(), "_", g_counter++, ",socket=", socket_path,
                    ",socket-abstract=no,role=", role, ",id=", id,
-                   // memif sizes its shared rings itself: the queue size asked
-                   // for, but at least 1024 slots (smaller rings failed to link
-                   // up here about one time in three).
-                   ",rsize=", std::countr_zero(std::max<uint32_t>(opts.ring_size, 1024)));
-  // Pools at least as large as the 1024-slot memif ring (see rsize).
-  DeviceOptions o = opts;
-  o.pool_buffers = std::max<uint32_t>(o.pool_buffers != 0 ? o.pool_buffers : 4u * o.ring_size, 1024);
+                   // memif sizes its shared rings itself (default 1024 slots):
+                   // make them the queue size asked for.
+                   ",rsize=", std::countr_zero(static_cast<uint32_t>(opts.ring_size)));
   // OpenOwned owns lock_fd from here, also when it fails.
-  return DpdkDevice::OpenOwned(devargs, uri.text, o, lock_fd, std::nullopt,
+  return DpdkDevice::OpenOwned(devargs, uri.text, opts, lock_fd, std::nullopt,
                                role == "client" ? kMemifConnectMs : 0);
 }
 
@@ -578,12 +809,41 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
   const std::string devargs = uri.Rest();
   DeviceOptions o = opts;
   if (devargs.rfind("net_af_xdp", 0) == 0) {
+    // Its RX and TX rings are AF_XDP rings, which the kernel sizes in powers
+    // of two only (EINVAL otherwise).
+    if (!std::has_single_bit(static_cast<uint32_t>(o.ring_size))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dpdk: af_xdp rings are powers of two and ring_size is ", o.ring_size,
+          ": use e.g. ring_size=", std::bit_floor(std::max<uint32_t>(o.ring_size, 64))));
+    }
     const uint32_t wanted = o.pool_buffers != 0 ? o.pool_buffers : 4u * o.ring_size;
-    auto cap = AfXdpBufferCap(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(o.mtu + 18, 2048), wanted);
+    const uint32_t object =
+        PoolObjectBytes(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(o.mtu + 18, 2048));
+    auto cap = AfXdpBufferCap(object, wanted, std::min<uint32_t>(wanted, 2u * 64));
     if (!cap.ok()) return cap.status();
-    o.pool_buffers = *cap;
-    // The fill ring holds ring_size buffers: leave as many for transmit.
-    while (o.ring_size > 64 && 2u * o.ring_size > o.pool_buffers) o.ring_size /= 2;
+    // The PMD keeps kAfXdpFillReserve of the pool in its fill ring: add them,
+    // so the application still has the buffers it asked for.
+    o.pool_buffers = *cap + kAfXdpFillReserve;
+    // Leave the application's share at least two rings' worth.
+    while (o.ring_size > 64 && 2u * o.ring_size > *cap) o.ring_size /= 2;
+    const uint64_t deadline = SteadyClock::Get().NowNs() + kAfXdpQueueBusyMs * 1'000'000;
+    for (;;) {
+      auto dev = DpdkDevice::OpenOwned(devargs, uri.text, o, -1, iface);
+      if (dev.ok() || !absl::IsAborted(dev.status())) return dev;
+      if (SteadyClock::Get().NowNs() >= deadline) {
+        const uint64_t memlock = AfXdpMemlockLimit();
+        return absl::UnavailableError(absl::StrCat(
+            dev.status().message(), " for ", kAfXdpQueueBusyMs,
+            " ms: close whatever else uses that interface queue (an AF_XDP socket or XDP "
+            "program of another process)",
+            memlock == 0 ? ""
+                         : absl::StrCat(", or free RLIMIT_MEMLOCK (", memlock >> 10,
+                                        " KiB for all of this user's AF_XDP sockets, no "
+                                        "CAP_IPC_LOCK; `ulimit -l unlimited` lifts it)"),
+            "; DPDK's log above says more"));
+      }
+      usleep(10000);
+    }
   }
   return DpdkDevice::OpenOwned(devargs, uri.text, o, -1, std::move(iface));
 }

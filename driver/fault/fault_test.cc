@@ -13,16 +13,12 @@
 #include "driver/clock.h"
 #include "driver/device.h"
 #include "driver/loopback/loopback_device.h"
-#include "driver/testing/frames.h"
+#include "driver/net_headers.h"
 #include "driver/uri.h"
 #include "gtest/gtest.h"
 
 namespace bypass::driver::fault {
 namespace {
-
-using ::bypass::driver::testing::BuildUdpFrame;
-using ::bypass::driver::testing::kUdpFrameOverhead;
-using ::bypass::driver::testing::UdpFlow;
 
 constexpr size_t kPayload = 32;  // the sequence number, then a pattern
 
@@ -53,8 +49,8 @@ class Harness {
     uint8_t payload[kPayload];
     std::memcpy(payload, &seq, 8);
     for (size_t i = 8; i < kPayload; ++i) payload[i] = static_cast<uint8_t>(seq + i);
-    std::vector<uint8_t> frame(kUdpFrameOverhead + kPayload);
-    BuildUdpFrame(flow_, payload, absl::MakeSpan(frame));
+    std::vector<uint8_t> frame(kUdpFrameHeaderBytes + kPayload);
+    BuildUdpFrame(flow_, payload, absl::MakeSpan(frame), UdpChecksumFill::kCompute);
     return frame;
   }
 
@@ -77,7 +73,7 @@ class Harness {
     const uint16_t n = receiver_->queue(0).RxBurst({pkts, std::min<size_t>(max, 64)});
     for (uint16_t i = 0; i < n; ++i) {
       uint64_t seq;
-      std::memcpy(&seq, pkts[i]->data + kUdpFrameOverhead, 8);
+      std::memcpy(&seq, pkts[i]->data + kUdpFrameHeaderBytes, 8);
       if (seqs != nullptr) seqs->push_back(seq);
     }
     receiver_->queue(0).FreeBulk({pkts, n});
@@ -346,7 +342,8 @@ TEST(FaultDeviceTest, HeldPacketsAreFreedAtDestruction) {
       std::vector<Packet*> pkts(40);
       ASSERT_TRUE(sender->queue(0).AllocBulk(absl::MakeSpan(pkts)));
       for (Packet* p : pkts) {
-        p->len = static_cast<uint32_t>(BuildUdpFrame(flow, {}, {p->data, p->capacity}));
+        p->len = static_cast<uint32_t>(
+            BuildUdpFrame(flow, {}, {p->data, p->capacity}, UdpChecksumFill::kCompute));
       }
       ASSERT_EQ(sender->queue(0).TxBurst(pkts), 40);
       Packet* out[4];

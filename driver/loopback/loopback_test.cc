@@ -11,16 +11,12 @@
 #include "absl/status/status.h"
 #include "driver/device.h"
 #include "driver/loopback/loopback_device.h"
-#include "driver/testing/frames.h"
+#include "driver/net_headers.h"
 #include "driver/uri.h"
 #include "gtest/gtest.h"
 
 namespace bypass::driver::loopback {
 namespace {
-
-using ::bypass::driver::testing::BuildUdpFrame;
-using ::bypass::driver::testing::ParseUdpFrame;
-using ::bypass::driver::testing::UdpFlow;
 
 std::unique_ptr<LoopbackDevice> MustOpen(const std::string& uri, DeviceOptions opts = {}) {
   absl::StatusOr<std::unique_ptr<LoopbackDevice>> dev = Open(*DeviceUri::Parse(uri), opts);
@@ -42,7 +38,8 @@ uint16_t SendOne(Device& from, const UdpFlow& flow, size_t payload_len = 32, uin
   Packet* p = nullptr;
   EXPECT_TRUE(from.queue(q).AllocBulk({&p, 1}));
   std::vector<uint8_t> payload(payload_len, 0xab);
-  p->len = static_cast<uint32_t>(BuildUdpFrame(flow, payload, {p->data, p->capacity}));
+  p->len = static_cast<uint32_t>(BuildUdpFrame(flow, payload, {p->data, p->capacity},
+                                                UdpChecksumFill::kCompute));
   const uint16_t took = from.queue(q).TxBurst({&p, 1});
   if (took == 0) from.queue(q).FreeBulk({&p, 1});
   return took;
@@ -85,7 +82,7 @@ TEST(LoopbackTest, UnicastReachesOnlyTheAddressedPort) {
   EXPECT_EQ(Drain(*a), 0u);
   Packet* p = nullptr;
   ASSERT_EQ(c->queue(0).RxBurst({&p, 1}), 1);
-  std::optional<testing::ParsedUdpFrame> parsed = ParseUdpFrame({p->data, p->len});
+  std::optional<ParsedUdpFrame> parsed = ParseUdpFrame({p->data, p->len});
   ASSERT_TRUE(parsed.has_value());
   EXPECT_EQ(parsed->flow.src_mac, a->info().mac);
   c->queue(0).FreeBulk({&p, 1});
@@ -240,7 +237,7 @@ TEST(LoopbackTest, SteeringPicksTheQueueAndChecksIt) {
 TEST(LoopbackTest, PeekUdpDstPortTreatsBytesAsUntrusted) {
   uint8_t f[64] = {};
   const UdpFlow flow{MacAddress{}, MacAddress{}, Ipv4Address{1}, Ipv4Address{2}, 3, 4242};
-  const size_t len = BuildUdpFrame(flow, {}, f);
+  const size_t len = BuildUdpFrame(flow, {}, f, UdpChecksumFill::kCompute);
   EXPECT_EQ(PeekUdpDstPort(f, static_cast<uint32_t>(len), 2), 4242);
   EXPECT_EQ(PeekUdpDstPort(f, static_cast<uint32_t>(len), 3), std::nullopt) << "other IP";
   EXPECT_EQ(PeekUdpDstPort(f, static_cast<uint32_t>(len - 1), 2), std::nullopt) << "truncated";
@@ -293,14 +290,15 @@ TEST(LoopbackTest, TwoThreadsPingPong) {
     for (uint16_t i = 0; i < kBurst; ++i) {
       const uint64_t s = seq + i;
       pkts[i]->len = static_cast<uint32_t>(BuildUdpFrame(
-          ab, {reinterpret_cast<const uint8_t*>(&s), 8}, {pkts[i]->data, pkts[i]->capacity}));
+          ab, {reinterpret_cast<const uint8_t*>(&s), 8}, {pkts[i]->data, pkts[i]->capacity},
+          UdpChecksumFill::kCompute));
     }
     for (uint16_t sent = 0; sent < kBurst;) sent += q.TxBurst({pkts + sent, static_cast<size_t>(kBurst - sent)});
     for (uint16_t got = 0; got < kBurst;) {
       const uint16_t n = q.RxBurst({pkts, static_cast<size_t>(kBurst - got)});
       if (n == 0) std::this_thread::yield();
       for (uint16_t i = 0; i < n; ++i) {
-        std::optional<testing::ParsedUdpFrame> parsed = ParseUdpFrame({pkts[i]->data, pkts[i]->len});
+        std::optional<ParsedUdpFrame> parsed = ParseUdpFrame({pkts[i]->data, pkts[i]->len});
         uint64_t s = ~0ull;
         if (parsed && parsed->payload.size() == 8) std::memcpy(&s, parsed->payload.data(), 8);
         bad += s != next_seq++;

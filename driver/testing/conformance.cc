@@ -9,9 +9,9 @@
 
 #include "absl/status/status.h"
 #include "driver/device.h"
+#include "driver/net_headers.h"
 #include "driver/packet.h"
 #include "driver/testing/conformance_util.h"
-#include "driver/testing/frames.h"
 #include "gtest/gtest.h"
 
 namespace bypass::driver::testing {

@@ -2,36 +2,20 @@
 // a million packets, jumbo frames, steering, link down/up, several queues.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "driver/device.h"
+#include "driver/net_headers.h"
 #include "driver/packet.h"
 #include "driver/testing/conformance.h"
 #include "driver/testing/conformance_util.h"
-#include "driver/testing/frames.h"
 #include "gtest/gtest.h"
 
 namespace bypass::driver::testing {
 namespace {
 
 constexpr uint16_t kPort = 42000;
-
-// Swaps source and destination MAC, IPv4 and UDP port in place (the
-// checksums are unchanged by the swap).
-void Reflect(Packet* p) {
-  uint8_t tmp[6];
-  std::memcpy(tmp, p->data, 6);
-  std::memcpy(p->data, p->data + 6, 6);
-  std::memcpy(p->data + 6, tmp, 6);
-  uint8_t* ip = p->data + kEthHeaderLen;
-  for (int i = 0; i < 4; ++i) std::swap(ip[12 + i], ip[16 + i]);
-  uint8_t* udp = ip + kIpv4HeaderLen;
-  std::swap(udp[0], udp[2]);
-  std::swap(udp[1], udp[3]);
-}
 
 TEST_P(DeviceConformanceTest, NoBufferLeakAfterOneMillionPackets) {
   ASSERT_NO_FATAL_FAILURE(OpenPair({}));
@@ -61,7 +45,7 @@ TEST_P(DeviceConformanceTest, NoBufferLeakAfterOneMillionPackets) {
     // B reflects what it received straight back: RX buffers go out on TX.
     std::vector<Packet*> got = pump.Receive(b, kBurst);
     ASSERT_EQ(got.size(), kBurst) << "B received too few at packet " << seq;
-    for (Packet* p : got) Reflect(p);
+    for (Packet* p : got) ReverseUdpFrame(p->data);
     ASSERT_TRUE(pump.SendAll(b, got)) << "B could not reflect at packet " << seq;
     ASSERT_EQ(pump.Consume(a, kBurst, [&](const Packet& p) {
       bad += TestFrameSeq(&p) != echoed++;

@@ -33,15 +33,16 @@ UdpFlow FlowBetween(const Device& from, const Device& to, uint16_t dst_port) {
 }
 
 bool WriteTestFrame(Packet* p, const UdpFlow& flow, uint64_t seq, size_t payload_len) {
-  if (payload_len < kMinPayload || kUdpFrameOverhead + payload_len > p->capacity) return false;
-  uint8_t* payload = p->data + kUdpFrameOverhead;
+  if (payload_len < kMinPayload || kUdpFrameHeaderBytes + payload_len > p->capacity) return false;
+  uint8_t* payload = p->data + kUdpFrameHeaderBytes;
   payload[0] = kTestMagic >> 24;
   payload[1] = (kTestMagic >> 16) & 0xff;
   payload[2] = (kTestMagic >> 8) & 0xff;
   payload[3] = kTestMagic & 0xff;
   Put64(payload + 4, seq);
   for (size_t i = 12; i < payload_len; ++i) payload[i] = PatternByte(seq, i);
-  p->len = static_cast<uint32_t>(WriteUdpHeaders(flow, payload_len, {p->data, p->capacity}));
+  p->len = static_cast<uint32_t>(
+      WriteUdpHeaders(flow, payload_len, {p->data, p->capacity}, UdpChecksumFill::kCompute));
   return p->len != 0;
 }
 

@@ -11,8 +11,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "driver/device.h"
+#include "driver/net_headers.h"
 #include "driver/testing/conformance.h"
-#include "driver/testing/frames.h"
 
 namespace bypass::driver::testing {
 

@@ -1,8 +1,8 @@
 #include "tools/pingpong/raw.h"
 
-#include <arpa/inet.h>
-
+#include <cstddef>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -14,23 +14,17 @@
 namespace bypass::tools {
 namespace {
 
-using driver::kUdpFrameHeaderBytes;
 using driver::Packet;
 
 constexpr uint64_t kResendNs = 200'000'000;  // a lost raw frame is sent again
 
-// The ping payload of a frame, or nullptr if the frame is not ours.
-const uint8_t* PingPayload(const Packet* p, size_t* len) {
-  if (p->len < kUdpFrameHeaderBytes + sizeof(PingHeader)) return nullptr;
-  const auto* eth = reinterpret_cast<const driver::EthernetHeader*>(p->data);
-  const auto* ip = reinterpret_cast<const driver::Ipv4Header*>(p->data + sizeof(*eth));
-  const auto* udp = reinterpret_cast<const driver::UdpHeader*>(p->data + sizeof(*eth) + sizeof(*ip));
-  if (eth->ether_type != htons(driver::kEtherTypeIpv4) || ip->protocol != driver::kIpProtoUdp ||
-      udp->dst_port != htons(kPingUdpPort)) {
-    return nullptr;
-  }
-  *len = p->len - kUdpFrameHeaderBytes;
-  return p->data + kUdpFrameHeaderBytes;
+// The ping payload of a frame (inside p's buffer), or nullptr if the frame is
+// not an intact UDP frame to the ping port.
+uint8_t* PingPayload(Packet* p, size_t* len) {
+  const std::optional<driver::ParsedUdpFrame> f = driver::ParseUdpFrame({p->data, p->len});
+  if (!f || f->flow.dst_port != kPingUdpPort) return nullptr;
+  *len = f->payload.size();
+  return p->data + (f->payload.data() - p->data);
 }
 
 driver::UdpFlow FlowTo(const driver::Device& dev, const PingOptions& opts) {
@@ -46,8 +40,10 @@ driver::UdpFlow FlowTo(const driver::Device& dev, const PingOptions& opts) {
 
 void Fill(Packet* p, const driver::UdpFlow& flow, size_t size, uint64_t seq, PingKind kind) {
   const size_t payload = PingPayloadBytes(size);
-  p->len = static_cast<uint32_t>(driver::WriteUdpHeaders(p->data, flow, payload));
-  WritePing(p->data + kUdpFrameHeaderBytes, size, seq, kind);
+  // No UDP checksum: the ping pattern is verified end to end instead.
+  p->len = static_cast<uint32_t>(driver::WriteUdpHeaders(flow, payload, {p->data, p->capacity},
+                                                         driver::UdpChecksumFill::kNone));
+  WritePing(p->data + driver::kUdpFrameHeaderBytes, size, seq, kind);
 }
 
 // Transmits all of pkts, spinning while the ring is full.
@@ -97,7 +93,7 @@ absl::Status RunRawServer(driver::Device& dev, const PingOptions& opts) {
     for (uint16_t i = 0; i < n; ++i) {
       Packet* p = rx[i];
       size_t len = 0;
-      const uint8_t* payload = PingPayload(p, &len);
+      uint8_t* payload = PingPayload(p, &len);
       PingHeader h{};
       if (payload == nullptr || !ReadPingHeader(payload, len, &h)) {
         qp.FreeBulk({&p, 1});
@@ -114,15 +110,18 @@ absl::Status RunRawServer(driver::Device& dev, const PingOptions& opts) {
           qp.FreeBulk({&p, 1});
           break;
         case PingKind::kReportAsk: {
-          driver::ReverseUdpFrame(p->data);
           PingHeader r{data_count, static_cast<uint32_t>(PingKind::kReport), kPingMagic};
-          std::memcpy(p->data + kUdpFrameHeaderBytes, &r, sizeof(r));
           const uint64_t elapsed = last_ns - first_ns;
-          if (p->len < kUdpFrameHeaderBytes + sizeof(r) + sizeof(elapsed)) {
+          if (len < sizeof(r) + sizeof(elapsed)) {
             qp.FreeBulk({&p, 1});
             break;
           }
-          std::memcpy(p->data + kUdpFrameHeaderBytes + sizeof(r), &elapsed, sizeof(elapsed));
+          driver::ReverseUdpFrame(p->data);
+          std::memcpy(payload, &r, sizeof(r));
+          std::memcpy(payload + sizeof(r), &elapsed, sizeof(elapsed));
+          // The payload changed: any UDP checksum the ask carried is stale.
+          std::memset(payload - sizeof(driver::UdpHeader) + offsetof(driver::UdpHeader, checksum),
+                      0, sizeof(uint16_t));
           tx[ntx++] = p;
           data_count = 0;
           break;
