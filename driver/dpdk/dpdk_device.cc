@@ -533,10 +533,13 @@ absl::StatusOr<std::unique_ptr<Device>> DpdkDevice::OpenOwned(const std::string&
         "dpdk: ", name, " supports up to ", std::min(dev_info.max_rx_queues, dev_info.max_tx_queues),
         " queue pairs, ", nq, " were asked for: lower queues="));
   }
-  if (opts.mtu > dev_info.max_mtu) {
-    return absl::InvalidArgumentError(absl::StrCat("dpdk: ", name, " supports MTU up to ",
-                                                   dev_info.max_mtu, ", not ", opts.mtu,
-                                                   ": lower mtu="));
+  // ethdev checks the frame (MTU + 14 + 4) against max_rx_pktlen too; some
+  // PMDs (memif in 22.11) report a large max_mtu but a 1518-byte frame.
+  const uint32_t max_mtu = std::min<uint32_t>(
+      dev_info.max_mtu, dev_info.max_rx_pktlen > 18 ? dev_info.max_rx_pktlen - 18 : 0);
+  if (opts.mtu > max_mtu) {
+    return absl::InvalidArgumentError(absl::StrCat("dpdk: ", name, " supports MTU up to ", max_mtu,
+                                                   ", not ", opts.mtu, ": lower mtu="));
   }
   rte_eth_conf conf{};
   conf.rxmode.mtu = opts.mtu;

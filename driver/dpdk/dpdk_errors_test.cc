@@ -102,6 +102,16 @@ TEST(DpdkErrorsTest, TooManyQueuesAndTooLargeMtu) {
   EXPECT_TRUE(b.ok()) << b.status();
 }
 
+TEST(DpdkErrorsTest, JumboOnAPortThatCannotSaysTheLimit) {
+  DeviceOptions opts;
+  opts.mtu = 9000;
+  auto dev = OpenDevice("memif:/tmp/bypass-jumbo-" + std::to_string(getpid()) + ".sock,role=server",
+                        opts);
+  ASSERT_FALSE(dev.ok());
+  ExpectOneLine(dev.status());
+  EXPECT_THAT(std::string(dev.status().message()), HasSubstr("supports MTU up to 1500"));
+}
+
 TEST(DpdkErrorsTest, Mlx5IsNamedAsNotBuilt) {
   auto dev = OpenDevice("mlx5:mlx5_0");
   ASSERT_FALSE(dev.ok());
