@@ -63,6 +63,8 @@ else
       else
         say "reserved $got 2 MiB hugepages"
       fi
+    elif [ "$have" -gt 0 ]; then
+      say "could not reserve $want 2 MiB hugepages (need root: echo $want > $hp2m/nr_hugepages); bypass uses the $have reserved and falls back to transparent hugepages when they run out"
     else
       say "could not reserve 2 MiB hugepages (need root: echo $want > $hp2m/nr_hugepages); bypass falls back to transparent hugepages and DPDK runs with --no-huge"
     fi
