@@ -135,30 +135,41 @@ size_t BuildUdpFrame(const UdpFlow& flow, absl::Span<const uint8_t> payload,
   return WriteUdpHeaders(flow, payload.size(), frame, udp_checksum);
 }
 
-std::optional<ParsedUdpFrame> ParseUdpFrame(absl::Span<const uint8_t> frame) {
-  // Every return hands back `parsed`, so it is built in the caller's slot
-  // (NRVO) rather than copied there. Each check reads only bytes that an
-  // earlier check proved present.
-  std::optional<ParsedUdpFrame> parsed;
+std::optional<UdpFrameLayout> LocateUdpFrame(absl::Span<const uint8_t> frame) {
+  // Each check reads only bytes that an earlier check proved present.
   const uint8_t* f = frame.data();
-  if (frame.size() < kIpAt + sizeof(Ipv4Header)) return parsed;
-  if (Get16(f + offsetof(EthernetHeader, ether_type)) != kEtherTypeIpv4) return parsed;
+  if (frame.size() < kIpAt + sizeof(Ipv4Header)) return std::nullopt;
+  if (Get16(f + offsetof(EthernetHeader, ether_type)) != kEtherTypeIpv4) return std::nullopt;
 
   const uint8_t* ip = f + kIpAt;
   const size_t ip_room = frame.size() - kIpAt;
   const size_t ihl = (ip[0] & 0x0f) * size_t{4};
-  if ((ip[0] >> 4) != 4 || ihl < sizeof(Ipv4Header) || ihl > ip_room) return parsed;
-  if (FoldComplement(Sum16(ip, ihl, 0)) != 0) return parsed;
+  if ((ip[0] >> 4) != 4 || ihl < sizeof(Ipv4Header) || ihl > ip_room) return std::nullopt;
   if ((Get16(ip + offsetof(Ipv4Header, flags_fragment)) & kIpv4MoreFragmentsAndOffset) != 0) {
-    return parsed;
+    return std::nullopt;
   }
-  if (ip[offsetof(Ipv4Header, protocol)] != kIpProtoUdp) return parsed;
+  if (ip[offsetof(Ipv4Header, protocol)] != kIpProtoUdp) return std::nullopt;
   const size_t total = Get16(ip + offsetof(Ipv4Header, total_length));
-  if (total < ihl + sizeof(UdpHeader) || total > ip_room) return parsed;
+  if (total < ihl + sizeof(UdpHeader) || total > ip_room) return std::nullopt;
+  const size_t udp_len = total - ihl;
+  if (Get16(ip + ihl + offsetof(UdpHeader, length)) != udp_len) return std::nullopt;
+  return UdpFrameLayout{static_cast<uint8_t>(ihl), static_cast<uint16_t>(udp_len)};
+}
+
+std::optional<ParsedUdpFrame> ParseUdpFrame(absl::Span<const uint8_t> frame) {
+  // Every return hands back `parsed`, so it is built in the caller's slot
+  // (NRVO) rather than copied there. LocateUdpFrame proved the headers and
+  // the datagram present; the checksums are checked here.
+  std::optional<ParsedUdpFrame> parsed;
+  const std::optional<UdpFrameLayout> at = LocateUdpFrame(frame);
+  if (!at) return parsed;
+  const uint8_t* f = frame.data();
+  const uint8_t* ip = f + kIpAt;
+  const size_t ihl = at->ipv4_header_bytes;
+  if (FoldComplement(Sum16(ip, ihl, 0)) != 0) return parsed;
 
   const uint8_t* udp = ip + ihl;
-  const size_t udp_len = total - ihl;
-  if (Get16(udp + offsetof(UdpHeader, length)) != udp_len) return parsed;
+  const size_t udp_len = at->udp_bytes;
   const Ipv4Address src{Get32(ip + offsetof(Ipv4Header, src))};
   const Ipv4Address dst{Get32(ip + offsetof(Ipv4Header, dst))};
   const uint16_t udp_checksum = Get16(udp + offsetof(UdpHeader, checksum));

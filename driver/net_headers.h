@@ -119,6 +119,20 @@ struct ParsedUdpFrame {
 //   - the UDP checksum is intact, unless it is 0 (none).
 std::optional<ParsedUdpFrame> ParseUdpFrame(absl::Span<const uint8_t> frame);
 
+// Where the UDP datagram of an Ethernet + IPv4 + UDP frame lies.
+struct UdpFrameLayout {
+  uint8_t ipv4_header_bytes = 0;  // 20..60: the UDP header is at 14 + this
+  uint16_t udp_bytes = 0;         // UDP header + payload, >= 8
+};
+
+// The checks of ParseUdpFrame but its two checksums, treating every byte as
+// hostile: what it accepts has every header byte and the whole datagram its
+// lengths claim inside `frame`. It reads headers only, no payload, so it is
+// cheap enough to steer every frame by (loopback's PeekUdpDstPort); what it
+// accepts may still be corrupt, and a receiver that uses it parses it with
+// ParseUdpFrame.
+std::optional<UdpFrameLayout> LocateUdpFrame(absl::Span<const uint8_t> frame);
+
 // Turns a received UDP frame around in place: MACs, IPv4 addresses and UDP
 // ports swapped; both checksums stay valid. REQUIRES: ParseUdpFrame accepted
 // `frame`.

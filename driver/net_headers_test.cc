@@ -146,6 +146,29 @@ TEST(NetHeadersTest, RejectsDamage) {
   for (size_t n = 0; n < len; ++n) EXPECT_FALSE(ParseUdpFrame({good, n}).has_value()) << n;
 }
 
+// LocateUdpFrame is ParseUdpFrame without the checksums.
+TEST(NetHeadersTest, LocateChecksLayoutButNotChecksums) {
+  std::vector<uint8_t> f = GoodFrame(16);
+  std::optional<UdpFrameLayout> at = LocateUdpFrame(f);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->ipv4_header_bytes, 20);
+  EXPECT_EQ(at->udp_bytes, 8 + 16);
+  f[kIpAt + 10] ^= 1;   // IPv4 checksum
+  f[kUdpAt + 6] ^= 1;   // UDP checksum
+  EXPECT_FALSE(ParseUdpFrame(f).has_value());
+  EXPECT_TRUE(LocateUdpFrame(f).has_value());
+  const std::vector<uint8_t> good = GoodFrame(16);
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_FALSE(LocateUdpFrame({good.data(), n}).has_value()) << "truncated to " << n;
+  }
+  f = good;
+  Put16(&f[kUdpAt + 4], 8 + 15);  // UDP length short of the IPv4 payload
+  EXPECT_FALSE(LocateUdpFrame(f).has_value());
+  f = good;
+  f[kIpAt + 9] = 6;  // TCP
+  EXPECT_FALSE(LocateUdpFrame(f).has_value());
+}
+
 TEST(NetHeadersTest, RejectsInconsistentHeadersWithValidChecksums) {
   struct Case {
     const char* what;

@@ -25,11 +25,8 @@
 #include "gtest/gtest.h"
 #include "test/netns.h"
 
-// DPDK 22.11's af_xdp PMD never frees libxdp's UMEM handle (80 bytes) when
-// it closes a port (its refcount test is off by one; dpdk_device.cc closes
-// the socket that leaves open, see CloseLeftXskSockets). Not ours to free.
-extern "C" const char* __lsan_default_suppressions();
-extern "C" const char* __lsan_default_suppressions() { return "leak:xsk_umem__create\n"; }
+// The af_xdp PMD's leak of libxdp's UMEM handle is suppressed for LSan in
+// every binary linking the DPDK backends (driver/dpdk/sanitizer_suppressions.cc).
 
 namespace bypass::driver {
 namespace {

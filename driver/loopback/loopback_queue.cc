@@ -1,6 +1,7 @@
 #include "driver/loopback/loopback_queue.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "driver/net_headers.h"
 #include "hugepage/pool.h"
 #include "hugepage/region.h"
 #include "hugepage/units.h"
@@ -18,9 +20,7 @@
 namespace bypass::driver::loopback {
 namespace {
 
-constexpr uint32_t kEthHeader = 14;
-constexpr uint16_t kEtherTypeIpv4 = 0x0800;
-constexpr uint8_t kIpProtoUdp = 17;
+constexpr uint32_t kEthHeader = sizeof(EthernetHeader);
 
 uint16_t Load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 uint32_t Load32(const uint8_t* p) {
@@ -29,16 +29,15 @@ uint32_t Load32(const uint8_t* p) {
 
 }  // namespace
 
+// The structural checks are net_headers' (LocateUdpFrame); the checksums,
+// which cost a pass over the payload, are left to the receiver's
+// ParseUdpFrame as before: a corrupt frame at worst lands on another queue.
 std::optional<uint16_t> PeekUdpDstPort(const uint8_t* frame, uint32_t len, uint32_t ipv4) {
-  if (len < kEthHeader + 20 || Load16(frame + 12) != kEtherTypeIpv4) return std::nullopt;
+  const std::optional<UdpFrameLayout> at = LocateUdpFrame({frame, len});
+  if (!at) return std::nullopt;
   const uint8_t* ip = frame + kEthHeader;
-  const uint32_t ihl = (ip[0] & 0x0f) * 4u;
-  if ((ip[0] >> 4) != 4 || ihl < 20) return std::nullopt;
-  if (ip[9] != kIpProtoUdp) return std::nullopt;
-  if ((Load16(ip + 6) & 0x3fff) != 0) return std::nullopt;  // MF or an offset: a fragment
-  if (Load32(ip + 16) != ipv4) return std::nullopt;
-  if (len < kEthHeader + ihl + 8) return std::nullopt;
-  return Load16(ip + ihl + 2);
+  if (Load32(ip + offsetof(Ipv4Header, dst)) != ipv4) return std::nullopt;
+  return Load16(ip + at->ipv4_header_bytes + offsetof(UdpHeader, dst_port));
 }
 
 absl::StatusOr<std::unique_ptr<LoopbackQueue>> LoopbackQueue::Create(uint16_t id,

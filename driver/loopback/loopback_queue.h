@@ -50,7 +50,9 @@ struct LoopbackCounters {
 };
 
 // Returns the UDP destination port of an unfragmented Ethernet/IPv4/UDP
-// frame addressed to `ipv4`, or nothing. Treats every byte as untrusted.
+// frame addressed to `ipv4` whose headers and lengths LocateUdpFrame
+// (driver/net_headers.h) accepts, or nothing. Treats every byte as
+// untrusted; checks no checksum (the receiver's ParseUdpFrame does).
 std::optional<uint16_t> PeekUdpDstPort(const uint8_t* frame, uint32_t len, uint32_t ipv4);
 
 // One queue pair of a loopback port: TX copies each frame into the SPSC ring
