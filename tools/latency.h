@@ -56,17 +56,18 @@ inline std::string JsonEscape(const std::string& s) {
 }
 
 inline void PrintJson(const RunResult& r, std::FILE* f = stdout) {
-  std::fprintf(f,
-               "{\"layer\":\"%s\",\"device\":\"%s\",\"mode\":\"%s\",\"size\":%llu,\"iters\":%llu,"
-               "\"rtt_ns\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p999\":%llu,\"max\":%llu},"
-               "\"msgs_per_sec\":%.0f,\"resent\":%llu%s}\n",
+  std::fprintf(f, "{\"layer\":\"%s\",\"device\":\"%s\",\"mode\":\"%s\",\"size\":%llu,\"iters\":%llu,",
                JsonEscape(r.layer).c_str(), JsonEscape(r.device).c_str(), r.mode.c_str(),
-               static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.iters),
-               static_cast<unsigned long long>(r.rtt_ns.p50),
-               static_cast<unsigned long long>(r.rtt_ns.p90),
-               static_cast<unsigned long long>(r.rtt_ns.p99),
-               static_cast<unsigned long long>(r.rtt_ns.p999),
-               static_cast<unsigned long long>(r.rtt_ns.max), r.msgs_per_sec,
+               static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.iters));
+  if (r.mode == "latency") {  // rate mode measures no round trips
+    std::fprintf(f, "\"rtt_ns\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p999\":%llu,\"max\":%llu},",
+                 static_cast<unsigned long long>(r.rtt_ns.p50),
+                 static_cast<unsigned long long>(r.rtt_ns.p90),
+                 static_cast<unsigned long long>(r.rtt_ns.p99),
+                 static_cast<unsigned long long>(r.rtt_ns.p999),
+                 static_cast<unsigned long long>(r.rtt_ns.max));
+  }
+  std::fprintf(f, "\"msgs_per_sec\":%.0f,\"resent\":%llu%s}\n", r.msgs_per_sec,
                static_cast<unsigned long long>(r.resent), r.extra_json.c_str());
 }
 

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/device.h"
 #include "tools/latency.h"
+#include "tools/ping_wire.h"
 #include "tools/pingpong/raw.h"
 
 ABSL_FLAG(std::string, layer, "raw", "raw (the driver), rdm (the protocol engine) or fi (fi_* API)");
@@ -51,6 +53,11 @@ absl::StatusOr<PingOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--mode=", o.mode, " is not latency or rate"));
   }
   if (o.iters == 0) return absl::InvalidArgumentError("--iters must be at least 1");
+  if (28 + PingPayloadBytes(o.size) > 9000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--size=", o.size, " does not fit one frame: the raw layer sends one frame per message, "
+        "so use --size up to ", 9000 - 28, " (jumbo frames) or --layer=rdm"));
+  }
   if (o.burst == 0 || o.burst > 32) return absl::InvalidArgumentError("--burst must be 1..32");
   const std::string connect = absl::GetFlag(FLAGS_connect);
   if (!connect.empty()) {
@@ -72,7 +79,10 @@ absl::StatusOr<std::unique_ptr<driver::Device>> OpenForPing(const std::string& u
   driver::DeviceOptions dopts;
   dopts.queues = 1;
   dopts.ring_size = 1024;
-  if (o.size + 28 + 16 > 1500) dopts.mtu = 9000;
+  // One frame per message: the MTU must hold IPv4 + UDP + the payload
+  // (OptionsFromFlags checked it fits a jumbo frame).
+  const uint64_t needed = 28 + PingPayloadBytes(o.size);
+  dopts.mtu = static_cast<uint32_t>(std::max<uint64_t>(1500, needed));
   auto dev = driver::OpenDevice(uri, dopts);
   if (!dev.ok()) return dev.status();
   if (absl::Status s = WaitForLink(**dev, absl::GetFlag(FLAGS_link_timeout_ms)); !s.ok()) return s;
