@@ -1,0 +1,60 @@
+// How an endpoint is sized and tuned; everything the engine allocates is
+// sized from here at creation.
+#ifndef BYPASS_FABRIC_RDM_CONFIG_H_
+#define BYPASS_FABRIC_RDM_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+
+namespace bypass::rdm {
+
+// Endpoint settings. Times are nanoseconds of the injected clock.
+struct EndpointConfig {
+  uint16_t udp_port = 0;  // REQUIRED, non-zero
+  uint32_t auth_key = 0;  // packets carrying another key are dropped
+  // The incarnation and the PRNG for initial PSNs; unset: random (tests set
+  // both for determinism).
+  std::optional<uint32_t> incarnation = std::nullopt;
+  std::optional<uint64_t> random_seed = std::nullopt;
+
+  // Sizes, fixed at creation.
+  uint32_t max_peers = 64;
+  uint32_t max_send_ops = 256;  // sends (and injects) not yet acknowledged
+  uint32_t max_posted_recvs = 256;
+  uint32_t inject_size = 256;         // bytes an inject copies
+  uint64_t max_msg_size = 16u << 20;  // eager, segmented; rendezvous is later work
+  uint32_t window_packets = 128;      // receive window granted per peer, 1..256
+  // Out-of-order packets held across all peers; 0: half the device pool.
+  uint32_t max_held_packets = 0;
+  uint32_t max_unexpected_msgs = 128;
+  uint64_t unexpected_bytes = 8u << 20;    // buffer for messages without a receive
+  uint32_t unexpected_chunk_bytes = 4096;  // its allocation unit
+
+  // Acknowledgement.
+  uint64_t ack_delay_ns = 5'000;           // delayed ACK when no reply carries it
+  uint32_t ack_every_packets = 16;         // or after this many packets
+  uint32_t fast_retransmit_threshold = 3;  // SACKed packets past a hole that make it lost
+
+  // Retransmission (RFC 6298 with a floor) and giving up.
+  uint64_t rto_initial_ns = 1'000'000;
+  uint64_t rto_min_ns = 100'000;
+  uint64_t rto_max_ns = 100'000'000;
+  uint64_t rnr_retry_min_ns = 20'000;  // first retry after a "receiver not ready"
+  uint64_t rnr_retry_max_ns = 10'000'000;
+  uint64_t peer_timeout_ns = 2'000'000'000;  // silence with work pending: fail it
+  uint64_t reset_interval_ns = 100'000;      // at most one RESET per source per interval
+
+  // Bursts per progress pass.
+  uint16_t rx_burst = 32;
+  uint16_t tx_burst = 32;
+  uint16_t tx_bursts_per_pass = 4;
+};
+
+// One-line InvalidArgument naming the first bad field.
+absl::Status ValidateConfig(const EndpointConfig& c);
+
+}  // namespace bypass::rdm
+
+#endif  // BYPASS_FABRIC_RDM_CONFIG_H_

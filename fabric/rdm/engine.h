@@ -1,0 +1,206 @@
+// The RDM protocol engine: reliable, ordered, exactly-once messages and
+// tagged messages between endpoints over a lossy datagram device. It never
+// calls the device: received packets are handed in, frames are built into
+// buffers handed in, and packets it is done with are handed back, a burst at
+// a time (Endpoint<QP> in endpoint.h does the device calls). Nothing here
+// allocates after Create.
+#ifndef BYPASS_FABRIC_RDM_ENGINE_H_
+#define BYPASS_FABRIC_RDM_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "driver/device.h"
+#include "driver/packet.h"
+#include "fabric/rdm/completion_queue.h"
+#include "fabric/rdm/config.h"
+#include "fabric/rdm/index_list.h"
+#include "fabric/rdm/matching.h"
+#include "fabric/rdm/peer.h"
+#include "fabric/rdm/peer_table.h"
+#include "fabric/rdm/types.h"
+#include "fabric/rdm/wire.h"
+
+namespace bypass::rdm {
+
+// What the engine needs to know of the device queue it runs on.
+struct DeviceParams {
+  driver::MacAddress mac;
+  driver::Ipv4Address ip;
+  uint32_t mtu = 1500;
+  uint32_t frame_capacity = 0;  // bytes a TX buffer holds; 0: mtu + 14
+  uint32_t pool_capacity = 0;   // buffers of the queue's pool (bounds held packets)
+};
+
+// The protocol state machine of one endpoint. Single-threaded: one owner
+// calls everything (FI_THREAD_DOMAIN).
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const DeviceParams& dev,
+                                                        const EndpointConfig& config);
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  ~Engine();
+
+  // Cold path.
+  Address address() const;
+  // Adds (or finds) the peer at addr's IPv4 and UDP port. A non-zero
+  // addr.incarnation is the one expected; if the peer has restarted since,
+  // the first contact finds out and goes on with the new one.
+  absl::StatusOr<PeerId> InsertPeer(const Address& addr);
+  std::optional<Address> PeerAddress(PeerId id) const;
+  std::optional<PeerStats> peer_stats(PeerId id) const;
+  const Counters& counters() const { return counters_; }
+  Counters& mutable_counters() { return counters_; }
+  const EndpointConfig& config() const { return config_; }
+  // Payload bytes of one DATA packet to a peer with the same MTU.
+  uint32_t max_segment() const { return wire::MaxDataPayload(max_datagram_); }
+
+  // Hot path. The time for everything until the next SetNow.
+  void SetNow(uint64_t now_ns) { now_ = now_ns; }
+  uint64_t now() const { return now_; }
+  Result PostSend(const SendRequest& r);
+  Result PostRecv(const RecvRequest& r);
+  // Takes the packets; those it does not hold go to released().
+  void HandleRx(absl::Span<driver::Packet* const> pkts);
+  // Delayed ACKs, retransmit timers, RNR retries, handshake retries, peer timeouts.
+  void RunTimers();
+  bool HasTxWork() const { return work_count_ > 0 || reset_count_ > 0; }
+  // Builds frames into bufs[0, n) (setting their len) and returns n.
+  size_t BuildTx(absl::Span<driver::Packet* const> bufs);
+  // Packets to give back to the device's pool, then ClearReleased.
+  absl::Span<driver::Packet* const> released() const { return {released_.get(), released_count_}; }
+  void ClearReleased() { released_count_ = 0; }
+  // Hands every held packet to released() (before closing).
+  void ReleaseAll();
+
+  size_t PollCompletions(absl::Span<Completion> out) { return cq_.Poll(out); }
+  size_t PollErrors(absl::Span<ErrorCompletion> out) { return cq_.PollErrors(out); }
+
+ private:
+  // A RESET owed to a source that has no session with us.
+  struct PendingReset {
+    driver::UdpFlow flow;
+    uint32_t dst_incarnation;
+    uint32_t about_incarnation;
+    Psn psn;
+    wire::ResetReason reason;
+  };
+  // When a RESET last went to a source (rate limit).
+  struct ResetSent {
+    bool valid = false;
+    uint64_t key = 0;
+    uint64_t at_ns = 0;
+  };
+  static constexpr uint32_t kMaxPendingResets = 16;
+  static constexpr uint32_t kResetCacheSize = 16;
+  static constexpr uint32_t kPacketsPerTurn = 16;
+
+  Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t max_datagram,
+         uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation);
+
+  // engine.cc: setup, posting, completions.
+  uint64_t Random();
+  void InitPeer(uint32_t pi, const driver::MacAddress& mac, driver::Ipv4Address ip, uint16_t port,
+                uint32_t incarnation);
+  void NewTxSession(Peer& p);
+  void Enqueue(uint32_t pi);
+  void ArmTimer(uint64_t when) { next_timer_ns_ = when < next_timer_ns_ ? when : next_timer_ns_; }
+  void Release(driver::Packet* pkt);
+  void ResourcesFreed();
+  void CompleteSend(uint32_t o);
+  void FailSend(uint32_t o, int err, const char* why);
+  void CompleteRecv(PeerId src, const RecvRequest& r, const RxMessage& m);
+  void DeliverUnexpected(uint32_t e, const RecvRequest& r);
+  void NoteUnexpectedDepth();
+  void FormatPeerError(ErrorCompletion* ec, uint32_t pi, const char* what) const;
+
+  // engine_rx.cc: the dispatcher and the DATA path.
+  void HandleFrame(driver::Packet* pkt);
+  bool OnData(uint32_t pi, const wire::View& v, driver::Packet* pkt);
+  bool HoldOutOfOrder(uint32_t pi, Peer& p, const wire::View& v, driver::Packet* pkt);
+  bool ConsumeData(uint32_t pi, Peer& p, const wire::MsgFields& m,
+                   absl::Span<const uint8_t> payload);
+  void DrainHeld(uint32_t pi, Peer& p);
+  void Refuse(uint32_t pi, Peer& p);
+  void AfterReceive(uint32_t pi, Peer& p, uint16_t flags);
+  void AbortRxMessage(uint32_t pi, Peer& p, int err, const char* why);
+
+  // engine_ack.cc: acknowledgements, as the sender sees them.
+  void OnAckPacket(uint32_t pi, const wire::View& v);
+  void OnAck(uint32_t pi, Peer& p, const wire::Common& c, const wire::AckFields* sack);
+  void ProcessSack(uint32_t pi, Peer& p, Psn ack, const wire::AckFields& sack);
+  void CompleteAckedOps(Peer& p);
+
+  // engine_session.cc: handshakes, incarnations, RESETs.
+  void OnHello(uint32_t pi, const wire::View& v);
+  void OnHelloAck(uint32_t pi, const wire::View& v);
+  void OnReset(uint32_t pi, const wire::View& v);
+  // A HELLO or HELLO_ACK: a new incarnation or session of the peer, if it is one.
+  bool SessionFromHello(uint32_t pi, const wire::View& v);
+  void AcceptSession(Peer& p, const wire::View& v);
+  void MaybeEstablished(Peer& p);
+  void QueueReset(const wire::View& v, wire::ResetReason reason);
+
+  // engine_tx.cc: building packets.
+  bool HasWork(const Peer& p) const;
+  size_t BuildForPeer(Peer& p, absl::Span<driver::Packet* const> bufs);
+  wire::Common CommonFor(Peer& p, wire::PacketType type, uint16_t flags);
+  uint16_t Grant(const Peer& p) const;
+  void NoteAckSent(Peer& p, bool standalone);
+  void BuildHello(Peer& p, wire::PacketType type, driver::Packet* pkt);
+  void BuildAckPacket(Peer& p, driver::Packet* pkt);
+  void BuildSegment(Peer& p, driver::Packet* pkt);
+  void BuildRetransmit(Peer& p, Psn psn, driver::Packet* pkt);
+  void WriteData(Peer& p, Psn psn, const TxEntry& e, uint16_t flags, driver::Packet* pkt);
+  void BuildResetPacket(const PendingReset& r, driver::Packet* pkt);
+
+  // engine_timers.cc: timers and tearing sessions down.
+  void OnRto(uint32_t pi, Peer& p);
+  void MarkRetx(Peer& p, Psn psn, bool fast);
+  // Fails what was sent to the peer's session (everything unless
+  // keep_unsent, which keeps operations not yet started for the next
+  // session) and forgets the session.
+  void FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent);
+
+  const EndpointConfig config_;
+  const DeviceParams dev_;
+  const uint32_t max_datagram_;
+  const uint32_t held_budget_;
+  const uint32_t incarnation_;
+  uint64_t rng_state_;
+  uint64_t now_ = 0;
+  uint64_t next_timer_ns_ = UINT64_MAX;
+
+  PeerTable peers_;
+  std::unique_ptr<SendOp[]> ops_;
+  FreeSlots free_ops_;
+  std::unique_ptr<uint8_t[]> inject_arena_;
+  MatchQueues matcher_;
+  CompletionQueue cq_;
+
+  std::unique_ptr<uint32_t[]> work_;  // FIFO of peers with something to send
+  uint32_t work_head_ = 0;
+  uint32_t work_count_ = 0;
+
+  PendingReset resets_[kMaxPendingResets];
+  uint32_t reset_head_ = 0;
+  uint32_t reset_count_ = 0;
+  ResetSent reset_cache_[kResetCacheSize];
+
+  std::unique_ptr<driver::Packet*[]> released_;
+  uint32_t released_capacity_;
+  uint32_t released_count_ = 0;
+  uint32_t held_total_ = 0;
+  uint32_t refused_peers_ = 0;
+
+  Counters counters_;
+};
+
+}  // namespace bypass::rdm
+
+#endif  // BYPASS_FABRIC_RDM_ENGINE_H_

@@ -1,0 +1,220 @@
+// Fuzz target over the packet parser and the engine's dispatcher. The input
+// is a script of records, each [op][len:2] followed by len bytes for ops 0
+// and 1:
+//   op % 4 == 0  bytes are a whole frame, as received
+//   op % 4 == 1  bytes are a bypass datagram, wrapped in good Ethernet/IPv4/
+//                UDP headers from the peer; with op & 4 its incarnations are
+//                set to the live ones, with op & 8 its ack_psn to the
+//                engine's last PSN, and with op & 16 its CRC is made good
+//   op % 4 == 2  the clock moves len microseconds and timers run
+//   op % 4 == 3  a receive (op & 4) or a send (else) of len bytes is posted
+// After each record every frame the engine wants to send is built (and read
+// back through the parser), and every packet it releases is freed.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "driver/device.h"
+#include "driver/net_headers.h"
+#include "driver/packet.h"
+#include "fabric/rdm/crc32c.h"
+#include "fabric/rdm/engine.h"
+#include "fabric/rdm/wire.h"
+
+namespace bypass::rdm {
+namespace {
+
+constexpr uint32_t kSelfInc = 0xa0a0a0a0;
+constexpr uint32_t kPeerInc = 0xb0b0b0b0;
+constexpr uint32_t kFrameCap = 1514;
+
+driver::Packet* NewPacket() {
+  auto* p = new driver::Packet{};
+  p->data = new uint8_t[kFrameCap];
+  p->capacity = kFrameCap;
+  return p;
+}
+
+void FreePacket(driver::Packet* p) {
+  delete[] p->data;
+  delete p;
+}
+
+// The state of one run.
+class Harness {
+ public:
+  Harness() {
+    self_.mac = {{0x02, 0, 0, 0, 0, 0xa}};
+    self_.ip = {0x0a000001};
+    peer_.mac = {{0x02, 0, 0, 0, 0, 0xb}};
+    peer_.ip = {0x0a000002};
+    peer_.udp_port = 6000;
+    peer_.incarnation = kPeerInc;
+    DeviceParams dev{self_.mac, self_.ip, 1500, kFrameCap, 64};
+    EndpointConfig c;
+    c.udp_port = 5000;
+    c.incarnation = kSelfInc;
+    c.random_seed = 1;
+    c.max_peers = 4;
+    c.max_send_ops = 8;
+    c.max_posted_recvs = 8;
+    c.inject_size = 64;
+    c.max_msg_size = 1u << 20;
+    c.window_packets = 16;
+    c.max_unexpected_msgs = 4;
+    c.unexpected_bytes = 16 * 1024;
+    c.unexpected_chunk_bytes = 256;
+    c.rto_max_ns = 10'000'000;
+    c.peer_timeout_ns = 50'000'000;
+    engine_ = *Engine::Create(dev, c);
+    peer_id_ = *engine_->InsertPeer(peer_);
+  }
+  ~Harness() {
+    engine_->ReleaseAll();
+    FreeReleased();
+  }
+
+  void Run(const uint8_t* data, size_t size) {
+    while (size >= 3) {
+      const uint8_t op = data[0];
+      const size_t field = size_t{data[1]} << 8 | data[2];
+      // Records 0 and 1 carry `field` bytes; 2 and 3 only the number.
+      const size_t len = op % 4 < 2 ? std::min(size - 3, field) : field;
+      const size_t record = op % 4 < 2 ? 3 + len : 3;
+      const uint8_t* bytes = data + 3;
+      switch (op % 4) {
+        case 0:
+          Receive(bytes, len);
+          break;
+        case 1:
+          ReceiveDatagram(op, bytes, len);
+          break;
+        case 2:
+          now_ += len * 1000;
+          engine_->SetNow(now_);
+          engine_->RunTimers();
+          break;
+        case 3:
+          Post(op, len);
+          break;
+      }
+      FreeReleased();
+      Transmit();
+      data += record;
+      size -= record;
+    }
+  }
+
+ private:
+  void Receive(const uint8_t* bytes, size_t len) {
+    if (len > kFrameCap) len = kFrameCap;
+    driver::Packet* p = NewPacket();
+    std::memcpy(p->data, bytes, len);
+    p->len = static_cast<uint32_t>(len);
+    engine_->HandleRx({&p, 1});
+  }
+
+  void ReceiveDatagram(uint8_t op, const uint8_t* bytes, size_t len) {
+    if (len > kFrameCap - wire::kUdpHeadersBytes) len = kFrameCap - wire::kUdpHeadersBytes;
+    std::vector<uint8_t> d(bytes, bytes + len);
+    if (d.size() >= sizeof(wire::CommonHeader)) {
+      if (op & 4) {
+        Store32(&d[offsetof(wire::CommonHeader, src_incarnation)], kPeerInc);
+        Store32(&d[offsetof(wire::CommonHeader, dst_incarnation)], kSelfInc);
+      }
+      if (op & 8) Store32(&d[offsetof(wire::CommonHeader, ack_psn)], last_psn_);
+      if (op & 16) {
+        std::memset(&d[offsetof(wire::CommonHeader, crc)], 0, 4);
+        const uint8_t pseudo[12] = {10, 0, 0,         2,           10,        0,
+                                    0,  1, 6000 >> 8, 6000 & 0xff, 5000 >> 8, 5000 & 0xff};
+        uint32_t s = Crc32cExtend(kCrc32cInit, pseudo, sizeof(pseudo));
+        s = Crc32cExtend(s, d.data(), d.size());
+        Store32(&d[offsetof(wire::CommonHeader, crc)], Crc32cFinish(s));
+      }
+    }
+    driver::UdpFlow flow{peer_.mac, self_.mac, peer_.ip, self_.ip, 6000, 5000, 0};
+    driver::Packet* p = NewPacket();
+    p->len = static_cast<uint32_t>(
+        driver::BuildUdpFrame(flow, d, {p->data, p->capacity}, driver::UdpChecksumFill::kNone));
+    engine_->HandleRx({&p, 1});
+  }
+
+  void Post(uint8_t op, size_t len) {
+    len %= sizeof(buf_[0]) + 1;
+    if (op & 4) {
+      RecvRequest r{.buf = buf_[next_buf_ % 4],
+                    .len = len,
+                    .tagged = (op & 8) != 0,
+                    .tag = len,
+                    .ignore = (op & 16) ? ~uint64_t{0} : 0};
+      ++next_buf_;
+      engine_->PostRecv(r);
+    } else {
+      SendRequest r{.dest = peer_id_,
+                    .buf = out_,
+                    .len = len,
+                    .tag = len,
+                    .data = op,
+                    .flags = static_cast<uint32_t>(op >> 5)};
+      engine_->PostSend(r);
+    }
+  }
+
+  void Transmit() {
+    for (int rounds = 0; rounds < 8 && engine_->HasTxWork(); ++rounds) {
+      driver::Packet* bufs[16];
+      for (driver::Packet*& b : bufs) b = NewPacket();
+      const size_t n = engine_->BuildTx(bufs);
+      for (size_t i = 0; i < n; ++i) {
+        wire::View v;
+        if (wire::Parse({bufs[i]->data, bufs[i]->len}, &v) != wire::ParseStatus::kOk) {
+          __builtin_trap();  // the engine built a frame its own parser rejects
+        }
+        if (v.common.type == wire::PacketType::kData || v.common.type == wire::PacketType::kHello) {
+          last_psn_ = v.common.psn.value() + (v.common.type == wire::PacketType::kData ? 1 : 0);
+        }
+      }
+      for (driver::Packet* b : bufs) FreePacket(b);
+      if (n == 0) break;
+    }
+    Completion c[8];
+    while (engine_->PollCompletions(c) > 0) {
+    }
+    ErrorCompletion e[8];
+    while (engine_->PollErrors(e) > 0) {
+    }
+  }
+
+  void FreeReleased() {
+    for (driver::Packet* p : engine_->released()) FreePacket(p);
+    engine_->ClearReleased();
+  }
+
+  static void Store32(uint8_t* at, uint32_t v) {
+    at[0] = static_cast<uint8_t>(v >> 24);
+    at[1] = static_cast<uint8_t>(v >> 16);
+    at[2] = static_cast<uint8_t>(v >> 8);
+    at[3] = static_cast<uint8_t>(v);
+  }
+
+  Address self_;
+  Address peer_;
+  std::unique_ptr<Engine> engine_;
+  PeerId peer_id_;
+  uint64_t now_ = 0;
+  uint32_t last_psn_ = 0;
+  uint8_t buf_[4][4096] = {};
+  uint32_t next_buf_ = 0;
+  uint8_t out_[4096] = {};
+};
+
+}  // namespace
+}  // namespace bypass::rdm
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  bypass::rdm::Harness h;
+  h.Run(data, size);
+  return 0;
+}

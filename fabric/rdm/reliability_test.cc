@@ -1,0 +1,222 @@
+// Loss recovery and flow control on chosen and random faults: fast
+// retransmit on a SACK gap, the timer for a lost tail, duplicates, corruption,
+// the window, the RTT estimate and delayed ACKs.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/test_util.h"
+#include "gtest/gtest.h"
+
+namespace bypass::rdm {
+namespace {
+
+using testing::Net;
+using testing::NetOptions;
+using testing::TransferAndVerify;
+
+// A filter that drops the first DATA packet `pick` selects, once.
+testing::TapQueue::Filter DropOnce(std::function<bool(const wire::View&)> pick, int* dropped) {
+  return [pick, dropped](const wire::View* v) {
+    if (*dropped == 0 && v != nullptr && v->common.type == wire::PacketType::kData && pick(*v)) {
+      ++*dropped;
+      return false;
+    }
+    return true;
+  };
+}
+
+TEST(ReliabilityTest, OneLossCostsAboutOneRoundTripNotATimeout) {
+  const std::vector<size_t> sizes = {300'000};
+  int64_t clean_steps;
+  {
+    Net net(NetOptions{});
+    clean_steps = TransferAndVerify(net, 0, 1, sizes, 100'000);
+    ASSERT_GT(clean_steps, 0);
+  }
+  Net net(NetOptions{});
+  int dropped = 0;
+  const uint64_t seg = net.ep(0).engine().max_segment();
+  net.tap(1).set_filter(
+      DropOnce([&](const wire::View& v) { return v.msg.offset == 50 * seg; }, &dropped));
+  const int64_t steps = TransferAndVerify(net, 0, 1, sizes, 100'000);
+  ASSERT_GT(steps, 0);
+  EXPECT_EQ(dropped, 1);
+  const Counters& c = net.ep(0).counters();
+  EXPECT_EQ(c.retransmits_fast, 1u);
+  EXPECT_EQ(c.retransmits_timeout, 0u);
+  EXPECT_EQ(c.rto_expirations, 0u);
+  // The RTO floor alone is 100 steps; recovery took a few round trips at most.
+  EXPECT_LT(steps, clean_steps + 20) << "clean: " << clean_steps;
+}
+
+TEST(ReliabilityTest, LostTailIsRecoveredByTheTimer) {
+  Net net(NetOptions{});
+  int dropped = 0;
+  net.tap(1).set_filter(DropOnce(
+      [](const wire::View& v) { return v.msg.offset + v.payload.size() == v.msg.total_length; },
+      &dropped));
+  ASSERT_GT(TransferAndVerify(net, 0, 1, {20'000}, 100'000), 0);
+  EXPECT_EQ(dropped, 1);
+  EXPECT_EQ(net.ep(0).counters().retransmits_timeout, 1u);
+  EXPECT_EQ(net.ep(0).counters().retransmits_fast, 0u);
+}
+
+TEST(ReliabilityTest, LostAcksMeanDuplicatesButExactlyOnceDelivery) {
+  NetOptions o;
+  o.config.rto_initial_ns = o.config.rto_min_ns;
+  o.tick_ns = 10'000;
+  Net net(o);
+  int acks_dropped = 0;
+  net.tap(0).set_filter([&](const wire::View* v) {
+    if (v != nullptr && v->common.type == wire::PacketType::kAck && acks_dropped < 20) {
+      ++acks_dropped;
+      return false;
+    }
+    return true;
+  });
+  std::vector<size_t> sizes(40, 3000);
+  ASSERT_GT(TransferAndVerify(net, 0, 1, sizes, 100'000), 0);
+  EXPECT_EQ(acks_dropped, 20);
+  EXPECT_GT(net.ep(1).counters().duplicates_dropped, 0u);
+  EXPECT_GT(net.ep(0).counters().retransmits_timeout, 0u);
+}
+
+TEST(ReliabilityTest, EveryCorruptedPacketIsDetected) {
+  NetOptions o;
+  o.faults.corrupt = 0.2;
+  o.faults.seed = 3;
+  Net net(o);
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 30; ++i) sizes.push_back(static_cast<size_t>(i) * 997 % 20'000);
+  ASSERT_GT(TransferAndVerify(net, 0, 1, sizes, 200'000), 0);
+  for (int i = 0; i < 2; ++i) {
+    // A damaged IPv4 header fails its checksum (malformed); anything else
+    // fails the CRC-32C. Either way, each damaged packet is dropped once.
+    const Counters& c = net.ep(i).counters();
+    const uint64_t corrupted = net.device(i).counters().corrupted;
+    EXPECT_GT(corrupted, 0u);
+    EXPECT_EQ(c.checksum_dropped + c.malformed_dropped, corrupted) << "node " << i;
+  }
+  EXPECT_GT(net.ep(1).counters().checksum_dropped, 0u);
+}
+
+TEST(ReliabilityTest, DuplicatesAndReorderingStillExactlyOnceInOrder) {
+  NetOptions o;
+  o.faults.dup = 0.2;
+  o.faults.reorder = 0.3;
+  o.faults.seed = 4;
+  Net net(o);
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 200; ++i) sizes.push_back(static_cast<size_t>(i) * 7919 % 5000);
+  ASSERT_GT(TransferAndVerify(net, 0, 1, sizes, 200'000), 0);
+  EXPECT_GT(net.ep(1).counters().duplicates_dropped, 0u);
+  EXPECT_GT(net.device(1).counters().reordered, 0u);
+}
+
+TEST(ReliabilityTest, SenderNeverExceedsTheWindowOrTheHeldBudget) {
+  NetOptions o;
+  o.faults.drop = 0.05;
+  o.faults.seed = 5;
+  o.configure = [](int node, EndpointConfig* c) {
+    if (node == 1) {
+      c->window_packets = 8;
+      c->max_held_packets = 5;
+    }
+  };
+  Net net(o);
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(500'000), in(500'000);
+  testing::FillPattern(1, absl::MakeSpan(out));
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+  uint32_t max_inflight = 0, max_held = 0;
+  Completion c;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        max_inflight = std::max(max_inflight, net.ep(0).peer_stats(to_b)->inflight);
+        // b learns a (PeerId 0 of b) from a's first HELLO.
+        const std::optional<PeerStats> at_b = net.ep(1).peer_stats(PeerId{0});
+        if (at_b) max_held = std::max(max_held, at_b->held_packets);
+        return net.ep(1).PollCompletions({&c, 1}) == 1;
+      },
+      100'000));
+  EXPECT_EQ(in, out);
+  EXPECT_LE(max_inflight, 8u);
+  EXPECT_LE(max_held, 5u);
+  EXPECT_GT(max_held, 0u);
+  EXPECT_GT(net.ep(0).counters().window_stalls, 0u);
+}
+
+TEST(ReliabilityTest, RttEstimateFollowsTheClock) {
+  for (uint64_t tick : {1'000u, 8'000u}) {
+    NetOptions o;
+    o.tick_ns = tick;
+    Net net(o);
+    std::vector<size_t> sizes(50, 100);
+    ASSERT_GT(TransferAndVerify(net, 0, 1, sizes, 10'000), 0);
+    const PeerStats s = *net.ep(0).peer_stats(PeerId{0});
+    EXPECT_GE(s.srtt_ns, tick) << "tick " << tick;
+    EXPECT_LE(s.srtt_ns, 20 * tick) << "tick " << tick;
+    EXPECT_GE(s.rto_ns, net.ep(0).engine().config().rto_min_ns);
+  }
+}
+
+TEST(ReliabilityTest, RetransmitTimerBacksOffExponentially) {
+  NetOptions o;
+  o.config.rto_initial_ns = 100'000;
+  o.config.rto_min_ns = 100'000;
+  o.config.rto_max_ns = 3'200'000;
+  o.config.peer_timeout_ns = 1'000'000'000;
+  o.tick_ns = 10'000;
+  Net net(o);
+  const PeerId to_b = net.Peer(0, 1);
+  ASSERT_GT(TransferAndVerify(net, 0, 1, {10}, 1'000), 0);
+  net.tap(1).set_filter([](const wire::View*) { return false; });  // b hears nothing now
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = "x", .len = 1}), Result::kOk);
+  std::vector<uint64_t> rtos;
+  net.RunUntil(
+      [&] {
+        const uint64_t r = net.ep(0).peer_stats(to_b)->rto_ns;
+        if (rtos.empty() || rtos.back() != r) rtos.push_back(r);
+        return false;
+      },
+      2'000);
+  ASSERT_GE(rtos.size(), 5u);
+  for (size_t i = 1; i < rtos.size(); ++i) {
+    EXPECT_EQ(rtos[i], std::min<uint64_t>(2 * rtos[i - 1], o.config.rto_max_ns)) << i;
+  }
+  EXPECT_EQ(rtos.back(), o.config.rto_max_ns);
+}
+
+TEST(ReliabilityTest, AcksRideOnRepliesAndAreDelayedOtherwise) {
+  Net net(NetOptions{});
+  const PeerId to_b = net.Peer(0, 1);
+  const PeerId to_a = net.Peer(1, 0);
+  // Ping-pong: every reply carries the ACK of its request.
+  uint64_t ping = 0, pong = 0;
+  for (uint64_t i = 1; i <= 100; ++i) {
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = &ping, .len = 8}), Result::kOk);
+    ASSERT_EQ(net.ep(0).PostRecv({.buf = &pong, .len = 8}), Result::kOk);
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = &i, .len = 8, .flags = kSendInject}),
+              Result::kOk);
+    Completion c;
+    ASSERT_TRUE(net.RunUntil([&] { return net.ep(1).PollCompletions({&c, 1}) == 1; }, 100));
+    ASSERT_EQ(net.ep(1).Send({.dest = to_a, .buf = &ping, .len = 8, .flags = kSendInject}),
+              Result::kOk);
+    ASSERT_TRUE(net.RunUntil([&] { return net.ep(0).PollCompletions({&c, 1}) == 1; }, 100));
+    ASSERT_EQ(pong, i);
+  }
+  EXPECT_LE(net.ep(1).counters().tx_acks, 2u);
+  EXPECT_LE(net.ep(0).counters().tx_acks, 2u);
+  // One way: an ACK per 16 packets or per pass, not per packet.
+  std::vector<size_t> sizes(240, 8);
+  const uint64_t acks_before = net.ep(1).counters().tx_acks;
+  ASSERT_GT(TransferAndVerify(net, 0, 1, sizes, 10'000), 0);
+  EXPECT_LE(net.ep(1).counters().tx_acks - acks_before, 240u / 16 + 4);
+}
+
+}  // namespace
+}  // namespace bypass::rdm

@@ -1,0 +1,61 @@
+// The retransmission timeout of one peer from measured round trips
+// (RFC 6298: SRTT and RTTVAR, Karn's rule applied by the caller), with a
+// floor, a ceiling and exponential backoff.
+#ifndef BYPASS_FABRIC_RDM_RTT_H_
+#define BYPASS_FABRIC_RDM_RTT_H_
+
+#include <algorithm>
+#include <cstdint>
+
+namespace bypass::rdm {
+
+// SRTT/RTTVAR estimator and the RTO derived from it.
+class RttEstimator {
+ public:
+  RttEstimator() = default;
+  RttEstimator(uint64_t initial_ns, uint64_t min_ns, uint64_t max_ns)
+      : initial_(initial_ns), min_(min_ns), max_(max_ns) {}
+
+  // One round trip of a packet that was sent once (Karn: never of a
+  // retransmitted one).
+  void Sample(uint64_t rtt_ns) {
+    if (!has_sample_) {
+      srtt_ = rtt_ns;
+      rttvar_ = rtt_ns / 2;
+      has_sample_ = true;
+      return;
+    }
+    const uint64_t err = srtt_ > rtt_ns ? srtt_ - rtt_ns : rtt_ns - srtt_;
+    rttvar_ = (3 * rttvar_ + err) / 4;
+    srtt_ = (7 * srtt_ + rtt_ns) / 8;
+  }
+
+  // The timeout before backoff: SRTT + 4 RTTVAR within [min, max], or the
+  // initial value before any sample.
+  uint64_t rto() const {
+    if (!has_sample_) return initial_;
+    return std::clamp(srtt_ + 4 * rttvar_, min_, max_);
+  }
+  // The timeout after `backoff` expirations in a row: doubled each time.
+  uint64_t rto(uint32_t backoff) const {
+    const uint64_t base = rto();
+    if (backoff >= 32 || base > (max_ >> std::min<uint32_t>(backoff, 63))) return max_;
+    return std::min(base << backoff, max_);
+  }
+
+  bool has_sample() const { return has_sample_; }
+  uint64_t srtt() const { return srtt_; }
+  uint64_t rttvar() const { return rttvar_; }
+
+ private:
+  uint64_t initial_ = 1'000'000;
+  uint64_t min_ = 100'000;
+  uint64_t max_ = 100'000'000;
+  uint64_t srtt_ = 0;
+  uint64_t rttvar_ = 0;
+  bool has_sample_ = false;
+};
+
+}  // namespace bypass::rdm
+
+#endif  // BYPASS_FABRIC_RDM_RTT_H_

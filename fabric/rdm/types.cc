@@ -1,0 +1,44 @@
+#include "fabric/rdm/types.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace bypass::rdm {
+
+std::string Address::ToString() const {
+  return absl::StrFormat("%s:%u/%s#0x%08x", ip.ToString(), udp_port, mac.ToString(), incarnation);
+}
+
+const char* ResultName(Result r) {
+  switch (r) {
+    case Result::kOk:
+      return "ok";
+    case Result::kAgain:
+      return "EAGAIN";
+    case Result::kInvalid:
+      return "EINVAL";
+    case Result::kTooLong:
+      return "EMSGSIZE";
+  }
+  return "?";
+}
+
+std::string Counters::ToString() const {
+  return absl::StrCat(
+      "tx=", tx_packets, " (data ", tx_data_packets, ", acks ", tx_acks, ") rx=", rx_packets,
+      " (data ", rx_data_packets, ") retx fast=", retransmits_fast,
+      " timeout=", retransmits_timeout, " rto=", rto_expirations, " dup=", duplicates_dropped,
+      " oow=", out_of_window_dropped, " reorder_full=", reorder_buffer_full,
+      " malformed=", malformed_dropped, " checksum=", checksum_dropped,
+      " not_for_us=", not_for_us_dropped, " auth=", auth_dropped, " stale=", stale_dropped,
+      " proto_err=", protocol_errors, " window_stalls=", window_stalls, " rnr sent=", rnr_sent,
+      " recv=", rnr_received, " tx_no_buffer=", tx_no_buffer, " tx_ring_full=", tx_ring_full,
+      " handshakes=", handshakes, " restarts=", peer_restarts, " resets=", peer_resets,
+      " timeouts=", peer_timeouts, " resets_sent=", resets_sent, " ops_failed=", ops_failed,
+      " unexpected=", unexpected_msgs, " depth=", unexpected_depth,
+      " max_depth=", unexpected_depth_max, " truncated=", truncated);
+}
+
+}  // namespace bypass::rdm

@@ -1,0 +1,165 @@
+// The engine's public vocabulary: addresses, peer handles, the hot-path
+// result codes, completion records and counters.
+#ifndef BYPASS_FABRIC_RDM_TYPES_H_
+#define BYPASS_FABRIC_RDM_TYPES_H_
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "driver/device.h"
+
+namespace bypass::rdm {
+
+// An endpoint's address: where its packets go, and which life of it this is.
+struct Address {
+  driver::MacAddress mac;
+  driver::Ipv4Address ip;
+  uint16_t udp_port = 0;
+  uint32_t incarnation = 0;  // random per endpoint; 0 = not known
+
+  // "10.77.0.1:5000/02:00:00:00:00:01#0x1234abcd".
+  std::string ToString() const;
+  friend bool operator==(const Address&, const Address&) = default;
+};
+
+// A peer of one endpoint (libfabric's fi_addr_t): an index into its peer
+// table, returned by InsertPeer or reported as a message's source.
+struct PeerId {
+  uint32_t value = UINT32_MAX;
+  friend bool operator==(const PeerId&, const PeerId&) = default;
+};
+// Receive from any source (FI_ADDR_UNSPEC).
+inline constexpr PeerId kAnyPeer{UINT32_MAX};
+
+// What a post call did: 0 or a negative errno, so the fi_* facade returns it
+// as is (-FI_EAGAIN == -EAGAIN).
+enum class Result : int32_t {
+  kOk = 0,
+  kAgain = -EAGAIN,      // local resources full: progress, then retry
+  kInvalid = -EINVAL,    // bad argument (unknown peer, null buffer, ...)
+  kTooLong = -EMSGSIZE,  // longer than max_msg_size or inject_size
+};
+const char* ResultName(Result r);
+
+// Bits of SendRequest::flags.
+inline constexpr uint32_t kSendTagged = 1u << 0;  // tsend: tag is meaningful
+inline constexpr uint32_t kSendRemoteData =
+    1u << 1;  // senddata: data goes to the receiver's completion
+inline constexpr uint32_t kSendInject = 1u << 2;  // inject: buf is copied at once; no completion
+
+// One send of any kind (send, tsend, senddata, inject, ...): every variant
+// funnels into this and one engine call.
+struct SendRequest {
+  PeerId dest;
+  const void* buf = nullptr;  // REQUIRES (without kSendInject): valid until the completion
+  size_t len = 0;
+  void* context = nullptr;
+  uint64_t tag = 0;
+  uint64_t data = 0;
+  uint32_t flags = 0;  // SendFlag bits
+};
+
+// One posted receive (recv or trecv).
+struct RecvRequest {
+  PeerId source = kAnyPeer;  // directed receive, or any source
+  void* buf = nullptr;       // REQUIRES: valid until the completion
+  size_t len = 0;
+  void* context = nullptr;
+  bool tagged = false;
+  uint64_t tag = 0;
+  uint64_t ignore = 0;  // tag bits that need not match
+};
+
+// Bits of Completion::flags (the subset of libfabric's FI_* completion flags
+// the engine reports; the facade maps them).
+inline constexpr uint64_t kCompSend = 1u << 0;
+inline constexpr uint64_t kCompRecv = 1u << 1;
+inline constexpr uint64_t kCompMsg = 1u << 2;
+inline constexpr uint64_t kCompTagged = 1u << 3;
+inline constexpr uint64_t kCompRemoteData = 1u << 4;  // data holds the sender's remote CQ data
+
+// One finished operation.
+struct Completion {
+  void* context = nullptr;
+  uint64_t flags = 0;   // CompletionFlag bits
+  size_t len = 0;       // bytes sent, or received into buf
+  void* buf = nullptr;  // the receive buffer (receives only)
+  uint64_t data = 0;    // remote CQ data (with kCompRemoteData)
+  uint64_t tag = 0;     // the message's tag (tagged receives)
+  PeerId source;        // the sender (receives)
+};
+
+// One operation that failed: the record it would have had, an errno and a
+// one-line explanation.
+struct ErrorCompletion {
+  Completion op;
+  int err = 0;             // positive errno: ECONNRESET, ETIMEDOUT, ETRUNC-like EMSGSIZE, ...
+  uint64_t olen = 0;       // bytes that did not fit (truncation)
+  char message[160] = {};  // e.g. "peer 10.77.0.2:5000 restarted ..."
+};
+
+// Counters for a person debugging loss; plain integers of the owning thread.
+struct Counters {
+  // Traffic.
+  uint64_t tx_packets = 0;
+  uint64_t tx_data_packets = 0;
+  uint64_t tx_acks = 0;          // standalone ACKs
+  uint64_t rx_packets = 0;       // frames handed to the engine
+  uint64_t rx_data_packets = 0;  // DATA accepted in order
+  // Loss recovery.
+  uint64_t retransmits_fast = 0;     // on a SACK gap
+  uint64_t retransmits_timeout = 0;  // by the retransmit timer
+  uint64_t rto_expirations = 0;
+  uint64_t duplicates_dropped = 0;  // DATA already received
+  uint64_t out_of_window_dropped = 0;
+  uint64_t reorder_buffer_full = 0;  // out-of-order DATA dropped: no room to hold it
+  // Rejected frames.
+  uint64_t malformed_dropped = 0;   // failed the parser (not counting checksum)
+  uint64_t checksum_dropped = 0;    // CRC-32C (or IPv4 header) mismatch: corruption
+  uint64_t not_for_us_dropped = 0;  // another IPv4 address or UDP port
+  uint64_t auth_dropped = 0;        // auth key mismatch
+  uint64_t stale_dropped = 0;       // from or to an incarnation that is not current
+  uint64_t protocol_errors = 0;     // well-formed but impossible in the session
+  uint64_t peer_table_full = 0;     // HELLO from a new peer with no slot for it
+  // Flow control.
+  uint64_t window_stalls = 0;  // a sender found the peer's window closed
+  uint64_t rnr_sent = 0;       // arrivals refused: no receive resources
+  uint64_t rnr_received = 0;   // our packets refused by the peer
+  uint64_t tx_no_buffer = 0;   // the device pool was empty
+  uint64_t tx_ring_full = 0;   // TxBurst took fewer than offered
+  // Sessions.
+  uint64_t handshakes = 0;     // sessions established
+  uint64_t peer_restarts = 0;  // a peer came back with a new incarnation
+  uint64_t peer_resets = 0;    // sessions torn down by a RESET or re-HELLO
+  uint64_t peer_timeouts = 0;  // sessions given up after peer_timeout
+  uint64_t resets_sent = 0;
+  uint64_t ops_failed = 0;  // operations completed in error by the above
+  // Receive queues.
+  uint64_t unexpected_msgs = 0;   // messages that arrived before their receive
+  uint64_t unexpected_depth = 0;  // now queued
+  uint64_t unexpected_depth_max = 0;
+  uint64_t unexpected_bytes = 0;  // now buffered
+  uint64_t truncated = 0;
+  uint64_t inject_errors_dropped = 0;  // inject failures the error queue had no room for
+
+  std::string ToString() const;
+};
+
+// The state of one peer, for tests and tools.
+struct PeerStats {
+  bool established = false;  // both directions know each other
+  uint32_t incarnation = 0;
+  uint64_t srtt_ns = 0;  // 0 until the first sample
+  uint64_t rttvar_ns = 0;
+  uint64_t rto_ns = 0;
+  uint32_t inflight = 0;      // DATA packets sent and not yet acknowledged
+  uint32_t send_window = 0;   // what the peer last granted
+  uint32_t queued_ops = 0;    // send operations not yet complete
+  uint32_t held_packets = 0;  // out-of-order DATA from it we hold
+};
+
+}  // namespace bypass::rdm
+
+#endif  // BYPASS_FABRIC_RDM_TYPES_H_

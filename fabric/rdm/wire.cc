@@ -1,0 +1,273 @@
+#include "fabric/rdm/wire.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "fabric/rdm/crc32c.h"
+
+namespace bypass::rdm::wire {
+namespace {
+
+uint16_t Be16(uint16_t v) { return __builtin_bswap16(v); }
+uint32_t Be32(uint32_t v) { return __builtin_bswap32(v); }
+uint64_t Be64(uint64_t v) { return __builtin_bswap64(v); }
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the Be* helpers assume a little-endian host");
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// The CRC over the pseudo header (IPv4 addresses and UDP ports, so a
+// corrupted address is caught too), the common header with crc taken as 0,
+// and everything after it. `bypass` is the UDP payload.
+uint32_t PacketCrc(const driver::UdpFlow& flow, const uint8_t* bypass, size_t len) {
+  uint8_t pseudo[12];
+  const uint32_t src = Be32(flow.src_ip.value);
+  const uint32_t dst = Be32(flow.dst_ip.value);
+  const uint16_t sp = Be16(flow.src_port);
+  const uint16_t dp = Be16(flow.dst_port);
+  std::memcpy(pseudo, &src, 4);
+  std::memcpy(pseudo + 4, &dst, 4);
+  std::memcpy(pseudo + 8, &sp, 2);
+  std::memcpy(pseudo + 10, &dp, 2);
+  constexpr size_t kCrcAt = offsetof(CommonHeader, crc);
+  constexpr uint8_t kZero[4] = {0, 0, 0, 0};
+  uint32_t s = Crc32cExtend(kCrc32cInit, pseudo, sizeof(pseudo));
+  s = Crc32cExtend(s, bypass, kCrcAt);
+  s = Crc32cExtend(s, kZero, sizeof(kZero));
+  s = Crc32cExtend(s, bypass + kCrcAt + 4, len - kCrcAt - 4);
+  return Crc32cFinish(s);
+}
+
+CommonHeader Encode(const Common& c, size_t rest) {
+  CommonHeader h;
+  h.magic = Be16(kMagic);
+  h.version = kVersion;
+  h.type = static_cast<uint8_t>(c.type);
+  h.flags = Be16(c.flags);
+  h.credit = Be16(c.credit);
+  h.src_incarnation = Be32(c.src_incarnation);
+  h.dst_incarnation = Be32(c.dst_incarnation);
+  h.auth_key = Be32(c.auth_key);
+  h.psn = Be32(c.psn.value());
+  h.ack_psn = Be32(c.ack_psn.value());
+  h.length = Be16(static_cast<uint16_t>(rest));
+  h.reserved = 0;
+  h.crc = 0;
+  return h;
+}
+
+// Writes common header + extension + payload after the UDP header, the CRC,
+// then the UDP/IPv4/Ethernet headers.
+size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, size_t ext_len,
+              absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame) {
+  const size_t rest = ext_len + payload.size();
+  const size_t datagram = sizeof(CommonHeader) + rest;
+  if (rest > UINT16_MAX || datagram > driver::kMaxUdpPayloadBytes ||
+      frame.size() < kUdpHeadersBytes + datagram) {
+    return 0;
+  }
+  uint8_t* b = frame.data() + kCommonOffset;
+  const CommonHeader h = Encode(c, rest);
+  std::memcpy(b, &h, sizeof(h));
+  std::memcpy(b + sizeof(h), ext, ext_len);
+  if (!payload.empty()) std::memcpy(b + sizeof(h) + ext_len, payload.data(), payload.size());
+  const uint32_t crc = Be32(PacketCrc(flow, b, datagram));
+  std::memcpy(b + offsetof(CommonHeader, crc), &crc, sizeof(crc));
+  return driver::WriteUdpHeaders(flow, datagram, frame, driver::UdpChecksumFill::kNone);
+}
+
+}  // namespace
+
+std::optional<TypeInfo> DescribeType(uint8_t raw_type) {
+  // The one switch over PacketType outside the engine's dispatcher.
+  switch (static_cast<PacketType>(raw_type)) {
+    case PacketType::kHello:
+      return TypeInfo{"HELLO", sizeof(HelloHeader), false, false};
+    case PacketType::kHelloAck:
+      return TypeInfo{"HELLO_ACK", sizeof(HelloHeader), false, false};
+    case PacketType::kReset:
+      return TypeInfo{"RESET", sizeof(ResetHeader), false, false};
+    case PacketType::kAck:
+      return TypeInfo{"ACK", sizeof(AckHeader), false, false};
+    case PacketType::kData:
+      return TypeInfo{"DATA", sizeof(MsgHeader), true, true};
+  }
+  return std::nullopt;
+}
+
+const char* ParseStatusName(ParseStatus s) {
+  switch (s) {
+    case ParseStatus::kOk:
+      return "ok";
+    case ParseStatus::kNotUdp:
+      return "not an intact IPv4/UDP frame";
+    case ParseStatus::kTooShort:
+      return "shorter than the bypass header";
+    case ParseStatus::kBadMagic:
+      return "bad magic";
+    case ParseStatus::kBadVersion:
+      return "unsupported version";
+    case ParseStatus::kBadType:
+      return "unknown packet type";
+    case ParseStatus::kBadLength:
+      return "bad length";
+    case ParseStatus::kBadField:
+      return "field out of range";
+    case ParseStatus::kBadChecksum:
+      return "CRC-32C mismatch";
+  }
+  return "?";
+}
+
+ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
+  const std::optional<driver::ParsedUdpFrame> udp = driver::ParseUdpFrame(frame);
+  if (!udp) return ParseStatus::kNotUdp;
+  const absl::Span<const uint8_t> d = udp->payload;
+  if (d.size() < sizeof(CommonHeader)) return ParseStatus::kTooShort;
+  const auto h = Load<CommonHeader>(d.data());
+  if (Be16(h.magic) != kMagic) return ParseStatus::kBadMagic;
+  if (h.version != kVersion) return ParseStatus::kBadVersion;
+  const std::optional<TypeInfo> info = DescribeType(h.type);
+  if (!info) return ParseStatus::kBadType;
+  const size_t rest = Be16(h.length);
+  if (rest != d.size() - sizeof(CommonHeader) || rest < info->ext_bytes ||
+      (!info->has_payload && rest != info->ext_bytes)) {
+    return ParseStatus::kBadLength;
+  }
+  const uint16_t flags = Be16(h.flags);
+  if ((flags & ~kKnownFlags) != 0 || h.reserved != 0) return ParseStatus::kBadField;
+  if (Be32(h.crc) != PacketCrc(udp->flow, d.data(), d.size())) return ParseStatus::kBadChecksum;
+
+  out->flow = udp->flow;
+  Common& c = out->common;
+  c.type = static_cast<PacketType>(h.type);
+  c.flags = flags;
+  c.credit = Be16(h.credit);
+  c.src_incarnation = Be32(h.src_incarnation);
+  c.dst_incarnation = Be32(h.dst_incarnation);
+  c.auth_key = Be32(h.auth_key);
+  c.psn = Psn(Be32(h.psn));
+  c.ack_psn = Psn(Be32(h.ack_psn));
+  if (c.src_incarnation == 0) return ParseStatus::kBadField;
+  const uint8_t* ext = d.data() + sizeof(CommonHeader);
+  out->payload = d.subspan(sizeof(CommonHeader) + info->ext_bytes);
+
+  switch (c.type) {
+    case PacketType::kHello:
+    case PacketType::kHelloAck: {
+      const auto e = Load<HelloHeader>(ext);
+      if (e.reserved != 0 || e.capabilities != 0) return ParseStatus::kBadField;
+      out->hello.max_datagram = Be16(e.max_datagram);
+      if (out->hello.max_datagram < sizeof(CommonHeader) + sizeof(MsgHeader) + 1) {
+        return ParseStatus::kBadField;
+      }
+      break;
+    }
+    case PacketType::kReset: {
+      const auto e = Load<ResetHeader>(ext);
+      if (e.reserved[0] != 0 || e.reserved[1] != 0 || e.reserved[2] != 0) {
+        return ParseStatus::kBadField;
+      }
+      if (e.reason != static_cast<uint8_t>(ResetReason::kUnknownIncarnation) &&
+          e.reason != static_cast<uint8_t>(ResetReason::kNoSession)) {
+        return ParseStatus::kBadField;
+      }
+      out->reset.reason = static_cast<ResetReason>(e.reason);
+      out->reset.incarnation = Be32(e.incarnation);
+      break;
+    }
+    case PacketType::kAck: {
+      const auto e = Load<AckHeader>(ext);
+      for (size_t i = 0; i < 4; ++i) out->ack.sack[i] = Be64(e.sack[i]);
+      if ((c.flags & kFlagAckValid) == 0) return ParseStatus::kBadField;
+      break;
+    }
+    case PacketType::kData: {
+      const auto e = Load<MsgHeader>(ext);
+      MsgFields& m = out->msg;
+      m.msg_id = Be32(e.msg_id);
+      m.msg_flags = Be16(e.msg_flags);
+      m.total_length = Be64(e.total_length);
+      m.offset = Be64(e.offset);
+      m.tag = Be64(e.tag);
+      m.data = Be64(e.data);
+      if ((m.msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
+          e.protocol != static_cast<uint8_t>(MsgProtocol::kEager)) {
+        return ParseStatus::kBadField;
+      }
+      m.protocol = MsgProtocol::kEager;
+      // offset + payload <= total, written so that nothing can overflow.
+      if (m.offset > m.total_length || out->payload.size() > m.total_length - m.offset) {
+        return ParseStatus::kBadField;
+      }
+      break;
+    }
+  }
+  return ParseStatus::kOk;
+}
+
+size_t BuildHello(const driver::UdpFlow& flow, const Common& c, const HelloFields& h,
+                  absl::Span<uint8_t> frame) {
+  HelloHeader e{};
+  e.max_datagram = Be16(h.max_datagram);
+  return Finish(flow, c, &e, sizeof(e), {}, frame);
+}
+
+size_t BuildReset(const driver::UdpFlow& flow, const Common& c, const ResetFields& r,
+                  absl::Span<uint8_t> frame) {
+  ResetHeader e{};
+  e.reason = static_cast<uint8_t>(r.reason);
+  e.incarnation = Be32(r.incarnation);
+  return Finish(flow, c, &e, sizeof(e), {}, frame);
+}
+
+size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a,
+                absl::Span<uint8_t> frame) {
+  AckHeader e;
+  for (size_t i = 0; i < 4; ++i) e.sack[i] = Be64(a.sack[i]);
+  return Finish(flow, c, &e, sizeof(e), {}, frame);
+}
+
+size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& m,
+                 absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame) {
+  MsgHeader e;
+  e.msg_id = Be32(m.msg_id);
+  e.msg_flags = Be16(m.msg_flags);
+  e.protocol = static_cast<uint8_t>(m.protocol);
+  e.reserved = 0;
+  e.total_length = Be64(m.total_length);
+  e.offset = Be64(m.offset);
+  e.tag = Be64(m.tag);
+  e.data = Be64(m.data);
+  return Finish(flow, c, &e, sizeof(e), payload, frame);
+}
+
+std::string ToString(const View& v) {
+  const Common& c = v.common;
+  const std::optional<TypeInfo> info = DescribeType(static_cast<uint8_t>(c.type));
+  std::string s = absl::StrFormat(
+      "%s %s:%d->%s:%d psn=%u ack=%u%s credit=%u src=0x%08x dst=0x%08x flags=0x%x",
+      info ? info->name : "?", v.flow.src_ip.ToString(), v.flow.src_port, v.flow.dst_ip.ToString(),
+      v.flow.dst_port, c.psn.value(), c.ack_psn.value(), (c.flags & kFlagAckValid) ? "" : "(none)",
+      c.credit, c.src_incarnation, c.dst_incarnation, c.flags);
+  if (c.type == PacketType::kData) {
+    absl::StrAppendFormat(&s, " msg=%u off=%u/%u len=%u tag=0x%x data=0x%x mflags=0x%x",
+                          v.msg.msg_id, v.msg.offset, v.msg.total_length, v.payload.size(),
+                          v.msg.tag, v.msg.data, v.msg.msg_flags);
+  } else if (c.type == PacketType::kHello || c.type == PacketType::kHelloAck) {
+    absl::StrAppendFormat(&s, " max_datagram=%u", v.hello.max_datagram);
+  }
+  return s;
+}
+
+}  // namespace bypass::rdm::wire

@@ -1,0 +1,218 @@
+// The bypass wire format (fabric/rdm/PROTOCOL.md): the bypass header that
+// follows Ethernet + IPv4 + UDP, one extension header per packet type, the
+// parser that treats every received byte as hostile, and the builders.
+// Wire structs are packed, big-endian, without bitfields; the engine sees
+// only the decoded host-order forms.
+#ifndef BYPASS_FABRIC_RDM_WIRE_H_
+#define BYPASS_FABRIC_RDM_WIRE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/types/span.h"
+#include "driver/net_headers.h"
+#include "fabric/rdm/psn.h"
+
+namespace bypass::rdm::wire {
+
+inline constexpr uint16_t kMagic = 0x4259;  // "BY"
+inline constexpr uint8_t kVersion = 1;
+
+// What a packet is. Values are never reused once retired (PROTOCOL.md).
+enum class PacketType : uint8_t {
+  kHello = 1,     // first contact: incarnation, initial PSN, receive window
+  kHelloAck = 2,  // the answer to a HELLO, same fields
+  kReset = 3,     // "I have no session for your incarnation": tear yours down
+  kAck = 4,       // standalone cumulative ACK with a SACK bitmap
+  kData = 5,      // one segment of a message (sequenced)
+};
+
+// Bits of CommonHeader::flags; any other bit set makes a packet malformed.
+inline constexpr uint16_t kFlagAckValid =
+    1u << 0;  // ack_psn and credit acknowledge the receiver's stream
+inline constexpr uint16_t kFlagAckReq = 1u << 1;  // acknowledge at once
+inline constexpr uint16_t kFlagRnr =
+    1u << 2;  // (ACK) ack_psn was refused: receiver not ready, retry later
+inline constexpr uint16_t kFlagRetransmit = 1u << 3;  // (DATA) this PSN was sent before
+inline constexpr uint16_t kKnownFlags = kFlagAckValid | kFlagAckReq | kFlagRnr | kFlagRetransmit;
+
+// Bits of MsgHeader::msg_flags.
+inline constexpr uint16_t kMsgTagged = 1u << 0;  // tag is meaningful: goes to the tagged queues
+inline constexpr uint16_t kMsgRemoteData =
+    1u << 1;  // data is remote CQ data for the receiver's completion
+inline constexpr uint16_t kKnownMsgFlags = kMsgTagged | kMsgRemoteData;
+
+// MsgHeader::protocol. Version 1 has eager only; rendezvous will be added here.
+enum class MsgProtocol : uint8_t { kEager = 0 };
+
+// Why a RESET was sent.
+enum class ResetReason : uint8_t {
+  kUnknownIncarnation = 1,  // the packet was addressed to an incarnation that is not mine
+  kNoSession = 2,           // I know your incarnation but have no session with you
+};
+
+#pragma pack(push, 1)
+// The header every bypass packet starts with, right after the UDP header.
+struct CommonHeader {
+  uint16_t magic;            // kMagic
+  uint8_t version;           // kVersion
+  uint8_t type;              // PacketType
+  uint16_t flags;            // HeaderFlag bits
+  uint16_t credit;           // receive window, packets from ack_psn (with kFlagAckValid or HELLO*)
+  uint32_t src_incarnation;  // the sender's, never 0
+  uint32_t dst_incarnation;  // the receiver's; 0 only in a HELLO to an unknown peer
+  uint32_t auth_key;         // must equal the receiver's
+  uint32_t psn;              // DATA: its PSN; HELLO*: initial PSN; others: sender's next PSN
+  uint32_t ack_psn;          // every PSN before it was received (with kFlagAckValid)
+  uint16_t length;           // bytes after this header: extension header + payload
+  uint16_t reserved;         // 0
+  uint32_t crc;              // CRC-32C over pseudo header, this header (crc 0) and the rest
+};
+// HELLO and HELLO_ACK.
+struct HelloHeader {
+  uint16_t max_datagram;  // largest UDP payload the sender can receive
+  uint16_t reserved;      // 0
+  uint32_t capabilities;  // 0 in version 1
+};
+// RESET. Its psn is the PSN of the packet that caused it.
+struct ResetHeader {
+  uint8_t reason;  // ResetReason
+  uint8_t reserved[3];
+  uint32_t incarnation;  // the dst_incarnation that packet carried
+};
+// ACK: which PSNs after ack_psn are held by the receiver.
+struct AckHeader {
+  uint64_t sack[4];  // bit i (word i/64, bit i%64) set: PSN ack_psn + 1 + i was received
+};
+// DATA: which message this segment belongs to and where it goes.
+struct MsgHeader {
+  uint32_t msg_id;        // per direction of a peer pair, from 0, +1 per message
+  uint16_t msg_flags;     // MsgFlag bits
+  uint8_t protocol;       // MsgProtocol
+  uint8_t reserved;       // 0
+  uint64_t total_length;  // bytes of the whole message
+  uint64_t offset;        // of this segment's payload in the message
+  uint64_t tag;           // with kMsgTagged, else 0
+  uint64_t data;          // with kMsgRemoteData, else 0
+};
+#pragma pack(pop)
+static_assert(sizeof(CommonHeader) == 36);
+static_assert(sizeof(HelloHeader) == 8);
+static_assert(sizeof(ResetHeader) == 8);
+static_assert(sizeof(AckHeader) == 32);
+static_assert(sizeof(MsgHeader) == 40);
+
+inline constexpr size_t kUdpHeadersBytes = driver::kUdpFrameHeaderBytes;  // 42
+inline constexpr size_t kCommonOffset = kUdpHeadersBytes;
+inline constexpr size_t kExtOffset = kCommonOffset + sizeof(CommonHeader);   // 78
+inline constexpr size_t kDataHeadersBytes = kExtOffset + sizeof(MsgHeader);  // 118
+inline constexpr size_t kSackBits = 256;
+// IPv4 + UDP headers: the UDP payload of a device with MTU m is m - 28.
+inline constexpr uint32_t kIpUdpBytes = 28;
+
+// Payload bytes one DATA packet carries when UDP payloads are at most
+// `max_datagram` bytes (0 if none fit).
+constexpr uint32_t MaxDataPayload(uint32_t max_datagram) {
+  constexpr uint32_t kOverhead = sizeof(CommonHeader) + sizeof(MsgHeader);
+  return max_datagram > kOverhead ? max_datagram - kOverhead : 0;
+}
+
+// What one type of packet looks like.
+struct TypeInfo {
+  const char* name;
+  uint16_t ext_bytes;  // extension header size
+  bool has_payload;    // bytes may follow the extension header
+  bool sequenced;      // carries a PSN that is acknowledged and retransmitted
+};
+// The description of a raw type byte; nothing for an unknown one.
+std::optional<TypeInfo> DescribeType(uint8_t raw_type);
+
+// CommonHeader in host order.
+struct Common {
+  PacketType type = PacketType::kAck;
+  uint16_t flags = 0;
+  uint16_t credit = 0;
+  uint32_t src_incarnation = 0;
+  uint32_t dst_incarnation = 0;
+  uint32_t auth_key = 0;
+  Psn psn;
+  Psn ack_psn;
+};
+// HelloHeader in host order.
+struct HelloFields {
+  uint16_t max_datagram = 0;
+};
+// ResetHeader in host order.
+struct ResetFields {
+  ResetReason reason = ResetReason::kNoSession;
+  uint32_t incarnation = 0;  // which incarnation of the receiver it is about
+};
+// The SACK bitmap of an ACK: Has(i) means PSN ack_psn + 1 + i was received.
+struct AckFields {
+  std::array<uint64_t, 4> sack{};
+  bool Has(uint32_t i) const { return (sack[i / 64] >> (i % 64)) & 1; }
+  void Set(uint32_t i) { sack[i / 64] |= uint64_t{1} << (i % 64); }
+};
+// MsgHeader in host order.
+struct MsgFields {
+  uint32_t msg_id = 0;
+  uint16_t msg_flags = 0;
+  MsgProtocol protocol = MsgProtocol::kEager;
+  uint64_t total_length = 0;
+  uint64_t offset = 0;
+  uint64_t tag = 0;
+  uint64_t data = 0;
+};
+
+// A received packet, decoded. Only the extension of common.type is filled;
+// payload points into the frame.
+struct View {
+  driver::UdpFlow flow;
+  Common common;
+  HelloFields hello;
+  ResetFields reset;
+  AckFields ack;
+  MsgFields msg;
+  absl::Span<const uint8_t> payload;
+};
+
+// Why a frame was rejected.
+enum class ParseStatus : uint8_t {
+  kOk,
+  kNotUdp,       // not an intact, unfragmented Ethernet/IPv4/UDP frame
+  kTooShort,     // shorter than the bypass header
+  kBadMagic,     // not a bypass packet
+  kBadVersion,   // another version of the protocol
+  kBadType,      // unknown packet type
+  kBadLength,    // length field disagrees with the datagram or the type
+  kBadField,     // flags, reserved bytes, reason, protocol or offsets out of range
+  kBadChecksum,  // CRC-32C mismatch: corrupted
+};
+const char* ParseStatusName(ParseStatus s);
+
+// Parses a whole frame. Every length is checked before it is used; on
+// anything but kOk, *out is unspecified.
+ParseStatus Parse(absl::Span<const uint8_t> frame, View* out);
+
+// Builders: write a whole frame (Ethernet, IPv4, UDP, bypass header,
+// extension, payload, CRC) into `frame`; return its length, or 0 if it does
+// not fit. `c.type` must match the builder.
+size_t BuildHello(const driver::UdpFlow& flow, const Common& c, const HelloFields& h,
+                  absl::Span<uint8_t> frame);
+size_t BuildReset(const driver::UdpFlow& flow, const Common& c, const ResetFields& r,
+                  absl::Span<uint8_t> frame);
+size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a,
+                absl::Span<uint8_t> frame);
+// `payload` is copied from the caller's buffer into the frame.
+size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& m,
+                 absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame);
+
+// "DATA psn=.. ack=.. src=0x.. dst=0x.. msg=3 off=0/100 len=100": for traces and tests.
+std::string ToString(const View& v);
+
+}  // namespace bypass::rdm::wire
+
+#endif  // BYPASS_FABRIC_RDM_WIRE_H_

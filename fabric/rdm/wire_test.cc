@@ -1,0 +1,262 @@
+// The wire format: byte layout, round trips of every packet type, and a
+// parser that rejects every truncation, every damaged byte and every field
+// out of range. Also CRC-32C and PSN arithmetic.
+#include "fabric/rdm/wire.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fabric/rdm/crc32c.h"
+#include "fabric/rdm/psn.h"
+#include "gtest/gtest.h"
+
+namespace bypass::rdm::wire {
+namespace {
+
+driver::UdpFlow TestFlow() {
+  driver::UdpFlow f;
+  f.src_mac = {{0x02, 0, 0, 0, 0, 1}};
+  f.dst_mac = {{0x02, 0, 0, 0, 0, 2}};
+  f.src_ip = {0x0a000001};
+  f.dst_ip = {0x0a000002};
+  f.src_port = 5000;
+  f.dst_port = 6000;
+  return f;
+}
+
+Common TestCommon(PacketType type) {
+  Common c;
+  c.type = type;
+  c.flags = kFlagAckValid;
+  c.credit = 128;
+  c.src_incarnation = 0x11223344;
+  c.dst_incarnation = 0x55667788;
+  c.auth_key = 0x99aabbcc;
+  c.psn = Psn(0xfffffffe);
+  c.ack_psn = Psn(7);
+  return c;
+}
+
+std::vector<uint8_t> DataFrame(size_t payload_len = 100) {
+  std::vector<uint8_t> payload(payload_len);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);
+  MsgFields m;
+  m.msg_id = 3;
+  m.msg_flags = kMsgTagged | kMsgRemoteData;
+  m.total_length = 1000;
+  m.offset = 900 - payload_len + 100;
+  m.tag = 0x0102030405060708;
+  m.data = 0xa1a2a3a4a5a6a7a8;
+  std::vector<uint8_t> frame(2048);
+  const size_t n =
+      BuildData(TestFlow(), TestCommon(PacketType::kData), m, payload, absl::MakeSpan(frame));
+  frame.resize(n);
+  return frame;
+}
+
+TEST(CrcTest, KnownValuesAndBothImplementationsAgree) {
+  const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
+  EXPECT_EQ(Crc32c(check, sizeof(check)), 0xe3069283u);
+  EXPECT_EQ(Crc32c(nullptr, 0), 0u);
+  std::vector<uint8_t> zeros(32, 0);
+  EXPECT_EQ(Crc32c(zeros.data(), zeros.size()), 0x8a9136aau);  // RFC 3720 B.4
+  std::vector<uint8_t> data(1008);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31 + 7);
+  for (size_t len : {0, 1, 7, 8, 9, 63, 64, 1000}) {
+    for (size_t off : {0, 1, 3}) {
+      EXPECT_EQ(Crc32cExtend(kCrc32cInit, data.data() + off, len),
+                internal::Crc32cExtendPortable(kCrc32cInit, data.data() + off, len))
+          << len << " at " << off;
+    }
+  }
+  // Extending piecewise equals one pass.
+  const uint32_t whole = Crc32c(data.data(), data.size());
+  uint32_t s = Crc32cExtend(kCrc32cInit, data.data(), 333);
+  s = Crc32cExtend(s, data.data() + 333, data.size() - 333);
+  EXPECT_EQ(Crc32cFinish(s), whole);
+}
+
+TEST(PsnTest, ComparisonsWrapAround) {
+  const Psn a(0xfffffff0);
+  const Psn b = a + 0x20;  // wrapped past zero
+  EXPECT_EQ(b.value(), 0x10u);
+  EXPECT_TRUE(a.Before(b));
+  EXPECT_TRUE(b.After(a));
+  EXPECT_EQ(b - a, 0x20);
+  EXPECT_EQ(a - b, -0x20);
+  Psn c(0xffffffff);
+  ++c;
+  EXPECT_EQ(c, Psn(0));
+  EXPECT_FALSE(a.Before(a));
+}
+
+TEST(WireTest, HeaderLayoutIsBigEndianAtFixedOffsets) {
+  const std::vector<uint8_t> f = DataFrame();
+  const uint8_t* b = f.data() + kCommonOffset;
+  EXPECT_EQ(b[0], 0x42);  // 'B'
+  EXPECT_EQ(b[1], 0x59);  // 'Y'
+  EXPECT_EQ(b[2], kVersion);
+  EXPECT_EQ(b[3], static_cast<uint8_t>(PacketType::kData));
+  EXPECT_EQ(b[5], kFlagAckValid);
+  EXPECT_EQ(b[6] << 8 | b[7], 128);
+  EXPECT_EQ(std::vector<uint8_t>(b + 8, b + 12), (std::vector<uint8_t>{0x11, 0x22, 0x33, 0x44}));
+  EXPECT_EQ(std::vector<uint8_t>(b + 20, b + 24), (std::vector<uint8_t>{0xff, 0xff, 0xff, 0xfe}));
+  EXPECT_EQ(b[28] << 8 | b[29], static_cast<int>(sizeof(MsgHeader) + 100));
+  const uint8_t* m = f.data() + kExtOffset;
+  EXPECT_EQ(m[3], 3);                          // msg_id
+  EXPECT_EQ(m[16 + 6] << 8 | m[16 + 7], 900);  // offset
+  EXPECT_EQ(m[24], 0x01);                      // tag, high byte
+  EXPECT_EQ(f.size(), kDataHeadersBytes + 100);
+}
+
+TEST(WireTest, EveryTypeRoundTrips) {
+  std::vector<uint8_t> frame(512);
+  View v;
+
+  HelloFields h;
+  h.max_datagram = 1472;
+  size_t n = BuildHello(TestFlow(), TestCommon(PacketType::kHello), h, absl::MakeSpan(frame));
+  ASSERT_GT(n, 0u);
+  ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.common.type, PacketType::kHello);
+  EXPECT_EQ(v.hello.max_datagram, 1472);
+  EXPECT_EQ(v.common.psn, Psn(0xfffffffe));
+  EXPECT_EQ(v.common.auth_key, 0x99aabbccu);
+  EXPECT_EQ(v.flow, TestFlow());
+
+  n = BuildHello(TestFlow(), TestCommon(PacketType::kHelloAck), h, absl::MakeSpan(frame));
+  ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.common.type, PacketType::kHelloAck);
+
+  ResetFields r;
+  r.reason = ResetReason::kUnknownIncarnation;
+  r.incarnation = 0xdeadbeef;
+  n = BuildReset(TestFlow(), TestCommon(PacketType::kReset), r, absl::MakeSpan(frame));
+  ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.reset.reason, ResetReason::kUnknownIncarnation);
+  EXPECT_EQ(v.reset.incarnation, 0xdeadbeefu);
+
+  AckFields a;
+  a.Set(0);
+  a.Set(63);
+  a.Set(64);
+  a.Set(255);
+  n = BuildAck(TestFlow(), TestCommon(PacketType::kAck), a, absl::MakeSpan(frame));
+  ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.ack.sack, a.sack);
+  EXPECT_TRUE(v.ack.Has(255));
+  EXPECT_FALSE(v.ack.Has(254));
+  EXPECT_EQ(v.common.ack_psn, Psn(7));
+  EXPECT_EQ(v.common.credit, 128);
+
+  const std::vector<uint8_t> d = DataFrame();
+  ASSERT_EQ(Parse(d, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.msg.msg_id, 3u);
+  EXPECT_EQ(v.msg.msg_flags, kMsgTagged | kMsgRemoteData);
+  EXPECT_EQ(v.msg.total_length, 1000u);
+  EXPECT_EQ(v.msg.offset, 900u);
+  EXPECT_EQ(v.msg.tag, 0x0102030405060708u);
+  EXPECT_EQ(v.msg.data, 0xa1a2a3a4a5a6a7a8u);
+  ASSERT_EQ(v.payload.size(), 100u);
+  EXPECT_EQ(v.payload[3], 21);
+  EXPECT_NE(ToString(v).find("DATA"), std::string::npos);
+  EXPECT_NE(ToString(v).find("msg=3"), std::string::npos);
+}
+
+TEST(WireTest, EveryTruncationIsRejected) {
+  const std::vector<uint8_t> f = DataFrame();
+  View v;
+  for (size_t len = 0; len < f.size(); ++len) {
+    // Exact-size copies, so a read past the end is caught by ASan.
+    std::vector<uint8_t> cut(f.begin(), f.begin() + static_cast<ptrdiff_t>(len));
+    EXPECT_NE(Parse(cut, &v), ParseStatus::kOk) << len;
+  }
+}
+
+TEST(WireTest, EveryDamagedByteAfterEthernetIsRejected) {
+  const std::vector<uint8_t> f = DataFrame(40);
+  View v;
+  for (size_t i = 14; i < f.size(); ++i) {
+    for (uint8_t x : {0x01, 0x80, 0xff}) {
+      std::vector<uint8_t> bad = f;
+      bad[i] ^= x;
+      EXPECT_NE(Parse(bad, &v), ParseStatus::kOk) << "byte " << i << " ^ " << int{x};
+    }
+  }
+}
+
+// Rewrites a field and fixes the CRC, so only the field check can reject it.
+std::vector<uint8_t> WithField(std::vector<uint8_t> f, size_t at, std::vector<uint8_t> bytes) {
+  std::memcpy(f.data() + at, bytes.data(), bytes.size());
+  uint8_t* b = f.data() + kCommonOffset;
+  const size_t len = f.size() - kCommonOffset;
+  std::memset(b + offsetof(CommonHeader, crc), 0, 4);
+  uint8_t pseudo[12] = {10, 0, 0, 1, 10, 0, 0, 2, 5000 >> 8, 5000 & 0xff, 6000 >> 8, 6000 & 0xff};
+  uint32_t s = Crc32cExtend(kCrc32cInit, pseudo, sizeof(pseudo));
+  s = Crc32cExtend(s, b, len);
+  const uint32_t crc = Crc32cFinish(s);
+  b[32] = static_cast<uint8_t>(crc >> 24);
+  b[33] = static_cast<uint8_t>(crc >> 16);
+  b[34] = static_cast<uint8_t>(crc >> 8);
+  b[35] = static_cast<uint8_t>(crc);
+  return f;
+}
+
+TEST(WireTest, FieldsOutOfRangeAreRejectedEvenWithAGoodChecksum) {
+  const std::vector<uint8_t> f = DataFrame(100);
+  View v;
+  ASSERT_EQ(Parse(WithField(f, kCommonOffset + 3, {5}), &v), ParseStatus::kOk)
+      << "the re-checksum helper itself";
+  const size_t c = kCommonOffset;
+  const size_t m = kExtOffset;
+  EXPECT_EQ(Parse(WithField(f, c, {0x42, 0x5a}), &v), ParseStatus::kBadMagic);
+  EXPECT_EQ(Parse(WithField(f, c + 2, {2}), &v), ParseStatus::kBadVersion);
+  EXPECT_EQ(Parse(WithField(f, c + 3, {0}), &v), ParseStatus::kBadType);
+  EXPECT_EQ(Parse(WithField(f, c + 3, {6}), &v), ParseStatus::kBadType);
+  EXPECT_EQ(Parse(WithField(f, c + 3, {1}), &v), ParseStatus::kBadLength) << "HELLO has no payload";
+  EXPECT_EQ(Parse(WithField(f, c + 4, {0x80, 0}), &v), ParseStatus::kBadField) << "unknown flag";
+  EXPECT_EQ(Parse(WithField(f, c + 8, {0, 0, 0, 0}), &v), ParseStatus::kBadField)
+      << "source incarnation 0";
+  EXPECT_EQ(Parse(WithField(f, c + 28, {0, 139}), &v), ParseStatus::kBadLength);
+  EXPECT_EQ(Parse(WithField(f, c + 28, {0, 141}), &v), ParseStatus::kBadLength);
+  EXPECT_EQ(Parse(WithField(f, c + 30, {0, 1}), &v), ParseStatus::kBadField) << "reserved";
+  EXPECT_EQ(Parse(WithField(f, m + 4, {0, 4}), &v), ParseStatus::kBadField) << "msg flag";
+  EXPECT_EQ(Parse(WithField(f, m + 6, {1}), &v), ParseStatus::kBadField) << "protocol";
+  // offset + payload past total_length, including offsets that would wrap.
+  EXPECT_EQ(Parse(WithField(f, m + 16, {0, 0, 0, 0, 0, 0, 0x03, 0x85}), &v),
+            ParseStatus::kBadField);
+  EXPECT_EQ(Parse(WithField(f, m + 16, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf0}), &v),
+            ParseStatus::kBadField);
+  EXPECT_EQ(Parse(WithField(f, m + 8, {0, 0, 0, 0, 0, 0, 0, 99}), &v), ParseStatus::kBadField);
+}
+
+TEST(WireTest, OtherFramesAreNotBypass) {
+  std::vector<uint8_t> frame(200);
+  const uint8_t payload[40] = {1, 2, 3};
+  const size_t n = driver::BuildUdpFrame(TestFlow(), absl::MakeConstSpan(payload),
+                                         absl::MakeSpan(frame), driver::UdpChecksumFill::kNone);
+  View v;
+  EXPECT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kBadMagic);
+  EXPECT_EQ(Parse({frame.data(), 30}, &v), ParseStatus::kNotUdp);
+  const size_t tiny = driver::BuildUdpFrame(TestFlow(), {payload, 10}, absl::MakeSpan(frame),
+                                            driver::UdpChecksumFill::kNone);
+  EXPECT_EQ(Parse({frame.data(), tiny}, &v), ParseStatus::kTooShort);
+}
+
+TEST(WireTest, DescribeTypeKnowsEachTypeOnce) {
+  int known = 0;
+  for (int t = 0; t < 256; ++t) {
+    if (DescribeType(static_cast<uint8_t>(t))) ++known;
+  }
+  EXPECT_EQ(known, 5);
+  EXPECT_TRUE(DescribeType(5)->sequenced);
+  EXPECT_FALSE(DescribeType(4)->sequenced);
+  EXPECT_STREQ(DescribeType(2)->name, "HELLO_ACK");
+  EXPECT_EQ(MaxDataPayload(1472), 1472u - 76u);
+  EXPECT_EQ(MaxDataPayload(76), 0u);
+}
+
+}  // namespace
+}  // namespace bypass::rdm::wire
