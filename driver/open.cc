@@ -11,6 +11,7 @@
 #include "driver/device.h"
 #include "driver/dpdk/dpdk_device.h"
 #include "driver/loopback/loopback_device.h"
+#include "driver/mlx5/mlx5_device.h"
 #include "driver/options.h"
 #include "driver/uri.h"
 
@@ -29,14 +30,10 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
   DeviceUri uri = *std::move(parsed);
 
   const std::string_view scheme = uri.scheme;
-  if (scheme == "mlx5") {
-    return absl::UnimplementedError(
-        "mlx5: the direct-verbs backend is not built yet (see README: what works); use "
-        "dpdk:PCI_ADDRESS for a ConnectX through DPDK");
-  }
   const bool is_loopback = scheme == "loopback";
   const bool is_dpdk = scheme == "dpdk" || scheme == "memif";
-  if (!is_loopback && !is_dpdk) {
+  const bool is_mlx5 = scheme == "mlx5";
+  if (!is_loopback && !is_dpdk && !is_mlx5) {
     return absl::InvalidArgumentError(
         absl::StrCat("device '", Sv(text), "': unknown scheme '", Sv(scheme),
                      "'; known schemes: loopback:NAME, memif:SOCKET, dpdk:DEVARGS, "
@@ -53,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
     if (!dev.ok()) return dev.status();
     return std::unique_ptr<Device>(*std::move(dev));
   }
+  if (is_mlx5) return mlx5::Open(std::move(uri), opts);
   return dpdk::Open(std::move(uri), opts);
 }
 

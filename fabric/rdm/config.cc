@@ -53,6 +53,7 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
   if (c.rx_burst == 0 || c.rx_burst > 256) return bad("rx_burst", c.rx_burst, "1..256");
   if (c.tx_burst == 0 || c.tx_burst > 256) return bad("tx_burst", c.tx_burst, "1..256");
   if (c.tx_bursts_per_pass == 0) return bad("tx_bursts_per_pass", 0, "at least 1");
+  if (c.idle_passes_per_clock_read == 0) return bad("idle_passes_per_clock_read", 0, "at least 1");
   return absl::OkStatus();
 }
 

@@ -1,9 +1,14 @@
 #include "fabric/rdm/crc32c.h"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace bypass::rdm {
 namespace internal {
@@ -26,8 +31,46 @@ constexpr std::array<std::array<uint32_t, 256>, 8> MakeTables() {
 }
 constexpr auto kTables = MakeTables();
 
+// Reflected multiplication modulo the polynomial.
+constexpr uint32_t MultModP(uint32_t a, uint32_t b) {
+  uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = (b & 1) ? (b >> 1) ^ kPoly : b >> 1;
+  }
+  return p;
+}
+
+// kShift[j] = x^(64j - 33) mod P: carry-less multiplying a CRC state by it
+// and folding the product with the CRC instruction advances the state over
+// 8j zero bytes (j >= 1).
+constexpr size_t kShiftWords = 640;  // streams of up to 5 KiB
+constexpr std::array<uint32_t, kShiftWords + 1> MakeShifts() {
+  std::array<uint32_t, kShiftWords + 1> t{};
+  uint32_t x31 = 0x80000000u;  // x^0
+  for (int i = 0; i < 31; ++i) x31 = MultModP(x31, 0x40000000u);
+  uint32_t x64 = 0x80000000u;
+  for (int i = 0; i < 64; ++i) x64 = MultModP(x64, 0x40000000u);
+  t[1] = x31;
+  for (size_t j = 2; j <= kShiftWords; ++j) t[j] = MultModP(t[j - 1], x64);
+  return t;
+}
+constexpr auto kShifts = MakeShifts();
+
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t state, const uint8_t* p, size_t n) {
+__attribute__((target("sse4.2,pclmul"))) inline uint32_t ShiftState(uint32_t c, size_t words) {
+  const __m128i a = _mm_cvtsi32_si128(static_cast<int>(c));
+  const __m128i b = _mm_cvtsi32_si128(static_cast<int>(kShifts[words]));
+  const uint64_t t = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_clmulepi64_si128(a, b, 0)));
+  return static_cast<uint32_t>(_mm_crc32_u64(0, t));
+}
+
+__attribute__((target("sse4.2"), always_inline)) inline uint32_t ExtendSse42Inline(
+    uint32_t state, const uint8_t* p, size_t n) {
   uint64_t c = state;
   for (; n >= 8; p += 8, n -= 8) {
     uint64_t word;
@@ -35,10 +78,81 @@ __attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t state, const uin
     c = __builtin_ia32_crc32di(c, word);
   }
   uint32_t c32 = static_cast<uint32_t>(c);
-  for (; n > 0; ++p, --n) c32 = __builtin_ia32_crc32qi(c32, *p);
+  if (n >= 4) {
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    c32 = __builtin_ia32_crc32si(c32, w);
+    p += 4;
+    n -= 4;
+  }
+  if (n >= 2) {
+    uint16_t w;
+    std::memcpy(&w, p, 2);
+    c32 = __builtin_ia32_crc32hi(c32, w);
+    p += 2;
+    n -= 2;
+  }
+  if (n > 0) c32 = __builtin_ia32_crc32qi(c32, *p);
   return c32;
 }
+
+__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t state, const uint8_t* p, size_t n) {
+  return ExtendSse42Inline(state, p, n);
+}
+
+__attribute__((target("sse4.2"))) uint32_t PacketSse42(const uint8_t* pseudo, const uint8_t* p,
+                                                       size_t n, size_t zero_at) {
+  uint64_t head;
+  uint32_t tail;
+  std::memcpy(&head, pseudo, 8);
+  std::memcpy(&tail, pseudo + 8, 4);
+  uint32_t c = static_cast<uint32_t>(__builtin_ia32_crc32di(kCrc32cInit, head));
+  c = __builtin_ia32_crc32si(c, tail);
+  c = ExtendSse42Inline(c, p, zero_at);
+  c = __builtin_ia32_crc32si(c, 0);
+  return ExtendSse42Inline(c, p + zero_at + 4, n - zero_at - 4);
+}
+
+// The same in two interleaved streams: the CRC instruction's latency, not
+// its throughput, bounds one stream. The second half's state is moved over
+// the first's length with a carry-less multiplication.
+__attribute__((target("sse4.2,pclmul"))) uint32_t PacketTwoStreams(const uint8_t* pseudo,
+                                                                 const uint8_t* p, size_t n,
+                                                                 size_t zero_at) {
+  uint64_t head;
+  uint32_t tail;
+  std::memcpy(&head, pseudo, 8);
+  std::memcpy(&tail, pseudo + 8, 4);
+  uint32_t c = static_cast<uint32_t>(__builtin_ia32_crc32di(kCrc32cInit, head));
+  c = __builtin_ia32_crc32si(c, tail);
+  c = ExtendSse42Inline(c, p, zero_at);
+  c = __builtin_ia32_crc32si(c, 0);
+  const uint8_t* a = p + zero_at + 4;
+  const size_t rest = n - zero_at - 4;
+  const size_t words = std::min(rest / 16, kShiftWords);  // of the second stream
+  const uint8_t* b = p + n - 8 * words;
+  uint64_t c1 = c, c2 = 0;
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t w1, w2;
+    std::memcpy(&w1, a + 8 * i, 8);
+    std::memcpy(&w2, b + 8 * i, 8);
+    c1 = __builtin_ia32_crc32di(c1, w1);
+    c2 = __builtin_ia32_crc32di(c2, w2);
+  }
+  // The first stream's bytes between its words and the second stream.
+  const uint32_t first = ExtendSse42Inline(static_cast<uint32_t>(c1), a + 8 * words,
+                                           rest - 16 * words);
+  return ShiftState(first, words) ^ static_cast<uint32_t>(c2);
+}
 #endif
+
+bool DetectClmul() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul");
+#else
+  return false;
+#endif
+}
 
 bool DetectHardware() {
 #if defined(__x86_64__)
@@ -70,6 +184,20 @@ bool Crc32cHardware() {
 }
 
 }  // namespace internal
+
+uint32_t Crc32cPacket(const uint8_t* pseudo, const uint8_t* data, size_t n, size_t zero_at) {
+#if defined(__x86_64__)
+  static const bool clmul = internal::DetectClmul();
+  // Two streams pay off once each has a few words.
+  if (clmul && n - zero_at >= 68) return internal::PacketTwoStreams(pseudo, data, n, zero_at);
+  if (internal::Crc32cHardware()) return internal::PacketSse42(pseudo, data, n, zero_at);
+#endif
+  constexpr uint8_t kZero[4] = {0, 0, 0, 0};
+  uint32_t s = internal::Crc32cExtendPortable(kCrc32cInit, pseudo, 12);
+  s = internal::Crc32cExtendPortable(s, data, zero_at);
+  s = internal::Crc32cExtendPortable(s, kZero, 4);
+  return internal::Crc32cExtendPortable(s, data + zero_at + 4, n - zero_at - 4);
+}
 
 uint32_t Crc32cExtend(uint32_t state, const uint8_t* data, size_t n) {
 #if defined(__x86_64__)

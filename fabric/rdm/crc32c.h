@@ -20,6 +20,11 @@ inline uint32_t Crc32c(const uint8_t* data, size_t n) {
   return Crc32cFinish(Crc32cExtend(kCrc32cInit, data, n));
 }
 
+// Extends kCrc32cInit over pseudo[0, 12) then data[0, n) with the four
+// bytes data[zero_at, zero_at + 4) taken as zeros (a packet's own CRC
+// field), in one call: the per-packet checksum. REQUIRES: zero_at + 4 <= n.
+uint32_t Crc32cPacket(const uint8_t* pseudo, const uint8_t* data, size_t n, size_t zero_at);
+
 namespace internal {
 // The table implementation, always available (tests compare the two).
 uint32_t Crc32cExtendPortable(uint32_t state, const uint8_t* data, size_t n);

@@ -85,11 +85,16 @@ class Endpoint {
   // One pass: reads the clock once, receives a burst, runs the protocol and
   // its timers, and transmits. Returns the packets it received.
   size_t Progress() {
-    engine_->SetNow(clock_.NowNs());
     const EndpointConfig& c = engine_->config();
     port_.Poll(c.rx_burst);
     driver::Packet* batch[Port<QP>::kMaxBurst];
     const uint32_t n = inbox_.Pop({batch, std::min<size_t>(2u * c.rx_burst, Port<QP>::kMaxBurst)});
+    // The clock after the poll, so what arrived is stamped after it arrived;
+    // idle passes may reuse the last reading (idle_passes_per_clock_read).
+    if (n > 0 || ++idle_passes_ >= c.idle_passes_per_clock_read) {
+      engine_->SetNow(clock_.NowNs());
+      idle_passes_ = 0;
+    }
     if (n > 0) {
       engine_->HandleRx({batch, n});
       FreeReleased();
@@ -162,6 +167,7 @@ class Endpoint {
   std::unique_ptr<Engine> engine_;
   Inbox inbox_;
   bool attached_ = false;
+  uint32_t idle_passes_ = 0;  // Progress passes since the last clock reading
   driver::Packet* spare_[Port<QP>::kMaxBurst];  // allocated, not yet built into
   uint32_t spare_n_ = 0;
   driver::Packet* backlog_[Port<QP>::kMaxBurst];  // built, not yet taken by TxBurst

@@ -64,13 +64,14 @@ BENCHMARK(BM_RawPingPong);
 // Two endpoints on two loopback ports of one segment.
 template <class QP>
 struct Pair {
-  explicit Pair(QP& (*queue)(LoopbackDevice&)) {
+  explicit Pair(QP& (*queue)(LoopbackDevice&), uint16_t idle_passes_per_clock_read = 1) {
     const std::string seg = Segment();
     a = OpenPort(seg);
     b = OpenPort(seg);
     pa = std::make_unique<Port<QP>>(queue(*a), a->info());
     pb = std::make_unique<Port<QP>>(queue(*b), b->info());
     EndpointConfig c;
+    c.idle_passes_per_clock_read = idle_passes_per_clock_read;
     c.udp_port = 1;
     ea = *Endpoint<QP>::Create(*pa, driver::SteadyClock::Get(), c);
     c.udp_port = 2;
@@ -96,9 +97,9 @@ void WaitOne(Endpoint<QP>& e, Endpoint<QP>& other) {
   }
 }
 
-template <class QP, QP& (*kQueue)(LoopbackDevice&)>
+template <class QP, QP& (*kQueue)(LoopbackDevice&), uint16_t kIdlePassesPerClockRead = 1>
 void BM_RdmPingPong(benchmark::State& state) {
-  Pair<QP> p(kQueue);
+  Pair<QP> p(kQueue, kIdlePassesPerClockRead);
   uint8_t out[64] = {}, in_a[64], in_b[64];
   for (auto _ : state) {
     p.eb->PostRecv({.buf = in_b, .len = sizeof(in_b)});
@@ -114,6 +115,9 @@ void BM_RdmPingPong(benchmark::State& state) {
 }
 BENCHMARK(BM_RdmPingPong<driver::QueuePair, Virtual>)->Name("BM_RdmPingPong/virtual_qp");
 BENCHMARK(BM_RdmPingPong<LoopbackQueue, Concrete>)->Name("BM_RdmPingPong/loopback_qp");
+// Idle passes reuse the clock reading (EndpointConfig::idle_passes_per_clock_read).
+BENCHMARK(BM_RdmPingPong<LoopbackQueue, Concrete, 16>)
+    ->Name("BM_RdmPingPong/loopback_qp_lazy_clock");
 
 // One way, 8 messages outstanding.
 void BM_RdmStream(benchmark::State& state) {

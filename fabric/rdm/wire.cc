@@ -39,13 +39,7 @@ uint32_t PacketCrc(const driver::UdpFlow& flow, const uint8_t* bypass, size_t le
   std::memcpy(pseudo + 4, &dst, 4);
   std::memcpy(pseudo + 8, &sp, 2);
   std::memcpy(pseudo + 10, &dp, 2);
-  constexpr size_t kCrcAt = offsetof(CommonHeader, crc);
-  constexpr uint8_t kZero[4] = {0, 0, 0, 0};
-  uint32_t s = Crc32cExtend(kCrc32cInit, pseudo, sizeof(pseudo));
-  s = Crc32cExtend(s, bypass, kCrcAt);
-  s = Crc32cExtend(s, kZero, sizeof(kZero));
-  s = Crc32cExtend(s, bypass + kCrcAt + 4, len - kCrcAt - 4);
-  return Crc32cFinish(s);
+  return Crc32cFinish(Crc32cPacket(pseudo, bypass, len, offsetof(CommonHeader, crc)));
 }
 
 CommonHeader Encode(const Common& c, size_t rest) {

@@ -64,7 +64,7 @@ TEST(CrcTest, KnownValuesAndBothImplementationsAgree) {
   EXPECT_EQ(Crc32c(zeros.data(), zeros.size()), 0x8a9136aau);  // RFC 3720 B.4
   std::vector<uint8_t> data(1008);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31 + 7);
-  for (size_t len : {0, 1, 7, 8, 9, 63, 64, 1000}) {
+  for (size_t len : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 14, 15, 63, 64, 1000}) {
     for (size_t off : {0, 1, 3}) {
       EXPECT_EQ(Crc32cExtend(kCrc32cInit, data.data() + off, len),
                 internal::Crc32cExtendPortable(kCrc32cInit, data.data() + off, len))
@@ -76,6 +76,18 @@ TEST(CrcTest, KnownValuesAndBothImplementationsAgree) {
   uint32_t s = Crc32cExtend(kCrc32cInit, data.data(), 333);
   s = Crc32cExtend(s, data.data() + 333, data.size() - 333);
   EXPECT_EQ(Crc32cFinish(s), whole);
+  // The one-call packet CRC equals the piecewise one (pseudo header, data
+  // with a zeroed field), for every length and field position tried.
+  for (size_t n : {4, 5, 36, 37, 40, 104, 141, 990}) {
+    for (size_t zero_at : {0, 1, 32, 33}) {
+      if (zero_at + 4 > n) continue;
+      std::vector<uint8_t> copy(data.begin() + 12, data.begin() + 12 + n);
+      std::fill(copy.begin() + zero_at, copy.begin() + zero_at + 4, 0);
+      uint32_t want = Crc32cExtend(kCrc32cInit, data.data(), 12);
+      want = internal::Crc32cExtendPortable(want, copy.data(), n);
+      EXPECT_EQ(Crc32cPacket(data.data(), data.data() + 12, n, zero_at), want) << n << " " << zero_at;
+    }
+  }
 }
 
 TEST(PsnTest, ComparisonsWrapAround) {

@@ -1,5 +1,5 @@
 // pingpong: round-trip latency and message rate between two processes, on
-// the raw driver (--layer=raw). See --help.
+// the raw driver (--layer=raw) or the RDM engine (--layer=rdm). See --help.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -18,6 +18,7 @@
 #include "tools/latency.h"
 #include "tools/ping_wire.h"
 #include "tools/pingpong/raw.h"
+#include "tools/pingpong/rdm.h"
 
 ABSL_FLAG(std::string, layer, "raw", "raw (the driver), rdm (the protocol engine) or fi (fi_* API)");
 ABSL_FLAG(bool, server, false, "echo pings until the client is done");
@@ -32,6 +33,13 @@ ABSL_FLAG(std::string, device, "", "device URI (default with --local: memif on a
 ABSL_FLAG(std::string, mode, "latency", "latency (one ping in flight) or rate (one-way bursts)");
 ABSL_FLAG(uint32_t, burst, 32, "frames per burst in rate mode");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
+ABSL_FLAG(std::string, ip, "",
+          "this side's IPv4 for devices with no kernel address (rdm checks it; --local sets both)");
+ABSL_FLAG(double, loss, 0, "rdm: drop this fraction of received packets (driver/fault)");
+ABSL_FLAG(double, dup, 0, "rdm: duplicate this fraction of received packets");
+ABSL_FLAG(double, reorder, 0, "rdm: reorder this fraction of received packets");
+ABSL_FLAG(uint64_t, fault_seed, 1, "rdm: the seed of the injected faults");
+ABSL_FLAG(uint32_t, window, 32, "rdm: messages outstanding in rate mode");
 ABSL_FLAG(uint32_t, link_timeout_ms, 10000, "how long to wait for the link to come up");
 
 namespace bypass::tools {
@@ -53,10 +61,21 @@ absl::StatusOr<PingOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--mode=", o.mode, " is not latency or rate"));
   }
   if (o.iters == 0) return absl::InvalidArgumentError("--iters must be at least 1");
-  if (28 + PingPayloadBytes(o.size) > 9000) {
+  const bool rdm = absl::GetFlag(FLAGS_layer) == "rdm";
+  if (rdm && o.size > (256u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("--size=", o.size, " is over the 256 MiB the rdm ping buffers"));
+  }
+  if (!rdm && 28 + PingPayloadBytes(o.size) > 9000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--size=", o.size, " does not fit one frame: the raw layer sends one frame per message, "
         "so use --size up to ", 9000 - 28, " (jumbo frames) or --layer=rdm"));
+  }
+  if (absl::GetFlag(FLAGS_window) == 0 || absl::GetFlag(FLAGS_window) > 1024) {
+    return absl::InvalidArgumentError("--window must be 1..1024");
+  }
+  for (double p : {absl::GetFlag(FLAGS_loss), absl::GetFlag(FLAGS_dup), absl::GetFlag(FLAGS_reorder)}) {
+    if (!(p >= 0 && p < 1)) return absl::InvalidArgumentError("--loss, --dup and --reorder are fractions in [0, 1)");
+    if (p > 0 && !rdm) return absl::InvalidArgumentError("--loss, --dup and --reorder need --layer=rdm");
   }
   if (o.burst == 0 || o.burst > 32) return absl::InvalidArgumentError("--burst must be 1..32");
   const std::string connect = absl::GetFlag(FLAGS_connect);
@@ -81,25 +100,45 @@ absl::StatusOr<std::unique_ptr<driver::Device>> OpenForPing(const std::string& u
   dopts.ring_size = 1024;
   // One frame per message: the MTU must hold IPv4 + UDP + the payload
   // (OptionsFromFlags checked it fits a jumbo frame).
-  const uint64_t needed = 28 + PingPayloadBytes(o.size);
+  // The rdm layer segments messages: the default MTU.
+  const uint64_t needed = absl::GetFlag(FLAGS_layer) == "rdm" ? 0 : 28 + PingPayloadBytes(o.size);
   dopts.mtu = static_cast<uint32_t>(std::max<uint64_t>(1500, needed));
+  if (const std::string ip = absl::GetFlag(FLAGS_ip); !ip.empty()) {
+    auto a = driver::Ipv4Address::Parse(ip);
+    if (!a.ok()) return a.status();
+    dopts.ipv4 = *a;
+  }
   auto dev = driver::OpenDevice(uri, dopts);
   if (!dev.ok()) return dev.status();
   if (absl::Status s = WaitForLink(**dev, absl::GetFlag(FLAGS_link_timeout_ms)); !s.ok()) return s;
   return dev;
 }
 
+RdmPingOptions RdmFromFlags() {
+  RdmPingOptions r;
+  r.loss = absl::GetFlag(FLAGS_loss);
+  r.dup = absl::GetFlag(FLAGS_dup);
+  r.reorder = absl::GetFlag(FLAGS_reorder);
+  r.fault_seed = absl::GetFlag(FLAGS_fault_seed);
+  r.window = absl::GetFlag(FLAGS_window);
+  return r;
+}
+
 int RunServer(const std::string& uri, const PingOptions& o) {
   auto dev = OpenForPing(uri, o);
   if (!dev.ok()) return Fail(dev.status());
-  absl::Status s = RunRawServer(**dev, o);
+  absl::Status s = absl::GetFlag(FLAGS_layer) == "rdm"
+                       ? RunRdmServer(*std::move(dev), o, RdmFromFlags())
+                       : RunRawServer(**dev, o);
   return s.ok() ? 0 : Fail(s);
 }
 
 int RunClient(const std::string& uri, const PingOptions& o) {
   auto dev = OpenForPing(uri, o);
   if (!dev.ok()) return Fail(dev.status());
-  auto result = RunRawClient(**dev, o);
+  auto result = absl::GetFlag(FLAGS_layer) == "rdm"
+                    ? RunRdmClient(*std::move(dev), o, RdmFromFlags())
+                    : RunRawClient(**dev, o);
   if (!result.ok()) return Fail(result.status());
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(*result);
@@ -111,7 +150,11 @@ int RunClient(const std::string& uri, const PingOptions& o) {
 
 // --local: this process is the client; a child started from the same binary
 // serves. Both open memif on a fresh socket before DPDK starts in either.
-int RunLocal(const PingOptions& o, char* argv0) {
+constexpr char kLocalServerIp[] = "10.79.255.1";
+constexpr char kLocalClientIp[] = "10.79.255.2";
+
+int RunLocal(PingOptions o, char* argv0) {
+  const bool rdm = absl::GetFlag(FLAGS_layer) == "rdm";
   const std::string sock = absl::StrCat("/tmp/bypass-pingpong-", getpid(), ".sock");
   const pid_t child = fork();
   if (child < 0) return Fail(absl::InternalError("fork failed"));
@@ -119,12 +162,20 @@ int RunLocal(const PingOptions& o, char* argv0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive the client
     std::vector<std::string> args = {
         argv0,
-        "--layer=raw",
+        absl::StrCat("--layer=", absl::GetFlag(FLAGS_layer)),
         "--server",
         absl::StrCat("--device=memif:", sock, ",role=server"),
         absl::StrCat("--size=", o.size),
         absl::StrCat("--link_timeout_ms=", absl::GetFlag(FLAGS_link_timeout_ms)),
     };
+    if (rdm) {
+      args.push_back(absl::StrCat("--ip=", kLocalServerIp));
+      args.push_back(absl::StrCat("--loss=", absl::GetFlag(FLAGS_loss)));
+      args.push_back(absl::StrCat("--dup=", absl::GetFlag(FLAGS_dup)));
+      args.push_back(absl::StrCat("--reorder=", absl::GetFlag(FLAGS_reorder)));
+      args.push_back(absl::StrCat("--fault_seed=", absl::GetFlag(FLAGS_fault_seed) + 1));
+      args.push_back(absl::StrCat("--window=", absl::GetFlag(FLAGS_window)));
+    }
     std::vector<char*> cargv;
     for (auto& a : args) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -133,6 +184,10 @@ int RunLocal(const PingOptions& o, char* argv0) {
     _exit(127);
   }
   // The server creates the socket; the memif client connects when it is there.
+  if (rdm) {
+    absl::SetFlag(&FLAGS_ip, kLocalClientIp);
+    o.peer_ip = *driver::Ipv4Address::Parse(kLocalServerIp);  // memif is point to point: broadcast MAC
+  }
   const int rc = RunClient(absl::StrCat("memif:", sock, ",role=client"), o);
   int status = 0;
   for (int i = 0; i < 200; ++i) {  // the server exits on the client's kFin
@@ -156,13 +211,18 @@ int main(int argc, char** argv) {
       "round-trip latency and message rate between two processes.\n"
       "  pingpong --local                      both sides over memif on this host\n"
       "  pingpong --server --device=URI        one side\n"
-      "  pingpong --device=URI [--connect=MAC] the other side");
+      "  pingpong --device=URI [--connect=MAC] the other side\n"
+      "  pingpong --layer=rdm --local [--loss=0.01 --dup=P --reorder=P]\n"
+      "                                        over RDM endpoints, faults injected into what\n"
+      "                                        each side receives; prints retransmit counters\n"
+      "  pingpong --layer=rdm --server --device=URI [--ip=A]\n"
+      "  pingpong --layer=rdm --device=URI --connect=MAC/A  (rdm needs the server's IPv4)");
   absl::ParseCommandLine(argc, argv);
   using namespace bypass::tools;
   const std::string layer = absl::GetFlag(FLAGS_layer);
-  if (layer != "raw") {
+  if (layer != "raw" && layer != "rdm") {
     return Fail(absl::UnimplementedError(absl::StrCat(
-        "--layer=", layer, " is not built yet (see README: what works); use --layer=raw")));
+        "--layer=", layer, " is not built yet (see README: what works); use --layer=raw or rdm")));
   }
   auto opts = OptionsFromFlags();
   if (!opts.ok()) return Fail(opts.status());

@@ -240,7 +240,7 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
     std::vector<Packet*> pending(opts.burst);
     uint64_t sent = 0;
     const uint64_t total = opts.warmup + opts.iters;
-    uint8_t reply[24];
+    uint8_t reply[24] = {};
     // The warm-up goes first and is reported away, so the count covers iters.
     for (int phase = 0; phase < 2; ++phase) {
       const uint64_t goal = phase == 0 ? opts.warmup : total;
