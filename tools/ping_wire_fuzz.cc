@@ -10,15 +10,12 @@
 #include <vector>
 
 #include "tools/ping_wire.h"
+#include "test/fuzz/fuzz_check.h"
 
 namespace bypass::tools {
 namespace {
 
-void Require(bool ok, const char* what) {
-  if (ok) return;
-  std::fprintf(stderr, "ping_wire_fuzz: %s\n", what);
-  std::abort();
-}
+using ::bypass::fuzz::Require;
 
 // What VerifyPing should say, computed the long way round.
 bool Expected(const uint8_t* data, size_t size, size_t want, uint64_t seq, PingKind kind) {

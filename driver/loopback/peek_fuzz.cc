@@ -18,24 +18,17 @@
 
 #include "driver/loopback/loopback_queue.h"
 #include "driver/net_headers.h"
+#include "test/fuzz/fuzz_check.h"
 
 namespace bypass::driver::loopback {
 namespace {
 
+using ::bypass::fuzz::Require;
+using ::bypass::fuzz::Get16;
+using ::bypass::fuzz::Get32;
+using ::bypass::fuzz::Put16;
+
 constexpr size_t kIpAt = sizeof(EthernetHeader);
-
-void Require(bool ok, const char* what) {
-  if (ok) return;
-  std::fprintf(stderr, "peek_fuzz: %s\n", what);
-  std::abort();
-}
-
-uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
-uint32_t Get32(const uint8_t* p) { return uint32_t{Get16(p)} << 16 | Get16(p + 2); }
 
 std::optional<uint16_t> Peek(const std::vector<uint8_t>& f, uint32_t ipv4) {
   return PeekUdpDstPort(f.data(), static_cast<uint32_t>(f.size()), ipv4);

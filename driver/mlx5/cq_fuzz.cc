@@ -12,18 +12,15 @@
 #include "driver/mlx5/doorbell.h"
 #include "driver/mlx5/prm.h"
 #include "driver/mlx5/ring.h"
+#include "test/fuzz/fuzz_check.h"
 
 namespace bypass::driver::mlx5 {
 namespace {
 
+using ::bypass::fuzz::Require;
+
 constexpr uint32_t kCqes = 8;
 constexpr uint32_t kWqes = 16;
-
-void Require(bool ok, const char* what) {
-  if (ok) return;
-  std::fprintf(stderr, "cq_fuzz: %s\n", what);
-  std::abort();
-}
 
 // Stores records, rings nothing.
 class NullWriter final : public DoorbellWriter {

@@ -15,20 +15,6 @@
 #include "driver/net_headers.h"
 
 namespace bypass::driver::mlx5 {
-namespace {
-
-uint32_t Be32At(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return be32toh(v);
-}
-uint64_t Be64At(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return be64toh(v);
-}
-
-}  // namespace
 
 void FakeNic::FreeRing::operator()(uint8_t* p) const { std::free(p); }
 

@@ -5,8 +5,11 @@
 #ifndef BYPASS_DRIVER_MLX5_PRM_H_
 #define BYPASS_DRIVER_MLX5_PRM_H_
 
+#include <endian.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace bypass::driver::mlx5 {
 
@@ -108,6 +111,23 @@ constexpr uint32_t SendWqeDs(uint32_t len, bool inline_data) {
   if (!inline_data) return 3 + (rest ? 1 : 0);
   return 3 + (rest ? (rest + 4 + kDsBytes - 1) / kDsBytes : 0);
 }
+// Big-endian fields of WQEs and CQEs, read without alignment assumptions.
+inline uint16_t Be16At(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return be16toh(v);
+}
+inline uint32_t Be32At(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return be32toh(v);
+}
+inline uint64_t Be64At(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return be64toh(v);
+}
+
 constexpr uint32_t DsToWqeBbs(uint32_t ds) { return (ds * kDsBytes + kWqeBb - 1) / kWqeBb; }
 
 }  // namespace bypass::driver::mlx5

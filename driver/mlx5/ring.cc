@@ -15,17 +15,6 @@ namespace {
 
 bool PowerOfTwo(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
-uint32_t Be32At(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return be32toh(v);
-}
-uint16_t Be16At(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return be16toh(v);
-}
-
 }  // namespace
 
 absl::Status ValidateRingMemory(const RingMemory& m) {
