@@ -105,6 +105,17 @@ class Endpoint {
     return n;
   }
 
+  Result Write(const RmaRequest& r) {
+    const Result res = engine_->PostWrite(r);
+    if (res == Result::kOk) Flush();
+    return res;
+  }
+  Result Read(const RmaRequest& r) {
+    const Result res = engine_->PostRead(r);
+    if (res == Result::kOk) Flush();
+    return res;
+  }
+
   size_t PollCompletions(absl::Span<Completion> out) { return engine_->PollCompletions(out); }
   size_t PollErrors(absl::Span<ErrorCompletion> out) { return engine_->PollErrors(out); }
   const Counters& counters() const { return engine_->counters(); }

@@ -53,6 +53,15 @@ class Engine {
   // the first contact finds out and goes on with the new one.
   absl::StatusOr<PeerId> InsertPeer(const Address& addr);
   std::optional<Address> PeerAddress(PeerId id) const;
+  // Forgets a peer (fi_av_remove): its operations complete in error
+  // (ECANCELED) and its id may be reused by a later InsertPeer.
+  absl::Status RemovePeer(PeerId id);
+  // Regions peers may read and write; the key is the one to give them.
+  absl::StatusOr<uint64_t> RegisterRegion(const RegionRequest& r);
+  // NotFound for an unknown key. Accesses arriving later fail at the initiator.
+  absl::Status DeregisterRegion(uint64_t key);
+  // DSCP (0..63) for the IPv4 header of every packet sent from now on.
+  absl::Status SetDscp(uint8_t dscp);
   std::optional<PeerStats> peer_stats(PeerId id) const;
   const Counters& counters() const { return counters_; }
   Counters& mutable_counters() { return counters_; }
@@ -65,6 +74,20 @@ class Engine {
   uint64_t now() const { return now_; }
   Result PostSend(const SendRequest& r);
   Result PostRecv(const RecvRequest& r);
+  // RMA (fi_rma(3)). Errors of the target (unknown key, missing access
+  // right, out of the region) complete the operation in error here and
+  // touch nothing there.
+  Result PostWrite(const RmaRequest& r);
+  Result PostRead(const RmaRequest& r);
+  // Cancels the posted receive with this context (fi_cancel): an error
+  // completion with ECANCELED. False when there is none to cancel.
+  bool CancelRecv(void* context);
+  // Free send operation and receive slots (fi_tx_size_left, fi_rx_size_left).
+  uint32_t SendSlotsFree() const;
+  uint32_t RecvSlotsFree() const;
+  // FI_OPT_MIN_MULTI_RECV: a multi-receive buffer with less left is released.
+  void SetMinMultiRecv(size_t bytes);
+  size_t min_multi_recv() const;
   // Takes the packets; those it does not hold go to released().
   void HandleRx(absl::Span<driver::Packet* const> pkts);
   // Delayed ACKs, retransmit timers, RNR retries, handshake retries, peer timeouts.

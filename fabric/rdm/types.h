@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "driver/device.h"
@@ -61,6 +62,22 @@ struct SendRequest {
   uint32_t flags = 0;  // SendFlag bits
 };
 
+// Bits of RecvRequest::flags (libfabric's FI_MULTI_RECV, FI_PEEK, FI_CLAIM,
+// FI_DISCARD; see fi_msg(3) and fi_tagged(3)).
+// One buffer takes many messages, each at the next free offset; released
+// (a completion with kCompMultiRecv) once less than min_multi_recv is left.
+inline constexpr uint32_t kRecvMulti = 1u << 0;
+// Look for a matching message that has arrived, without receiving it: a
+// completion describing it (len, tag, data, source; buf null), or an error
+// completion with ENOMSG. With kRecvClaim it is also reserved for `context`.
+inline constexpr uint32_t kRecvPeek = 1u << 1;
+// Without kRecvPeek: receive the message an earlier peek reserved for
+// `context` (source and tag are ignored).
+inline constexpr uint32_t kRecvClaim = 1u << 2;
+// With kRecvPeek or kRecvClaim: drop the message instead of receiving it
+// (a completion with len 0).
+inline constexpr uint32_t kRecvDiscard = 1u << 3;
+
 // One posted receive (recv or trecv).
 struct RecvRequest {
   PeerId source = kAnyPeer;  // directed receive, or any source
@@ -70,6 +87,43 @@ struct RecvRequest {
   bool tagged = false;
   uint64_t tag = 0;
   uint64_t ignore = 0;  // tag bits that need not match
+  uint32_t flags = 0;   // RecvFlag bits
+};
+
+// Remote memory access (fi_rma(3)).
+// Bits of RegionRequest::access: what a peer may do to the region.
+inline constexpr uint32_t kAccessRemoteRead = 1u << 0;
+inline constexpr uint32_t kAccessRemoteWrite = 1u << 1;
+
+// A region of local memory peers may read or write.
+struct RegionRequest {
+  void* addr = nullptr;  // REQUIRES: valid until deregistered
+  size_t len = 0;
+  uint32_t access = 0;  // Access bits
+  // A peer's address a falls at addr + (a - base): base = addr for virtual
+  // addresses (FI_MR_VIRT_ADDR), 0 for offsets into the region.
+  uint64_t base = 0;
+  // The key peers must present; unset: a random 64-bit key.
+  std::optional<uint64_t> key = std::nullopt;
+  // Reported with the completion of a remote write carrying CQ data.
+  void* context = nullptr;
+};
+
+// Bits of RmaRequest::flags.
+inline constexpr uint32_t kRmaRemoteData = 1u << 0;  // writedata: completes at the target too
+inline constexpr uint32_t kRmaInject = 1u << 1;      // inject write: buf copied, no completion
+
+// One RMA read or write: len bytes between buf and the peer's region `key`
+// at its address `addr`.
+struct RmaRequest {
+  PeerId dest;
+  void* buf = nullptr;  // REQUIRES (without kRmaInject): valid until the completion
+  size_t len = 0;
+  uint64_t addr = 0;  // in the peer's region, as it registered it (see RegionRequest::base)
+  uint64_t key = 0;
+  void* context = nullptr;
+  uint64_t data = 0;  // remote CQ data (with kRmaRemoteData)
+  uint32_t flags = 0;  // RmaFlag bits
 };
 
 // Bits of Completion::flags (the subset of libfabric's FI_* completion flags
@@ -79,6 +133,11 @@ inline constexpr uint64_t kCompRecv = 1u << 1;
 inline constexpr uint64_t kCompMsg = 1u << 2;
 inline constexpr uint64_t kCompTagged = 1u << 3;
 inline constexpr uint64_t kCompRemoteData = 1u << 4;  // data holds the sender's remote CQ data
+inline constexpr uint64_t kCompRma = 1u << 5;
+inline constexpr uint64_t kCompRead = 1u << 6;         // an RMA read we issued
+inline constexpr uint64_t kCompWrite = 1u << 7;        // an RMA write we issued
+inline constexpr uint64_t kCompRemoteWrite = 1u << 8;  // a peer's write with CQ data landed here
+inline constexpr uint64_t kCompMultiRecv = 1u << 9;    // the multi-receive buffer is released
 
 // One finished operation.
 struct Completion {
