@@ -1,8 +1,10 @@
 // The chaos soak: every node sends random messages (0 to 4 MiB, tagged and
-// untagged, with remote CQ data, some injected) to every other node under 5%
-// drop, 2% duplication, 10% reordering and 0.1% corruption, with receives
-// posted both before and after their messages arrive. Every message must
-// arrive exactly once, in order, intact.
+// untagged, with remote CQ data, some injected; eager and rendezvous) to
+// every other node, and writes and reads every other node's region (RMA,
+// some with remote CQ data, some injected), under 5% drop, 2% duplication,
+// 10% reordering and 0.1% corruption, with receives posted both before and
+// after their messages arrive. Every message must arrive exactly once, in
+// order, intact; every write must land intact and every read bring it back.
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -49,6 +51,23 @@ size_t RandomSize(driver::fault::Xoshiro256& rng) {
 }
 
 uint64_t PatternId(const Msg& m) { return uint64_t(m.src) << 48 | uint64_t(m.dst) << 40 | m.index; }
+
+// One RMA write and the read of the same bytes behind it, src into dst's
+// region at `at` (a place of its own).
+struct RmaPair {
+  int src = 0;
+  int dst = 0;
+  uint64_t id = 0;
+  uint64_t at = 0;
+  bool remote_data = false;
+  bool inject = false;
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> back;
+  int write_done = 0;
+  int read_done = 0;
+};
+constexpr int kRmaPerPair = 6;
+constexpr uint64_t kRmaSlot = 256 * 1024;
 
 class ChaosTest : public ::testing::TestWithParam<Soak> {};
 
@@ -108,6 +127,74 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
       recv_order.push_back(i++);
     }
   }
+  // RMA: every node's region has a slot for each op aimed at it.
+  std::vector<std::vector<uint8_t>> region(soak.nodes);
+  std::vector<uint64_t> key(soak.nodes);
+  std::vector<int> remote_done(soak.nodes, 0), remote_expected(soak.nodes, 0);
+  for (int n = 0; n < soak.nodes; ++n) {
+    region[n].assign(static_cast<size_t>(soak.nodes) * kRmaPerPair * kRmaSlot, 0);
+    absl::StatusOr<uint64_t> k = net.ep(n).engine().RegisterRegion(
+        {.addr = region[n].data(),
+         .len = region[n].size(),
+         .access = kAccessRemoteRead | kAccessRemoteWrite,
+         .context = &region[n]});
+    ASSERT_TRUE(k.ok()) << k.status();
+    key[n] = *k;
+  }
+  std::vector<RmaPair> rma;
+  for (int s = 0; s < soak.nodes; ++s) {
+    for (int d = 0; d < soak.nodes; ++d) {
+      if (s == d) continue;
+      for (int k = 0; k < kRmaPerPair; ++k) {
+        RmaPair r;
+        r.src = s;
+        r.dst = d;
+        r.id = 0xa000 + rma.size();
+        r.at = (static_cast<uint64_t>(s) * kRmaPerPair + k) * kRmaSlot;
+        r.inject = k == 0;
+        r.remote_data = !r.inject && rng.Below(2) == 0;
+        const size_t n = r.inject ? rng.Below(257) : rng.Below(kRmaSlot + 1);
+        r.out.resize(n);
+        testing::FillPattern(r.id, absl::MakeSpan(r.out));
+        r.back.assign(n, 0xee);
+        if (r.remote_data) ++remote_expected[d];
+        rma.push_back(std::move(r));
+      }
+    }
+  }
+  // Posted first: each write, then the read of the same bytes (the stream
+  // orders them; nothing else writes there).
+  size_t rma_posted = 0;
+  auto post_rma = [&] {
+    for (; rma_posted < rma.size(); ++rma_posted) {
+      RmaPair& r = rma[rma_posted];
+      const PeerId to = peer[r.src][r.dst];
+      if (net.ep(r.src).engine().SendSlotsFree() < 2) return;
+      ASSERT_EQ(net.ep(r.src).Write({.dest = to,
+                                     .buf = r.out.data(),
+                                     .len = r.out.size(),
+                                     .addr = r.at,
+                                     .key = key[r.dst],
+                                     .context = &r,
+                                     .data = r.id,
+                                     .flags = (r.remote_data ? kRmaRemoteData : 0u) |
+                                              (r.inject ? kRmaInject : 0u)}),
+                Result::kOk);
+      ASSERT_EQ(net.ep(r.src).Read({.dest = to,
+                                    .buf = r.back.data(),
+                                    .len = r.back.size(),
+                                    .addr = r.at,
+                                    .key = key[r.dst],
+                                    .context = &r}),
+                Result::kOk);
+    }
+  };
+  post_rma();
+  size_t rma_done = 0;
+  const size_t rma_expected = rma.size() + static_cast<size_t>(std::count_if(
+                                               rma.begin(), rma.end(),
+                                               [](const RmaPair& r) { return !r.inject; }));
+
   size_t posted = 0, sent = 0;
   auto post_one = [&]() -> bool {
     Msg& m = msgs[recv_order[posted]];
@@ -149,6 +236,23 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
       Completion c[64];
       while (size_t got = net.ep(n).PollCompletions(c)) {
         for (size_t i = 0; i < got; ++i) {
+          if (c[i].flags & kCompRemoteWrite) {
+            EXPECT_EQ(c[i].context, &region[n]);
+            ++remote_done[n];
+            continue;
+          }
+          if (c[i].flags & kCompRead) {
+            ++rma_done;
+            RmaPair& r = *static_cast<RmaPair*>(c[i].context);
+            ++r.read_done;
+            EXPECT_EQ(c[i].len, r.back.size());
+            continue;
+          }
+          if (c[i].flags & kCompWrite) {
+            ++rma_done;
+            ++static_cast<RmaPair*>(c[i].context)->write_done;
+            continue;
+          }
           Msg& m = *static_cast<Msg*>(c[i].context);
           if (c[i].flags & kCompSend) {
             ++send_done;
@@ -164,12 +268,27 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
       ErrorCompletion e[8];
       while (size_t got = net.ep(n).PollErrors(e)) errors.insert(errors.end(), e, e + got);
     }
-    if (!errors.empty() || (recv_done == msgs.size() && send_done == sends_expected)) break;
+    post_rma();
+    bool remote_all = true;
+    for (int n = 0; n < soak.nodes; ++n) remote_all = remote_all && remote_done[n] == remote_expected[n];
+    if (!errors.empty() || (recv_done == msgs.size() && send_done == sends_expected &&
+                            rma_posted == rma.size() && rma_done == rma_expected && remote_all)) {
+      break;
+    }
     net.Step();
   }
   for (const ErrorCompletion& e : errors) ADD_FAILURE() << "error completion: " << e.message;
   EXPECT_EQ(recv_done, msgs.size());
   EXPECT_EQ(send_done, sends_expected);
+  EXPECT_EQ(rma_done, rma_expected);
+  for (int n = 0; n < soak.nodes; ++n) EXPECT_EQ(remote_done[n], remote_expected[n]) << n;
+  for (const RmaPair& r : rma) {
+    EXPECT_EQ(r.write_done, r.inject ? 0 : 1) << r.id;
+    EXPECT_EQ(r.read_done, 1) << r.id;
+    EXPECT_EQ(std::memcmp(region[r.dst].data() + r.at, r.out.data(), r.out.size()), 0)
+        << "write " << r.id << " (" << r.out.size() << " bytes)";
+    EXPECT_EQ(testing::CheckPattern(r.id, r.back), -1) << "read " << r.id;
+  }
   uint64_t bytes = 0;
   for (const Msg& m : msgs) {
     bytes += m.in.size();
@@ -189,6 +308,8 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
     sum.checksum_dropped += c.checksum_dropped + c.malformed_dropped;
     sum.unexpected_msgs += c.unexpected_msgs;
     sum.tx_data_packets += c.tx_data_packets;
+    sum.rendezvous_sent += c.rendezvous_sent;
+    sum.rma_served += c.rma_served;
     corrupted += net.device(n).counters().corrupted;
     dropped += net.device(n).counters().dropped;
     dups += net.device(n).counters().duplicated;
@@ -198,6 +319,11 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
   EXPECT_GT(sum.duplicates_dropped, 0u);
   EXPECT_EQ(sum.checksum_dropped, corrupted) << "every corrupted packet detected";
   EXPECT_GT(sum.unexpected_msgs, 0u);
+  EXPECT_GT(sum.rendezvous_sent, 0u) << "both protocols ran";
+  EXPECT_EQ(sum.rma_served, 2 * rma.size()) << "every write and read applied once";
+  std::printf("seed %llu: %llu messages by rendezvous, %zu RMA writes and reads\n",
+              static_cast<unsigned long long>(soak.seed),
+              static_cast<unsigned long long>(sum.rendezvous_sent), 2 * rma.size());
   std::printf(
       "seed %llu, %d nodes, MTU %u: %zu messages, %.1f MiB in %llu steps (%.1f ms virtual); "
       "%llu data packets, fault drops %llu dups %llu corrupt %llu; retransmits fast %llu "
@@ -221,6 +347,7 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
 TEST(ChaosRestartTest, ReceiverRestartsUnderFaults) {
   for (uint64_t seed : {11, 12}) {
     NetOptions o;
+    o.config.rendezvous_threshold = 32 * 1024;  // most of these go by rendezvous
     o.tick_ns = 2'000;
     o.faults.drop = 0.05;
     o.faults.dup = 0.02;

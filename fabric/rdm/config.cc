@@ -24,6 +24,12 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
   if (c.max_msg_size == 0 || c.max_msg_size > (uint64_t{1} << 32)) {
     return bad("max_msg_size", c.max_msg_size, "1..4 GiB");
   }
+  if (c.max_regions == 0 || c.max_regions > (1u << 20)) {
+    return bad("max_regions", c.max_regions, "1..2^20");
+  }
+  if (c.max_rma_ops == 0 || c.max_rma_ops > (1u << 20)) {
+    return bad("max_rma_ops", c.max_rma_ops, "1..2^20");
+  }
   if (c.window_packets == 0 || c.window_packets > wire::kSackBits) {
     return bad("window_packets", c.window_packets, "1..256 (the SACK bitmap)");
   }
@@ -45,6 +51,9 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
   }
   if (c.rnr_retry_min_ns == 0 || c.rnr_retry_min_ns > c.rnr_retry_max_ns) {
     return bad("rnr_retry_min_ns", c.rnr_retry_min_ns, "non-zero and at most rnr_retry_max_ns");
+  }
+  if (c.rnr_give_up_ns < c.rnr_retry_min_ns) {
+    return bad("rnr_give_up_ns", c.rnr_give_up_ns, "at least rnr_retry_min_ns");
   }
   if (c.peer_timeout_ns <= c.rto_min_ns || c.peer_timeout_ns <= c.rnr_retry_max_ns) {
     return bad("peer_timeout_ns", c.peer_timeout_ns,

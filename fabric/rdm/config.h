@@ -24,13 +24,25 @@ struct EndpointConfig {
   uint32_t max_send_ops = 256;  // sends (and injects) not yet acknowledged
   uint32_t max_posted_recvs = 256;
   uint32_t inject_size = 256;         // bytes an inject copies
-  uint64_t max_msg_size = 16u << 20;  // eager, segmented; rendezvous is later work
+  uint64_t max_msg_size = 16u << 20;  // up to 4 GiB (rendezvous carries large ones)
+  // Messages longer than this go by rendezvous (a request to send, then the
+  // receiver pulls the bytes straight into its receive); others eager.
+  // Chosen by measurement: PROTOCOL.md, "Choosing the rendezvous threshold".
+  uint64_t rendezvous_threshold = 128u << 10;
+  // RMA: regions registered at once, and the engine's own RMA work in flight
+  // (answers to peers' reads and writes, pulls of rendezvous messages).
+  // Reads and writes posted here take send operations (max_send_ops).
+  uint32_t max_regions = 64;
+  uint32_t max_rma_ops = 64;
   uint32_t window_packets = 128;      // receive window granted per peer, 1..256
   // Out-of-order packets held across all peers; 0: half the device pool.
   uint32_t max_held_packets = 0;
   uint32_t max_unexpected_msgs = 128;
   uint64_t unexpected_bytes = 8u << 20;    // buffer for messages without a receive
   uint32_t unexpected_chunk_bytes = 4096;  // its allocation unit
+  // A multi-receive buffer with less than this left is released
+  // (FI_OPT_MIN_MULTI_RECV; Engine::SetMinMultiRecv changes it).
+  uint64_t min_multi_recv = 1024;
 
   // Acknowledgement.
   uint64_t ack_delay_ns = 5'000;           // delayed ACK when no reply carries it
@@ -43,6 +55,9 @@ struct EndpointConfig {
   uint64_t rto_max_ns = 100'000'000;
   uint64_t rnr_retry_min_ns = 20'000;  // first retry after a "receiver not ready"
   uint64_t rnr_retry_max_ns = 10'000'000;
+  // A send the receiver keeps refusing (no receive posted, unexpected queue
+  // full) this long completes in error (ENOSPC); the session goes on.
+  uint64_t rnr_give_up_ns = 5'000'000'000;
   uint64_t peer_timeout_ns = 2'000'000'000;  // silence with work pending: fail it
   uint64_t reset_interval_ns = 100'000;      // at most one RESET per source per interval
 

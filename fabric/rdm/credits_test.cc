@@ -77,7 +77,9 @@ TEST(CreditsTest, UnexpectedQueueIsBoundedAndSendersWaitWithoutFailing) {
 }
 
 TEST(CreditsTest, MessageLargerThanTheUnexpectedBufferWaitsForItsReceive) {
-  Net net(SmallReceiver());
+  NetOptions o = SmallReceiver();
+  o.config.rendezvous_threshold = UINT64_MAX;  // eager (rendezvous_test has the other way)
+  Net net(o);
   const PeerId to_b = net.Peer(0, 1);
   std::vector<uint8_t> big(256 * 1024), in(256 * 1024);
   testing::FillPattern(3, absl::MakeSpan(big));

@@ -73,15 +73,20 @@ Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t m
       incarnation_(incarnation),
       rng_state_(seed),
       peers_(config.max_peers, ring_size),
-      ops_(new SendOp[config.max_send_ops]),
+      ops_(new SendOp[uint64_t{config.max_send_ops} + config.max_rma_ops]),
       free_ops_(config.max_send_ops),
+      free_ctl_(config.max_rma_ops),
+      regions_(new Region[config.max_regions]),
+      free_regions_(config.max_regions),
       inject_arena_(new uint8_t[uint64_t{config.max_send_ops} * config.inject_size]),
       matcher_(config.max_posted_recvs, config.max_unexpected_msgs, config.unexpected_bytes,
                config.unexpected_chunk_bytes),
       cq_(config.max_send_ops + config.max_posted_recvs, config.max_send_ops),
       work_(new uint32_t[config.max_peers]),
       released_(new driver::Packet*[held_budget + kReleaseSlack]),
-      released_capacity_(held_budget + kReleaseSlack) {}
+      released_capacity_(held_budget + kReleaseSlack) {
+  matcher_.set_min_multi_recv(config.min_multi_recv);
+}
 
 Engine::~Engine() = default;
 
@@ -99,7 +104,7 @@ absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
   uint32_t pi = peers_.Find(addr.ip.value, addr.udp_port);
   if (pi != kNone) {
     peers_[pi].inserted = true;
-    return PeerId{pi};
+    return peers_.Id(pi);
   }
   pi = peers_.Add(addr.ip.value, addr.udp_port);
   if (pi == kNone) {
@@ -109,17 +114,50 @@ absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
   }
   InitPeer(pi, addr.mac, addr.ip, addr.udp_port, addr.incarnation);
   peers_[pi].inserted = true;
-  return PeerId{pi};
+  return peers_.Id(pi);
 }
+
+absl::Status Engine::RemovePeer(PeerId id) {
+  if (!peers_.Valid(id)) {
+    return absl::NotFoundError(absl::StrCat(
+        "RemovePeer(", id.value, "): no such peer (never inserted, or already removed)"));
+  }
+  const uint32_t pi = PeerTable::Index(id);
+  const char* why = "was removed; operation canceled";
+  FailPeer(pi, ECANCELED, why, /*keep_unsent=*/false);
+  // Receives only it could satisfy, and what it sent that nobody took.
+  for (uint32_t s = matcher_.TakePostedFrom(id); s != kNone; s = matcher_.TakePostedFrom(id)) {
+    CancelSlot(s, "receive canceled: its source was removed");
+  }
+  for (uint32_t e = matcher_.FindFrom(id); e != kNone; e = matcher_.FindFrom(id)) {
+    matcher_.Release(e);
+  }
+  NoteUnexpectedDepth();
+  ResourcesFreed();
+  peers_.Remove(pi);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SetDscp(uint8_t dscp) {
+  if (dscp > 63) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetDscp(", dscp, "): a DSCP is 6 bits; use 0..63 (e.g. 46 for EF)"));
+  }
+  dscp_ = dscp;
+  for (uint32_t i = 0; i < peers_.size(); ++i) peers_[i].flow.dscp = dscp;
+  return absl::OkStatus();
+}
+
+uint32_t Engine::SendSlotsFree() const { return free_ops_.available(); }
 
 std::optional<Address> Engine::PeerAddress(PeerId id) const {
   if (!peers_.Valid(id)) return std::nullopt;
-  return peers_[id.value].addr;
+  return peers_[PeerTable::Index(id)].addr;
 }
 
 std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   if (!peers_.Valid(id)) return std::nullopt;
-  const Peer& p = peers_[id.value];
+  const Peer& p = peers_[PeerTable::Index(id)];
   PeerStats s;
   s.established = p.rx_known && p.tx_ready;
   s.incarnation = p.addr.incarnation;
@@ -137,7 +175,14 @@ void Engine::InitPeer(uint32_t pi, const driver::MacAddress& mac, driver::Ipv4Ad
                       uint16_t port, uint32_t incarnation) {
   Peer& p = peers_[pi];
   p.addr = Address{mac, ip, port, incarnation};
-  p.flow = driver::UdpFlow{dev_.mac, mac, dev_.ip, ip, config_.udp_port, port, 0};
+  // Without a MAC the HELLO goes to every host on the segment; the peer's
+  // answer teaches its MAC (SessionFromHello).
+  p.mac_unknown = mac == driver::MacAddress{};
+  p.flow = driver::UdpFlow{dev_.mac, p.mac_unknown ? driver::kBroadcastMac : mac,
+                           dev_.ip,  ip,
+                           config_.udp_port,
+                           port,
+                           dscp_};
   p.rtt = RttEstimator(config_.rto_initial_ns, config_.rto_min_ns, config_.rto_max_ns);
   NewTxSession(p);
 }
@@ -153,6 +198,7 @@ void Engine::NewTxSession(Peer& p) {
   p.rnr_wait = false;
   p.rnr_until = 0;
   p.rnr_delay = 0;
+  p.rnr_since = 0;
   p.window_stalled = false;
 }
 
@@ -197,7 +243,7 @@ Result Engine::PostSend(const SendRequest& r) {
   if (!inject && !cq_.Reserve()) return Result::kAgain;
   const uint32_t o = free_ops_.Pop();
   SendOp& op = ops_[o];
-  op = SendOp{};
+  std::construct_at(&op);  // in place: no temporary copied over it
   if (inject) {
     uint8_t* copy = inject_arena_.get() + uint64_t{o} * config_.inject_size;
     if (r.len > 0) std::memcpy(copy, r.buf, r.len);
@@ -212,9 +258,13 @@ Result Engine::PostSend(const SendRequest& r) {
   op.msg_flags = static_cast<uint16_t>(((r.flags & kSendTagged) ? wire::kMsgTagged : 0) |
                                        ((r.flags & kSendRemoteData) ? wire::kMsgRemoteData : 0));
   op.inject = inject;
-  op.peer = r.dest.value;
+  op.peer = PeerTable::Index(r.dest);
+  if (!inject && r.len > config_.rendezvous_threshold) {
+    op.kind = OpKind::kRndv;  // engine_rma.cc
+    ++counters_.rendezvous_sent;
+  }
 
-  Peer& p = peers_[r.dest.value];
+  Peer& p = peers_[op.peer];
   if (!p.busy()) {
     p.activity_ns = now_;
     ArmTimer(now_ + config_.peer_timeout_ns);
@@ -229,15 +279,25 @@ Result Engine::PostSend(const SendRequest& r) {
     p.hello_due_ns = now_;
     p.hello_tries = 0;
   }
-  Enqueue(r.dest.value);
+  Enqueue(op.peer);
   return Result::kOk;
 }
 
 Result Engine::PostRecv(const RecvRequest& r) {
-  if (r.len > 0 && r.buf == nullptr) return Result::kInvalid;
+  const uint32_t f = r.flags;
+  if ((f & ~(kRecvMulti | kRecvPeek | kRecvClaim | kRecvDiscard)) != 0 ||
+      ((f & kRecvMulti) && (f & (kRecvPeek | kRecvClaim | kRecvDiscard))) ||
+      ((f & kRecvDiscard) && !(f & (kRecvPeek | kRecvClaim)))) {
+    return Result::kInvalid;
+  }
+  if ((f & kRecvPeek) == 0 && r.len > 0 && r.buf == nullptr) return Result::kInvalid;
+  if ((f & kRecvClaim) && !(f & kRecvPeek)) return Claim(r);  // source and tag do not apply
   if (!(r.source == kAnyPeer) && !peers_.Valid(r.source)) return Result::kInvalid;
+  if (f & kRecvPeek) return Peek(r);
   if (!cq_.Reserve()) return Result::kAgain;
+  if (f & kRecvMulti) return PostMulti(r);
   const uint32_t e = matcher_.FindUnexpected(r);
+  if (e != kNone && matcher_.unexpected(e).rendezvous) return PullUnexpected(e, r);
   if (e != kNone && matcher_.unexpected(e).complete) {
     DeliverUnexpected(e, r);
     ResourcesFreed();
@@ -251,15 +311,7 @@ Result Engine::PostRecv(const RecvRequest& r) {
   if (e == kNone) {
     matcher_.QueueRecv(slot);
   } else {
-    // The message is still arriving: what came so far moves to the
-    // receive's buffer and the rest goes there directly.
-    const UnexpectedMsg& m = matcher_.unexpected(e);
-    Peer& p = peers_[m.source.value];
-    matcher_.CopyOut(e, static_cast<uint8_t*>(r.buf), r.len);
-    p.rx_msg.sink = RxSink::kPosted;
-    p.rx_msg.index = slot;
-    matcher_.Release(e);
-    NoteUnexpectedDepth();
+    BindArriving(e, slot, 0);
   }
   ResourcesFreed();
   return Result::kOk;
@@ -279,11 +331,18 @@ void Engine::DeliverUnexpected(uint32_t e, const RecvRequest& r) {
   NoteUnexpectedDepth();
 }
 
-void Engine::CompleteRecv(PeerId src, const RecvRequest& r, const RxMessage& m) {
+void Engine::CompleteRecv(PeerId src, const RecvRequest& r, const RxMessage& m,
+                          uint64_t extra_flags) {
+  if (r.flags & kRecvDiscard) {
+    // A discarded rendezvous message, pulled with no bytes: the peek or
+    // claim that discarded it has completed already.
+    cq_.Unreserve();
+    return;
+  }
   Completion c;
   c.context = r.context;
   c.flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0) |
-            ((m.msg_flags & wire::kMsgRemoteData) ? kCompRemoteData : 0);
+            ((m.msg_flags & wire::kMsgRemoteData) ? kCompRemoteData : 0) | extra_flags;
   c.len = std::min<uint64_t>(m.total, r.len);
   c.buf = r.buf;
   c.data = m.data;
@@ -306,23 +365,28 @@ void Engine::CompleteRecv(PeerId src, const RecvRequest& r, const RxMessage& m) 
 
 void Engine::CompleteSend(uint32_t o) {
   SendOp& op = ops_[o];
-  if (!op.inject) {
+  if (!op.inject && !op.abandoned) {  // an abandoned one has had its error
     Completion c;
     c.context = op.context;
     c.flags = kCompSend | kCompMsg | ((op.msg_flags & wire::kMsgTagged) ? kCompTagged : 0);
     c.len = op.len;
-    c.source = PeerId{op.peer};
+    c.source = peers_.Id(op.peer);
     cq_.Push(c);
   }
   free_ops_.Push(o);
 }
 
 void Engine::FailSend(uint32_t o, int err, const char* why) {
-  SendOp& op = ops_[o];
+  if (!ops_[o].abandoned) ReportSendError(o, err, why);
+  free_ops_.Push(o);
+}
+
+void Engine::ReportSendError(uint32_t o, int err, const char* why) {
+  const SendOp& op = ops_[o];
   ErrorCompletion ec;
   ec.op.context = op.context;
   ec.op.flags = kCompSend | kCompMsg | ((op.msg_flags & wire::kMsgTagged) ? kCompTagged : 0);
-  ec.op.source = PeerId{op.peer};
+  ec.op.source = peers_.Id(op.peer);
   ec.err = err;
   FormatPeerError(&ec, op.peer, why);
   ++counters_.ops_failed;
@@ -331,7 +395,6 @@ void Engine::FailSend(uint32_t o, int err, const char* why) {
   } else {
     cq_.PushError(ec);
   }
-  free_ops_.Push(o);
 }
 
 void Engine::FormatPeerError(ErrorCompletion* ec, uint32_t pi, const char* what) const {

@@ -137,8 +137,32 @@ class Engine {
   void ResourcesFreed();
   void CompleteSend(uint32_t o);
   void FailSend(uint32_t o, int err, const char* why);
-  void CompleteRecv(PeerId src, const RecvRequest& r, const RxMessage& m);
+  void CompleteRecv(PeerId src, const RecvRequest& r, const RxMessage& m, uint64_t extra_flags = 0);
   void DeliverUnexpected(uint32_t e, const RecvRequest& r);
+  // The error record of a send, to the error queue; the op stays.
+  void ReportSendError(uint32_t o, int err, const char* why);
+
+  // engine_recv.cc: multi-receive, peek/claim/discard, cancel.
+  Result PostMulti(const RecvRequest& r);
+  Result Peek(const RecvRequest& r);
+  Result Claim(const RecvRequest& r);
+  // Receives unexpected message e (still arriving) into slot at base.
+  void BindArriving(uint32_t e, uint32_t slot, uint64_t base);
+  // Drops unexpected message e, complete or still arriving.
+  void DropUnexpected(uint32_t e);
+  // Drops e for a discarding peek or claim with this context (a rendezvous
+  // message is pulled with no bytes so that its sender completes).
+  Result DiscardMessage(uint32_t e, void* context);
+  // A message into `slot` ended: where it landed (buf, len) and, for the
+  // last one of a released multi-receive, kCompMultiRecv in *flags. Frees
+  // the slot when nothing more will land in it.
+  RecvRequest EndRecvSlot(uint32_t slot, const RxMessage& m, uint64_t* flags);
+  // Completes an unqueued receive with ECANCELED (a multi-receive with
+  // messages still arriving only stops taking more).
+  void CancelSlot(uint32_t slot, const char* why);
+  // The receiver refused the message at snd_una for rnr_give_up_ns: fails it
+  // and sends what is in flight of it as abandoned. False if it cannot.
+  bool GiveUpRefused(uint32_t pi, Peer& p);
   void NoteUnexpectedDepth();
   void FormatPeerError(ErrorCompletion* ec, uint32_t pi, const char* what) const;
 
@@ -182,6 +206,62 @@ class Engine {
   void WriteData(Peer& p, Psn psn, const TxEntry& e, uint16_t flags, driver::Packet* pkt);
   void BuildResetPacket(const PendingReset& r, driver::Packet* pkt);
 
+  // engine_rma.cc: RMA, rendezvous and the engine's own answers.
+  // A region peers may access.
+  struct Region {
+    bool in_use = false;
+    uint32_t generation = 0;  // +1 per registration of the slot
+    uint8_t* addr = nullptr;
+    uint64_t len = 0;
+    uint32_t access = 0;
+    uint64_t base = 0;
+    uint64_t key = 0;
+    void* context = nullptr;
+    uint32_t reads = 0;  // READ_DATA answers streaming from it
+  };
+  bool IsUserOp(uint32_t o) const { return o < config_.max_send_ops; }
+  // The next op to send is the user's and waits for a rendezvous answer.
+  bool CursorHeld(const Peer& p) const {
+    return p.rndv_hold && IsUserOp(p.cursor_op) && !ops_[p.cursor_op].pulled;
+  }
+  // An engine-owned op slot (kNone when all max_rma_ops are busy).
+  uint32_t AllocCtl();
+  void FreeOp(uint32_t o);
+  // Queues op o (kind and fields set) at the tail of the peer's stream.
+  void QueueOp(uint32_t pi, uint32_t o);
+  // A sequenced packet, in order: DATA to ConsumeData, the others here.
+  // False: refused (not consumed; the sender retries after an RNR).
+  bool ConsumeSequenced(uint32_t pi, Peer& p, wire::PacketType type, const wire::MsgFields& m,
+                        const wire::RmaFields& r, absl::Span<const uint8_t> payload);
+  bool ConsumeRts(uint32_t pi, Peer& p, const wire::MsgFields& m);
+  bool ConsumeWrite(uint32_t pi, Peer& p, const wire::RmaFields& r,
+                    absl::Span<const uint8_t> payload);
+  bool ConsumeReadReq(uint32_t pi, Peer& p, const wire::RmaFields& r);
+  void ConsumePullReq(uint32_t pi, Peer& p, const wire::RmaFields& r);
+  void ConsumeReadData(uint32_t pi, Peer& p, const wire::RmaFields& r,
+                       absl::Span<const uint8_t> payload);
+  void ConsumeResponse(uint32_t pi, Peer& p, const wire::RmaFields& r);
+  // Starts pulling rendezvous message (msg_id, fields) from peer pi into
+  // receive slot `slot`. REQUIRES: a free engine op (AllocCtl).
+  void StartPull(uint32_t pi, uint32_t o, uint32_t slot, uint32_t msg_id, uint64_t total,
+                 uint16_t msg_flags, uint64_t tag, uint64_t data);
+  // PostRecv found rendezvous message e unexpected: pull it into r.
+  Result PullUnexpected(uint32_t e, const RecvRequest& r);
+  // A queued op's packets are all acknowledged: complete it, free it, or
+  // park it in Peer::waiting for the peer's answer.
+  void OpAcked(Peer& p, uint32_t o);
+  // Ends op o (in no list) in error: its error completion, if any.
+  void FailOp(uint32_t o, int err, const char* why);
+  void CompleteRma(uint32_t o);
+  uint32_t SegmentMax(const Peer& p, const SendOp& op) const;
+  void WriteRmaPacket(Peer& p, Psn psn, const TxEntry& e, uint16_t flags, driver::Packet* pkt);
+  wire::RmaStatus CheckAccess(uint64_t key, uint64_t addr, uint64_t len, uint32_t access,
+                              uint32_t* region) const;
+  void RunProbe(uint32_t pi, Peer& p, uint64_t* next);
+  uint64_t RxSession(const Peer& p) const {
+    return uint64_t{p.addr.incarnation} << 32 | p.rx_isn.value();
+  }
+
   // engine_timers.cc: timers and tearing sessions down.
   void OnRto(uint32_t pi, Peer& p);
   void MarkRetx(Peer& p, Psn psn, bool fast);
@@ -198,10 +278,14 @@ class Engine {
   uint64_t rng_state_;
   uint64_t now_ = 0;
   uint64_t next_timer_ns_ = UINT64_MAX;
+  uint8_t dscp_ = 0;
 
   PeerTable peers_;
-  std::unique_ptr<SendOp[]> ops_;
+  std::unique_ptr<SendOp[]> ops_;  // max_send_ops user ops, then max_rma_ops engine ops
   FreeSlots free_ops_;
+  FreeSlots free_ctl_;  // engine ops, numbered from max_send_ops
+  std::unique_ptr<Region[]> regions_;
+  FreeSlots free_regions_;
   std::unique_ptr<uint8_t[]> inject_arena_;
   MatchQueues matcher_;
   CompletionQueue cq_;

@@ -1,7 +1,9 @@
 // The sender's side of acknowledgements: cumulative ACKs, RTT samples,
 // credits, RNR, SACK-driven fast retransmit and completing sends.
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 
 #include "fabric/rdm/engine.h"
 
@@ -18,6 +20,10 @@ void Engine::OnAckPacket(uint32_t pi, const wire::View& v) {
     return;
   }
   p.activity_ns = now_;
+  if (v.common.flags & wire::kFlagAckReq) {  // a liveness probe: answer it
+    p.ack_now = p.ack_standalone = true;
+    Enqueue(pi);
+  }
   OnAck(pi, p, v.common, &v.ack);
 }
 
@@ -55,6 +61,7 @@ void Engine::OnAck(uint32_t pi, Peer& p, const wire::Common& c, const wire::AckF
     p.backoff = 0;
     p.rnr_wait = false;
     p.rnr_delay = 0;
+    p.rnr_since = 0;
     CompleteAckedOps(p);
     p.rto_deadline = p.inflight() > 0 ? now_ + p.rtt.rto() : 0;
     if (p.rto_deadline != 0) ArmTimer(p.rto_deadline);
@@ -62,8 +69,11 @@ void Engine::OnAck(uint32_t pi, Peer& p, const wire::Common& c, const wire::AckF
   p.window_end = ack + c.credit;
   if (c.flags & wire::kFlagRnr) {
     if (p.inflight() > 0) {
-      // Refused for lack of receive resources: not a loss; retry later.
+      // Refused for lack of receive resources: not a loss; retry later,
+      // unless it has been refused for rnr_give_up_ns.
       ++counters_.rnr_received;
+      if (p.rnr_since == 0) p.rnr_since = now_;
+      if (now_ - p.rnr_since >= config_.rnr_give_up_ns && GiveUpRefused(pi, p)) return;
       p.rnr_delay = p.rnr_delay == 0 ? config_.rnr_retry_min_ns
                                      : std::min(2 * p.rnr_delay, config_.rnr_retry_max_ns);
       p.rnr_wait = true;
@@ -119,13 +129,47 @@ void Engine::ProcessSack(uint32_t pi, Peer& p, Psn ack, const wire::AckFields& s
   if (p.retx_queued > 0) Enqueue(pi);
 }
 
+bool Engine::GiveUpRefused(uint32_t pi, Peer& p) {
+  const TxEntry& e = p.entry(p.snd_una);
+  if (e.op == kNone || e.offset != 0) return false;  // refusals only happen at a message's start
+  const uint32_t o = e.op;
+  SendOp& op = ops_[o];
+  if (op.abandoned) return false;
+  // RMA requests and answers are not messages (engine_rma.cc): never given up.
+  if (op.kind != OpKind::kMsg && op.kind != OpKind::kRndv) return false;
+  op.abandoned = true;
+  if (p.cursor_op == o) {  // its unsent segments never go
+    op.all_sent = true;
+    op.last_psn = p.next_psn + UINT32_MAX;  // next_psn - 1
+    p.cursor_op = op.next;
+    p.cursor_offset = 0;
+  }
+  ++counters_.rnr_give_ups;
+  ++counters_.ops_failed;
+  char why[128];
+  std::snprintf(why, sizeof(why),
+                "has posted no receive for it for %llu ms (unexpected queue full); send failed",
+                static_cast<unsigned long long>((now_ - p.rnr_since) / 1'000'000));
+  ReportSendError(o, ENOSPC, why);
+  // What is in flight of it goes again as abandoned, so that the receiver
+  // spends its PSNs and message number and goes on with the next message.
+  p.rnr_since = 0;
+  p.rnr_wait = false;
+  p.rnr_delay = 0;
+  MarkRetx(p, p.snd_una, /*fast=*/false);
+  p.rto_deadline = now_ + p.rtt.rto(p.backoff);
+  ArmTimer(p.rto_deadline);
+  Enqueue(pi);
+  return true;
+}
+
 void Engine::CompleteAckedOps(Peer& p) {
   while (!p.ops.empty()) {
     const uint32_t o = p.ops.front();
     const SendOp& op = ops_[o];
     if (!op.all_sent || !op.last_psn.Before(p.snd_una)) break;
     p.ops.Remove(ops_.get(), o);
-    CompleteSend(o);
+    OpAcked(p, o);
   }
 }
 

@@ -64,7 +64,8 @@ BENCHMARK(BM_RawPingPong);
 // Two endpoints on two loopback ports of one segment.
 template <class QP>
 struct Pair {
-  explicit Pair(QP& (*queue)(LoopbackDevice&), uint16_t idle_passes_per_clock_read = 1) {
+  explicit Pair(QP& (*queue)(LoopbackDevice&), uint16_t idle_passes_per_clock_read = 1,
+                uint64_t rendezvous_threshold = EndpointConfig{}.rendezvous_threshold) {
     const std::string seg = Segment();
     a = OpenPort(seg);
     b = OpenPort(seg);
@@ -72,6 +73,8 @@ struct Pair {
     pb = std::make_unique<Port<QP>>(queue(*b), b->info());
     EndpointConfig c;
     c.idle_passes_per_clock_read = idle_passes_per_clock_read;
+    c.rendezvous_threshold = rendezvous_threshold;
+    c.max_msg_size = 64u << 20;
     c.udp_port = 1;
     ea = *Endpoint<QP>::Create(*pa, driver::SteadyClock::Get(), c);
     c.udp_port = 2;
@@ -151,6 +154,47 @@ void BM_RdmStream(benchmark::State& state) {
       static_cast<double>(p.ea->counters().retransmits_fast + p.ea->counters().retransmits_timeout);
 }
 BENCHMARK(BM_RdmStream)->Arg(64 << 10)->Arg(1 << 20);
+
+// Eager against rendezvous at one size: arg 0 the size, arg 1 the protocol
+// (0 eager, 1 rendezvous), arg 2 messages outstanding (1: each message's
+// time alone; 8: a stream). Receives are posted first. The rendezvous
+// threshold (EndpointConfig::rendezvous_threshold) is chosen from this
+// (PROTOCOL.md, "Choosing the rendezvous threshold").
+void BM_RdmProtocol(benchmark::State& state) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  const bool rndv = state.range(1) != 0;
+  const int window = static_cast<int>(state.range(2));
+  Pair<LoopbackQueue> p(Concrete, 1, rndv ? 0 : UINT64_MAX);
+  std::vector<std::vector<uint8_t>> out(window, std::vector<uint8_t>(size));
+  std::vector<std::vector<uint8_t>> in(window, std::vector<uint8_t>(size));
+  int outstanding = 0;
+  uint64_t next = 0;
+  Completion c[16];
+  for (auto _ : state) {
+    while (outstanding < window) {
+      const size_t k = next++ % static_cast<size_t>(window);
+      p.eb->PostRecv({.buf = in[k].data(), .len = size});
+      p.ea->Send({.dest = p.to_b, .buf = out[k].data(), .len = size});
+      ++outstanding;
+    }
+    size_t done = 0;
+    while (done == 0) {
+      p.ea->Progress();
+      p.eb->Progress();
+      done = p.eb->PollCompletions(c);
+      while (p.ea->PollCompletions(c) > 0) {
+      }
+    }
+    outstanding -= static_cast<int>(done);
+    state.SetBytesProcessed(state.bytes_processed() + static_cast<int64_t>(done * size));
+  }
+  state.counters["rendezvous"] = static_cast<double>(p.ea->counters().rendezvous_sent);
+}
+BENCHMARK(BM_RdmProtocol)
+    ->ArgsProduct({{4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20,
+                    4 << 20},
+                   {0, 1},
+                   {1, 8}});
 
 }  // namespace
 }  // namespace bypass::rdm

@@ -69,6 +69,7 @@ void Engine::HandleFrame(driver::Packet* pkt) {
       OnAckPacket(pi, v);
       break;
     case wire::PacketType::kData:
+    case wire::PacketType::kRma:
       held = OnData(pi, v, pkt);
       break;
   }
@@ -108,7 +109,7 @@ bool Engine::OnData(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
   if (d > 0) return HoldOutOfOrder(pi, p, v, pkt);
   // In order. (The held slot of rcv_nxt is always empty here: DrainHeld
   // consumes or drops it whenever rcv_nxt reaches it.)
-  if (!ConsumeData(pi, p, v.msg, v.payload)) {
+  if (!ConsumeSequenced(pi, p, v.common.type, v.msg, v.rma, v.payload)) {
     Refuse(pi, p);
     return false;
   }
@@ -135,7 +136,9 @@ bool Engine::HoldOutOfOrder(uint32_t pi, Peer& p, const wire::View& v, driver::P
     return false;
   }
   h.pkt = pkt;
+  h.type = v.common.type;
   h.msg = v.msg;
+  h.rma = v.rma;
   h.payload_offset = static_cast<uint32_t>(v.payload.data() - pkt->data);
   h.payload_len = static_cast<uint32_t>(v.payload.size());
   ++p.held_count;
@@ -163,7 +166,8 @@ void Engine::DrainHeld(uint32_t pi, Peer& p) {
     HeldPacket& h = p.held_at(p.rcv_nxt);
     if (h.pkt == nullptr) break;
     driver::Packet* pkt = h.pkt;
-    const bool taken = ConsumeData(pi, p, h.msg, {pkt->data + h.payload_offset, h.payload_len});
+    const bool taken = ConsumeSequenced(pi, p, h.type, h.msg, h.rma,
+                                        {pkt->data + h.payload_offset, h.payload_len});
     // Taken or refused, the copy goes: a refused one is sent again.
     h.pkt = nullptr;
     --p.held_count;
@@ -205,14 +209,35 @@ void Engine::AfterReceive(uint32_t pi, Peer& p, uint16_t flags) {
 bool Engine::ConsumeData(uint32_t pi, Peer& p, const wire::MsgFields& m,
                          absl::Span<const uint8_t> payload) {
   RxMessage& r = p.rx_msg;
-  const PeerId src{pi};
+  const PeerId src = peers_.Id(pi);
+  if (!r.active && p.rx_skip && m.msg_id == p.rx_next_msg_id - 1) {
+    return true;  // the rest of a message its sender abandoned
+  }
+  if (m.msg_flags & wire::kMsgAbandoned) {
+    // Its sender gave it up before we took its first segment: nothing to
+    // deliver, but the message number is spent.
+    if (r.active || m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
+      ++counters_.protocol_errors;
+      return true;
+    }
+    ++p.rx_next_msg_id;
+    p.rx_skip = true;
+    return true;
+  }
   if (!r.active) {
     if (m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
       ++counters_.protocol_errors;
       return true;  // acknowledged and dropped: it can never fit
     }
+    if (m.protocol == wire::MsgProtocol::kRendezvous) return ConsumeRts(pi, p, m);
     const bool tagged = (m.msg_flags & wire::kMsgTagged) != 0;
-    uint32_t index = matcher_.MatchPosted(tagged, src, m.tag);
+    // A multi-receive needs a completion of its own for each message.
+    const bool cq_room = cq_.Reserve();
+    uint64_t base = 0;
+    uint32_t index = matcher_.MatchPosted(tagged, src, m.tag, m.total_length, cq_room, &base);
+    if (cq_room && (index == kNone || (matcher_.recv(index).flags & kRecvMulti) == 0)) {
+      cq_.Unreserve();
+    }
     RxSink sink = RxSink::kPosted;
     if (index == kNone) {
       index = matcher_.Admit(src, tagged, m.tag, m.data, m.msg_flags, m.total_length);
@@ -231,6 +256,8 @@ bool Engine::ConsumeData(uint32_t pi, Peer& p, const wire::MsgFields& m,
     r.data = m.data;
     r.sink = sink;
     r.index = index;
+    r.base = base;
+    p.rx_skip = false;
   } else if (m.msg_id != r.msg_id || m.offset != r.received || m.total_length != r.total) {
     ++counters_.protocol_errors;
     AbortRxMessage(pi, p, EPROTO, "broke its message framing; receive aborted");
@@ -238,19 +265,22 @@ bool Engine::ConsumeData(uint32_t pi, Peer& p, const wire::MsgFields& m,
   }
   if (r.sink == RxSink::kPosted) {
     const RecvRequest& q = matcher_.recv(r.index);
-    if (r.received < q.len && !payload.empty()) {
-      const uint64_t n = std::min<uint64_t>(payload.size(), q.len - r.received);
-      std::memcpy(static_cast<uint8_t*>(q.buf) + r.received, payload.data(), n);
+    // A multi-receive handed this message exactly its length.
+    const uint64_t cap = (q.flags & kRecvMulti) ? r.total : q.len;
+    if (r.received < cap && !payload.empty()) {
+      const uint64_t n = std::min<uint64_t>(payload.size(), cap - r.received);
+      std::memcpy(static_cast<uint8_t*>(q.buf) + r.base + r.received, payload.data(), n);
     }
-  } else {
+  } else if (r.sink == RxSink::kUnexpected) {
     matcher_.Append(r.index, payload);
   }
   r.received += payload.size();
   if (r.received == r.total) {
     if (r.sink == RxSink::kPosted) {
-      CompleteRecv(src, matcher_.recv(r.index), r);
-      matcher_.FreeRecv(r.index);
-    } else {
+      uint64_t flags = 0;
+      const RecvRequest q = EndRecvSlot(r.index, r, &flags);
+      CompleteRecv(src, q, r, flags);
+    } else if (r.sink == RxSink::kUnexpected) {
       matcher_.unexpected(r.index).complete = true;
     }
     r.active = false;
@@ -263,20 +293,20 @@ void Engine::AbortRxMessage(uint32_t pi, Peer& p, int err, const char* why) {
   RxMessage& r = p.rx_msg;
   if (!r.active) return;
   if (r.sink == RxSink::kPosted) {
-    const RecvRequest& q = matcher_.recv(r.index);
+    uint64_t flags = 0;
+    const RecvRequest q = EndRecvSlot(r.index, r, &flags);
     ErrorCompletion ec;
     ec.op.context = q.context;
-    ec.op.flags = kCompRecv | kCompMsg | (q.tagged ? kCompTagged : 0);
+    ec.op.flags = kCompRecv | kCompMsg | (q.tagged ? kCompTagged : 0) | flags;
     ec.op.buf = q.buf;
     ec.op.len = std::min<uint64_t>(r.received, q.len);
     ec.op.tag = r.tag;
-    ec.op.source = PeerId{pi};
+    ec.op.source = peers_.Id(pi);
     ec.err = err;
     FormatPeerError(&ec, pi, why);
     ++counters_.ops_failed;
     cq_.PushError(ec);
-    matcher_.FreeRecv(r.index);
-  } else {
+  } else if (r.sink == RxSink::kUnexpected) {
     matcher_.Release(r.index);
     NoteUnexpectedDepth();
     ResourcesFreed();

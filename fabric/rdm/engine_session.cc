@@ -25,6 +25,13 @@ bool Engine::SessionFromHello(uint32_t pi, const wire::View& v) {
   }
   p.activity_ns = now_;
   ArmTimer(now_ + config_.peer_timeout_ns);
+  if (p.mac_unknown) {
+    // Inserted without a MAC: this HELLO or HELLO_ACK passed the CRC and
+    // the session checks, so its source MAC is the peer's (or its router's).
+    p.mac_unknown = false;
+    p.addr.mac = v.flow.src_mac;
+    p.flow.dst_mac = v.flow.src_mac;
+  }
   if (!p.rx_known) AcceptSession(p, v);
   return true;
 }
@@ -124,7 +131,7 @@ void Engine::QueueReset(const wire::View& v, wire::ResetReason reason) {
   PendingReset& r = resets_[(reset_head_ + reset_count_) % kMaxPendingResets];
   ++reset_count_;
   r.flow = driver::UdpFlow{dev_.mac,         v.flow.src_mac,  dev_.ip, v.flow.src_ip,
-                           config_.udp_port, v.flow.src_port, 0};
+                           config_.udp_port, v.flow.src_port, dscp_};
   r.dst_incarnation = v.common.src_incarnation;
   r.about_incarnation = v.common.dst_incarnation;
   r.psn = v.common.psn;

@@ -41,6 +41,7 @@ void Engine::RunTimers() {
     }
     if (p.rto_deadline != 0 && due(p.rto_deadline)) OnRto(i, p);
     if (p.rto_deadline != 0) next = std::min(next, p.rto_deadline);
+    RunProbe(i, p, &next);  // engine_rma.cc
     if (p.busy() && due(p.activity_ns + config_.peer_timeout_ns)) {
       ++counters_.peer_timeouts;
       char why[96];
@@ -96,12 +97,20 @@ void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
   // fail; the others wait for the next session if keep_unsent.
   for (uint32_t o = p.ops.front(); o != kNone;) {
     const uint32_t next = ops_[o].next;
-    if (!keep_unsent || ops_[o].started) {
+    // The engine's own ops (answers, pulls: engine_rma.cc) belong to the session.
+    if (!keep_unsent || ops_[o].started || !IsUserOp(o)) {
       p.ops.Remove(ops_.get(), o);
-      FailSend(o, err, why);
+      FailOp(o, err, why);
     }
     o = next;
   }
+  while (!p.waiting.empty()) {  // RMA and rendezvous waiting for its answer
+    const uint32_t o = p.waiting.front();
+    p.waiting.Remove(ops_.get(), o);
+    FailOp(o, err, why);
+  }
+  p.rx_rma = RxRma{};
+  p.rndv_hold = false;
   p.cursor_op = p.ops.front();
   p.cursor_offset = 0;
   for (Psn q = p.snd_una; q.Before(p.next_psn); ++q) p.entry(q) = TxEntry{};
@@ -123,6 +132,7 @@ void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
   p.rx_known = false;
   p.counted_established = false;
   p.rx_next_msg_id = 0;
+  p.rx_skip = false;
   p.unacked_rx = 0;
   p.ack_deadline = 0;
   p.ack_now = p.ack_standalone = p.rnr_owed = false;

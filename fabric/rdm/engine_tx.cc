@@ -12,7 +12,7 @@ bool Engine::HasWork(const Peer& p) const {
   if (p.rx_known && (p.ack_now || p.ack_standalone || p.rnr_owed)) return true;
   if (!p.tx_ready) return false;
   if (p.retx_queued > 0) return true;
-  return !p.rnr_wait && p.cursor_op != kNone && p.WindowOpen();
+  return !p.rnr_wait && p.cursor_op != kNone && p.WindowOpen() && !CursorHeld(p);
 }
 
 size_t Engine::BuildTx(absl::Span<driver::Packet* const> bufs) {
@@ -54,7 +54,8 @@ size_t Engine::BuildForPeer(Peer& p, absl::Span<driver::Packet* const> bufs) {
     for (Psn q = p.snd_una; p.retx_queued > 0 && q.Before(p.next_psn) && n < bufs.size(); ++q) {
       if (p.entry(q).state & kTxNeedsRetx) BuildRetransmit(p, q, bufs[n++]);
     }
-    while (!p.rnr_wait && p.cursor_op != kNone && n < bufs.size() && p.WindowOpen()) {
+    while (!p.rnr_wait && p.cursor_op != kNone && n < bufs.size() && p.WindowOpen() &&
+           !CursorHeld(p)) {
       BuildSegment(p, bufs[n++]);
     }
     // Data waiting and a closed window: count the stall once per closing.
@@ -114,7 +115,12 @@ void Engine::BuildHello(Peer& p, wire::PacketType type, driver::Packet* pkt) {
 }
 
 void Engine::BuildAckPacket(Peer& p, driver::Packet* pkt) {
-  const wire::Common c = CommonFor(p, wire::PacketType::kAck, p.rnr_owed ? wire::kFlagRnr : 0);
+  // A probe (engine_rma.cc) asks the peer to answer at once.
+  const wire::Common c =
+      CommonFor(p, wire::PacketType::kAck,
+                static_cast<uint16_t>((p.rnr_owed ? wire::kFlagRnr : 0) |
+                                      (p.probe_owed ? wire::kFlagAckReq : 0)));
+  p.probe_owed = false;
   wire::AckFields a;
   if (p.held_count > 0) {
     for (uint32_t i = 0; i < wire::kSackBits && i + 1 < config_.window_packets; ++i) {
@@ -132,10 +138,12 @@ void Engine::BuildSegment(Peer& p, driver::Packet* pkt) {
   SendOp& op = ops_[o];
   if (!op.started) {
     op.started = true;
-    op.msg_id = p.next_msg_id++;
+    if (op.kind == OpKind::kMsg || op.kind == OpKind::kRndv) op.msg_id = p.next_msg_id++;
   }
-  const uint32_t seg_max = wire::MaxDataPayload(std::min<uint32_t>(max_datagram_, p.max_datagram));
-  const uint64_t seg = std::min<uint64_t>(seg_max, op.len - p.cursor_offset);
+  // What this phase of the op streams: a message's bytes, or (engine_rma.cc)
+  // an RMA write's or read answer's; requests are one packet.
+  const uint64_t wire_len = op.kind == OpKind::kMsg ? op.len : op.wire_len;
+  const uint64_t seg = std::min<uint64_t>(SegmentMax(p, op), wire_len - p.cursor_offset);
   const Psn psn = p.next_psn;
   TxEntry& e = p.entry(psn);
   e.op = o;
@@ -148,7 +156,8 @@ void Engine::BuildSegment(Peer& p, driver::Packet* pkt) {
   WriteData(p, psn, e, fills ? wire::kFlagAckReq : 0, pkt);
   ++p.next_psn;
   p.cursor_offset += seg;
-  if (p.cursor_offset == op.len) {
+  if (op.kind == OpKind::kRndv && !op.pulled) p.rndv_hold = true;  // engine_rma.cc
+  if (p.cursor_offset == wire_len) {
     op.all_sent = true;
     op.last_psn = psn;
     p.cursor_op = op.next;
@@ -180,6 +189,10 @@ void Engine::BuildRetransmit(Peer& p, Psn psn, driver::Packet* pkt) {
 
 void Engine::WriteData(Peer& p, Psn psn, const TxEntry& e, uint16_t flags, driver::Packet* pkt) {
   const SendOp& op = ops_[e.op];
+  if (op.kind != OpKind::kMsg && !(op.kind == OpKind::kRndv && !op.pulled)) {
+    WriteRmaPacket(p, psn, e, flags, pkt);
+    return;
+  }
   wire::Common c = CommonFor(p, wire::PacketType::kData, flags);
   c.psn = psn;
   wire::MsgFields m;
@@ -189,8 +202,13 @@ void Engine::WriteData(Peer& p, Psn psn, const TxEntry& e, uint16_t flags, drive
   m.offset = e.offset;
   m.tag = op.tag;
   m.data = op.data;
-  const absl::Span<const uint8_t> payload =
+  if (op.kind == OpKind::kRndv) m.protocol = wire::MsgProtocol::kRendezvous;  // no payload
+  absl::Span<const uint8_t> payload =
       e.len > 0 ? absl::Span<const uint8_t>(op.buf + e.offset, e.len) : absl::Span<const uint8_t>();
+  if (op.abandoned) {  // given up: the PSN goes, the bytes do not
+    m.msg_flags |= wire::kMsgAbandoned;
+    payload = {};
+  }
   pkt->len =
       static_cast<uint32_t>(wire::BuildData(p.flow, c, m, payload, {pkt->data, pkt->capacity}));
   NoteAckSent(p, false);

@@ -32,6 +32,20 @@ class IndexList {
     ++size_;
   }
 
+  // Inserts i right before `at`. REQUIRES: i is in no list; at is in this one.
+  void InsertBefore(T* base, uint32_t at, uint32_t i) {
+    const uint32_t p = base[at].prev;
+    base[i].prev = p;
+    base[i].next = at;
+    base[at].prev = i;
+    if (p == kNone) {
+      head_ = i;
+    } else {
+      base[p].next = i;
+    }
+    ++size_;
+  }
+
   // REQUIRES: slot i is in this list.
   void Remove(T* base, uint32_t i) {
     const uint32_t p = base[i].prev;

@@ -22,6 +22,9 @@ uint32_t MatchQueues::AllocRecv(const RecvRequest& r) {
   if (free_recvs_.empty()) return kNone;
   const uint32_t s = free_recvs_.Pop();
   recvs_[s].req = r;
+  recvs_[s].used = 0;
+  recvs_[s].active = 0;
+  recvs_[s].released = false;
   return s;
 }
 
@@ -29,12 +32,58 @@ void MatchQueues::QueueRecv(uint32_t slot) {
   posted_[recvs_[slot].req.tagged].PushBack(recvs_.get(), slot);
 }
 
-uint32_t MatchQueues::MatchPosted(bool tagged, PeerId source, uint64_t tag) {
+uint32_t MatchQueues::MatchPosted(bool tagged, PeerId source, uint64_t tag, uint64_t total,
+                                  bool allow_multi, uint64_t* base) {
   IndexList<RecvSlot>& q = posted_[tagged];
   for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
-    if (Matches(recvs_[s].req, tagged, source, tag)) {
+    RecvSlot& slot = recvs_[s];
+    if (!Matches(slot.req, tagged, source, tag)) continue;
+    if ((slot.req.flags & kRecvMulti) == 0) {
       q.Remove(recvs_.get(), s);
+      if (base != nullptr) *base = 0;
       return s;
+    }
+    // A message that does not fit what is left goes to the next receive.
+    if (!allow_multi || total > slot.req.len - slot.used) continue;
+    const uint64_t at = TakeMulti(s, total);
+    if (base != nullptr) *base = at;
+    return s;
+  }
+  return kNone;
+}
+
+uint64_t MatchQueues::TakeMulti(uint32_t s, uint64_t total) {
+  RecvSlot& slot = recvs_[s];
+  const uint64_t base = slot.used;
+  slot.used += total;
+  ++slot.active;
+  const uint64_t left = slot.req.len - slot.used;
+  if (left == 0 || left < min_multi_recv_) {
+    posted_[slot.req.tagged].Remove(recvs_.get(), s);
+    slot.released = true;
+  }
+  return base;
+}
+
+uint32_t MatchQueues::TakePosted(void* context) {
+  for (IndexList<RecvSlot>& q : posted_) {
+    for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
+      if (recvs_[s].req.context == context) {
+        q.Remove(recvs_.get(), s);
+        return s;
+      }
+    }
+  }
+  return kNone;
+}
+
+uint32_t MatchQueues::TakePostedFrom(PeerId source) {
+  for (IndexList<RecvSlot>& q : posted_) {
+    for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
+      if (recvs_[s].req.source == source) {
+        q.Remove(recvs_.get(), s);
+        return s;
+      }
     }
   }
   return kNone;
@@ -58,6 +107,9 @@ uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t d
   m.total = total;
   m.received = 0;
   m.complete = false;
+  m.claimed = false;
+  m.claim_context = nullptr;
+  m.rendezvous = false;
   m.chunks = static_cast<uint32_t>(need);
   // Chain the chunks in order: first_chunk -> ... -> kNone.
   uint32_t prev = kNone;
@@ -77,6 +129,27 @@ uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t d
   return e;
 }
 
+uint32_t MatchQueues::AdmitRendezvous(PeerId source, bool tagged, uint64_t tag, uint64_t data,
+                                      uint16_t msg_flags, uint64_t total, uint32_t msg_id,
+                                      uint64_t session) {
+  if (free_msgs_.empty()) return kNone;
+  const uint32_t e = free_msgs_.Pop();
+  UnexpectedMsg& m = msgs_[e];
+  m = UnexpectedMsg{};
+  m.source = source;
+  m.tagged = tagged;
+  m.tag = tag;
+  m.data = data;
+  m.msg_flags = msg_flags;
+  m.total = total;
+  m.complete = true;
+  m.rendezvous = true;
+  m.rndv_msg_id = msg_id;
+  m.rndv_session = session;
+  unexpected_[tagged].PushBack(msgs_.get(), e);
+  return e;
+}
+
 void MatchQueues::Append(uint32_t e, absl::Span<const uint8_t> payload) {
   UnexpectedMsg& m = msgs_[e];
   const uint8_t* src = payload.data();
@@ -92,11 +165,31 @@ void MatchQueues::Append(uint32_t e, absl::Span<const uint8_t> payload) {
   }
 }
 
-uint32_t MatchQueues::FindUnexpected(const RecvRequest& r) const {
+uint32_t MatchQueues::FindUnexpected(const RecvRequest& r, uint64_t max_total,
+                                     bool eager_only) const {
   const IndexList<UnexpectedMsg>& q = unexpected_[r.tagged];
   for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
     const UnexpectedMsg& m = msgs_[e];
+    if (m.claimed || m.total > max_total || (eager_only && m.rendezvous)) continue;
     if (Matches(r, m.tagged, m.source, m.tag)) return e;
+  }
+  return kNone;
+}
+
+uint32_t MatchQueues::FindClaimed(void* context) const {
+  for (const IndexList<UnexpectedMsg>& q : unexpected_) {
+    for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
+      if (msgs_[e].claimed && msgs_[e].claim_context == context) return e;
+    }
+  }
+  return kNone;
+}
+
+uint32_t MatchQueues::FindFrom(PeerId source) const {
+  for (const IndexList<UnexpectedMsg>& q : unexpected_) {
+    for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
+      if (msgs_[e].source == source) return e;
+    }
   }
   return kNone;
 }

@@ -17,6 +17,11 @@ namespace bypass::rdm {
 // A posted receive, queued or bound to a message being received.
 struct RecvSlot {
   RecvRequest req;
+  // Multi-receive (kRecvMulti) only: bytes handed out to messages, messages
+  // still arriving into it, and whether it has left its queue for good.
+  uint64_t used = 0;
+  uint32_t active = 0;
+  bool released = false;
   uint32_t prev = kNone;
   uint32_t next = kNone;
 };
@@ -32,6 +37,14 @@ struct UnexpectedMsg {
   uint64_t total = 0;
   uint64_t received = 0;
   bool complete = false;
+  // A rendezvous request to send: no bytes here; a receive pulls message
+  // rndv_msg_id of the sender's session rndv_session (engine_rma.cc).
+  bool rendezvous = false;
+  uint32_t rndv_msg_id = 0;
+  uint64_t rndv_session = 0;
+  // Reserved by a peek with kRecvClaim for the receive with this context.
+  bool claimed = false;
+  void* claim_context = nullptr;
   uint32_t first_chunk = kNone;
   uint32_t write_chunk = kNone;  // the chunk `received` falls in
   uint32_t chunks = 0;
@@ -60,21 +73,46 @@ class MatchQueues {
   // A slot holding `r`, not queued; kNone when all are in use.
   uint32_t AllocRecv(const RecvRequest& r);
   void QueueRecv(uint32_t slot);  // at the tail of its kind's queue
-  // The first queued receive that takes the message, removed from its queue.
-  uint32_t MatchPosted(bool tagged, PeerId source, uint64_t tag);
+  // The first queued receive that takes the message of `total` bytes,
+  // removed from its queue. A multi-receive takes it only if allow_multi
+  // and it fits the space left: it then hands out that space (*base: where
+  // in its buffer), counts the message active, and leaves its queue
+  // (released) once less than min_multi_recv, or nothing, is left.
+  uint32_t MatchPosted(bool tagged, PeerId source, uint64_t tag, uint64_t total = 0,
+                       bool allow_multi = false, uint64_t* base = nullptr);
+  // Hands out `total` bytes of multi-receive `slot` as MatchPosted does; the
+  // caller has checked that they fit. REQUIRES: slot is queued, not released.
+  uint64_t TakeMulti(uint32_t slot, uint64_t total);
+  // The queued receive with this context, removed from its queue; kNone.
+  uint32_t TakePosted(void* context);
+  // A queued receive directed to `source`, removed from its queue; kNone.
+  uint32_t TakePostedFrom(PeerId source);
   void FreeRecv(uint32_t slot);  // REQUIRES: not queued
   const RecvRequest& recv(uint32_t slot) const { return recvs_[slot].req; }
+  RecvSlot& slot(uint32_t s) { return recvs_[s]; }
   uint32_t posted(bool tagged) const { return posted_[tagged].size(); }
+  uint32_t recv_slots_free() const { return free_recvs_.available(); }
+  void set_min_multi_recv(uint64_t bytes) { min_multi_recv_ = bytes; }
+  uint64_t min_multi_recv() const { return min_multi_recv_; }
 
   // Unexpected messages.
   // Queues a message of `total` bytes, with all its chunks; kNone when there
   // is no entry or not enough free chunks.
   uint32_t Admit(PeerId source, bool tagged, uint64_t tag, uint64_t data, uint16_t msg_flags,
                  uint64_t total);
+  // Queues a rendezvous message: an entry, no chunks, complete at once.
+  uint32_t AdmitRendezvous(PeerId source, bool tagged, uint64_t tag, uint64_t data,
+                           uint16_t msg_flags, uint64_t total, uint32_t msg_id, uint64_t session);
   // Appends the next segment. REQUIRES: received + payload.size() <= total.
   void Append(uint32_t e, absl::Span<const uint8_t> payload);
-  // The first queued message `r` takes (complete or not), left queued.
-  uint32_t FindUnexpected(const RecvRequest& r) const;
+  // The first queued message `r` takes (complete or not, not claimed, at
+  // most max_total bytes, not a rendezvous one if eager_only), left queued.
+  uint32_t FindUnexpected(const RecvRequest& r, uint64_t max_total = UINT64_MAX,
+                          bool eager_only = false) const;
+  // The message claimed for `context`, left queued; kNone.
+  uint32_t FindClaimed(void* context) const;
+  // A queued message from `source` (claimed or not); kNone.
+  uint32_t FindFrom(PeerId source) const;
   // Copies the first min(received, cap) bytes; returns how many.
   uint64_t CopyOut(uint32_t e, uint8_t* dst, uint64_t cap) const;
   // Removes it from its queue and frees its chunks.
@@ -90,6 +128,7 @@ class MatchQueues {
   std::unique_ptr<RecvSlot[]> recvs_;
   FreeSlots free_recvs_;
   IndexList<RecvSlot> posted_[2];  // [tagged]
+  uint64_t min_multi_recv_ = 0;
 
   std::unique_ptr<UnexpectedMsg[]> msgs_;
   FreeSlots free_msgs_;

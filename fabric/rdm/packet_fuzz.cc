@@ -7,7 +7,11 @@
 //                set to the live ones, with op & 8 its ack_psn to the
 //                engine's last PSN, and with op & 16 its CRC is made good
 //   op % 4 == 2  the clock moves len microseconds and timers run
-//   op % 4 == 3  a receive (op & 4) or a send (else) of len bytes is posted
+//   op % 4 == 3  a receive (op & 4) of len bytes is posted; else, by
+//                op & 24: 0 a send (messages over 512 bytes go by
+//                rendezvous), 8 an RMA write, 16 an RMA read of the peer's
+//                region kPeerKey, 24 the local region kLocalKey (4 KiB, both
+//                rights) is deregistered or registered again
 // After each record every frame the engine wants to send is built (and read
 // back through the parser), and every packet it releases is freed.
 #include <cstddef>
@@ -29,6 +33,8 @@ namespace {
 constexpr uint32_t kSelfInc = 0xa0a0a0a0;
 constexpr uint32_t kPeerInc = 0xb0b0b0b0;
 constexpr uint32_t kFrameCap = 1514;
+constexpr uint64_t kLocalKey = 0x1234;  // peers' WRITE and READ_REQ name it
+constexpr uint64_t kPeerKey = 0x5678;
 
 driver::Packet* NewPacket() {
   auto* p = new driver::Packet{};
@@ -62,6 +68,9 @@ class Harness {
     c.max_posted_recvs = 8;
     c.inject_size = 64;
     c.max_msg_size = 1u << 20;
+    c.rendezvous_threshold = 512;
+    c.max_regions = 2;
+    c.max_rma_ops = 2;  // small, so that peers' requests find none free
     c.window_packets = 16;
     c.max_unexpected_msgs = 4;
     c.unexpected_bytes = 16 * 1024;
@@ -70,6 +79,7 @@ class Harness {
     c.peer_timeout_ns = 50'000'000;
     engine_ = *Engine::Create(dev, c);
     peer_id_ = *engine_->InsertPeer(peer_);
+    Register();
   }
   ~Harness() {
     engine_->ReleaseAll();
@@ -141,6 +151,14 @@ class Harness {
     engine_->HandleRx({&p, 1});
   }
 
+  void Register() {
+    registered_ = engine_->RegisterRegion({.addr = region_,
+                                          .len = sizeof(region_),
+                                          .access = kAccessRemoteRead | kAccessRemoteWrite,
+                                          .key = kLocalKey})
+                      .ok();
+  }
+
   void Post(uint8_t op, size_t len) {
     len %= sizeof(buf_[0]) + 1;
     if (op & 4) {
@@ -151,7 +169,7 @@ class Harness {
                     .ignore = (op & 16) ? ~uint64_t{0} : 0};
       ++next_buf_;
       engine_->PostRecv(r);
-    } else {
+    } else if ((op & 24) == 0) {
       SendRequest r{.dest = peer_id_,
                     .buf = out_,
                     .len = len,
@@ -159,6 +177,21 @@ class Harness {
                     .data = op,
                     .flags = static_cast<uint32_t>(op >> 5)};
       engine_->PostSend(r);
+    } else if ((op & 24) == 8) {
+      // op bits 5 and 6: kRmaRemoteData, kRmaInject.
+      engine_->PostWrite({.dest = peer_id_,
+                          .buf = out_,
+                          .len = len,
+                          .addr = op,
+                          .key = kPeerKey,
+                          .data = len,
+                          .flags = static_cast<uint32_t>((op >> 5) & 3)});
+    } else if ((op & 24) == 16) {
+      engine_->PostRead({.dest = peer_id_, .buf = read_buf_, .len = len, .addr = op, .key = kPeerKey});
+    } else if (registered_) {
+      registered_ = !engine_->DeregisterRegion(kLocalKey).ok();  // refused while reads stream
+    } else {
+      Register();
     }
   }
 
@@ -208,6 +241,9 @@ class Harness {
   uint8_t buf_[4][4096] = {};
   uint32_t next_buf_ = 0;
   uint8_t out_[4096] = {};
+  uint8_t read_buf_[4096] = {};
+  uint8_t region_[4096] = {};
+  bool registered_ = false;
 };
 
 }  // namespace

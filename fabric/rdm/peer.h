@@ -37,13 +37,16 @@ struct TxEntry {
 // One DATA packet received out of order, held until the gap before it fills.
 struct HeldPacket {
   driver::Packet* pkt = nullptr;
-  wire::MsgFields msg;
+  wire::PacketType type = wire::PacketType::kData;
+  wire::MsgFields msg;  // kData
+  wire::RmaFields rma;  // kRma
   uint32_t payload_offset = 0;  // in pkt->data
   uint32_t payload_len = 0;
 };
 
-// Where the message a peer is sending us goes.
-enum class RxSink : uint8_t { kPosted, kUnexpected };
+// Where the message a peer is sending us goes (kDiscard: dropped by a peek
+// or claim with kRecvDiscard while it was still arriving).
+enum class RxSink : uint8_t { kPosted, kUnexpected, kDiscard };
 
 // The message between its first and last segment.
 struct RxMessage {
@@ -56,9 +59,38 @@ struct RxMessage {
   uint64_t data = 0;
   RxSink sink = RxSink::kPosted;
   uint32_t index = kNone;  // receive slot or unexpected entry
+  uint64_t base = 0;       // where in a multi-receive buffer it lands
 };
 
-// One send operation, from post to acknowledgement.
+// What a SendOp is. The first four are posted by the user (send slots);
+// the others are the engine's own (max_rma_ops slots).
+enum class OpKind : uint8_t {
+  kMsg,        // an eager message: DATA segments
+  kRndv,       // a rendezvous message: a request to send, then READ_DATA when pulled
+  kWrite,      // RMA write: WRITE segments, then a RESPONSE from the target
+  kRead,       // RMA read: a READ_REQ, then READ_DATA into buf
+  kReadResp,   // (target) the READ_DATA answering a peer's read
+  kResponse,   // (target) a RESPONSE to a peer's write or refused read
+  kPull,       // (receiver) the READ_REQ pulling a rendezvous message, then its READ_DATA
+};
+
+// The RMA write a peer is applying to us, between its first and last segment.
+struct RxRma {
+  bool active = false;
+  uint32_t rma_id = 0;
+  uint64_t key = 0;
+  uint64_t addr = 0;
+  uint64_t total = 0;
+  uint64_t received = 0;
+  uint64_t data = 0;
+  uint8_t flags = 0;
+  wire::RmaStatus status = wire::RmaStatus::kOk;  // decided at offset 0
+  uint32_t region = kNone;
+  uint32_t region_generation = 0;
+};
+
+// One send operation, from post to acknowledgement (and, for RMA and
+// rendezvous, to the peer's answer).
 struct SendOp {
   const uint8_t* buf = nullptr;  // the caller's buffer, or the inject copy
   uint64_t len = 0;
@@ -69,8 +101,25 @@ struct SendOp {
   bool inject = false;
   bool started = false;  // a segment went out (msg_id assigned)
   bool all_sent = false;
+  // Given up (the receiver refused it for rnr_give_up_ns): completed in
+  // error already; what is in flight goes as kMsgAbandoned, the rest never.
+  bool abandoned = false;
   uint32_t msg_id = 0;
   uint32_t peer = kNone;
+  // RMA and rendezvous (see OpKind).
+  OpKind kind = OpKind::kMsg;
+  bool pulled = false;     // kRndv: the receiver asked for the bytes (data phase)
+  bool waiting = false;    // in Peer::waiting (else in Peer::ops)
+  uint8_t rma_flags = 0;   // RmaFlag bits of what it sends
+  wire::RmaStatus status = wire::RmaStatus::kOk;  // kResponse
+  uint64_t wire_len = 0;   // bytes the current phase streams
+  uint64_t key = 0;        // region key (kWrite, kRead); msg_id pulled (kPull)
+  uint64_t addr = 0;       // in the target's region
+  uint32_t rma_id = 0;     // kReadResp, kResponse, kRndv pulled: the initiator's id echoed
+  uint64_t rx_done = 0;    // kRead, kPull: answer bytes arrived
+  uint32_t aux = kNone;    // kPull: receive slot; kReadResp: region
+  uint8_t* dst = nullptr;  // kRead: where the answer goes
+  uint64_t total = 0;      // kPull: the message's length (len: the bytes pulled)
   Psn last_psn;
   uint32_t prev = kNone;
   uint32_t next = kNone;
@@ -84,6 +133,7 @@ struct Peer {
   bool inserted = false;              // by InsertPeer (else learned from a HELLO)
   Address addr;                       // addr.incarnation: the current one, 0 if unknown
   driver::UdpFlow flow;               // our packets to it
+  bool mac_unknown = false;           // inserted without a MAC: broadcast until learned
   std::array<uint32_t, 4> retired{};  // its previous incarnations
   uint8_t retired_next = 0;
   uint16_t max_datagram = 0;  // its receive limit (from its HELLO)
@@ -116,6 +166,7 @@ struct Peer {
   bool rnr_wait = false;
   uint64_t rnr_until = 0;
   uint64_t rnr_delay = 0;
+  uint64_t rnr_since = 0;  // first RNR for snd_una (0: none); see rnr_give_up_ns
   bool window_stalled = false;
 
   // Receive direction.
@@ -132,6 +183,18 @@ struct Peer {
   bool rx_refused = false;      // we refused rcv_nxt; owe a window update
   uint32_t rx_next_msg_id = 0;
   RxMessage rx_msg;
+  RxRma rx_rma;
+  // Started RMA ops and rendezvous messages waiting for this peer's answer.
+  IndexList<SendOp> waiting;
+  uint64_t probe_due_ns = 0;  // next liveness probe while only waiting
+  bool probe_owed = false;    // the next ACK asks for one back (kFlagAckReq)
+  // A rendezvous request went out and the receiver has not answered it yet
+  // (a pull, or "queued"): no more of the user's ops go until it does, so
+  // that pulled bytes never wait behind a message the receiver refuses.
+  bool rndv_hold = false;
+  // The sender abandoned message rx_next_msg_id - 1: its other segments are
+  // acknowledged and dropped.
+  bool rx_skip = false;
 
   // Scheduling.
   bool queued = false;
@@ -141,7 +204,10 @@ struct Peer {
   bool WindowOpen() const { return next_psn.Before(window_end) && inflight() <= ring_mask; }
   TxEntry& entry(Psn p) { return tx_ring[p.value() & ring_mask]; }
   HeldPacket& held_at(Psn p) { return held[p.value() & ring_mask]; }
-  bool busy() const { return !ops.empty() || rx_msg.active || held_count > 0 || hello_wanted; }
+  bool busy() const {
+    return !ops.empty() || !waiting.empty() || rx_msg.active || rx_rma.active || held_count > 0 ||
+           hello_wanted;
+  }
   bool IsRetired(uint32_t inc) const {
     for (uint32_t r : retired) {
       if (r != 0 && r == inc) return true;

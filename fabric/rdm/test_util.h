@@ -30,18 +30,23 @@ class TapQueue final : public driver::QueuePair {
 
   uint16_t RxBurst(absl::Span<driver::Packet*> out) override;
   uint16_t TxBurst(absl::Span<driver::Packet* const> pkts) override { return inner_.TxBurst(pkts); }
-  bool AllocBulk(absl::Span<driver::Packet*> out) override { return inner_.AllocBulk(out); }
+  bool AllocBulk(absl::Span<driver::Packet*> out) override {
+    ++alloc_calls_;
+    return inner_.AllocBulk(out);
+  }
   void FreeBulk(absl::Span<driver::Packet* const> pkts) override { inner_.FreeBulk(pkts); }
   uint32_t PoolAvailable() const override { return inner_.PoolAvailable(); }
   uint32_t PoolCapacity() const override { return inner_.PoolCapacity(); }
   driver::QueueStats stats() const override { return inner_.stats(); }
   uint16_t id() const override { return inner_.id(); }
   uint64_t dropped() const { return dropped_; }
+  uint64_t alloc_calls() const { return alloc_calls_; }
 
  private:
   driver::QueuePair& inner_;
   Filter filter_;
   uint64_t dropped_ = 0;
+  uint64_t alloc_calls_ = 0;
 };
 
 // What a Net is made of.

@@ -34,11 +34,15 @@ std::string Counters::ToString() const {
       " malformed=", malformed_dropped, " checksum=", checksum_dropped,
       " not_for_us=", not_for_us_dropped, " auth=", auth_dropped, " stale=", stale_dropped,
       " proto_err=", protocol_errors, " window_stalls=", window_stalls, " rnr sent=", rnr_sent,
-      " recv=", rnr_received, " tx_no_buffer=", tx_no_buffer, " tx_ring_full=", tx_ring_full,
+      " recv=", rnr_received, " give_ups=", rnr_give_ups, " tx_no_buffer=", tx_no_buffer,
+      " tx_ring_full=", tx_ring_full,
       " handshakes=", handshakes, " restarts=", peer_restarts, " resets=", peer_resets,
       " timeouts=", peer_timeouts, " resets_sent=", resets_sent, " ops_failed=", ops_failed,
       " unexpected=", unexpected_msgs, " depth=", unexpected_depth,
-      " max_depth=", unexpected_depth_max, " truncated=", truncated);
+      " max_depth=", unexpected_depth_max, " truncated=", truncated,
+      " rma_ops=", rma_ops, " rma_errors=", rma_errors, " rma_refused=", rma_refused,
+      " rma_served=", rma_served, " rma_no_slot=", rma_no_slot,
+      " rendezvous sent=", rendezvous_sent, " pulled=", rendezvous_pulled);
 }
 
 }  // namespace bypass::rdm

@@ -186,6 +186,7 @@ struct Counters {
   uint64_t window_stalls = 0;  // a sender found the peer's window closed
   uint64_t rnr_sent = 0;       // arrivals refused: no receive resources
   uint64_t rnr_received = 0;   // our packets refused by the peer
+  uint64_t rnr_give_ups = 0;   // sends failed: the peer refused them for rnr_give_up_ns
   uint64_t tx_no_buffer = 0;   // the device pool was empty
   uint64_t tx_ring_full = 0;   // TxBurst took fewer than offered
   // Sessions.
@@ -202,6 +203,14 @@ struct Counters {
   uint64_t unexpected_bytes = 0;  // now buffered
   uint64_t truncated = 0;
   uint64_t inject_errors_dropped = 0;  // inject failures the error queue had no room for
+  // RMA and rendezvous.
+  uint64_t rma_ops = 0;            // RMA reads and writes posted here
+  uint64_t rma_errors = 0;         // ... completed in error because the target refused them
+  uint64_t rma_refused = 0;        // peers' accesses refused here (key, access, range)
+  uint64_t rma_served = 0;         // peers' reads and writes applied here
+  uint64_t rma_no_slot = 0;        // peers' requests refused (RNR) for lack of max_rma_ops
+  uint64_t rendezvous_sent = 0;    // messages sent by rendezvous
+  uint64_t rendezvous_pulled = 0;  // rendezvous messages pulled into a receive here
 
   std::string ToString() const;
 };

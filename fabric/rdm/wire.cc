@@ -95,6 +95,8 @@ std::optional<TypeInfo> DescribeType(uint8_t raw_type) {
       return TypeInfo{"ACK", sizeof(AckHeader), false, false};
     case PacketType::kData:
       return TypeInfo{"DATA", sizeof(MsgHeader), true, true};
+    case PacketType::kRma:
+      return TypeInfo{"RMA", sizeof(RmaHeader), true, true};
   }
   return std::nullopt;
 }
@@ -162,7 +164,7 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       const auto e = Load<HelloHeader>(ext);
       if (e.reserved != 0 || e.capabilities != 0) return ParseStatus::kBadField;
       out->hello.max_datagram = Be16(e.max_datagram);
-      if (out->hello.max_datagram < sizeof(CommonHeader) + sizeof(MsgHeader) + 1) {
+      if (out->hello.max_datagram < kMinMaxDatagram) {
         return ParseStatus::kBadField;
       }
       break;
@@ -196,12 +198,48 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       m.tag = Be64(e.tag);
       m.data = Be64(e.data);
       if ((m.msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
-          e.protocol != static_cast<uint8_t>(MsgProtocol::kEager)) {
+          e.protocol > static_cast<uint8_t>(MsgProtocol::kRendezvous)) {
         return ParseStatus::kBadField;
       }
-      m.protocol = MsgProtocol::kEager;
+      m.protocol = static_cast<MsgProtocol>(e.protocol);
+      // A request to send is one packet: offset 0, no payload.
+      if (m.protocol == MsgProtocol::kRendezvous && (m.offset != 0 || !out->payload.empty())) {
+        return ParseStatus::kBadField;
+      }
       // offset + payload <= total, written so that nothing can overflow.
       if (m.offset > m.total_length || out->payload.size() > m.total_length - m.offset) {
+        return ParseStatus::kBadField;
+      }
+      break;
+    }
+    case PacketType::kRma: {
+      const auto e = Load<RmaHeader>(ext);
+      RmaFields& r = out->rma;
+      if (e.op < static_cast<uint8_t>(RmaOp::kWrite) ||
+          e.op > static_cast<uint8_t>(RmaOp::kResponse) || (e.flags & ~kKnownRmaFlags) != 0 ||
+          e.reserved != 0 || e.status > kMaxRmaStatus) {
+        return ParseStatus::kBadField;
+      }
+      r.op = static_cast<RmaOp>(e.op);
+      r.flags = e.flags;
+      r.status = static_cast<RmaStatus>(e.status);
+      r.rma_id = Be32(e.rma_id);
+      r.key = Be64(e.key);
+      r.addr = Be64(e.addr);
+      r.total_length = Be64(e.total_length);
+      r.offset = Be64(e.offset);
+      r.data = Be64(e.data);
+      const bool carries = r.op == RmaOp::kWrite || r.op == RmaOp::kReadData;
+      // Flags only where they mean something; status only in a RESPONSE;
+      // requests and responses are one packet without payload.
+      if (((r.flags & kRmaFlagRemoteData) != 0 && r.op != RmaOp::kWrite) ||
+          ((r.flags & kRmaFlagMessage) != 0 && r.op == RmaOp::kWrite) ||
+          (r.status != RmaStatus::kOk && r.op != RmaOp::kResponse) ||
+          (!carries && (r.offset != 0 || !out->payload.empty()))) {
+        return ParseStatus::kBadField;
+      }
+      // offset + payload <= total, written so that nothing can overflow.
+      if (r.offset > r.total_length || out->payload.size() > r.total_length - r.offset) {
         return ParseStatus::kBadField;
       }
       break;
@@ -246,6 +284,22 @@ size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& 
   return Finish(flow, c, &e, sizeof(e), payload, frame);
 }
 
+size_t BuildRma(const driver::UdpFlow& flow, const Common& c, const RmaFields& r,
+                absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame) {
+  RmaHeader e;
+  e.op = static_cast<uint8_t>(r.op);
+  e.flags = r.flags;
+  e.status = static_cast<uint8_t>(r.status);
+  e.reserved = 0;
+  e.rma_id = Be32(r.rma_id);
+  e.key = Be64(r.key);
+  e.addr = Be64(r.addr);
+  e.total_length = Be64(r.total_length);
+  e.offset = Be64(r.offset);
+  e.data = Be64(r.data);
+  return Finish(flow, c, &e, sizeof(e), payload, frame);
+}
+
 std::string ToString(const View& v) {
   const Common& c = v.common;
   const std::optional<TypeInfo> info = DescribeType(static_cast<uint8_t>(c.type));
@@ -258,6 +312,11 @@ std::string ToString(const View& v) {
     absl::StrAppendFormat(&s, " msg=%u off=%u/%u len=%u tag=0x%x data=0x%x mflags=0x%x",
                           v.msg.msg_id, v.msg.offset, v.msg.total_length, v.payload.size(),
                           v.msg.tag, v.msg.data, v.msg.msg_flags);
+  } else if (c.type == PacketType::kRma) {
+    absl::StrAppendFormat(&s, " rma op=%u id=%u key=0x%x addr=0x%x off=%u/%u len=%u status=%u rflags=0x%x",
+                          static_cast<unsigned>(v.rma.op), v.rma.rma_id, v.rma.key, v.rma.addr,
+                          v.rma.offset, v.rma.total_length, v.payload.size(),
+                          static_cast<unsigned>(v.rma.status), v.rma.flags);
   } else if (c.type == PacketType::kHello || c.type == PacketType::kHelloAck) {
     absl::StrAppendFormat(&s, " max_datagram=%u", v.hello.max_datagram);
   }

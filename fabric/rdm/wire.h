@@ -19,7 +19,7 @@
 namespace bypass::rdm::wire {
 
 inline constexpr uint16_t kMagic = 0x4259;  // "BY"
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;
 
 // What a packet is. Values are never reused once retired (PROTOCOL.md).
 enum class PacketType : uint8_t {
@@ -28,6 +28,7 @@ enum class PacketType : uint8_t {
   kReset = 3,     // "I have no session for your incarnation": tear yours down
   kAck = 4,       // standalone cumulative ACK with a SACK bitmap
   kData = 5,      // one segment of a message (sequenced)
+  kRma = 6,       // RMA write, read request, read data or response (sequenced)
 };
 
 // Bits of CommonHeader::flags; any other bit set makes a packet malformed.
@@ -43,10 +44,37 @@ inline constexpr uint16_t kKnownFlags = kFlagAckValid | kFlagAckReq | kFlagRnr |
 inline constexpr uint16_t kMsgTagged = 1u << 0;  // tag is meaningful: goes to the tagged queues
 inline constexpr uint16_t kMsgRemoteData =
     1u << 1;  // data is remote CQ data for the receiver's completion
-inline constexpr uint16_t kKnownMsgFlags = kMsgTagged | kMsgRemoteData;
+// The sender gave this message up (its receiver refused it for too long):
+// no payload; the receiver consumes the PSN and delivers nothing.
+inline constexpr uint16_t kMsgAbandoned = 1u << 2;
+inline constexpr uint16_t kKnownMsgFlags = kMsgTagged | kMsgRemoteData | kMsgAbandoned;
 
-// MsgHeader::protocol. Version 1 has eager only; rendezvous will be added here.
-enum class MsgProtocol : uint8_t { kEager = 0 };
+// MsgHeader::protocol.
+enum class MsgProtocol : uint8_t {
+  kEager = 0,       // the payload is the message's bytes at `offset`
+  kRendezvous = 1,  // request to send: no payload; the receiver pulls total_length bytes
+};
+
+// What an RMA packet (PacketType::kRma, RmaHeader) does.
+enum class RmaOp : uint8_t {
+  kWrite = 1,     // payload: bytes of a write at addr + offset of region `key`
+  kReadReq = 2,   // read total_length bytes at addr of region `key` (or pull message `key`)
+  kReadData = 3,  // payload: bytes of a read's answer at `offset`
+  kResponse = 4,  // the target's verdict on a write (or a read it refused): `status`
+};
+// Bits of RmaHeader::flags.
+inline constexpr uint8_t kRmaFlagRemoteData = 1u << 0;  // (WRITE) data is remote CQ data
+inline constexpr uint8_t kRmaFlagMessage = 1u << 1;     // (READ_REQ, READ_DATA) a rendezvous pull
+inline constexpr uint8_t kKnownRmaFlags = kRmaFlagRemoteData | kRmaFlagMessage;
+// RmaHeader::status of a RESPONSE.
+enum class RmaStatus : uint8_t {
+  kOk = 0,
+  kBadKey = 1,       // no region with that key (never registered, or deregistered)
+  kNoAccess = 2,     // the region does not grant that access
+  kOutOfRange = 3,   // [addr, addr + total_length) is not inside the region
+  kNoMessage = 4,    // (pull) no message with that id waits to be pulled
+};
+inline constexpr uint8_t kMaxRmaStatus = 4;
 
 // Why a RESET was sent.
 enum class ResetReason : uint8_t {
@@ -98,7 +126,21 @@ struct MsgHeader {
   uint64_t tag;           // with kMsgTagged, else 0
   uint64_t data;          // with kMsgRemoteData, else 0
 };
+// RMA: writes, reads and their answers, and the pulls of rendezvous messages.
+struct RmaHeader {
+  uint8_t op;             // RmaOp
+  uint8_t flags;          // RmaFlag bits
+  uint8_t status;         // RmaStatus (RESPONSE), else 0
+  uint8_t reserved;       // 0
+  uint32_t rma_id;        // the initiator's id of the operation, echoed in its answers
+  uint64_t key;           // region key; a pull: the message's msg_id
+  uint64_t addr;          // where the operation starts in the target's region
+  uint64_t total_length;  // bytes of the whole operation
+  uint64_t offset;        // of this packet's payload in the operation
+  uint64_t data;          // (WRITE with kRmaFlagRemoteData) remote CQ data, else 0
+};
 #pragma pack(pop)
+static_assert(sizeof(RmaHeader) == 48);
 static_assert(sizeof(CommonHeader) == 36);
 static_assert(sizeof(HelloHeader) == 8);
 static_assert(sizeof(ResetHeader) == 8);
@@ -167,6 +209,19 @@ struct MsgFields {
   uint64_t data = 0;
 };
 
+// RmaHeader in host order.
+struct RmaFields {
+  RmaOp op = RmaOp::kWrite;
+  uint8_t flags = 0;
+  RmaStatus status = RmaStatus::kOk;
+  uint32_t rma_id = 0;
+  uint64_t key = 0;
+  uint64_t addr = 0;
+  uint64_t total_length = 0;
+  uint64_t offset = 0;
+  uint64_t data = 0;
+};
+
 // A received packet, decoded. Only the extension of common.type is filled;
 // payload points into the frame.
 struct View {
@@ -176,6 +231,7 @@ struct View {
   ResetFields reset;
   AckFields ack;
   MsgFields msg;
+  RmaFields rma;
   absl::Span<const uint8_t> payload;
 };
 
@@ -209,6 +265,21 @@ size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a
 // `payload` is copied from the caller's buffer into the frame.
 size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& m,
                  absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame);
+
+// `payload` (WRITE, READ_DATA only) is copied into the frame.
+size_t BuildRma(const driver::UdpFlow& flow, const Common& c, const RmaFields& r,
+                absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame);
+
+// The smallest max_datagram a HELLO may announce: room for one payload byte
+// after the largest extension header (RmaHeader).
+inline constexpr uint32_t kMinMaxDatagram = sizeof(CommonHeader) + sizeof(RmaHeader) + 1;
+
+// Payload bytes one RMA packet carries when UDP payloads are at most
+// `max_datagram` bytes (0 if none fit).
+constexpr uint32_t MaxRmaPayload(uint32_t max_datagram) {
+  constexpr uint32_t kOverhead = sizeof(CommonHeader) + sizeof(RmaHeader);
+  return max_datagram > kOverhead ? max_datagram - kOverhead : 0;
+}
 
 // "DATA psn=.. ack=.. src=0x.. dst=0x.. msg=3 off=0/100 len=100": for traces and tests.
 std::string ToString(const View& v);

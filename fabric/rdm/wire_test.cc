@@ -224,9 +224,10 @@ TEST(WireTest, FieldsOutOfRangeAreRejectedEvenWithAGoodChecksum) {
   const size_t c = kCommonOffset;
   const size_t m = kExtOffset;
   EXPECT_EQ(Parse(WithField(f, c, {0x42, 0x5a}), &v), ParseStatus::kBadMagic);
-  EXPECT_EQ(Parse(WithField(f, c + 2, {2}), &v), ParseStatus::kBadVersion);
+  EXPECT_EQ(Parse(WithField(f, c + 2, {1}), &v), ParseStatus::kBadVersion);
+  EXPECT_EQ(Parse(WithField(f, c + 2, {kVersion + 1}), &v), ParseStatus::kBadVersion);
   EXPECT_EQ(Parse(WithField(f, c + 3, {0}), &v), ParseStatus::kBadType);
-  EXPECT_EQ(Parse(WithField(f, c + 3, {6}), &v), ParseStatus::kBadType);
+  EXPECT_EQ(Parse(WithField(f, c + 3, {7}), &v), ParseStatus::kBadType);
   EXPECT_EQ(Parse(WithField(f, c + 3, {1}), &v), ParseStatus::kBadLength) << "HELLO has no payload";
   EXPECT_EQ(Parse(WithField(f, c + 4, {0x80, 0}), &v), ParseStatus::kBadField) << "unknown flag";
   EXPECT_EQ(Parse(WithField(f, c + 8, {0, 0, 0, 0}), &v), ParseStatus::kBadField)
@@ -234,8 +235,10 @@ TEST(WireTest, FieldsOutOfRangeAreRejectedEvenWithAGoodChecksum) {
   EXPECT_EQ(Parse(WithField(f, c + 28, {0, 139}), &v), ParseStatus::kBadLength);
   EXPECT_EQ(Parse(WithField(f, c + 28, {0, 141}), &v), ParseStatus::kBadLength);
   EXPECT_EQ(Parse(WithField(f, c + 30, {0, 1}), &v), ParseStatus::kBadField) << "reserved";
-  EXPECT_EQ(Parse(WithField(f, m + 4, {0, 4}), &v), ParseStatus::kBadField) << "msg flag";
-  EXPECT_EQ(Parse(WithField(f, m + 6, {1}), &v), ParseStatus::kBadField) << "protocol";
+  EXPECT_EQ(Parse(WithField(f, m + 4, {0, 8}), &v), ParseStatus::kBadField) << "msg flag";
+  EXPECT_EQ(Parse(WithField(f, m + 6, {2}), &v), ParseStatus::kBadField) << "protocol";
+  EXPECT_EQ(Parse(WithField(f, m + 6, {1}), &v), ParseStatus::kBadField)
+      << "a rendezvous request carries no payload";
   // offset + payload past total_length, including offsets that would wrap.
   EXPECT_EQ(Parse(WithField(f, m + 16, {0, 0, 0, 0, 0, 0, 0x03, 0x85}), &v),
             ParseStatus::kBadField);
@@ -262,12 +265,85 @@ TEST(WireTest, DescribeTypeKnowsEachTypeOnce) {
   for (int t = 0; t < 256; ++t) {
     if (DescribeType(static_cast<uint8_t>(t))) ++known;
   }
-  EXPECT_EQ(known, 5);
+  EXPECT_EQ(known, 6);
   EXPECT_TRUE(DescribeType(5)->sequenced);
+  EXPECT_TRUE(DescribeType(6)->sequenced);
   EXPECT_FALSE(DescribeType(4)->sequenced);
   EXPECT_STREQ(DescribeType(2)->name, "HELLO_ACK");
   EXPECT_EQ(MaxDataPayload(1472), 1472u - 76u);
   EXPECT_EQ(MaxDataPayload(76), 0u);
+  EXPECT_EQ(MaxRmaPayload(1472), 1472u - 84u);
+}
+
+std::vector<uint8_t> RmaFrame(const RmaFields& r, size_t payload_len) {
+  std::vector<uint8_t> payload(payload_len, 0x5a), frame(2048);
+  const size_t n =
+      BuildRma(TestFlow(), TestCommon(PacketType::kRma), r, payload, absl::MakeSpan(frame));
+  frame.resize(n);
+  return frame;
+}
+
+TEST(WireTest, RmaRoundTripsEveryField) {
+  RmaFields r;
+  r.op = RmaOp::kWrite;
+  r.flags = kRmaFlagRemoteData;
+  r.rma_id = 0x01020304;
+  r.key = 0x1122334455667788;
+  r.addr = 0x7f0000001000;
+  r.total_length = 1000;
+  r.offset = 900;
+  r.data = 0xdeadbeef;
+  const std::vector<uint8_t> f = RmaFrame(r, 100);
+  ASSERT_EQ(f.size(), kExtOffset + sizeof(RmaHeader) + 100);
+  View v;
+  ASSERT_EQ(Parse(f, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.common.type, PacketType::kRma);
+  EXPECT_EQ(v.rma.op, RmaOp::kWrite);
+  EXPECT_EQ(v.rma.flags, kRmaFlagRemoteData);
+  EXPECT_EQ(v.rma.rma_id, 0x01020304u);
+  EXPECT_EQ(v.rma.key, 0x1122334455667788u);
+  EXPECT_EQ(v.rma.addr, 0x7f0000001000u);
+  EXPECT_EQ(v.rma.total_length, 1000u);
+  EXPECT_EQ(v.rma.offset, 900u);
+  EXPECT_EQ(v.rma.data, 0xdeadbeefu);
+  EXPECT_EQ(v.payload.size(), 100u);
+  EXPECT_NE(ToString(v).find("key=0x1122334455667788"), std::string::npos) << ToString(v);
+  RmaFields resp;
+  resp.op = RmaOp::kResponse;
+  resp.status = RmaStatus::kOutOfRange;
+  ASSERT_EQ(Parse(RmaFrame(resp, 0), &v), ParseStatus::kOk);
+  EXPECT_EQ(v.rma.status, RmaStatus::kOutOfRange);
+}
+
+TEST(WireTest, RmaFieldsOutOfRangeAreRejected) {
+  RmaFields w;
+  w.op = RmaOp::kWrite;
+  w.total_length = 100;
+  const std::vector<uint8_t> f = RmaFrame(w, 100);
+  View v;
+  ASSERT_EQ(Parse(f, &v), ParseStatus::kOk);
+  const size_t e = kExtOffset;
+  EXPECT_EQ(Parse(WithField(f, e, {0}), &v), ParseStatus::kBadField) << "op 0";
+  EXPECT_EQ(Parse(WithField(f, e, {5}), &v), ParseStatus::kBadField) << "op 5";
+  EXPECT_EQ(Parse(WithField(f, e + 1, {4}), &v), ParseStatus::kBadField) << "unknown flag";
+  EXPECT_EQ(Parse(WithField(f, e + 1, {kRmaFlagMessage}), &v), ParseStatus::kBadField)
+      << "a write is no pull";
+  EXPECT_EQ(Parse(WithField(f, e + 2, {1}), &v), ParseStatus::kBadField) << "status off RESPONSE";
+  EXPECT_EQ(Parse(WithField(f, e + 3, {1}), &v), ParseStatus::kBadField) << "reserved";
+  EXPECT_EQ(Parse(WithField(f, e, {2}), &v), ParseStatus::kBadField) << "READ_REQ has no payload";
+  EXPECT_EQ(Parse(WithField(f, e, {4}), &v), ParseStatus::kBadField) << "RESPONSE has no payload";
+  EXPECT_EQ(Parse(WithField(f, e, {3}), &v), ParseStatus::kOk) << "READ_DATA has";
+  EXPECT_EQ(Parse(WithField(f, e + 1, {kRmaFlagRemoteData}), &v), ParseStatus::kOk);
+  // offset + payload past total_length, including offsets that would wrap.
+  EXPECT_EQ(Parse(WithField(f, e + 32, {0, 0, 0, 0, 0, 0, 0, 1}), &v), ParseStatus::kBadField);
+  EXPECT_EQ(Parse(WithField(f, e + 32, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf0}), &v),
+            ParseStatus::kBadField);
+  EXPECT_EQ(Parse(WithField(f, e + 24, {0, 0, 0, 0, 0, 0, 0, 99}), &v), ParseStatus::kBadField);
+  RmaFields resp;
+  resp.op = RmaOp::kResponse;
+  const std::vector<uint8_t> g = RmaFrame(resp, 0);
+  EXPECT_EQ(Parse(WithField(g, e + 2, {kMaxRmaStatus + 1}), &v), ParseStatus::kBadField);
+  EXPECT_EQ(Parse(WithField(g, e + 2, {kMaxRmaStatus}), &v), ParseStatus::kOk);
 }
 
 }  // namespace

@@ -1,0 +1,321 @@
+// Rendezvous: messages above EndpointConfig::rendezvous_threshold go as a
+// request to send that the receiver answers by pulling the bytes into its
+// receive. At and around the threshold, receive posted before and after,
+// tagged, truncated, 1 GiB, and a peer restarting in the middle.
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/test_util.h"
+#include "gtest/gtest.h"
+
+namespace bypass::rdm {
+namespace {
+
+using testing::Drain;
+using testing::Net;
+using testing::NetOptions;
+
+constexpr uint64_t kThreshold = 16 * 1024;
+
+NetOptions Options() {
+  NetOptions o;
+  o.config.rendezvous_threshold = kThreshold;
+  o.config.peer_timeout_ns = 20'000'000;
+  return o;
+}
+
+struct Transfer {
+  std::vector<Completion> sent, got;
+  std::vector<ErrorCompletion> send_err, recv_err;
+  bool Done(size_t sends, size_t recvs) const {
+    return sent.size() + send_err.size() >= sends && got.size() + recv_err.size() >= recvs;
+  }
+};
+
+bool RunTransfer(Net& net, Transfer& t, size_t sends, size_t recvs, uint64_t steps = 500'000) {
+  return net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &t.sent, &t.send_err);
+        Drain(net.ep(1), &t.got, &t.recv_err);
+        return t.Done(sends, recvs);
+      },
+      steps);
+}
+
+TEST(RendezvousTest, AroundTheThresholdPostedFirst) {
+  for (const uint64_t size : {kThreshold - 1, kThreshold, kThreshold + 1, 3 * kThreshold + 7}) {
+    Net net(Options());
+    const uint64_t before = net.ep(0).counters().rendezvous_sent;
+    ASSERT_GT(testing::TransferAndVerify(net, 0, 1, {size}, 200'000), 0) << size;
+    const bool rndv = size > kThreshold;
+    EXPECT_EQ(net.ep(0).counters().rendezvous_sent - before, rndv ? 1u : 0u) << size;
+    EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, rndv ? 1u : 0u) << size;
+  }
+}
+
+TEST(RendezvousTest, UnexpectedTakesAnEntryAndNoBytes) {
+  Net net(Options());
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(5 * kThreshold + 3), in(out.size(), 0xee);
+  testing::FillPattern(9, absl::MakeSpan(out));
+  int ctx;
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b,
+                            .buf = out.data(),
+                            .len = out.size(),
+                            .context = &ctx,
+                            .data = 42,
+                            .flags = kSendRemoteData}),
+            Result::kOk);
+  Transfer t;
+  for (int i = 0; i < 20'000; ++i) net.Step();
+  Drain(net.ep(0), &t.sent, &t.send_err);
+  EXPECT_TRUE(t.sent.empty()) << "the send completes only once pulled";
+  EXPECT_EQ(net.ep(1).counters().unexpected_depth, 1u);
+  EXPECT_EQ(net.ep(1).counters().unexpected_bytes, 0u) << "no payload held for it";
+  // A long wait for the receive: the sender probes and stays alive.
+  for (int i = 0; i < 60'000; ++i) net.Step();
+  EXPECT_EQ(net.ep(0).counters().peer_timeouts, 0u);
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);
+  ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+  ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+  ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+  EXPECT_EQ(t.sent[0].context, &ctx);
+  EXPECT_EQ(t.sent[0].len, out.size());
+  EXPECT_EQ(t.got[0].len, out.size());
+  EXPECT_EQ(t.got[0].data, 42u);
+  EXPECT_TRUE(t.got[0].flags & kCompRemoteData);
+  EXPECT_EQ(testing::CheckPattern(9, in), -1);
+  EXPECT_EQ(net.ep(1).counters().unexpected_depth, 0u);
+}
+
+TEST(RendezvousTest, TaggedMatchesByTagInSendOrder) {
+  Net net(Options());
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(2 * kThreshold));
+  std::vector<std::vector<uint8_t>> in(3, std::vector<uint8_t>(2 * kThreshold, 0xee));
+  for (int k = 0; k < 3; ++k) testing::FillPattern(k, absl::MakeSpan(out[k]));
+  // Tags 7, 8, 7: the receive for 8 is posted first, then the two for 7.
+  const uint64_t tags[3] = {7, 8, 7};
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b,
+                              .buf = out[k].data(),
+                              .len = out[k].size(),
+                              .tag = tags[k],
+                              .flags = kSendTagged}),
+              Result::kOk);
+  }
+  for (int i = 0; i < 5000; ++i) net.Step();
+  const int order[3] = {1, 0, 2};
+  for (int k : order) {
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = in[k].data(),
+                                  .len = in[k].size(),
+                                  .context = &in[k],
+                                  .tagged = true,
+                                  .tag = tags[k]}),
+              Result::kOk);
+  }
+  Transfer t;
+  ASSERT_TRUE(RunTransfer(net, t, 3, 3));
+  ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(testing::CheckPattern(k, in[k]), -1) << k;
+  }
+  for (const Completion& c : t.got) {
+    EXPECT_TRUE(c.flags & kCompTagged);
+    EXPECT_EQ(c.tag, tags[static_cast<std::vector<uint8_t>*>(c.context) - in.data()]);
+  }
+}
+
+TEST(RendezvousTest, ShorterReceiveTruncates) {
+  for (bool posted_first : {true, false}) {
+    Net net(Options());
+    const PeerId to_b = net.Peer(0, 1);
+    std::vector<uint8_t> out(4 * kThreshold), in(kThreshold + 100, 0xee);
+    testing::FillPattern(3, absl::MakeSpan(out));
+    const auto post = [&] {
+      ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+    };
+    if (posted_first) post();
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+    for (int i = 0; i < 2000; ++i) net.Step();
+    if (!posted_first) post();
+    Transfer t;
+    ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+    ASSERT_EQ(t.sent.size(), 1u) << "the sender's side completes normally";
+    ASSERT_EQ(t.recv_err.size(), 1u);
+    EXPECT_EQ(t.recv_err[0].err, EMSGSIZE);
+    EXPECT_EQ(t.recv_err[0].olen, out.size() - in.size());
+    EXPECT_EQ(t.recv_err[0].op.len, in.size());
+    EXPECT_EQ(std::memcmp(in.data(), out.data(), in.size()), 0);
+    EXPECT_EQ(net.ep(1).counters().truncated, 1u);
+  }
+}
+
+TEST(RendezvousTest, ZeroLengthReceiveOfARendezvousMessage) {
+  Net net(Options());
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(2 * kThreshold);
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = nullptr, .len = 0}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+  Transfer t;
+  ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+  EXPECT_EQ(t.sent.size(), 1u);
+  ASSERT_EQ(t.recv_err.size(), 1u);
+  EXPECT_EQ(t.recv_err[0].err, EMSGSIZE);
+  EXPECT_EQ(t.recv_err[0].olen, out.size());
+}
+
+// A word pattern cheap enough for 1 GiB in an unoptimized build.
+void FillWords(uint8_t* p, uint64_t n) {
+  auto* w = reinterpret_cast<uint64_t*>(p);
+  for (uint64_t i = 0; i < n / 8; ++i) w[i] = i * 0x9e3779b97f4a7c15ull + 0x5bd1e995;
+}
+int64_t CheckWords(const uint8_t* p, uint64_t n) {
+  const auto* w = reinterpret_cast<const uint64_t*>(p);
+  for (uint64_t i = 0; i < n / 8; ++i) {
+    if (w[i] != i * 0x9e3779b97f4a7c15ull + 0x5bd1e995) return static_cast<int64_t>(i * 8);
+  }
+  return -1;
+}
+
+uint8_t* MapBytes(uint64_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  madvise(p, n, MADV_HUGEPAGE);
+  return static_cast<uint8_t*>(p);
+}
+
+TEST(RendezvousTest, OneGibibyte) {
+  constexpr uint64_t kSize = uint64_t{1} << 30;
+  NetOptions o = Options();
+  o.mtu = 9000;  // the loopback's largest: fewer packets
+  o.config.max_msg_size = kSize;
+  o.config.window_packets = 256;
+  Net net(o);
+  const PeerId to_b = net.Peer(0, 1);
+  uint8_t* out = MapBytes(kSize);
+  uint8_t* in = MapBytes(kSize);
+  ASSERT_NE(out, nullptr);
+  ASSERT_NE(in, nullptr);
+  FillWords(out, kSize);
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in, .len = kSize}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out, .len = kSize}), Result::kOk);
+  Transfer t;
+  ASSERT_TRUE(RunTransfer(net, t, 1, 1, 2'000'000));
+  ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+  ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+  EXPECT_EQ(t.got[0].len, kSize);
+  EXPECT_EQ(CheckWords(in, kSize), -1);
+  EXPECT_EQ(net.ep(1).counters().unexpected_bytes, 0u);
+  munmap(out, kSize);
+  munmap(in, kSize);
+}
+
+// The receiver restarts while it pulls: the send fails (ECONNRESET), nothing hangs.
+TEST(RendezvousTest, ReceiverRestartsMidPull) {
+  Net net(Options());
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(4 << 20), in(out.size());
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return net.ep(1).counters().rx_data_packets > 100; }, 100'000));
+  net.Kill(1);
+  net.Revive(1);
+  net.Peer(1, 0);  // the new incarnation talks to the sender: it learns of the restart
+  ASSERT_EQ(net.ep(1).Send({.dest = net.Peer(1, 0), .buf = "x", .len = 1}), Result::kOk);
+  Transfer t;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &t.sent, &t.send_err);
+        return !t.sent.empty() || !t.send_err.empty();
+      },
+      500'000));
+  ASSERT_EQ(t.send_err.size(), 1u);
+  EXPECT_EQ(t.send_err[0].err, ECONNRESET) << t.send_err[0].message;
+}
+
+// The sender restarts while its message is pulled, and while another waits
+// unexpected: both receives fail, nothing hangs.
+TEST(RendezvousTest, SenderRestartsMidPull) {
+  Net net(Options());
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(4 << 20), in(out.size()), in2(out.size());
+  // Tag 1 waits unexpected; tag 2 has its receive and is pulled.
+  ASSERT_EQ(net.ep(1).PostRecv(
+                {.buf = in.data(), .len = in.size(), .context = &in, .tagged = true, .tag = 2}),
+            Result::kOk);
+  ASSERT_EQ(net.ep(0).Send(
+                {.dest = to_b, .buf = out.data(), .len = out.size(), .tag = 1, .flags = kSendTagged}),
+            Result::kOk);
+  ASSERT_EQ(net.ep(0).Send(
+                {.dest = to_b, .buf = out.data(), .len = out.size(), .tag = 2, .flags = kSendTagged}),
+            Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return net.ep(1).counters().rx_data_packets > 100; }, 100'000));
+  EXPECT_EQ(net.ep(1).counters().unexpected_depth, 1u);
+  net.Kill(0);
+  net.Revive(0);
+  Transfer t;
+  // The receiver finds out by its probe (it only waits): ECONNRESET via a
+  // RESET from the new incarnation, at worst ETIMEDOUT.
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(1), &t.got, &t.recv_err);
+        return !t.recv_err.empty();
+      },
+      500'000));
+  EXPECT_TRUE(t.recv_err[0].err == ECONNRESET || t.recv_err[0].err == ETIMEDOUT)
+      << t.recv_err[0].message;
+  EXPECT_EQ(t.recv_err[0].op.context, &in);
+  // The one that waited unexpected belongs to the old session: its receive fails at once.
+  ASSERT_EQ(net.ep(1).PostRecv(
+                {.buf = in2.data(), .len = in2.size(), .context = &in2, .tagged = true, .tag = 1}),
+            Result::kOk);
+  Drain(net.ep(1), &t.got, &t.recv_err);
+  ASSERT_EQ(t.recv_err.size(), 2u);
+  EXPECT_EQ(t.recv_err[1].err, ECONNRESET) << t.recv_err[1].message;
+  EXPECT_EQ(t.recv_err[1].op.context, &in2);
+  EXPECT_TRUE(t.got.empty());
+}
+
+// The receiver vanishes (never comes back) while the sender waits for the pull.
+TEST(RendezvousTest, VanishedReceiverTimesOut) {
+  Net net(Options());
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(2 * kThreshold);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return net.ep(1).counters().unexpected_depth == 1; }, 100'000));
+  net.Kill(1);
+  Transfer t;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &t.sent, &t.send_err);
+        return !t.send_err.empty() || !t.sent.empty();
+      },
+      500'000));
+  ASSERT_EQ(t.send_err.size(), 1u);
+  EXPECT_EQ(t.send_err[0].err, ETIMEDOUT) << t.send_err[0].message;
+}
+
+TEST(RendezvousTest, SurvivesFaults) {
+  NetOptions o = Options();
+  o.faults.drop = 0.05;
+  o.faults.dup = 0.02;
+  o.faults.reorder = 0.10;
+  o.faults.corrupt = 0.001;
+  o.faults.seed = 17;
+  o.config.peer_timeout_ns = 2'000'000'000;
+  Net net(o);
+  std::vector<size_t> sizes;
+  for (int k = 0; k < 30; ++k) sizes.push_back(static_cast<size_t>(k) * 7001 % 200'000);
+  ASSERT_GT(testing::TransferAndVerify(net, 0, 1, sizes, 2'000'000), 0);
+  EXPECT_GT(net.ep(0).counters().rendezvous_sent, 10u);
+}
+
+}  // namespace
+}  // namespace bypass::rdm
