@@ -1,0 +1,435 @@
+// Address vectors (map and table) and event queues.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "driver/clock.h"
+#include "fabric/fi/address.h"
+#include "fabric/fi/objects.h"
+#include "fabric/fi/services.h"
+
+namespace bypass::fi {
+namespace {
+
+constexpr size_t kDefaultEqSize = 256;
+
+// ---- address vectors ----
+
+int AvClose(fid* f) {
+  Av* av = AsAv(f);
+  if (av == nullptr) return BadFid(f, FI_CLASS_AV);
+  Domain* d = av->domain;
+  DomainGuard g(d);
+  if (av->obj.refs.load() > 0) return -FI_EBUSY;
+  if (av->eq != nullptr) av->eq->obj.refs.fetch_sub(1);
+  av->addrs.clear();
+  d->obj.refs.fetch_sub(1);
+  av->obj.magic = Obj::kDead;
+  Retire(av);
+  return 0;
+}
+
+int AvBind(fid* f, fid* bfid, uint64_t flags) {
+  Av* av = AsAv(f);
+  if (av == nullptr) return BadFid(f, FI_CLASS_AV);
+  Eq* eq = AsEq(bfid);
+  if (eq == nullptr) return BadFid(bfid, FI_CLASS_EQ);
+  if (flags != 0) return -FI_EBADFLAGS;
+  DomainGuard g(av->domain);
+  if (av->eq != nullptr) return -FI_EINVAL;
+  av->eq = eq;
+  eq->obj.refs.fetch_add(1);
+  return 0;
+}
+
+int AvControl(fid* f, int, void*) {
+  if (AsAv(f) == nullptr) return BadFid(f, FI_CLASS_AV);
+  return -FI_ENOSYS;
+}
+
+fi_ops g_av_fi_ops = {
+    .size = sizeof(fi_ops),
+    .close = AvClose,
+    .bind = AvBind,
+    .control = AvControl,
+    .ops_open = NoSysOpsOpen,
+    .tostr = NoSysTostr,
+    .ops_set = NoSysOpsSet,
+};
+
+// One address into the AV and every enabled endpoint on it; its fi_addr,
+// or FI_ADDR_NOTAVAIL with *err set.
+fi_addr_t InsertOne(Av* av, rdm::Address a, int* err) {
+  if (a.ip.value == 0) {
+    *err = FI_EINVAL;
+    return FI_ADDR_NOTAVAIL;
+  }
+  // A MAC of zeros is not known: the engine broadcasts to the peer until
+  // its answer tells the MAC; datagrams go to the broadcast MAC.
+  const fi_addr_t fa = av->addrs.size();
+  av->addrs.push_back(a);
+  for (Ep* ep : av->eps) {
+    if (ep->rdm == nullptr) continue;
+    if (int ret = AddPeerToEp(ep, fa, a); ret != 0) {
+      av->addrs.back().reset();
+      *err = -ret;
+      return FI_ADDR_NOTAVAIL;
+    }
+  }
+  *err = 0;
+  return fa;
+}
+
+// Completes an insert: the count, or an FI_AV_COMPLETE event when the AV is
+// bound to an EQ (asynchronous inserts).
+int FinishInsert(Av* av, size_t count, size_t ok, uint64_t flags, void* context) {
+  if (av->eq == nullptr) return static_cast<int>(ok);
+  (void)flags;
+  EqEvent ev;
+  ev.event = FI_AV_COMPLETE;
+  fi_eq_entry entry{};
+  entry.fid = &av->fid.fid;
+  entry.context = context;
+  entry.data = ok;
+  ev.bytes.assign(reinterpret_cast<uint8_t*>(&entry),
+                  reinterpret_cast<uint8_t*>(&entry) + sizeof(entry));
+  if (!EqPush(av->eq, std::move(ev))) return -FI_EAGAIN;
+  (void)count;
+  return 0;
+}
+
+int AvInsert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint64_t flags,
+             void* context) {
+  Av* av = AsAv(f);
+  if (av == nullptr) return BadFid(f, FI_CLASS_AV);
+  if (addr == nullptr && count > 0) return -FI_EINVAL;
+  if ((flags & ~static_cast<uint64_t>(FI_MORE | FI_SYNC_ERR)) != 0) return -FI_EBADFLAGS;
+  if ((flags & FI_SYNC_ERR) && av->eq != nullptr) return -FI_EINVAL;
+  int* errors = (flags & FI_SYNC_ERR) ? static_cast<int*>(context) : nullptr;
+  DomainGuard g(av->domain);
+  size_t ok = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const auto* bytes = static_cast<const uint8_t*>(addr) + i * kAddrLen;
+    std::optional<rdm::Address> a = FromSockaddr(bytes, kAddrLen);
+    int err = FI_EINVAL;
+    fi_addr_t fa = FI_ADDR_NOTAVAIL;
+    if (a) fa = InsertOne(av, *a, &err);
+    if (fa != FI_ADDR_NOTAVAIL) ++ok;
+    if (fi_addr != nullptr) fi_addr[i] = fa;
+    if (errors != nullptr) errors[i] = -err;
+  }
+  return FinishInsert(av, count, ok, flags, context);
+}
+
+// node: dotted IPv4 or a host name; service: a UDP port number.
+std::optional<rdm::Address> Resolve(const char* node, const char* service) {
+  if (node == nullptr || service == nullptr) return std::nullopt;
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(service, &port) || port == 0 || port > 65535) return std::nullopt;
+  in_addr in{};
+  if (inet_pton(AF_INET, node, &in) != 1) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(node, nullptr, &hints, &res) != 0 || res == nullptr) return std::nullopt;
+    in = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+  }
+  rdm::Address a;
+  a.ip.value = ntohl(in.s_addr);
+  a.udp_port = static_cast<uint16_t>(port);
+  return a;
+}
+
+int AvInsertSvc(fid_av* f, const char* node, const char* service, fi_addr_t* fi_addr,
+                uint64_t flags, void* context) {
+  Av* av = AsAv(f);
+  if (av == nullptr) return BadFid(f, FI_CLASS_AV);
+  if (node == nullptr || service == nullptr) return -FI_EINVAL;
+  if ((flags & ~static_cast<uint64_t>(FI_MORE)) != 0) return -FI_EBADFLAGS;
+  std::optional<rdm::Address> a = Resolve(node, service);
+  DomainGuard g(av->domain);
+  int err = FI_EINVAL;
+  fi_addr_t fa = a ? InsertOne(av, *a, &err) : FI_ADDR_NOTAVAIL;
+  if (fi_addr != nullptr) *fi_addr = fa;
+  return FinishInsert(av, 1, fa != FI_ADDR_NOTAVAIL ? 1 : 0, flags, context);
+}
+
+// nodecnt consecutive IPv4 addresses from node times svccnt consecutive
+// ports from service, node-major (fi_av(3)).
+int AvInsertSym(fid_av* f, const char* node, size_t nodecnt, const char* service, size_t svccnt,
+                fi_addr_t* fi_addr, uint64_t flags, void* context) {
+  Av* av = AsAv(f);
+  if (av == nullptr) return BadFid(f, FI_CLASS_AV);
+  if ((flags & ~static_cast<uint64_t>(FI_MORE)) != 0) return -FI_EBADFLAGS;
+  std::optional<rdm::Address> base = Resolve(node, service);
+  if (!base || nodecnt == 0 || svccnt == 0) return -FI_EINVAL;
+  if (base->udp_port + svccnt - 1 > 65535) return -FI_EINVAL;
+  DomainGuard g(av->domain);
+  size_t ok = 0, i = 0;
+  for (size_t n = 0; n < nodecnt; ++n) {
+    for (size_t s = 0; s < svccnt; ++s, ++i) {
+      rdm::Address a = *base;
+      a.ip.value += static_cast<uint32_t>(n);
+      a.udp_port = static_cast<uint16_t>(a.udp_port + s);
+      int err = 0;
+      const fi_addr_t fa = InsertOne(av, a, &err);
+      if (fa != FI_ADDR_NOTAVAIL) ++ok;
+      if (fi_addr != nullptr) fi_addr[i] = fa;
+    }
+  }
+  return FinishInsert(av, nodecnt * svccnt, ok, flags, context);
+}
+
+int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
+  Av* av = AsAv(f);
+  if (av == nullptr) return BadFid(f, FI_CLASS_AV);
+  if (fi_addr == nullptr && count > 0) return -FI_EINVAL;
+  if (flags != 0) return -FI_EBADFLAGS;
+  DomainGuard g(av->domain);
+  for (size_t i = 0; i < count; ++i) {
+    if (fi_addr[i] >= av->addrs.size() || !av->addrs[fi_addr[i]]) return -FI_EINVAL;
+  }
+  int ret = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const fi_addr_t fa = fi_addr[i];
+    av->addrs[fa].reset();
+    for (Ep* ep : av->eps) {
+      if (ep->rdm == nullptr || fa >= ep->peer_of.size()) continue;
+      const rdm::PeerId p = ep->peer_of[fa];
+      ep->peer_of[fa] = rdm::PeerId{};
+      if (p.value < ep->addr_of.size()) ep->addr_of[p.value] = FI_ADDR_NOTAVAIL;
+      if (absl::Status s = ep->rdm->engine().RemovePeer(p); !s.ok()) {
+        // The AV forgets it either way; the engine keeps the session.
+        BYPASS_FI_WARN(FI_LOG_AV, "the engine kept peer %u: %s\n", p.value,
+                       std::string(s.message()).c_str());
+        ret = FromStatus(s);
+      }
+    }
+  }
+  return ret == -FI_ENOSYS ? 0 : ret;
+}
+
+int AvLookup(fid_av* f, fi_addr_t fa, void* addr, size_t* addrlen) {
+  Av* av = AsAv(f);
+  if (av == nullptr) return BadFid(f, FI_CLASS_AV);
+  if (addrlen == nullptr || (addr == nullptr && *addrlen > 0)) return -FI_EINVAL;
+  DomainGuard g(av->domain);
+  if (fa >= av->addrs.size() || !av->addrs[fa]) return -FI_EINVAL;
+  const sockaddr_in s = ToSockaddr(*av->addrs[fa]);
+  std::memcpy(addr, &s, std::min(*addrlen, kAddrLen));
+  *addrlen = kAddrLen;
+  return 0;
+}
+
+const char* AvStraddr(fid_av* f, const void* addr, char* buf, size_t* len) {
+  if (AsAv(f) == nullptr || buf == nullptr || len == nullptr) return nullptr;
+  std::optional<rdm::Address> a = FromSockaddr(addr, kAddrLen);
+  char text[96];
+  if (a) {
+    std::snprintf(text, sizeof(text), "fi_sockaddr_in://%s:%u", a->ip.ToString().c_str(),
+                  a->udp_port);
+  } else {
+    std::snprintf(text, sizeof(text), "fi_addr_format_unknown");
+  }
+  const size_t need = std::strlen(text) + 1;
+  if (*len > 0) std::snprintf(buf, *len, "%s", text);
+  *len = need;
+  return buf;
+}
+
+int AvSet(fid_av*, fi_av_set_attr*, fid_av_set**, void*) { return -FI_ENOSYS; }
+
+fi_ops_av g_av_ops = {
+    .size = sizeof(fi_ops_av),
+    .insert = AvInsert,
+    .insertsvc = AvInsertSvc,
+    .insertsym = AvInsertSym,
+    .remove = AvRemove,
+    .lookup = AvLookup,
+    .straddr = AvStraddr,
+    .av_set = AvSet,
+};
+
+// ---- event queues ----
+
+int EqClose(fid* f) {
+  Eq* eq = AsEq(f);
+  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
+  if (eq->obj.refs.load() > 0) return -FI_EBUSY;
+  {
+    std::lock_guard<std::mutex> lock(eq->mu);
+    eq->events.clear();
+  }
+  eq->fabric->obj.refs.fetch_sub(1);
+  eq->obj.magic = Obj::kDead;
+  Retire(eq);
+  return 0;
+}
+
+int EqControl(fid* f, int, void*) {
+  if (AsEq(f) == nullptr) return BadFid(f, FI_CLASS_EQ);
+  return -FI_ENOSYS;
+}
+
+int NoBind(fid*, fid*, uint64_t) { return -FI_ENOSYS; }
+
+fi_ops g_eq_fi_ops = {
+    .size = sizeof(fi_ops),
+    .close = EqClose,
+    .bind = NoBind,
+    .control = EqControl,
+    .ops_open = NoSysOpsOpen,
+    .tostr = NoSysTostr,
+    .ops_set = NoSysOpsSet,
+};
+
+ssize_t EqRead(fid_eq* f, uint32_t* event, void* buf, size_t len, uint64_t flags) {
+  Eq* eq = AsEq(f);
+  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
+  if (event == nullptr || (buf == nullptr && len > 0)) return -FI_EINVAL;
+  if ((flags & ~static_cast<uint64_t>(FI_PEEK)) != 0) return -FI_EBADFLAGS;
+  std::lock_guard<std::mutex> lock(eq->mu);
+  if (eq->events.empty()) return -FI_EAGAIN;
+  const EqEvent& ev = eq->events.front();
+  if (ev.error) return -FI_EAVAIL;
+  if (len < ev.bytes.size()) return -FI_ETOOSMALL;
+  *event = ev.event;
+  std::memcpy(buf, ev.bytes.data(), ev.bytes.size());
+  const auto n = static_cast<ssize_t>(ev.bytes.size());
+  if (!(flags & FI_PEEK)) eq->events.pop_front();
+  return n;
+}
+
+ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* buf, uint64_t flags) {
+  Eq* eq = AsEq(f);
+  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
+  if (buf == nullptr) return -FI_EINVAL;
+  if ((flags & ~static_cast<uint64_t>(FI_PEEK)) != 0) return -FI_EBADFLAGS;
+  std::lock_guard<std::mutex> lock(eq->mu);
+  if (eq->events.empty() || !eq->events.front().error) return -FI_EAGAIN;
+  *buf = eq->events.front().err;
+  if (!(flags & FI_PEEK)) eq->events.pop_front();
+  return sizeof(*buf);
+}
+
+ssize_t EqWrite(fid_eq* f, uint32_t event, const void* buf, size_t len, uint64_t flags) {
+  Eq* eq = AsEq(f);
+  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
+  if (buf == nullptr && len > 0) return -FI_EINVAL;
+  if (flags != 0) return -FI_EBADFLAGS;
+  EqEvent ev;
+  ev.event = event;
+  ev.bytes.assign(static_cast<const uint8_t*>(buf), static_cast<const uint8_t*>(buf) + len);
+  if (!EqPush(eq, std::move(ev))) return -FI_EAGAIN;
+  return static_cast<ssize_t>(len);
+}
+
+ssize_t EqSRead(fid_eq* f, uint32_t* event, void* buf, size_t len, int timeout, uint64_t flags) {
+  const driver::Clock& clock = driver::SteadyClock::Get();
+  const uint64_t deadline =
+      timeout < 0 ? UINT64_MAX : clock.NowNs() + static_cast<uint64_t>(timeout) * 1'000'000;
+  for (;;) {
+    const ssize_t ret = EqRead(f, event, buf, len, flags);
+    if (ret != -FI_EAGAIN) return ret;
+    if (clock.NowNs() >= deadline) return -FI_EAGAIN;
+    sched_yield();
+  }
+}
+
+const char* EqStrerror(fid_eq*, int prov_errno, const void* err_data, char* buf, size_t len) {
+  const char* msg = err_data != nullptr ? static_cast<const char*>(err_data)
+                                        : std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
+  if (buf != nullptr && len > 0) {
+    std::snprintf(buf, len, "%s", msg);
+    return buf;
+  }
+  return msg;
+}
+
+fi_ops_eq g_eq_ops = {
+    .size = sizeof(fi_ops_eq),
+    .read = EqRead,
+    .readerr = EqReadErr,
+    .write = EqWrite,
+    .sread = EqSRead,
+    .strerror = EqStrerror,
+};
+
+}  // namespace
+
+bool EqPush(Eq* eq, EqEvent ev) {
+  std::lock_guard<std::mutex> lock(eq->mu);
+  if (eq->events.size() >= eq->capacity) return false;
+  eq->events.push_back(std::move(ev));
+  return true;
+}
+
+int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
+  absl::StatusOr<rdm::PeerId> p = ep->rdm->InsertPeer(a);
+  if (!p.ok()) {
+    BYPASS_FI_WARN(FI_LOG_AV, "%s\n", std::string(p.status().message()).c_str());
+    return FromStatus(p.status());
+  }
+  if (ep->peer_of.size() <= fa) ep->peer_of.resize(fa + 1);
+  ep->peer_of[fa] = *p;
+  if (ep->addr_of.size() <= p->value) ep->addr_of.resize(p->value + 1, FI_ADDR_NOTAVAIL);
+  ep->addr_of[p->value] = fa;
+  return 0;
+}
+
+int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
+  Domain* d = AsDomain(domain);
+  if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
+  if (attr == nullptr || out == nullptr) return -FI_EINVAL;
+  fi_av_type type = attr->type;
+  if (type == FI_AV_UNSPEC) type = d->av_type == FI_AV_UNSPEC ? FI_AV_TABLE : d->av_type;
+  if (type != FI_AV_MAP && type != FI_AV_TABLE) return -FI_EINVAL;
+  if (d->av_type != FI_AV_UNSPEC && type != d->av_type) return -FI_EINVAL;
+  if (attr->rx_ctx_bits != 0 || attr->name != nullptr) return -FI_ENOSYS;  // no shared/scalable AVs
+  if ((attr->flags & ~static_cast<uint64_t>(FI_EVENT)) != 0) return -FI_EBADFLAGS;
+  auto av = std::make_unique<Av>();
+  std::memset(&av->fid, 0, sizeof(av->fid));
+  av->fid.fid.fclass = FI_CLASS_AV;
+  av->fid.fid.context = context;
+  av->fid.fid.ops = &g_av_fi_ops;
+  av->fid.ops = &g_av_ops;
+  av->domain = d;
+  av->type = type;
+  av->addrs.reserve(attr->count);
+  d->obj.refs.fetch_add(1);
+  *out = &av.release()->fid;
+  return 0;
+}
+
+int OpenEq(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** out, void* context) {
+  Fabric* fab = AsFabric(fabric);
+  if (fab == nullptr) return BadFid(fabric, FI_CLASS_FABRIC);
+  if (attr == nullptr || out == nullptr) return -FI_EINVAL;
+  if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC &&
+      attr->wait_obj != FI_WAIT_YIELD) {
+    return -FI_ENOSYS;
+  }
+  if ((attr->flags & ~static_cast<uint64_t>(FI_WRITE)) != 0) return -FI_EBADFLAGS;
+  auto eq = std::make_unique<Eq>();
+  std::memset(&eq->fid, 0, sizeof(eq->fid));
+  eq->fid.fid.fclass = FI_CLASS_EQ;
+  eq->fid.fid.context = context;
+  eq->fid.fid.ops = &g_eq_fi_ops;
+  eq->fid.ops = &g_eq_ops;
+  eq->fabric = fab;
+  eq->capacity = attr->size == 0 ? kDefaultEqSize : attr->size;
+  fab->obj.refs.fetch_add(1);
+  *out = &eq.release()->fid;
+  return 0;
+}
+
+}  // namespace bypass::fi

@@ -1,0 +1,588 @@
+// Endpoints: opening, binding, enabling (creating the engine endpoint),
+// names, options, cancel, aliases and closing. The data-path calls are in
+// ep_ops.cc.
+#include <rdma/fi_cm.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "driver/clock.h"
+#include "fabric/fi/address.h"
+#include "fabric/fi/objects.h"
+#include "fabric/fi/services.h"
+
+namespace bypass::fi {
+
+extern fi_ops_msg g_msg_ops;
+extern fi_ops_tagged g_tagged_ops;
+extern fi_ops_rma g_rma_ops;
+extern fi_ops_atomic g_atomic_ops;
+extern fi_ops_collective g_collective_ops;
+
+namespace {
+
+constexpr uint64_t kBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION;
+constexpr uint64_t kCntrBindFlags =
+    FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+
+void Unbind(Ep* ep) {
+  auto drop_cq = [ep](Cq*& cq) {
+    if (cq == nullptr) return;
+    cq->obj.refs.fetch_sub(1);
+    EraseOne(cq->eps, ep);
+    cq = nullptr;
+  };
+  const bool same = ep->tx_cq == ep->rx_cq;
+  drop_cq(ep->tx_cq);
+  if (same) {
+    if (ep->rx_cq != nullptr) ep->rx_cq->obj.refs.fetch_sub(1);
+    ep->rx_cq = nullptr;
+  } else {
+    drop_cq(ep->rx_cq);
+  }
+  Cntr** cntrs[] = {&ep->send_cntr, &ep->recv_cntr, &ep->read_cntr,
+                    &ep->write_cntr, &ep->rem_read_cntr, &ep->rem_write_cntr};
+  for (Cntr** c : cntrs) {
+    if (*c == nullptr) continue;
+    (*c)->obj.refs.fetch_sub(1);
+    bool still = false;
+    for (Cntr** o : cntrs) still = still || (o != c && *o == *c);
+    if (!still) EraseOne((*c)->eps, ep);
+    *c = nullptr;
+  }
+  if (ep->av != nullptr) {
+    ep->av->obj.refs.fetch_sub(1);
+    EraseOne(ep->av->eps, ep);
+    ep->av = nullptr;
+  }
+  if (ep->eq != nullptr) {
+    ep->eq->obj.refs.fetch_sub(1);
+    ep->eq = nullptr;
+  }
+}
+
+// Before an endpoint goes, like TCP's TIME_WAIT: keep progressing until its
+// own sends are acknowledged and nothing has arrived for kQuietNs, so the
+// acknowledgements it owes get out and a peer that missed one (and
+// retransmits) is answered; at most kLingerMaxNs. A peer whose last
+// message was not acknowledged before we left would fail it after its
+// peer timeout. Completions arriving meanwhile go to the CQs as usual.
+void Linger(Ep* ep) {
+  constexpr uint64_t kQuietNs = 100'000'000;
+  constexpr uint64_t kLingerMaxNs = 1'000'000'000;
+  if (ep->addr_of.empty()) return;  // never talked to anyone
+  const driver::Clock& clock = driver::SteadyClock::Get();
+  const uint64_t start = clock.NowNs();
+  uint64_t last_rx = start;
+  uint64_t rx_seen = ep->rdm->counters().rx_packets;
+  for (;;) {
+    ProgressEp(ep);
+    const uint64_t now = clock.NowNs();
+    if (ep->rdm->counters().rx_packets != rx_seen) {
+      rx_seen = ep->rdm->counters().rx_packets;
+      last_rx = now;
+    }
+    if (now - start >= kLingerMaxNs) return;
+    if (now - last_rx < kQuietNs || ep->rdm->engine().HasTxWork()) continue;
+    bool pending = false;
+    for (uint32_t p = 0; p < ep->addr_of.size() && !pending; ++p) {
+      std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(rdm::PeerId{p});
+      pending = st && st->established && st->queued_ops > 0;
+    }
+    if (!pending) return;
+  }
+}
+
+int EpClose(fid* f) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  Domain* d = ep->base->domain;
+  DomainGuard g(d);
+  if (ep->obj.refs.load() > 0) return -FI_EBUSY;
+  if (ep->base != ep) {  // an alias
+    ep->base->obj.refs.fetch_sub(1);
+  } else {
+    for (Mr* mr : d->mrs) {
+      for (Ep* r : mr->registered) {
+        if (r == ep) {
+          DeregisterMrFromEp(mr, ep);
+          break;
+        }
+      }
+    }
+    if (ep->rdm != nullptr) {
+      Linger(ep);
+      driver::QueuePair& qp = d->port->qp();
+      BYPASS_FI_INFO(FI_LOG_EP_CTRL, "closing %s: %s; pool %u/%u free; port rx %llu, no_endpoint %llu, inbox_full %llu; send ops %u, recvs %u; queue rx %llu tx %llu rx_dropped %llu tx_full %llu; link %s\n",
+                     ep->rdm->address().ToString().c_str(), ep->rdm->counters().ToString().c_str(),
+                     qp.PoolAvailable(), qp.PoolCapacity(),
+                     static_cast<unsigned long long>(d->port->counters().rx_packets),
+                     static_cast<unsigned long long>(d->port->counters().no_endpoint),
+                     static_cast<unsigned long long>(d->port->counters().inbox_full),
+                     ep->config.max_send_ops, ep->config.max_posted_recvs,
+                     static_cast<unsigned long long>(qp.stats().rx_packets),
+                     static_cast<unsigned long long>(qp.stats().tx_packets),
+                     static_cast<unsigned long long>(qp.stats().rx_dropped),
+                     static_cast<unsigned long long>(qp.stats().tx_ring_full),
+                     d->dev->link_state() == driver::LinkState::kUp ? "up" : "down");
+    }
+    CloseDgram(ep);
+    Unbind(ep);
+    ep->rdm.reset();  // detaches from the port; operations in flight are dropped
+    ep->records.clear();
+    EraseOne(d->eps, ep);
+    d->obj.refs.fetch_sub(1);
+  }
+  ep->obj.magic = Obj::kDead;
+  Retire(ep);
+  return 0;
+}
+
+int BindCq(Ep* ep, Cq* cq, uint64_t flags) {
+  if ((flags & ~kBindFlags) != 0) return -FI_EBADFLAGS;
+  if (!(flags & (FI_TRANSMIT | FI_RECV))) return -FI_EINVAL;
+  if ((flags & FI_TRANSMIT) && ep->tx_cq != nullptr) return -FI_EINVAL;
+  if ((flags & FI_RECV) && ep->rx_cq != nullptr) return -FI_EINVAL;
+  const bool already = ep->tx_cq == cq || ep->rx_cq == cq;
+  if (flags & FI_TRANSMIT) {
+    ep->tx_cq = cq;
+    ep->tx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+    cq->obj.refs.fetch_add(1);
+  }
+  if (flags & FI_RECV) {
+    ep->rx_cq = cq;
+    ep->rx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+    cq->obj.refs.fetch_add(1);
+  }
+  if (!already) cq->eps.push_back(ep);
+  return 0;
+}
+
+int BindCntr(Ep* ep, Cntr* c, uint64_t flags) {
+  if (flags == 0) return -FI_EINVAL;
+  if ((flags & ~kCntrBindFlags) != 0) return -FI_EBADFLAGS;
+  const bool already = ep->send_cntr == c || ep->recv_cntr == c || ep->read_cntr == c ||
+                       ep->write_cntr == c || ep->rem_read_cntr == c || ep->rem_write_cntr == c;
+  struct Slot {
+    uint64_t flag;
+    Cntr** where;
+  } slots[] = {{FI_SEND, &ep->send_cntr},         {FI_RECV, &ep->recv_cntr},
+               {FI_READ, &ep->read_cntr},         {FI_WRITE, &ep->write_cntr},
+               {FI_REMOTE_READ, &ep->rem_read_cntr}, {FI_REMOTE_WRITE, &ep->rem_write_cntr}};
+  for (const Slot& s : slots) {
+    if ((flags & s.flag) && *s.where != nullptr) return -FI_EINVAL;
+  }
+  for (const Slot& s : slots) {
+    if (!(flags & s.flag)) continue;
+    *s.where = c;
+    c->obj.refs.fetch_add(1);
+  }
+  if (!already) c->eps.push_back(ep);
+  return 0;
+}
+
+int EpBind(fid* f, fid* bfid, uint64_t flags) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  if (ep->base != ep) return -FI_EINVAL;  // bind the endpoint, not an alias
+  if (bfid == nullptr) return -FI_EINVAL;
+  Domain* d = ep->domain;
+  DomainGuard g(d);
+  if (Enabled(ep) && bfid->fclass != FI_CLASS_MR) return -FI_EOPBADSTATE;  // enabled
+  switch (bfid->fclass) {
+    case FI_CLASS_CQ: {
+      Cq* cq = AsCq(bfid);
+      if (cq == nullptr) return -FI_EBADF;
+      if (cq->domain != d) return -FI_EINVAL;
+      return BindCq(ep, cq, flags);
+    }
+    case FI_CLASS_CNTR: {
+      Cntr* c = AsCntr(bfid);
+      if (c == nullptr) return -FI_EBADF;
+      if (c->domain != d) return -FI_EINVAL;
+      return BindCntr(ep, c, flags);
+    }
+    case FI_CLASS_AV: {
+      Av* av = AsAv(bfid);
+      if (av == nullptr) return -FI_EBADF;
+      if (av->domain != d || ep->av != nullptr) return -FI_EINVAL;
+      if (flags != 0) return -FI_EBADFLAGS;
+      ep->av = av;
+      av->eps.push_back(ep);
+      av->obj.refs.fetch_add(1);
+      return 0;
+    }
+    case FI_CLASS_EQ: {
+      Eq* eq = AsEq(bfid);
+      if (eq == nullptr) return -FI_EBADF;
+      if (ep->eq != nullptr) return -FI_EINVAL;
+      if (flags != 0) return -FI_EBADFLAGS;
+      ep->eq = eq;
+      eq->obj.refs.fetch_add(1);
+      return 0;
+    }
+    default:
+      return -FI_EINVAL;
+  }
+}
+
+int Enable(Ep* ep) {
+  if (Enabled(ep)) return 0;
+  if (ep->av == nullptr) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
+    return -FI_ENOAV;
+  }
+  if (ep->tx_cq == nullptr && ep->rx_cq == nullptr && ep->send_cntr == nullptr &&
+      ep->recv_cntr == nullptr) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind a CQ or counter first\n");
+    return -FI_ENOCQ;
+  }
+  Domain* d = ep->domain;
+  if (ep->type == FI_EP_DGRAM) return EnableDgram(ep);
+  absl::StatusOr<std::unique_ptr<rdm::Endpoint<>>> r =
+      rdm::Endpoint<>::Create(*d->port, driver::SteadyClock::Get(), ep->config);
+  if (!r.ok()) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(r.status().message()).c_str());
+    return FromStatus(r.status());
+  }
+  ep->rdm = *std::move(r);
+  auto fail = [ep](int ret) {
+    ep->rdm.reset();
+    ep->peer_of.clear();
+    ep->addr_of.clear();
+    return ret;
+  };
+  if (ep->dscp) {
+    if (absl::Status s = ep->rdm->engine().SetDscp(*ep->dscp); !s.ok()) {
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: DSCP %u: %s\n", *ep->dscp,
+                     std::string(s.message()).c_str());
+      return fail(FromStatus(s));
+    }
+  }
+  if (ep->min_multi_recv_set) ep->rdm->engine().SetMinMultiRecv(ep->min_multi_recv);
+  for (fi_addr_t fa = 0; fa < ep->av->addrs.size(); ++fa) {
+    if (!ep->av->addrs[fa]) continue;
+    if (int ret = AddPeerToEp(ep, fa, *ep->av->addrs[fa]); ret != 0) return fail(ret);
+  }
+  for (Mr* mr : d->mrs) {
+    const bool remote = (mr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0;
+    const bool mine = (d->mr_mode & FI_MR_ENDPOINT) ? (mr->bound == ep && mr->enabled) : true;
+    if (!remote || !mine) continue;
+    if (int ret = RegisterMrWithEp(mr, ep); ret != 0) {
+      for (Mr* m : d->mrs) EraseOne(m->registered, ep);
+      return fail(ret);
+    }
+  }
+  const size_t n = ep->config.max_send_ops + ep->config.max_posted_recvs;
+  ep->records.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    ep->records[i].next_free = i + 1 < n ? static_cast<uint32_t>(i + 1) : UINT32_MAX;
+  }
+  ep->free_record = n > 0 ? 0 : UINT32_MAX;
+  BYPASS_FI_INFO(FI_LOG_EP_CTRL, "endpoint %s enabled on %s\n",
+                 ep->rdm->address().ToString().c_str(), d->uri.c_str());
+  return 0;
+}
+
+int Alias(Ep* ep, struct fi_alias* a) {
+  if (a == nullptr || a->fid == nullptr) return -FI_EINVAL;
+  if (!(a->flags & (FI_TRANSMIT | FI_RECV))) return -FI_EINVAL;
+  Ep* base = ep->base;
+  auto alias = std::make_unique<Ep>();
+  alias->fid = base->fid;  // the same ops tables
+  alias->fid.fid.context = base->fid.fid.context;
+  alias->base = base;
+  alias->tx_op_flags = base->tx_op_flags;
+  alias->rx_op_flags = base->rx_op_flags;
+  const uint64_t op = a->flags & ~static_cast<uint64_t>(FI_TRANSMIT | FI_RECV);
+  if (a->flags & FI_TRANSMIT) alias->tx_op_flags = op;
+  if (a->flags & FI_RECV) alias->rx_op_flags = op;
+  base->obj.refs.fetch_add(1);
+  *a->fid = &alias.release()->fid.fid;
+  return 0;
+}
+
+int EpControl(fid* f, int command, void* arg) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  DomainGuard g(ep->base->domain);
+  switch (command) {
+    case FI_ENABLE:
+      if (ep->base != ep) return -FI_EINVAL;
+      return Enable(ep);
+    case FI_GETOPSFLAG: {
+      auto* flags = static_cast<uint64_t*>(arg);
+      if (flags == nullptr) return -FI_EINVAL;
+      if ((*flags & FI_TRANSMIT) && (*flags & FI_RECV)) return -FI_EINVAL;
+      if (*flags & FI_TRANSMIT) {
+        *flags = ep->tx_op_flags | FI_TRANSMIT;
+      } else if (*flags & FI_RECV) {
+        *flags = ep->rx_op_flags | FI_RECV;
+      } else {
+        return -FI_EINVAL;
+      }
+      return 0;
+    }
+    case FI_SETOPSFLAG: {
+      auto* flags = static_cast<uint64_t*>(arg);
+      if (flags == nullptr) return -FI_EINVAL;
+      const uint64_t op = *flags & ~static_cast<uint64_t>(FI_TRANSMIT | FI_RECV);
+      if (!(*flags & (FI_TRANSMIT | FI_RECV))) return -FI_EINVAL;
+      if (*flags & FI_TRANSMIT) ep->tx_op_flags = op;
+      if (*flags & FI_RECV) ep->rx_op_flags = op;
+      return 0;
+    }
+    case FI_ALIAS:
+      return Alias(ep, static_cast<struct fi_alias*>(arg));
+    default:
+      return -FI_ENOSYS;
+  }
+}
+
+fi_ops g_ep_fi_ops = {
+    .size = sizeof(fi_ops),
+    .close = EpClose,
+    .bind = EpBind,
+    .control = EpControl,
+    .ops_open = NoSysOpsOpen,
+    .tostr = NoSysTostr,
+    .ops_set = NoSysOpsSet,
+};
+
+ssize_t EpCancel(fid_t f, void* context) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  ep = ep->base;
+  DomainGuard g(ep->domain);
+  if (ep->dgram != nullptr) return DgramCancel(ep, context) ? 0 : -FI_ENOENT;
+  if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
+  // A receive posted with a record is known to the engine by the record.
+  for (OpRecord& r : ep->records) {
+    if (r.user_context == context && context != nullptr && ep->rdm->engine().CancelRecv(&r)) {
+      return 0;
+    }
+  }
+  return ep->rdm->engine().CancelRecv(context) ? 0 : -FI_ENOENT;
+}
+
+int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  ep = ep->base;
+  if (optval == nullptr || optlen == nullptr) return -FI_EINVAL;
+  if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
+  DomainGuard g(ep->domain);
+  if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
+  if (*optlen < sizeof(size_t)) {
+    *optlen = sizeof(size_t);
+    return -FI_ETOOSMALL;
+  }
+  const size_t v = ep->rdm != nullptr ? ep->rdm->engine().min_multi_recv()
+                                      : static_cast<size_t>(ep->config.min_multi_recv);
+  std::memcpy(optval, &v, sizeof(v));
+  *optlen = sizeof(size_t);
+  return 0;
+}
+
+int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  ep = ep->base;
+  if (optval == nullptr) return -FI_EINVAL;
+  if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
+  if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
+  if (optlen != sizeof(size_t)) return -FI_EINVAL;
+  DomainGuard g(ep->domain);
+  size_t v;
+  std::memcpy(&v, optval, sizeof(v));
+  ep->min_multi_recv = v;
+  ep->min_multi_recv_set = true;
+  ep->config.min_multi_recv = v;
+  if (ep->rdm != nullptr) ep->rdm->engine().SetMinMultiRecv(v);
+  return 0;
+}
+
+int NoCtx(fid_ep*, int, fi_tx_attr*, fid_ep**, void*) { return -FI_ENOSYS; }
+int NoRxCtx(fid_ep*, int, fi_rx_attr*, fid_ep**, void*) { return -FI_ENOSYS; }
+
+ssize_t RxSizeLeft(fid_ep* f) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  ep = ep->base;
+  DomainGuard g(ep->domain);
+  if (ep->dgram != nullptr) return ep->dgram->max_posted - ep->dgram->posted.size();
+  if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
+  return ep->rdm->engine().RecvSlotsFree();
+}
+
+ssize_t TxSizeLeft(fid_ep* f) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  ep = ep->base;
+  DomainGuard g(ep->domain);
+  if (ep->dgram != nullptr) return ep->tx_cq != nullptr ? ep->tx_cq->room() : 1;
+  if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
+  return ep->rdm->engine().SendSlotsFree();
+}
+
+fi_ops_ep g_ep_ops = {
+    .size = sizeof(fi_ops_ep),
+    .cancel = EpCancel,
+    .getopt = EpGetopt,
+    .setopt = EpSetopt,
+    .tx_ctx = NoCtx,
+    .rx_ctx = NoRxCtx,
+    .rx_size_left = RxSizeLeft,
+    .tx_size_left = TxSizeLeft,
+};
+
+// ---- names ----
+
+int GetName(fid_t f, void* addr, size_t* addrlen) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  ep = ep->base;
+  if (addrlen == nullptr) return -FI_EINVAL;
+  DomainGuard g(ep->domain);
+  rdm::Address a;
+  if (ep->rdm != nullptr) {
+    a = ep->rdm->address();
+  } else {
+    a.mac = ep->domain->dev->info().mac;
+    a.ip = ep->domain->dev->info().ipv4;
+    a.udp_port = ep->udp_port;
+  }
+  const size_t given = *addrlen;
+  *addrlen = kAddrLen;
+  if (given < kAddrLen || addr == nullptr) return -FI_ETOOSMALL;
+  const sockaddr_in s = ToSockaddr(a);
+  std::memcpy(addr, &s, kAddrLen);
+  return 0;
+}
+
+int SetName(fid_t f, void* addr, size_t addrlen) {
+  Ep* ep = AsEp(f);
+  if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  ep = ep->base;
+  std::optional<rdm::Address> a = FromSockaddr(addr, addrlen);
+  if (!a || addrlen != kAddrLen) return -FI_EINVAL;
+  DomainGuard g(ep->domain);
+  if (Enabled(ep)) return -FI_EOPBADSTATE;  // before fi_enable only
+  const driver::DeviceInfo& info = ep->domain->dev->info();
+  if (a->ip.value != 0 && !(a->ip == info.ipv4)) return -FI_EADDRNOTAVAIL;
+  for (Ep* other : ep->domain->eps) {
+    if (other != ep && other->udp_port == a->udp_port) return -FI_EADDRINUSE;
+  }
+  ep->udp_port = a->udp_port;
+  ep->config.udp_port = a->udp_port;
+  return 0;
+}
+
+int GetPeer(fid_ep*, void*, size_t*) { return -FI_ENOSYS; }
+int Connect(fid_ep*, const void*, const void*, size_t) { return -FI_ENOSYS; }
+int Listen(fid_pep*) { return -FI_ENOSYS; }
+int Accept(fid_ep*, const void*, size_t) { return -FI_ENOSYS; }
+int Reject(fid_pep*, fid_t, const void*, size_t) { return -FI_ENOSYS; }
+int Shutdown(fid_ep*, uint64_t) { return -FI_ENOSYS; }
+int Join(fid_ep*, const void*, uint64_t, fid_mc**, void*) { return -FI_ENOSYS; }
+
+fi_ops_cm g_cm_ops = {
+    .size = sizeof(fi_ops_cm),
+    .setname = SetName,
+    .getname = GetName,
+    .getpeer = GetPeer,
+    .connect = Connect,
+    .listen = Listen,
+    .accept = Accept,
+    .reject = Reject,
+    .shutdown = Shutdown,
+    .join = Join,
+};
+
+// A UDP port no endpoint of the domain has, from the base port up.
+uint16_t FreePort(const Domain* d, uint16_t base) {
+  for (uint32_t p = base; p < 65536; ++p) {
+    bool used = false;
+    for (const Ep* e : d->eps) used = used || e->udp_port == p;
+    if (!used) return static_cast<uint16_t>(p);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
+  Domain* d = AsDomain(domain);
+  if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
+  if (info == nullptr || out == nullptr) return -FI_EINVAL;
+  const fi_ep_type type = info->ep_attr != nullptr ? info->ep_attr->type : FI_EP_RDM;
+  if (type != FI_EP_RDM && type != FI_EP_DGRAM && type != FI_EP_UNSPEC) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM and FI_EP_DGRAM endpoints are implemented\n");
+    return -FI_ENOSYS;
+  }
+  DomainGuard g(d);
+  auto ep = std::make_unique<Ep>();
+  std::memset(&ep->fid, 0, sizeof(ep->fid));
+  ep->fid.fid.fclass = FI_CLASS_EP;
+  ep->fid.fid.context = context;
+  ep->fid.fid.ops = &g_ep_fi_ops;
+  ep->fid.ops = &g_ep_ops;
+  ep->fid.cm = &g_cm_ops;
+  ep->fid.msg = &g_msg_ops;
+  ep->fid.tagged = &g_tagged_ops;
+  ep->fid.rma = &g_rma_ops;
+  ep->fid.atomic = &g_atomic_ops;
+  ep->fid.collective = &g_collective_ops;
+  ep->base = ep.get();
+  ep->domain = d;
+  ep->type = type == FI_EP_DGRAM ? FI_EP_DGRAM : FI_EP_RDM;
+  ep->caps = info->caps;
+  ep->config = d->fabric->settings.engine;
+  uint16_t port = 0;
+  if (info->src_addr != nullptr && info->addr_format == FI_SOCKADDR_IN) {
+    if (auto a = FromSockaddr(info->src_addr, info->src_addrlen)) port = a->udp_port;
+  }
+  if (port == 0) port = FreePort(d, d->fabric->settings.base_port);
+  for (const Ep* e : d->eps) {
+    if (e->udp_port == port) return -FI_EADDRINUSE;
+  }
+  if (port == 0) return -FI_EADDRNOTAVAIL;
+  ep->udp_port = port;
+  ep->config.udp_port = port;
+  if (info->tx_attr != nullptr) {
+    ep->tx_op_flags = info->tx_attr->op_flags;
+    if (info->tx_attr->size > 0) {
+      ep->config.max_send_ops = static_cast<uint32_t>(
+          std::min<size_t>(std::max<size_t>(info->tx_attr->size, ep->config.max_send_ops), 1u << 16));
+    }
+    if (info->tx_attr->tclass & FI_TC_DSCP) ep->dscp = fi_tc_dscp_get(info->tx_attr->tclass);
+  }
+  if (!ep->dscp && info->domain_attr != nullptr && (info->domain_attr->tclass & FI_TC_DSCP)) {
+    ep->dscp = fi_tc_dscp_get(info->domain_attr->tclass);
+  }
+  if (ep->dscp && *ep->dscp > 63) return -FI_EINVAL;
+  if (info->rx_attr != nullptr) {
+    ep->rx_op_flags = info->rx_attr->op_flags;
+    if (info->rx_attr->size > 0) {
+      ep->config.max_posted_recvs = static_cast<uint32_t>(
+          std::min<size_t>(std::max<size_t>(info->rx_attr->size, ep->config.max_posted_recvs), 1u << 16));
+    }
+  }
+  if (info->domain_attr != nullptr && info->domain_attr->auth_key_size == sizeof(uint32_t) &&
+      info->domain_attr->auth_key != nullptr) {
+    std::memcpy(&ep->config.auth_key, info->domain_attr->auth_key, sizeof(uint32_t));
+  }
+  if (info->ep_attr != nullptr && info->ep_attr->auth_key_size == sizeof(uint32_t) &&
+      info->ep_attr->auth_key != nullptr) {
+    std::memcpy(&ep->config.auth_key, info->ep_attr->auth_key, sizeof(uint32_t));
+  }
+  d->eps.push_back(ep.get());
+  d->obj.refs.fetch_add(1);
+  *out = &ep.release()->fid;
+  return 0;
+}
+
+}  // namespace bypass::fi

@@ -1,0 +1,550 @@
+// The data path: every msg, tagged and RMA variant converts its arguments
+// into one engine request and one engine call. Copies happen only where
+// said: an iov of several buffers is gathered into (or scattered from) one
+// bounce buffer, and fi_sendmsg with FI_INJECT copies the payload.
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_collective.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#include <cstring>
+#include <vector>
+
+#include "fabric/fi/objects.h"
+
+namespace bypass::fi {
+namespace {
+
+constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_REMOTE_CQ_DATA | FI_MORE |
+                                FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE |
+                                FI_INJECT_COMPLETE | FI_FENCE | FI_MSG | FI_TAGGED | FI_RMA |
+                                FI_READ | FI_WRITE | FI_SEND;
+constexpr uint64_t kRecvFlags =
+    FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE | FI_MSG |
+    FI_TAGGED | FI_RECV;
+
+// The enabled endpoint behind a handle (an alias gives its flags).
+struct Target {
+  Ep* ep = nullptr;       // the base endpoint
+  uint64_t tx_flags = 0;  // the handle's default flags
+  uint64_t rx_flags = 0;
+  int err = 0;
+};
+
+Target Resolve(fid_ep* f) {
+  Target t;
+  Ep* e = AsEp(f);
+  if (e == nullptr) {
+    t.err = BadFid(f, FI_CLASS_EP);
+    return t;
+  }
+  t.ep = e->base;
+  t.tx_flags = e->tx_op_flags;
+  t.rx_flags = e->rx_op_flags;
+  if (!Enabled(t.ep)) t.err = -FI_EOPBADSTATE;  // fi_enable first
+  return t;
+}
+
+bool PeerOf(const Ep* ep, fi_addr_t a, rdm::PeerId* out) {
+  if (a >= ep->peer_of.size() || ep->peer_of[a].value == UINT32_MAX) return false;
+  *out = ep->peer_of[a];
+  return true;
+}
+
+OpRecord* AllocRecord(Ep* ep) {
+  if (ep->free_record == UINT32_MAX) return nullptr;
+  OpRecord* r = &ep->records[ep->free_record];
+  ep->free_record = r->next_free;
+  r->next_free = UINT32_MAX;
+  return r;
+}
+
+
+size_t TotalLen(const iovec* iov, size_t count) {
+  size_t n = 0;
+  for (size_t i = 0; i < count; ++i) n += iov[i].iov_len;
+  return n;
+}
+
+bool ValidIov(const iovec* iov, size_t count) {
+  if (count > 0 && iov == nullptr) return false;
+  for (size_t i = 0; i < count; ++i) {
+    if (iov[i].iov_base == nullptr && iov[i].iov_len > 0) return false;
+  }
+  return true;
+}
+
+void Gather(const iovec* iov, size_t count, uint8_t* out) {
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(out, iov[i].iov_base, iov[i].iov_len);
+    out += iov[i].iov_len;
+  }
+}
+
+int Map(rdm::Result r) { return static_cast<int>(r); }
+
+// One send of any kind.
+struct SendArgs {
+  const iovec* iov = nullptr;
+  size_t count = 0;
+  fi_addr_t dest = FI_ADDR_UNSPEC;
+  void* context = nullptr;
+  uint64_t tag = 0;
+  uint64_t data = 0;
+  uint64_t flags = 0;  // FI_* operation flags
+  bool tagged = false;
+  bool inject_call = false;  // fi_inject / fi_injectdata: no completion at all
+};
+
+ssize_t PostSend(fid_ep* f, const SendArgs& a) {
+  Target t = Resolve(f);
+  if (t.err != 0) return t.err;
+  Ep* ep = t.ep;
+  if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
+  if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
+  DomainGuard g(ep->domain);
+  if (ep->dgram != nullptr) {
+    if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
+    return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
+  }
+  rdm::SendRequest r;
+  if (!PeerOf(ep, a.dest, &r.dest)) return -FI_EINVAL;
+  r.tag = a.tag;
+  r.data = a.data;
+  r.context = a.context;
+  if (a.tagged) r.flags |= rdm::kSendTagged;
+  if (a.flags & FI_REMOTE_CQ_DATA) r.flags |= rdm::kSendRemoteData;
+  const size_t len = TotalLen(a.iov, a.count);
+  if (a.inject_call) {
+    if (len > ep->config.inject_size) return -FI_EMSGSIZE;
+    r.flags |= rdm::kSendInject;
+    r.context = nullptr;
+    uint8_t gathered[1024];
+    if (a.count > 1) {
+      // The engine copies an inject at once; gather on the stack first.
+      if (len > sizeof(gathered)) return -FI_EMSGSIZE;
+      Gather(a.iov, a.count, gathered);
+      r.buf = gathered;
+    } else {
+      r.buf = a.count == 1 ? a.iov[0].iov_base : nullptr;
+    }
+    r.len = len;
+    const rdm::Result res = ep->rdm->Send(r);
+    if (res == rdm::Result::kOk && ep->send_cntr != nullptr) {
+      ep->send_cntr->value.fetch_add(1, std::memory_order_relaxed);
+    }
+    return Map(res);
+  }
+  const bool suppress = ep->tx_selective && !(a.flags & FI_COMPLETION);
+  const bool copy = a.count > 1 || (a.flags & FI_INJECT);
+  OpRecord* rec = nullptr;
+  if (suppress || copy) {
+    if ((a.flags & FI_INJECT) && len > ep->config.inject_size) return -FI_EMSGSIZE;
+    rec = AllocRecord(ep);
+    if (rec == nullptr) return -FI_EAGAIN;
+    rec->user_context = a.context;
+    rec->suppress = suppress;
+    r.context = rec;
+  }
+  if (copy) {
+    rec->bounce.resize(len);  // a copy: several buffers, or FI_INJECT
+    Gather(a.iov, a.count, rec->bounce.data());
+    r.buf = rec->bounce.data();
+  } else {
+    r.buf = a.count == 1 ? a.iov[0].iov_base : nullptr;
+  }
+  r.len = len;
+  const rdm::Result res = ep->rdm->Send(r);
+  if (res != rdm::Result::kOk && rec != nullptr) FreeRecord(ep, rec);
+  return Map(res);
+}
+
+struct RecvArgs {
+  const iovec* iov = nullptr;
+  size_t count = 0;
+  fi_addr_t src = FI_ADDR_UNSPEC;
+  void* context = nullptr;
+  uint64_t tag = 0;
+  uint64_t ignore = 0;
+  uint64_t flags = 0;
+  bool tagged = false;
+};
+
+ssize_t PostRecv(fid_ep* f, const RecvArgs& a) {
+  Target t = Resolve(f);
+  if (t.err != 0) return t.err;
+  Ep* ep = t.ep;
+  if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
+  if ((a.flags & ~kRecvFlags) != 0) return -FI_EBADFLAGS;
+  if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
+  if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
+  DomainGuard g(ep->domain);
+  if (ep->dgram != nullptr) {
+    if (a.tagged) return -FI_ENOSYS;
+    return DgramRecv(ep, a.iov, a.count, a.context, a.flags);
+  }
+  rdm::RecvRequest r;
+  r.source = rdm::kAnyPeer;
+  if ((ep->caps & FI_DIRECTED_RECV) && a.src != FI_ADDR_UNSPEC) {
+    if (!PeerOf(ep, a.src, &r.source)) return -FI_EINVAL;
+  }
+  r.context = a.context;
+  r.tagged = a.tagged;
+  r.tag = a.tag;
+  r.ignore = a.ignore;
+  if (a.flags & FI_MULTI_RECV) r.flags |= rdm::kRecvMulti;
+  if (a.flags & FI_PEEK) r.flags |= rdm::kRecvPeek;
+  if (a.flags & FI_CLAIM) r.flags |= rdm::kRecvClaim;
+  if (a.flags & FI_DISCARD) r.flags |= rdm::kRecvDiscard;
+  const size_t len = TotalLen(a.iov, a.count);
+  const bool peek_or_claim = (a.flags & (FI_PEEK | FI_CLAIM)) != 0;
+  const bool suppress = ep->rx_selective && !(a.flags & FI_COMPLETION) && !peek_or_claim &&
+                        !(a.flags & FI_MULTI_RECV);
+  const bool scatter = a.count > 1 && !peek_or_claim;
+  OpRecord* rec = nullptr;
+  if (suppress || scatter) {
+    rec = AllocRecord(ep);
+    if (rec == nullptr) return -FI_EAGAIN;
+    rec->user_context = a.context;
+    rec->suppress = suppress;
+    r.context = rec;
+  }
+  if (scatter) {
+    rec->bounce.resize(len);  // a copy: the message lands here, then scatters
+    rec->scatter.assign(a.iov, a.iov + a.count);
+    r.buf = rec->bounce.data();
+  } else {
+    r.buf = a.count >= 1 ? a.iov[0].iov_base : nullptr;
+  }
+  r.len = len;
+  const rdm::Result res = ep->rdm->PostRecv(r);
+  if (res != rdm::Result::kOk && rec != nullptr) FreeRecord(ep, rec);
+  return Map(res);
+}
+
+struct RmaArgs {
+  const iovec* iov = nullptr;
+  size_t count = 0;
+  fi_addr_t dest = FI_ADDR_UNSPEC;
+  uint64_t addr = 0;
+  uint64_t key = 0;
+  void* context = nullptr;
+  uint64_t data = 0;
+  uint64_t flags = 0;
+  bool read = false;
+  bool inject_call = false;
+};
+
+ssize_t PostRma(fid_ep* f, const RmaArgs& a) {
+  Target t = Resolve(f);
+  if (t.err != 0) return t.err;
+  Ep* ep = t.ep;
+  if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
+  if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
+  if (a.read && (a.flags & (FI_INJECT | FI_REMOTE_CQ_DATA))) return -FI_EINVAL;
+  DomainGuard g(ep->domain);
+  if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
+  rdm::RmaRequest r;
+  if (!PeerOf(ep, a.dest, &r.dest)) return -FI_EINVAL;
+  r.addr = a.addr;
+  r.key = a.key;
+  r.data = a.data;
+  r.context = a.context;
+  if (a.flags & FI_REMOTE_CQ_DATA) r.flags |= rdm::kRmaRemoteData;
+  const size_t len = TotalLen(a.iov, a.count);
+  uint8_t gathered[1024];
+  if (a.inject_call) {
+    if (len > ep->config.inject_size || len > sizeof(gathered)) return -FI_EMSGSIZE;
+    r.flags |= rdm::kRmaInject;
+    r.context = nullptr;
+    Gather(a.iov, a.count, gathered);
+    r.buf = gathered;
+    r.len = len;
+    const rdm::Result res = ep->rdm->Write(r);
+    if (res == rdm::Result::kOk && ep->write_cntr != nullptr) {
+      ep->write_cntr->value.fetch_add(1, std::memory_order_relaxed);
+    }
+    return Map(res);
+  }
+  const bool suppress = ep->tx_selective && !(a.flags & FI_COMPLETION);
+  const bool copy = a.count > 1 || (a.flags & FI_INJECT);
+  OpRecord* rec = nullptr;
+  if (suppress || copy) {
+    rec = AllocRecord(ep);
+    if (rec == nullptr) return -FI_EAGAIN;
+    rec->user_context = a.context;
+    rec->suppress = suppress;
+    r.context = rec;
+  }
+  if (copy) {
+    rec->bounce.resize(len);  // a copy: several buffers, or FI_INJECT
+    if (a.read) {
+      rec->scatter.assign(a.iov, a.iov + a.count);
+    } else {
+      Gather(a.iov, a.count, rec->bounce.data());
+    }
+    r.buf = rec->bounce.data();
+  } else {
+    r.buf = a.count == 1 ? a.iov[0].iov_base : nullptr;
+  }
+  r.len = len;
+  const rdm::Result res = a.read ? ep->rdm->Read(r) : ep->rdm->Write(r);
+  if (res != rdm::Result::kOk && rec != nullptr) FreeRecord(ep, rec);
+  return Map(res);
+}
+
+// ---- fi_ops_msg ----
+
+ssize_t Recv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, void* ctx) {
+  const iovec iov{buf, len};
+  Target t = Resolve(ep);
+  return PostRecv(ep, {.iov = &iov, .count = 1, .src = src, .context = ctx, .flags = t.rx_flags & FI_COMPLETION});
+}
+ssize_t Recvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, void* ctx) {
+  Target t = Resolve(ep);
+  return PostRecv(ep, {.iov = iov, .count = count, .src = src, .context = ctx,
+                       .flags = t.rx_flags & FI_COMPLETION});
+}
+ssize_t RecvMsg(fid_ep* ep, const fi_msg* m, uint64_t flags) {
+  if (m == nullptr) return -FI_EINVAL;
+  return PostRecv(ep, {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
+                       .context = m->context, .flags = flags});
+}
+ssize_t Send(fid_ep* ep, const void* buf, size_t len, void*, fi_addr_t dest, void* ctx) {
+  const iovec iov{const_cast<void*>(buf), len};
+  Target t = Resolve(ep);
+  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .context = ctx,
+                       .flags = t.tx_flags & FI_COMPLETION});
+}
+ssize_t Sendv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t dest, void* ctx) {
+  Target t = Resolve(ep);
+  return PostSend(ep, {.iov = iov, .count = count, .dest = dest, .context = ctx,
+                       .flags = t.tx_flags & FI_COMPLETION});
+}
+ssize_t SendMsg(fid_ep* ep, const fi_msg* m, uint64_t flags) {
+  if (m == nullptr) return -FI_EINVAL;
+  return PostSend(ep, {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
+                       .context = m->context, .data = m->data, .flags = flags});
+}
+ssize_t Inject(fid_ep* ep, const void* buf, size_t len, fi_addr_t dest) {
+  const iovec iov{const_cast<void*>(buf), len};
+  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .inject_call = true});
+}
+ssize_t SendData(fid_ep* ep, const void* buf, size_t len, void*, uint64_t data, fi_addr_t dest,
+                 void* ctx) {
+  const iovec iov{const_cast<void*>(buf), len};
+  Target t = Resolve(ep);
+  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .data = data,
+                       .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & FI_COMPLETION)});
+}
+ssize_t InjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
+  const iovec iov{const_cast<void*>(buf), len};
+  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .data = data,
+                       .flags = FI_REMOTE_CQ_DATA, .inject_call = true});
+}
+
+// ---- fi_ops_tagged ----
+
+ssize_t TRecv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, uint64_t tag,
+              uint64_t ignore, void* ctx) {
+  const iovec iov{buf, len};
+  Target t = Resolve(ep);
+  return PostRecv(ep, {.iov = &iov, .count = 1, .src = src, .context = ctx, .tag = tag,
+                       .ignore = ignore, .flags = t.rx_flags & FI_COMPLETION, .tagged = true});
+}
+ssize_t TRecvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, uint64_t tag,
+               uint64_t ignore, void* ctx) {
+  Target t = Resolve(ep);
+  return PostRecv(ep, {.iov = iov, .count = count, .src = src, .context = ctx, .tag = tag,
+                       .ignore = ignore, .flags = t.rx_flags & FI_COMPLETION, .tagged = true});
+}
+ssize_t TRecvMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
+  if (m == nullptr) return -FI_EINVAL;
+  return PostRecv(ep, {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
+                       .context = m->context, .tag = m->tag, .ignore = m->ignore, .flags = flags,
+                       .tagged = true});
+}
+ssize_t TSend(fid_ep* ep, const void* buf, size_t len, void*, fi_addr_t dest, uint64_t tag,
+              void* ctx) {
+  const iovec iov{const_cast<void*>(buf), len};
+  Target t = Resolve(ep);
+  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .tag = tag,
+                       .flags = t.tx_flags & FI_COMPLETION, .tagged = true});
+}
+ssize_t TSendv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t dest, uint64_t tag,
+               void* ctx) {
+  Target t = Resolve(ep);
+  return PostSend(ep, {.iov = iov, .count = count, .dest = dest, .context = ctx, .tag = tag,
+                       .flags = t.tx_flags & FI_COMPLETION, .tagged = true});
+}
+ssize_t TSendMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
+  if (m == nullptr) return -FI_EINVAL;
+  return PostSend(ep, {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
+                       .context = m->context, .tag = m->tag, .data = m->data, .flags = flags,
+                       .tagged = true});
+}
+ssize_t TInject(fid_ep* ep, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
+  const iovec iov{const_cast<void*>(buf), len};
+  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .tag = tag, .tagged = true,
+                       .inject_call = true});
+}
+ssize_t TSendData(fid_ep* ep, const void* buf, size_t len, void*, uint64_t data, fi_addr_t dest,
+                  uint64_t tag, void* ctx) {
+  const iovec iov{const_cast<void*>(buf), len};
+  Target t = Resolve(ep);
+  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .tag = tag,
+                       .data = data, .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & FI_COMPLETION),
+                       .tagged = true});
+}
+ssize_t TInjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
+                    uint64_t tag) {
+  const iovec iov{const_cast<void*>(buf), len};
+  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .tag = tag, .data = data,
+                       .flags = FI_REMOTE_CQ_DATA, .tagged = true, .inject_call = true});
+}
+
+// ---- fi_ops_rma ----
+
+ssize_t RmaRead(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, uint64_t addr,
+                uint64_t key, void* ctx) {
+  const iovec iov{buf, len};
+  Target t = Resolve(ep);
+  return PostRma(ep, {.iov = &iov, .count = 1, .dest = src, .addr = addr, .key = key,
+                      .context = ctx, .flags = t.tx_flags & FI_COMPLETION, .read = true});
+}
+ssize_t RmaReadv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, uint64_t addr,
+                 uint64_t key, void* ctx) {
+  Target t = Resolve(ep);
+  return PostRma(ep, {.iov = iov, .count = count, .dest = src, .addr = addr, .key = key,
+                      .context = ctx, .flags = t.tx_flags & FI_COMPLETION, .read = true});
+}
+ssize_t RmaReadMsg(fid_ep* ep, const fi_msg_rma* m, uint64_t flags) {
+  if (m == nullptr || m->rma_iov == nullptr || m->rma_iov_count != 1) return -FI_EINVAL;
+  return PostRma(ep, {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
+                      .addr = m->rma_iov[0].addr, .key = m->rma_iov[0].key,
+                      .context = m->context, .flags = flags, .read = true});
+}
+ssize_t RmaWrite(fid_ep* ep, const void* buf, size_t len, void*, fi_addr_t dest, uint64_t addr,
+                 uint64_t key, void* ctx) {
+  const iovec iov{const_cast<void*>(buf), len};
+  Target t = Resolve(ep);
+  return PostRma(ep, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
+                      .context = ctx, .flags = t.tx_flags & FI_COMPLETION});
+}
+ssize_t RmaWritev(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t dest,
+                  uint64_t addr, uint64_t key, void* ctx) {
+  Target t = Resolve(ep);
+  return PostRma(ep, {.iov = iov, .count = count, .dest = dest, .addr = addr, .key = key,
+                      .context = ctx, .flags = t.tx_flags & FI_COMPLETION});
+}
+ssize_t RmaWriteMsg(fid_ep* ep, const fi_msg_rma* m, uint64_t flags) {
+  if (m == nullptr || m->rma_iov == nullptr || m->rma_iov_count != 1) return -FI_EINVAL;
+  return PostRma(ep, {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
+                      .addr = m->rma_iov[0].addr, .key = m->rma_iov[0].key,
+                      .context = m->context, .data = m->data, .flags = flags});
+}
+ssize_t RmaInject(fid_ep* ep, const void* buf, size_t len, fi_addr_t dest, uint64_t addr,
+                  uint64_t key) {
+  const iovec iov{const_cast<void*>(buf), len};
+  return PostRma(ep, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
+                      .inject_call = true});
+}
+ssize_t RmaWriteData(fid_ep* ep, const void* buf, size_t len, void*, uint64_t data,
+                     fi_addr_t dest, uint64_t addr, uint64_t key, void* ctx) {
+  const iovec iov{const_cast<void*>(buf), len};
+  Target t = Resolve(ep);
+  return PostRma(ep, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
+                      .context = ctx, .data = data,
+                      .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & FI_COMPLETION)});
+}
+ssize_t RmaInjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
+                      uint64_t addr, uint64_t key) {
+  const iovec iov{const_cast<void*>(buf), len};
+  return PostRma(ep, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
+                      .data = data, .flags = FI_REMOTE_CQ_DATA, .inject_call = true});
+}
+
+// Atomics and collectives are not offered (fi_getinfo never lists
+// FI_ATOMIC or FI_COLLECTIVE); the tables exist so the inline wrappers
+// find a function rather than a null pointer.
+template <class R, class... A>
+R NoSys(A...) {
+  return -FI_ENOSYS;
+}
+
+}  // namespace
+
+fi_ops_msg g_msg_ops = {
+    .size = sizeof(fi_ops_msg),
+    .recv = Recv,
+    .recvv = Recvv,
+    .recvmsg = RecvMsg,
+    .send = Send,
+    .sendv = Sendv,
+    .sendmsg = SendMsg,
+    .inject = Inject,
+    .senddata = SendData,
+    .injectdata = InjectData,
+};
+
+fi_ops_tagged g_tagged_ops = {
+    .size = sizeof(fi_ops_tagged),
+    .recv = TRecv,
+    .recvv = TRecvv,
+    .recvmsg = TRecvMsg,
+    .send = TSend,
+    .sendv = TSendv,
+    .sendmsg = TSendMsg,
+    .inject = TInject,
+    .senddata = TSendData,
+    .injectdata = TInjectData,
+};
+
+fi_ops_rma g_rma_ops = {
+    .size = sizeof(fi_ops_rma),
+    .read = RmaRead,
+    .readv = RmaReadv,
+    .readmsg = RmaReadMsg,
+    .write = RmaWrite,
+    .writev = RmaWritev,
+    .writemsg = RmaWriteMsg,
+    .inject = RmaInject,
+    .writedata = RmaWriteData,
+    .injectdata = RmaInjectData,
+};
+
+fi_ops_atomic g_atomic_ops = {
+    .size = sizeof(fi_ops_atomic),
+    .write = NoSys,
+    .writev = NoSys,
+    .writemsg = NoSys,
+    .inject = NoSys,
+    .readwrite = NoSys,
+    .readwritev = NoSys,
+    .readwritemsg = NoSys,
+    .compwrite = NoSys,
+    .compwritev = NoSys,
+    .compwritemsg = NoSys,
+    .writevalid = NoSys,
+    .readwritevalid = NoSys,
+    .compwritevalid = NoSys,
+};
+
+fi_ops_collective g_collective_ops = {
+    .size = sizeof(fi_ops_collective),
+    .barrier = NoSys,
+    .broadcast = NoSys,
+    .alltoall = NoSys,
+    .allreduce = NoSys,
+    .allgather = NoSys,
+    .reduce_scatter = NoSys,
+    .reduce = NoSys,
+    .scatter = NoSys,
+    .gather = NoSys,
+    .msg = NoSys,
+    .barrier2 = NoSys,
+};
+
+}  // namespace bypass::fi

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Debian's unmodified fi_info loads libbypass-fi.so, lists the provider and
+# its FI_BYPASS_* parameters.
+set -u
+. "$TEST_SRCDIR/bypass/fabric/fi/fi_pingpong_lib.sh"
+export FI_BYPASS_DEVICES="loopback:fiinfo,ip=10.77.0.1"
+
+# The .so stands alone: every dependency resolves, libfabric is not linked,
+# and fi_prov_ini is the one function it exports.
+undefined=$(ldd -r "$so" 2>&1 | grep -E "undefined symbol|not found")
+[ -z "$undefined" ] || fail "libbypass-fi.so has unresolved dependencies: $undefined"
+readelf -d "$so" | grep -q "libfabric" && fail "libbypass-fi.so links libfabric: $(readelf -d "$so" | grep libfabric)"
+exported=$(nm -D --defined-only "$so" | awk '$2 == "T" {print $3}')
+[ "$exported" = "fi_prov_ini" ] || fail "libbypass-fi.so exports more than fi_prov_ini: $exported"
+
+out=$(fi_info -p bypass 2>&1) || fail "fi_info -p bypass failed: $out"
+echo "$out"
+echo "$out" | grep -q "provider: bypass" || fail "fi_info -p bypass does not list bypass"
+echo "$out" | grep -q "domain: loopback:fiinfo,ip=10.77.0.1" ||
+  fail "the domain is not the FI_BYPASS_DEVICES URI"
+echo "$out" | grep -q "FI_EP_RDM" || fail "no FI_EP_RDM entry"
+
+out=$(fi_info -p bypass -t FI_EP_RDM -c FI_TAGGED -v 2>&1) || fail "fi_info -v failed: $out"
+echo "$out" | grep -q "FI_PROGRESS_MANUAL" || fail "progress is not FI_PROGRESS_MANUAL"
+
+out=$(fi_info -e 2>&1)
+for p in FI_BYPASS_DEVICES FI_BYPASS_PORT FI_BYPASS_WINDOW FI_BYPASS_RTO_MIN_US; do
+  echo "$out" | grep -q "$p" || fail "fi_info -e does not list $p"
+done
+
+# FI_LOG_LEVEL reaches the provider's log.
+out=$(FI_LOG_LEVEL=info fi_info -p bypass 2>&1)
+echo "$out" | grep -a -q ":bypass:" || fail "FI_LOG_LEVEL=info shows no bypass log line"
+echo PASS

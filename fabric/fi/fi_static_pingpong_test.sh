@@ -1,0 +1,16 @@
+#!/bin/bash
+# A program linked with //fabric/fi:bypass_fi_static (no libfabric) runs a
+# server and a client over memif and checks every echoed byte.
+set -u
+fail() { echo "FAIL: $*"; exit 1; }
+bin="$TEST_SRCDIR/bypass/fabric/fi/fi_static_pingpong"
+readelf -d "$bin" | grep -q "libfabric" && fail "fi_static_pingpong links libfabric: $(readelf -d "$bin" | grep libfabric)"
+sock="/tmp/bypass-fi-static-$$.sock"
+export FI_BYPASS_DEVICES="memif:$sock,role=auto"
+out=$(timeout 120 "$bin" 2>&1)
+rc=$?
+echo "$out"
+rm -f "$sock" "$sock.lock"
+[ $rc -eq 0 ] || fail "fi_static_pingpong failed (rc $rc; 124 is a 120 s timeout)"
+echo "$out" | grep -q "1048576 bytes: 20 round trips" || fail "the 1 MiB round trips did not run"
+echo PASS
