@@ -444,6 +444,112 @@ TEST(ChaosRestartTest, ReceiverRestartsUnderFaults) {
   }
 }
 
+// The give-up race, staged packet by packet: the receiver takes an older
+// plain copy of a message's first segment after its sender gave the message
+// up (ENOSPC). The rest of it then comes only as ABANDONED copies, which
+// must end that receive (ECANCELED) so that the next message arrives; before,
+// they were dropped as protocol errors, the receive stayed open forever, and
+// the next message broke its framing and was lost though its send succeeded.
+TEST(GiveUpRaceTest, ACopyTakenAfterTheGiveUpEndsTheReceiveAndTheNextMessageArrives) {
+  constexpr uint64_t kGiveUp = 2'000'000;
+  NetOptions o;
+  o.config.peer_timeout_ns = 1'000'000'000;
+  o.config.rnr_give_up_ns = kGiveUp;
+  o.configure = [](int node, EndpointConfig* c) {
+    if (node == 1) {
+      c->max_unexpected_msgs = 1;  // X fills it; A is refused
+      c->rx_burst = 1;             // one packet per pass: the stage below needs it
+    }
+  };
+  Net net(o);
+  Endpoint<>& s = net.ep(0);
+  Endpoint<>& r = net.ep(1);
+  const PeerId to_r = net.Peer(0, 1);
+  constexpr uint64_t kTagA = 5;
+  std::vector<uint8_t> x(100), a(4000), b(300), x_in(100), a_in(4000, 0xee), b_in(300, 0xee);
+  testing::FillPattern(1, absl::MakeSpan(x));
+  testing::FillPattern(2, absl::MakeSpan(a));
+  testing::FillPattern(3, absl::MakeSpan(b));
+  // R sees A's later segments only as ABANDONED copies.
+  net.tap(1).set_filter([](const wire::View* v) {
+    return v == nullptr || v->common.type != wire::PacketType::kData || v->msg.tag != kTagA ||
+           v->msg.offset == 0 || (v->msg.msg_flags & wire::kMsgAbandoned) != 0;
+  });
+  bool s_deaf = false;  // S hears nothing from R
+  net.tap(0).set_filter([&](const wire::View*) { return !s_deaf; });
+  ASSERT_EQ(s.Send({.dest = to_r, .buf = x.data(), .len = x.size(), .context = &x}), Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return r.counters().unexpected_depth == 1; }, 100'000));
+  ASSERT_EQ(s.Send({.dest = to_r, .buf = a.data(), .len = a.size(), .context = &a, .tag = kTagA,
+                    .flags = kSendTagged}),
+            Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return s.counters().rnr_received > 0; }, 100'000));
+  // S keeps sending plain copies of A's first segment past its give-up
+  // time, hearing no refusal.
+  s_deaf = true;
+  const uint64_t t0 = net.clock().NowNs();
+  ASSERT_TRUE(net.RunUntil([&] { return net.clock().NowNs() >= t0 + kGiveUp + 1'000'000; },
+                           1'000'000));
+  for (int i = 0; i < 2000; ++i) {  // both rings drained, clock still
+    r.Progress();
+    s.Progress();
+  }
+  s_deaf = false;
+  ASSERT_EQ(s.counters().rnr_give_ups, 0u);
+  // Two more plain copies of it on the way to R (S's timer).
+  const auto retransmit = [&] {
+    const uint64_t before = s.counters().retransmits_timeout;
+    for (int i = 0; i < 1'000'000 && s.counters().retransmits_timeout == before; ++i) {
+      net.clock().Advance(1'000);
+      s.Progress();
+    }
+    return s.counters().retransmits_timeout > before;
+  };
+  ASSERT_TRUE(retransmit());
+  ASSERT_TRUE(retransmit());
+  // R refuses the first copy: an RNR on its way to S.
+  const uint64_t rnr = r.counters().rnr_sent;
+  for (int i = 0; i < 100 && r.counters().rnr_sent == rnr; ++i) r.Progress();
+  ASSERT_EQ(r.counters().rnr_sent, rnr + 1);
+  // Then makes room, and S, reading that refusal, gives A up.
+  ASSERT_EQ(r.PostRecv({.buf = a_in.data(),
+                        .len = a_in.size(),
+                        .context = &a_in,
+                        .tagged = true,
+                        .tag = kTagA}),
+            Result::kOk);
+  s.Progress();
+  ASSERT_EQ(s.counters().rnr_give_ups, 1u);
+  // R takes the second plain copy; the rest of A comes abandoned. Then B.
+  ASSERT_EQ(r.PostRecv({.buf = x_in.data(), .len = x_in.size(), .context = &x_in}), Result::kOk);
+  ASSERT_EQ(r.PostRecv({.buf = b_in.data(), .len = b_in.size(), .context = &b_in}), Result::kOk);
+  ASSERT_EQ(s.Send({.dest = to_r, .buf = b.data(), .len = b.size(), .context = &b}), Result::kOk);
+  std::vector<Completion> sent, got;
+  std::vector<ErrorCompletion> send_err, recv_err;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        testing::Drain(s, &sent, &send_err);
+        testing::Drain(r, &got, &recv_err);
+        return sent.size() + send_err.size() == 3 && got.size() + recv_err.size() == 3;
+      },
+      200'000))
+      << "sent " << sent.size() << "+" << send_err.size() << " received " << got.size() << "+"
+      << recv_err.size() << " protocol errors " << r.counters().protocol_errors;
+  ASSERT_EQ(send_err.size(), 1u);
+  EXPECT_EQ(send_err[0].err, ENOSPC) << send_err[0].message;
+  EXPECT_EQ(send_err[0].op.context, &a);
+  ASSERT_EQ(recv_err.size(), 1u);
+  EXPECT_EQ(recv_err[0].err, ECANCELED) << recv_err[0].message;
+  EXPECT_EQ(recv_err[0].op.context, &a_in);
+  EXPECT_NE(std::strstr(recv_err[0].message, "gave the message up"), nullptr)
+      << recv_err[0].message;
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].context, &x_in);
+  EXPECT_EQ(got[1].context, &b_in);
+  EXPECT_EQ(testing::CheckPattern(1, x_in), -1);
+  EXPECT_EQ(testing::CheckPattern(3, b_in), -1);
+  EXPECT_EQ(r.counters().protocol_errors, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Seeds, ChaosTest,
                          ::testing::Values(Soak{1, 2, 1500, 40}, Soak{2, 2, 1500, 40},
                                            Soak{3, 3, 1500, 15}, Soak{4, 2, 9000, 40}));

@@ -27,8 +27,9 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
   if (c.max_regions == 0 || c.max_regions > (1u << 20)) {
     return bad("max_regions", c.max_regions, "1..2^20");
   }
-  if (c.max_rma_ops == 0 || c.max_rma_ops > (1u << 20)) {
-    return bad("max_rma_ops", c.max_rma_ops, "1..2^20");
+  if (c.max_rma_ops < 2 || c.max_rma_ops > (1u << 20)) {
+    // Pulls may take all but a quarter (at least one) of them: PROTOCOL.md.
+    return bad("max_rma_ops", c.max_rma_ops, "2..2^20 (one at least is kept for answers)");
   }
   if (c.window_packets == 0 || c.window_packets > wire::kSackBits) {
     return bad("window_packets", c.window_packets, "1..256 (the SACK bitmap)");

@@ -32,6 +32,8 @@ struct EndpointConfig {
   // RMA: regions registered at once, and the engine's own RMA work in flight
   // (answers to peers' reads and writes, pulls of rendezvous messages).
   // Reads and writes posted here take send operations (max_send_ops).
+  // Pulls take at most max_rma_ops minus a quarter of it (at least one):
+  // the rest stay for answers, so that pulls never starve them.
   uint32_t max_regions = 64;
   uint32_t max_rma_ops = 64;
   uint32_t window_packets = 128;      // receive window granted per peer, 1..256

@@ -206,7 +206,8 @@ void Engine::Enqueue(uint32_t pi) {
   Peer& p = peers_[pi];
   if (p.queued) return;
   p.queued = true;
-  work_[(work_head_ + work_count_) % config_.max_peers] = pi;
+  const uint32_t tail = work_head_ + work_count_;  // < 2 max_peers: wrap without a divide
+  work_[tail >= config_.max_peers ? tail - config_.max_peers : tail] = pi;
   ++work_count_;
 }
 

@@ -7,6 +7,7 @@
 #ifndef BYPASS_FABRIC_RDM_ENGINE_H_
 #define BYPASS_FABRIC_RDM_ENGINE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -50,11 +51,19 @@ class Engine {
   Address address() const;
   // Adds (or finds) the peer at addr's IPv4 and UDP port. A non-zero
   // addr.incarnation is the one expected; if the peer has restarted since,
-  // the first contact finds out and goes on with the new one.
+  // the first contact finds out and goes on with the new one. An all-zero
+  // addr.mac is learned: packets go to the broadcast MAC until the peer's
+  // HELLO or HELLO_ACK passes every check (PROTOCOL.md, Addressing).
   absl::StatusOr<PeerId> InsertPeer(const Address& addr);
   std::optional<Address> PeerAddress(PeerId id) const;
-  // Forgets a peer (fi_av_remove): its operations complete in error
-  // (ECANCELED) and its id may be reused by a later InsertPeer.
+  // Forgets a peer (fi_av_remove): its send operations, the message being
+  // received from it and the receives directed to it complete in error
+  // (ECANCELED); its unexpected messages are dropped; its session ends
+  // without a word to it (a later InsertPeer of it starts a new session,
+  // which resets the old one at its end). The slot is reused by a later
+  // InsertPeer under a new id: the removed id stays invalid (post calls
+  // return kInvalid, PeerAddress and peer_stats nullopt, RemovePeer
+  // NotFound) until the slot has been reused 4095 times (PeerTable).
   absl::Status RemovePeer(PeerId id);
   // Regions peers may read and write; the key is the one to give them.
   absl::StatusOr<uint64_t> RegisterRegion(const RegionRequest& r);
@@ -226,6 +235,10 @@ class Engine {
   }
   // An engine-owned op slot (kNone when all max_rma_ops are busy).
   uint32_t AllocCtl();
+  // Pulls may hold at most this many engine ops: the rest stay for answers
+  // to peers' requests, which always drain (PROTOCOL.md, Rendezvous).
+  uint32_t PullCap() const { return config_.max_rma_ops - std::max(1u, config_.max_rma_ops / 4); }
+  bool CanPull() const { return !free_ctl_.empty() && pulls_ < PullCap(); }
   void FreeOp(uint32_t o);
   // Queues op o (kind and fields set) at the tail of the peer's stream.
   void QueueOp(uint32_t pi, uint32_t o);
@@ -237,7 +250,8 @@ class Engine {
   bool ConsumeWrite(uint32_t pi, Peer& p, const wire::RmaFields& r,
                     absl::Span<const uint8_t> payload);
   bool ConsumeReadReq(uint32_t pi, Peer& p, const wire::RmaFields& r);
-  void ConsumePullReq(uint32_t pi, Peer& p, const wire::RmaFields& r);
+  // False: refused (no op to answer a pull naming no message with).
+  bool ConsumePullReq(uint32_t pi, Peer& p, const wire::RmaFields& r);
   void ConsumeReadData(uint32_t pi, Peer& p, const wire::RmaFields& r,
                        absl::Span<const uint8_t> payload);
   void ConsumeResponse(uint32_t pi, Peer& p, const wire::RmaFields& r);
@@ -284,6 +298,7 @@ class Engine {
   std::unique_ptr<SendOp[]> ops_;  // max_send_ops user ops, then max_rma_ops engine ops
   FreeSlots free_ops_;
   FreeSlots free_ctl_;  // engine ops, numbered from max_send_ops
+  uint32_t pulls_ = 0;  // engine ops that are kPull
   std::unique_ptr<Region[]> regions_;
   FreeSlots free_regions_;
   std::unique_ptr<uint8_t[]> inject_arena_;

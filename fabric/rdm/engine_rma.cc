@@ -209,6 +209,7 @@ uint32_t Engine::AllocCtl() {
 
 void Engine::FreeOp(uint32_t o) {
   SendOp& op = ops_[o];
+  if (op.kind == OpKind::kPull) --pulls_;
   // A freed op never looks like one waiting for an answer (ConsumeReadData).
   op.kind = OpKind::kMsg;
   op.waiting = false;
@@ -338,7 +339,9 @@ void Engine::WriteRmaPacket(Peer& p, Psn psn, const TxEntry& e, uint16_t flags,
 void Engine::OpAcked(Peer& p, uint32_t o) {
   SendOp& op = ops_[o];
   if (op.abandoned) {  // given up while refused: its error is out already
-    if (op.kind == OpKind::kRndv) p.rndv_hold = false;  // nobody will answer it
+    if (op.kind == OpKind::kRndv && op.msg_id == p.rndv_hold_msg_id) {
+      p.rndv_hold = false;  // nobody will answer it
+    }
     CompleteSend(o);
     return;
   }
@@ -378,18 +381,16 @@ bool Engine::ConsumeSequenced(uint32_t pi, Peer& p, wire::PacketType type,
                               absl::Span<const uint8_t> payload) {
   if (type != wire::PacketType::kRma) return ConsumeData(pi, p, m, payload);
   if (p.rx_msg.active) {
-    // Ops never interleave in a stream: a message's segments are consecutive.
+    // Ops never interleave in a stream: a message's segments are
+    // consecutive. That one will never end; this packet is the next op.
     ++counters_.protocol_errors;
-    return true;
+    AbortRxMessage(pi, p, EPROTO, "broke its message framing; receive aborted");
   }
   switch (r.op) {
     case wire::RmaOp::kWrite:
       return ConsumeWrite(pi, p, r, payload);
     case wire::RmaOp::kReadReq:
-      if (r.flags & wire::kRmaFlagMessage) {
-        ConsumePullReq(pi, p, r);
-        return true;
-      }
+      if (r.flags & wire::kRmaFlagMessage) return ConsumePullReq(pi, p, r);
       return ConsumeReadReq(pi, p, r);
     case wire::RmaOp::kReadData:
       ConsumeReadData(pi, p, r, payload);
@@ -503,7 +504,7 @@ bool Engine::ConsumeReadReq(uint32_t pi, Peer& /*p*/, const wire::RmaFields& r) 
   return true;
 }
 
-void Engine::ConsumePullReq(uint32_t pi, Peer& p, const wire::RmaFields& r) {
+bool Engine::ConsumePullReq(uint32_t pi, Peer& p, const wire::RmaFields& r) {
   uint32_t o = p.waiting.front();
   for (; o != kNone; o = ops_[o].next) {
     const SendOp& op = ops_[o];
@@ -511,10 +512,13 @@ void Engine::ConsumePullReq(uint32_t pi, Peer& p, const wire::RmaFields& r) {
   }
   if (o == kNone || r.total_length > ops_[o].len) {
     // Not a message of ours waiting to be pulled: a peer that breaks the
-    // protocol. Its pull fails there (if we have an op to say so with).
-    ++counters_.protocol_errors;
+    // protocol. Its pull fails there, once we have an op to say so with.
     const uint32_t a = AllocCtl();
-    if (a == kNone) return;
+    if (a == kNone) {
+      ++counters_.rma_no_slot;
+      return false;  // refused: comes again when an answer of ours is acknowledged
+    }
+    ++counters_.protocol_errors;
     ops_[a].kind = OpKind::kResponse;
     ops_[a].rma_flags = wire::kRmaFlagMessage;
     ops_[a].status = wire::RmaStatus::kNoMessage;
@@ -522,15 +526,18 @@ void Engine::ConsumePullReq(uint32_t pi, Peer& p, const wire::RmaFields& r) {
     ops_[a].key = r.key;
     ops_[a].len = r.total_length;
     QueueOp(pi, a);
-    return;
+    return true;
   }
   SendOp& op = ops_[o];
   p.waiting.Remove(ops_.get(), o);
-  p.rndv_hold = false;
+  // A pull of an older message (one that waited unexpected) is not the
+  // answer the hold waits for.
+  if (op.msg_id == p.rndv_hold_msg_id) p.rndv_hold = false;
   op.pulled = true;
   op.rma_id = r.rma_id;
   op.wire_len = r.total_length;  // the receive may be shorter than the message
   QueueOp(pi, o);
+  return true;
 }
 
 void Engine::ConsumeReadData(uint32_t pi, Peer& p, const wire::RmaFields& r,
@@ -574,7 +581,7 @@ void Engine::ConsumeResponse(uint32_t pi, Peer& p, const wire::RmaFields& r) {
   const bool pull = (r.flags & wire::kRmaFlagMessage) != 0;
   if (pull && !refusal) {
     // "Your request to send waits in my unexpected queue": send on.
-    p.rndv_hold = false;
+    if (r.key == p.rndv_hold_msg_id) p.rndv_hold = false;
     if (HasWork(p)) Enqueue(pi);
     return;
   }
@@ -637,7 +644,12 @@ bool Engine::ConsumeRts(uint32_t pi, Peer& p, const wire::MsgFields& m) {
   const bool tagged = (m.msg_flags & wire::kMsgTagged) != 0;
   if (free_ctl_.empty()) {
     ++counters_.rma_no_slot;
-    return false;  // no op to pull with: refused, comes again
+    return false;  // no op to answer with: refused, comes again
+  }
+  if (!CanPull() && matcher_.HasPosted(tagged, src, m.tag)) {
+    // Every op pulls may take is pulling: refused, comes again.
+    ++counters_.rma_no_slot;
+    return false;
   }
   // Pulled straight into a receive; never into a multi-receive.
   const uint32_t slot = matcher_.MatchPosted(tagged, src, m.tag);
@@ -668,6 +680,7 @@ void Engine::StartPull(uint32_t pi, uint32_t o, uint32_t slot, uint32_t msg_id, 
                        uint16_t msg_flags, uint64_t tag, uint64_t data) {
   SendOp& op = ops_[o];
   op.kind = OpKind::kPull;
+  ++pulls_;
   op.key = msg_id;
   op.total = total;
   op.len = std::min<uint64_t>(total, matcher_.recv(slot).len);  // a shorter receive truncates
@@ -705,7 +718,7 @@ Result Engine::PullUnexpected(uint32_t e, const RecvRequest& r) {
     ResourcesFreed();
     return Result::kOk;
   }
-  if (free_ctl_.empty()) {
+  if (!CanPull()) {  // the rest of max_rma_ops stay for answers
     cq_.Unreserve();
     return Result::kAgain;
   }

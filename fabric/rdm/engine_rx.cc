@@ -214,6 +214,13 @@ bool Engine::ConsumeData(uint32_t pi, Peer& p, const wire::MsgFields& m,
     return true;  // the rest of a message its sender abandoned
   }
   if (m.msg_flags & wire::kMsgAbandoned) {
+    if (r.active && m.msg_id == r.msg_id) {
+      // We took an older copy of its first segment after its sender gave it
+      // up: the rest never comes. The message number is spent.
+      AbortRxMessage(pi, p, ECANCELED, "gave the message up (refused too long); receive aborted");
+      p.rx_skip = true;
+      return true;
+    }
     // Its sender gave it up before we took its first segment: nothing to
     // deliver, but the message number is spent.
     if (r.active || m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
@@ -261,7 +268,7 @@ bool Engine::ConsumeData(uint32_t pi, Peer& p, const wire::MsgFields& m,
   } else if (m.msg_id != r.msg_id || m.offset != r.received || m.total_length != r.total) {
     ++counters_.protocol_errors;
     AbortRxMessage(pi, p, EPROTO, "broke its message framing; receive aborted");
-    return true;
+    return ConsumeData(pi, p, m, payload);  // perhaps the next message: as one
   }
   if (r.sink == RxSink::kPosted) {
     const RecvRequest& q = matcher_.recv(r.index);

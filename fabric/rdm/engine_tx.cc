@@ -25,7 +25,7 @@ size_t Engine::BuildTx(absl::Span<driver::Packet* const> bufs) {
   // Each peer queued now gets one turn of up to kPacketsPerTurn packets.
   for (uint32_t turns = work_count_; turns > 0 && n < bufs.size(); --turns) {
     const uint32_t pi = work_[work_head_];
-    work_head_ = (work_head_ + 1) % config_.max_peers;
+    work_head_ = work_head_ + 1 == config_.max_peers ? 0 : work_head_ + 1;
     --work_count_;
     Peer& p = peers_[pi];
     p.queued = false;
@@ -156,7 +156,10 @@ void Engine::BuildSegment(Peer& p, driver::Packet* pkt) {
   WriteData(p, psn, e, fills ? wire::kFlagAckReq : 0, pkt);
   ++p.next_psn;
   p.cursor_offset += seg;
-  if (op.kind == OpKind::kRndv && !op.pulled) p.rndv_hold = true;  // engine_rma.cc
+  if (op.kind == OpKind::kRndv && !op.pulled) {  // engine_rma.cc
+    p.rndv_hold = true;
+    p.rndv_hold_msg_id = op.msg_id;
+  }
   if (p.cursor_offset == wire_len) {
     op.all_sent = true;
     op.last_psn = psn;

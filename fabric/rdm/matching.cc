@@ -52,6 +52,15 @@ uint32_t MatchQueues::MatchPosted(bool tagged, PeerId source, uint64_t tag, uint
   return kNone;
 }
 
+bool MatchQueues::HasPosted(bool tagged, PeerId source, uint64_t tag) const {
+  const IndexList<RecvSlot>& q = posted_[tagged];
+  for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
+    const RecvSlot& slot = recvs_[s];
+    if ((slot.req.flags & kRecvMulti) == 0 && Matches(slot.req, tagged, source, tag)) return true;
+  }
+  return false;
+}
+
 uint64_t MatchQueues::TakeMulti(uint32_t s, uint64_t total) {
   RecvSlot& slot = recvs_[s];
   const uint64_t base = slot.used;

@@ -80,6 +80,8 @@ class MatchQueues {
   // (released) once less than min_multi_recv, or nothing, is left.
   uint32_t MatchPosted(bool tagged, PeerId source, uint64_t tag, uint64_t total = 0,
                        bool allow_multi = false, uint64_t* base = nullptr);
+  // Whether MatchPosted(tagged, source, tag) would find a receive; takes none.
+  bool HasPosted(bool tagged, PeerId source, uint64_t tag) const;
   // Hands out `total` bytes of multi-receive `slot` as MatchPosted does; the
   // caller has checked that they fit. REQUIRES: slot is queued, not released.
   uint64_t TakeMulti(uint32_t slot, uint64_t total);

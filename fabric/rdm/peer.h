@@ -192,6 +192,7 @@ struct Peer {
   // (a pull, or "queued"): no more of the user's ops go until it does, so
   // that pulled bytes never wait behind a message the receiver refuses.
   bool rndv_hold = false;
+  uint32_t rndv_hold_msg_id = 0;  // the request's: only its answer ends the hold
   // The sender abandoned message rx_next_msg_id - 1: its other segments are
   // acknowledged and dropped.
   bool rx_skip = false;

@@ -618,5 +618,56 @@ TEST(MacDiscoveryTest, APeerInsertedWithoutAMacIsFoundByABroadcastHello) {
   EXPECT_GE(net.ep(2).counters().not_for_us_dropped, 1u) << "c heard the broadcast and dropped it";
 }
 
+TEST(MacDiscoveryTest, APeerThatSpeaksFirstTeachesItsMac) {
+  Net net(NetOptions{});
+  Address a = net.ep(0).address();
+  a.mac = driver::MacAddress{};
+  absl::StatusOr<PeerId> to_a = net.ep(1).InsertPeer(a);  // b knows a without its MAC
+  ASSERT_TRUE(to_a.ok());
+  int broadcast = 0;
+  net.tap(0).set_filter([&](const wire::View* v) {
+    if (v != nullptr && v->flow.dst_mac == driver::kBroadcastMac) ++broadcast;
+    return true;
+  });
+  const PeerId to_b = net.Peer(0, 1);
+  uint64_t in = 0, v = 4;
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = &in, .len = 8}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = &v, .len = 8}), Result::kOk);
+  std::vector<Completion> got;
+  std::vector<ErrorCompletion> err;
+  ASSERT_TRUE(WaitFor(net, 1, 1, &got, &err));
+  EXPECT_EQ(net.ep(1).PeerAddress(*to_a)->mac, net.ep(0).address().mac) << "from a's HELLO";
+  // b answers a unicast.
+  ASSERT_EQ(net.ep(0).PostRecv({.buf = &in, .len = 8}), Result::kOk);
+  ASSERT_EQ(net.ep(1).Send({.dest = *to_a, .buf = &v, .len = 8}), Result::kOk);
+  got.clear();
+  ASSERT_TRUE(WaitFor(net, 0, 2, &got, &err));
+  EXPECT_TRUE(err.empty());
+  EXPECT_EQ(broadcast, 0);
+}
+
+TEST(RemovePeerTest, AMessageArrivingFromItFailsItsReceive) {
+  NetOptions o;
+  o.config.window_packets = 4;  // so that the message takes several round trips
+  Net net(o);
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out;
+  SendPattern(net, to_b, &out, 50, 50'000);
+  std::vector<uint8_t> in(50'000);
+  int ctx;
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &ctx}), Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return net.ep(1).counters().rx_data_packets >= 2; }, kSteps));
+  const PeerId b_to_a = net.Peer(1, 0);
+  ASSERT_TRUE(net.ep(1).engine().RemovePeer(b_to_a).ok());
+  std::vector<Completion> got;
+  std::vector<ErrorCompletion> err;
+  Drain(net.ep(1), &got, &err);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(err[0].err, ECANCELED);
+  EXPECT_EQ(err[0].op.context, &ctx);
+  EXPECT_LT(err[0].op.len, in.size());
+}
+
 }  // namespace
 }  // namespace bypass::rdm

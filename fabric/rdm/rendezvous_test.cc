@@ -4,6 +4,7 @@
 // tagged, truncated, 1 GiB, and a peer restarting in the middle.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -300,6 +301,173 @@ TEST(RendezvousTest, VanishedReceiverTimesOut) {
       500'000));
   ASSERT_EQ(t.send_err.size(), 1u);
   EXPECT_EQ(t.send_err[0].err, ETIMEDOUT) << t.send_err[0].message;
+}
+
+// max_rma_ops pulls from S at once must not starve S's own RMA to R: R
+// keeps ops for answers, so S's read and write (sent before the pulls were
+// asked for, so ahead of the pulled bytes in S's stream) are served, and
+// the pulls then finish. Before the reserve, R refused the READ_REQ for
+// want of an op while every op waited for bytes queued behind it: a
+// deadlock that RNR ACKs kept alive forever.
+TEST(RendezvousTest, PullsLeaveOpsForAnswers) {
+  NetOptions o = Options();
+  o.config.max_rma_ops = 64;
+  Net net(o);
+  Endpoint<>& s = net.ep(0);
+  Endpoint<>& r = net.ep(1);
+  const PeerId to_r = net.Peer(0, 1);
+  constexpr int kMsgs = 64;
+  std::vector<std::vector<uint8_t>> out(kMsgs, std::vector<uint8_t>(2 * kThreshold));
+  std::vector<std::vector<uint8_t>> in(kMsgs, std::vector<uint8_t>(2 * kThreshold, 0xee));
+  for (int k = 0; k < kMsgs; ++k) {
+    testing::FillPattern(k, absl::MakeSpan(out[k]));
+    ASSERT_EQ(s.Send({.dest = to_r, .buf = out[k].data(), .len = out[k].size(), .context = &out[k]}),
+              Result::kOk);
+  }
+  ASSERT_TRUE(net.RunUntil([&] { return r.counters().unexpected_depth == kMsgs; }, 200'000));
+  for (int i = 0; i < 20'000; ++i) net.Step();  // R's "queued" answers acknowledged: ops free
+  std::vector<uint8_t> region(8000);
+  testing::FillPattern(500, absl::MakeSpan(region));
+  absl::StatusOr<uint64_t> key = r.engine().RegisterRegion(
+      {.addr = region.data(), .len = region.size(),
+       .access = kAccessRemoteRead | kAccessRemoteWrite});
+  ASSERT_TRUE(key.ok()) << key.status();
+  // S's read and write go on the wire now; R takes all its receives (each
+  // starting a pull) before it looks at them.
+  std::vector<uint8_t> got(4000, 0), put(3000);
+  testing::FillPattern(501, absl::MakeSpan(put));
+  int read_ctx, write_ctx;
+  ASSERT_EQ(s.Read({.dest = to_r, .buf = got.data(), .len = got.size(), .addr = 0, .key = *key,
+                    .context = &read_ctx}),
+            Result::kOk);
+  ASSERT_EQ(s.Write({.dest = to_r, .buf = put.data(), .len = put.size(), .addr = 4000,
+                     .key = *key, .context = &write_ctx}),
+            Result::kOk);
+  int posted = 0;
+  const auto post = [&] {
+    while (posted < kMsgs && r.PostRecv({.buf = in[posted].data(), .len = in[posted].size(),
+                                         .context = &in[posted]}) == Result::kOk) {
+      ++posted;
+    }
+  };
+  post();
+  EXPECT_LT(posted, kMsgs) << "some of max_rma_ops are kept for answers";
+  EXPECT_GT(posted, kMsgs / 2);
+  Transfer t;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        post();
+        Drain(s, &t.sent, &t.send_err);
+        Drain(r, &t.got, &t.recv_err);
+        return t.Done(kMsgs + 2, kMsgs);
+      },
+      400'000))
+      << "sent " << t.sent.size() << " received " << t.got.size() << " posted " << posted;
+  ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+  ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+  for (int k = 0; k < kMsgs; ++k) EXPECT_EQ(testing::CheckPattern(k, in[k]), -1) << k;
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), region.begin()));
+  EXPECT_TRUE(std::equal(put.begin(), put.end(), region.begin() + 4000));
+}
+
+// The sender holds its next messages until the receiver answers its
+// outstanding request to send; a pull of an older message (one that waited
+// unexpected, taken by a receive meanwhile) is not that answer. Before, it
+// ended the hold: the eager message after the request went out ahead of the
+// pulled bytes and completed first, though the request was matched on
+// arrival.
+TEST(RendezvousTest, APullOfAnOlderMessageKeepsTheHold) {
+  Net net(Options());
+  Endpoint<>& s = net.ep(0);
+  Endpoint<>& r = net.ep(1);
+  const PeerId to_r = net.Peer(0, 1);
+  std::vector<uint8_t> m1(2 * kThreshold), m2(3 * kThreshold), m3(1000);
+  std::vector<uint8_t> in1(m1.size(), 0xee), in2(m2.size(), 0xee), in3(m3.size(), 0xee);
+  testing::FillPattern(1, absl::MakeSpan(m1));
+  testing::FillPattern(2, absl::MakeSpan(m2));
+  testing::FillPattern(3, absl::MakeSpan(m3));
+  ASSERT_EQ(s.Send({.dest = to_r, .buf = m1.data(), .len = m1.size()}), Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return r.counters().unexpected_depth == 1; }, 100'000));
+  for (int i = 0; i < 5000; ++i) net.Step();  // its "queued" answer in: S sends on
+  // The request for m2 goes to R (m3 waits behind it at S); before R reads
+  // it, R takes m1 (its pull goes to S) and posts receives for m2 and m3.
+  ASSERT_EQ(s.Send({.dest = to_r, .buf = m2.data(), .len = m2.size()}), Result::kOk);
+  ASSERT_EQ(s.Send({.dest = to_r, .buf = m3.data(), .len = m3.size()}), Result::kOk);
+  ASSERT_EQ(r.PostRecv({.buf = in1.data(), .len = in1.size(), .context = &in1}), Result::kOk);
+  ASSERT_EQ(r.PostRecv({.buf = in2.data(), .len = in2.size(), .context = &in2}), Result::kOk);
+  ASSERT_EQ(r.PostRecv({.buf = in3.data(), .len = in3.size(), .context = &in3}), Result::kOk);
+  s.Progress();  // S reads m1's pull first
+  Transfer t;
+  ASSERT_TRUE(RunTransfer(net, t, 3, 3));
+  ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+  ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+  EXPECT_EQ(testing::CheckPattern(1, in1), -1);
+  EXPECT_EQ(testing::CheckPattern(2, in2), -1);
+  EXPECT_EQ(testing::CheckPattern(3, in3), -1);
+  // m1 waited unexpected, so it may complete anywhere; m2 before m3.
+  std::vector<void*> order;
+  for (const Completion& c : t.got) {
+    if (c.context != &in1) order.push_back(c.context);
+  }
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], &in2) << "m3 completed before m2, which was matched on arrival";
+}
+
+// A pull naming no message of the sender's that arrives when the sender has
+// no engine op free to refuse it with (both answering reads) is refused
+// (RNR) and comes again, then answered NO_MESSAGE: the receive fails. Before,
+// it was consumed with no answer and the receive waited forever, kept alive
+// by probes.
+TEST(RendezvousTest, APullNamingNoMessageIsAnsweredEvenWithNoOpFree) {
+  NetOptions o = Options();
+  o.configure = [](int node, EndpointConfig* c) {
+    if (node == 0) c->max_rma_ops = 2;
+  };
+  Net net(o);
+  Endpoint<>& s = net.ep(0);
+  Endpoint<>& r = net.ep(1);
+  const PeerId to_r = net.Peer(0, 1);
+  const PeerId to_s = net.Peer(1, 0);
+  std::vector<uint8_t> region(8000);
+  testing::FillPattern(7, absl::MakeSpan(region));
+  absl::StatusOr<uint64_t> key = s.engine().RegisterRegion(
+      {.addr = region.data(), .len = region.size(), .access = kAccessRemoteRead});
+  ASSERT_TRUE(key.ok()) << key.status();
+  std::vector<uint8_t> m(2 * kThreshold), in(m.size(), 0xee), got1(4000), got2(4000);
+  ASSERT_EQ(s.Send({.dest = to_r, .buf = m.data(), .len = m.size()}), Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return r.counters().unexpected_depth == 1; }, 100'000));
+  for (int i = 0; i < 5000; ++i) net.Step();
+  // R's pull of m reaches S naming a message S never sent.
+  net.tap(0).set_rewrite([](wire::View* v) {
+    if (v->common.type != wire::PacketType::kRma || v->rma.op != wire::RmaOp::kReadReq ||
+        (v->rma.flags & wire::kRmaFlagMessage) == 0) {
+      return false;
+    }
+    v->rma.key += 1000;
+    return true;
+  });
+  // Two reads take both of S's ops (until R acknowledges their data); the
+  // pull arrives right behind them.
+  ASSERT_EQ(r.Read({.dest = to_s, .buf = got1.data(), .len = got1.size(), .addr = 0, .key = *key}),
+            Result::kOk);
+  ASSERT_EQ(r.Read({.dest = to_s, .buf = got2.data(), .len = got2.size(), .addr = 4000,
+                    .key = *key}),
+            Result::kOk);
+  ASSERT_EQ(r.PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);
+  Transfer t;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(s, &t.sent, &t.send_err);
+        Drain(r, &t.got, &t.recv_err);
+        return t.got.size() == 2 && t.recv_err.size() == 1;
+      },
+      200'000))
+      << "reads " << t.got.size() << " receive errors " << t.recv_err.size();
+  EXPECT_GE(s.counters().rma_no_slot, 1u) << "the pull found no op free and was refused";
+  EXPECT_EQ(t.recv_err[0].err, EPROTO) << t.recv_err[0].message;
+  EXPECT_EQ(t.recv_err[0].op.context, &in);
+  EXPECT_TRUE(std::equal(got1.begin(), got1.end(), region.begin()));
+  EXPECT_TRUE(std::equal(got2.begin(), got2.end(), region.begin() + 4000));
 }
 
 TEST(RendezvousTest, SurvivesFaults) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "driver/loopback/loopback_device.h"
@@ -15,13 +16,26 @@ namespace bypass::rdm::testing {
 
 uint16_t TapQueue::RxBurst(absl::Span<driver::Packet*> out) {
   const uint16_t n = inner_.RxBurst(out);
-  if (!filter_) return n;
+  if (!filter_ && !rewrite_) return n;
   uint16_t kept = 0;
   for (uint16_t i = 0; i < n; ++i) {
     driver::Packet* p = out[i];
     wire::View v;
     const bool ok = wire::Parse({p->data, p->len}, &v) == wire::ParseStatus::kOk;
-    if (filter_(ok ? &v : nullptr)) {
+    if (!filter_ || filter_(ok ? &v : nullptr)) {
+      const bool sequenced =
+          ok && (v.common.type == wire::PacketType::kData || v.common.type == wire::PacketType::kRma);
+      if (sequenced && rewrite_ && rewrite_(&v)) {
+        // The payload is copied out first: the rebuilt frame overwrites it.
+        const std::vector<uint8_t> payload(v.payload.begin(), v.payload.end());
+        if (v.common.type == wire::PacketType::kData) {
+          p->len = static_cast<uint32_t>(
+              wire::BuildData(v.flow, v.common, v.msg, payload, {p->data, p->capacity}));
+        } else {
+          p->len = static_cast<uint32_t>(
+              wire::BuildRma(v.flow, v.common, v.rma, payload, {p->data, p->capacity}));
+        }
+      }
       out[kept++] = p;
     } else {
       ++dropped_;

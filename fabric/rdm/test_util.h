@@ -25,8 +25,12 @@ namespace bypass::rdm::testing {
 class TapQueue final : public driver::QueuePair {
  public:
   using Filter = std::function<bool(const wire::View* v)>;  // true: deliver
+  // Sees each parsed DATA or RMA packet after the filter kept it; returning
+  // true rebuilds the packet (good CRC) from the fields it changed.
+  using Rewrite = std::function<bool(wire::View* v)>;
   explicit TapQueue(driver::QueuePair& inner) : inner_(inner) {}
   void set_filter(Filter f) { filter_ = std::move(f); }
+  void set_rewrite(Rewrite r) { rewrite_ = std::move(r); }
 
   uint16_t RxBurst(absl::Span<driver::Packet*> out) override;
   uint16_t TxBurst(absl::Span<driver::Packet* const> pkts) override { return inner_.TxBurst(pkts); }
@@ -45,6 +49,7 @@ class TapQueue final : public driver::QueuePair {
  private:
   driver::QueuePair& inner_;
   Filter filter_;
+  Rewrite rewrite_;
   uint64_t dropped_ = 0;
   uint64_t alloc_calls_ = 0;
 };

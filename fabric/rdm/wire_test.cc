@@ -62,7 +62,7 @@ TEST(CrcTest, KnownValuesAndBothImplementationsAgree) {
   EXPECT_EQ(Crc32c(nullptr, 0), 0u);
   std::vector<uint8_t> zeros(32, 0);
   EXPECT_EQ(Crc32c(zeros.data(), zeros.size()), 0x8a9136aau);  // RFC 3720 B.4
-  std::vector<uint8_t> data(1008);
+  std::vector<uint8_t> data(12 + 6000);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31 + 7);
   for (size_t len : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 14, 15, 63, 64, 1000}) {
     for (size_t off : {0, 1, 3}) {
@@ -78,7 +78,9 @@ TEST(CrcTest, KnownValuesAndBothImplementationsAgree) {
   EXPECT_EQ(Crc32cFinish(s), whole);
   // The one-call packet CRC equals the piecewise one (pseudo header, data
   // with a zeroed field), for every length and field position tried.
-  for (size_t n : {4, 5, 36, 37, 40, 104, 141, 990}) {
+  // (Lengths on both sides of the parallel-stream threshold, an MTU-sized
+  // packet, and one past the streams' cap, whose excess goes serially.)
+  for (size_t n : {4, 5, 36, 37, 40, 67, 68, 69, 104, 141, 990, 1436, 6000}) {
     for (size_t zero_at : {0, 1, 32, 33}) {
       if (zero_at + 4 > n) continue;
       std::vector<uint8_t> copy(data.begin() + 12, data.begin() + 12 + n);
