@@ -206,7 +206,8 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
       if (ep->rdm == nullptr || fa >= ep->peer_of.size()) continue;
       const rdm::PeerId p = ep->peer_of[fa];
       ep->peer_of[fa] = rdm::PeerId{};
-      if (p.value < ep->addr_of.size()) ep->addr_of[p.value] = FI_ADDR_NOTAVAIL;
+      const uint32_t slot = rdm::PeerTable::Index(p);
+      if (slot < ep->addr_of.size()) ep->addr_of[slot] = FI_ADDR_NOTAVAIL;
       if (absl::Status s = ep->rdm->engine().RemovePeer(p); !s.ok()) {
         // The AV forgets it either way; the engine keeps the session.
         BYPASS_FI_WARN(FI_LOG_AV, "the engine kept peer %u: %s\n", p.value,
@@ -381,8 +382,9 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
   }
   if (ep->peer_of.size() <= fa) ep->peer_of.resize(fa + 1);
   ep->peer_of[fa] = *p;
-  if (ep->addr_of.size() <= p->value) ep->addr_of.resize(p->value + 1, FI_ADDR_NOTAVAIL);
-  ep->addr_of[p->value] = fa;
+  const uint32_t slot = rdm::PeerTable::Index(*p);
+  if (ep->addr_of.size() <= slot) ep->addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
+  ep->addr_of[slot] = fa;
   return 0;
 }
 

@@ -67,7 +67,8 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
 }
 
 fi_addr_t SourceOf(const Ep* ep, rdm::PeerId p) {
-  return p.value < ep->addr_of.size() ? ep->addr_of[p.value] : FI_ADDR_NOTAVAIL;
+  const uint32_t slot = rdm::PeerTable::Index(p);
+  return slot < ep->addr_of.size() ? ep->addr_of[slot] : FI_ADDR_NOTAVAIL;
 }
 
 void Count(Cntr* c) {

@@ -88,8 +88,8 @@ void Linger(Ep* ep) {
     if (now - start >= kLingerMaxNs) return;
     if (now - last_rx < kQuietNs || ep->rdm->engine().HasTxWork()) continue;
     bool pending = false;
-    for (uint32_t p = 0; p < ep->addr_of.size() && !pending; ++p) {
-      std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(rdm::PeerId{p});
+    for (size_t i = 0; i < ep->peer_of.size() && !pending; ++i) {
+      std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(ep->peer_of[i]);
       pending = st && st->established && st->queued_ops > 0;
     }
     if (!pending) return;

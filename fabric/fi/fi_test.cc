@@ -698,6 +698,24 @@ TEST(RecvFeaturesTest, LargeMessagesAndAvRemoval) {
   // Removed from the AV: the address is gone for sends.
   EXPECT_EQ(fi_av_remove(p.a.av, &p.a.peer, 1, 0), 0);
   EXPECT_EQ(fi_send(p.a.ep, out.data(), 8, nullptr, p.a.peer, nullptr), -FI_EINVAL);
+  // Both sides forget each other and insert again: the engine reuses the
+  // peers' slots under new ids, and a message's source still maps back to
+  // the new fi_addr.
+  EXPECT_EQ(fi_av_remove(p.b.av, &p.b.peer, 1, 0), 0);
+  char name_a[64], name_b[64];
+  size_t len_a = sizeof(name_a), len_b = sizeof(name_b);
+  ASSERT_EQ(fi_getname(&p.a.ep->fid, name_a, &len_a), 0);
+  ASSERT_EQ(fi_getname(&p.b.ep->fid, name_b, &len_b), 0);
+  fi_addr_t a_to_b = FI_ADDR_NOTAVAIL, b_to_a = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(p.a.av, name_b, 1, &a_to_b, 0, nullptr), 1);
+  ASSERT_EQ(fi_av_insert(p.b.av, name_a, 1, &b_to_a, 0, nullptr), 1);
+  ASSERT_EQ(fi_recv(p.b.ep, in.data(), 8, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  ASSERT_EQ(fi_send(p.a.ep, out.data(), 8, nullptr, a_to_b, nullptr), 0);
+  fi_addr_t src = FI_ADDR_NOTAVAIL;
+  ASSERT_TRUE(p.Wait(p.b.rxcq, &e, &src));
+  EXPECT_EQ(e.len, 8u);
+  EXPECT_EQ(src, b_to_a);
+  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
   p.Close();
 }
 

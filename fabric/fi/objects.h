@@ -27,6 +27,7 @@
 #include "driver/device.h"
 #include "fabric/rdm/config.h"
 #include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/peer_table.h"
 #include "fabric/rdm/port.h"
 #include "fabric/rdm/types.h"
 
@@ -242,7 +243,7 @@ struct Ep {
   Av* av = nullptr;
   Eq* eq = nullptr;
   std::vector<rdm::PeerId> peer_of;  // by fi_addr
-  std::vector<fi_addr_t> addr_of;    // by PeerId
+  std::vector<fi_addr_t> addr_of;    // by rdm::PeerTable::Index(PeerId)
   std::vector<OpRecord> records;
   uint32_t free_record = UINT32_MAX;
   std::vector<Mr*> mrs;  // FI_MR_ENDPOINT regions bound here
