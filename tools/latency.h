@@ -1,4 +1,5 @@
-// Round-trip samples and their percentiles, printed for people or as JSON.
+// Round-trip samples and their percentiles, and the results every tool
+// prints, for people or as JSON (the schemas are in tools/README.md).
 #ifndef BYPASS_TOOLS_LATENCY_H_
 #define BYPASS_TOOLS_LATENCY_H_
 
@@ -13,6 +14,7 @@ namespace bypass::tools {
 // Percentiles of a set of nanosecond samples.
 struct Percentiles {
   uint64_t p50 = 0, p90 = 0, p99 = 0, p999 = 0, max = 0;
+  double mean = 0;
 
   // Sorts `samples` in place. Nearest-rank percentiles.
   static Percentiles Of(std::vector<uint64_t>& samples) {
@@ -28,20 +30,39 @@ struct Percentiles {
     p.p99 = at(0.99);
     p.p999 = at(0.999);
     p.max = samples.back();
+    long double sum = 0;
+    for (uint64_t s : samples) sum += static_cast<long double>(s);
+    p.mean = static_cast<double>(sum / static_cast<long double>(samples.size()));
     return p;
   }
+};
+
+// One size of a one-way rate run (pingpong --mode=rate, bw).
+struct RateResult {
+  uint64_t size = 0;       // payload bytes asked for
+  uint64_t wire_bytes = 0;  // bytes each message carried: max(size, 16), the ping header
+  uint32_t window = 0;     // messages outstanding (raw: frames per burst)
+  uint64_t sent = 0;       // measured messages sent
+  uint64_t msgs = 0;       // of those, received (counted by the server)
+  double seconds = 0;      // the server's first to last arrival
+  double msg_rate = 0;     // msgs / seconds
+  double mbytes_per_s = 0;  // msgs * wire_bytes / seconds / 1e6
+  std::string skipped;     // non-empty: why this size was not run
 };
 
 // The result of one ping-pong or rate run, in the shape every tool prints.
 struct RunResult {
   std::string layer;
+  std::string provider;  // fi: the libfabric provider; empty otherwise
   std::string device;
   std::string mode = "latency";  // or "rate"
   uint64_t size = 0;
   uint64_t iters = 0;
   Percentiles rtt_ns;
+  std::vector<uint64_t> samples;  // latency mode: every measured round trip, sorted
   double msgs_per_sec = 0;
   uint64_t resent = 0;    // pings sent again after no reply in time
+  std::vector<RateResult> rates;  // rate mode: one per size
   std::string extra_json;  // ,"key":value pairs a layer adds (counters)
   std::string extra_text;  // lines a layer adds for people
 };
@@ -49,40 +70,72 @@ struct RunResult {
 inline std::string JsonEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out.push_back(c);
+    }
   }
   return out;
 }
 
+// "null" for an empty string, else the quoted string.
+inline std::string JsonStringOrNull(const std::string& s) {
+  return s.empty() ? "null" : "\"" + JsonEscape(s) + "\"";
+}
+
+// pingpong's JSON object (one line). Schema: tools/README.md.
 inline void PrintJson(const RunResult& r, std::FILE* f = stdout) {
-  std::fprintf(f, "{\"layer\":\"%s\",\"device\":\"%s\",\"mode\":\"%s\",\"size\":%llu,\"iters\":%llu,",
-               JsonEscape(r.layer).c_str(), JsonEscape(r.device).c_str(), r.mode.c_str(),
-               static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.iters));
+  using ull = unsigned long long;
+  std::fprintf(f,
+               "{\"tool\":\"pingpong\",\"layer\":\"%s\",\"provider\":%s,\"device\":\"%s\","
+               "\"mode\":\"%s\",\"size\":%llu,\"iters\":%llu,",
+               JsonEscape(r.layer).c_str(), JsonStringOrNull(r.provider).c_str(),
+               JsonEscape(r.device).c_str(), r.mode.c_str(), static_cast<ull>(r.size),
+               static_cast<ull>(r.iters));
   if (r.mode == "latency") {  // rate mode measures no round trips
+    const Percentiles& p = r.rtt_ns;
     std::fprintf(f, "\"rtt_ns\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p999\":%llu,\"max\":%llu},",
-                 static_cast<unsigned long long>(r.rtt_ns.p50),
-                 static_cast<unsigned long long>(r.rtt_ns.p90),
-                 static_cast<unsigned long long>(r.rtt_ns.p99),
-                 static_cast<unsigned long long>(r.rtt_ns.p999),
-                 static_cast<unsigned long long>(r.rtt_ns.max));
+                 static_cast<ull>(p.p50), static_cast<ull>(p.p90), static_cast<ull>(p.p99),
+                 static_cast<ull>(p.p999), static_cast<ull>(p.max));
+    std::fprintf(f,
+                 "\"p50_ns\":%llu,\"p90_ns\":%llu,\"p99_ns\":%llu,\"p999_ns\":%llu,\"max_ns\":%llu,"
+                 "\"mean_ns\":%.1f,",
+                 static_cast<ull>(p.p50), static_cast<ull>(p.p90), static_cast<ull>(p.p99),
+                 static_cast<ull>(p.p999), static_cast<ull>(p.max), p.mean);
+  } else {
+    std::fprintf(f,
+                 "\"p50_ns\":null,\"p90_ns\":null,\"p99_ns\":null,\"p999_ns\":null,\"max_ns\":null,"
+                 "\"mean_ns\":null,");
+    if (r.rates.size() == 1) {
+      const RateResult& x = r.rates[0];
+      std::fprintf(f, "\"window\":%u,\"seconds\":%.6f,\"mbytes_per_s\":%.3f,", x.window, x.seconds,
+                   x.mbytes_per_s);
+    }
   }
-  std::fprintf(f, "\"msgs_per_sec\":%.0f,\"resent\":%llu%s}\n", r.msgs_per_sec,
-               static_cast<unsigned long long>(r.resent), r.extra_json.c_str());
+  std::fprintf(f, "\"msg_rate\":%.0f,\"msgs_per_sec\":%.0f,\"resent\":%llu%s}\n", r.msgs_per_sec,
+               r.msgs_per_sec, static_cast<ull>(r.resent), r.extra_json.c_str());
 }
 
 inline void PrintText(const RunResult& r, std::FILE* f = stdout) {
-  std::fprintf(f, "layer %s, device %s, %llu B messages, %llu iterations\n", r.layer.c_str(),
-               r.device.c_str(), static_cast<unsigned long long>(r.size),
-               static_cast<unsigned long long>(r.iters));
+  std::fprintf(f, "layer %s%s%s, device %s, %llu B messages, %llu iterations\n", r.layer.c_str(),
+               r.provider.empty() ? "" : ", provider ", r.provider.c_str(), r.device.c_str(),
+               static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.iters));
   if (r.mode == "latency") {
     auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
-    std::fprintf(f, "round trip  p50 %.3f us  p90 %.3f us  p99 %.3f us  p99.9 %.3f us  max %.3f us\n",
+    std::fprintf(f, "round trip  p50 %.3f us  p90 %.3f us  p99 %.3f us  p99.9 %.3f us  max %.3f us  mean %.3f us\n",
                  us(r.rtt_ns.p50), us(r.rtt_ns.p90), us(r.rtt_ns.p99), us(r.rtt_ns.p999),
-                 us(r.rtt_ns.max));
+                 us(r.rtt_ns.max), r.rtt_ns.mean / 1000.0);
     std::fprintf(f, "rate        %.3f M round trips/s\n", r.msgs_per_sec / 1e6);
   } else {
-    std::fprintf(f, "rate        %.3f M messages/s one way\n", r.msgs_per_sec / 1e6);
+    std::fprintf(f, "rate        %.3f M messages/s one way", r.msgs_per_sec / 1e6);
+    if (r.rates.size() == 1) std::fprintf(f, ", %.1f MB/s", r.rates[0].mbytes_per_s);
+    std::fprintf(f, "\n");
   }
   if (r.resent != 0) {
     std::fprintf(f, "resent      %llu pings got no reply within 200 ms and were sent again\n",

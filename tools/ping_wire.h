@@ -15,6 +15,7 @@ enum class PingKind : uint32_t {
   kData = 3,         // rate mode: count me, no reply
   kReportAsk = 4,    // rate mode: reply with a kReport
   kReport = 5,       // rate mode: count and first-to-last ns of kData seen
+  kHello = 6,        // fi layer: the client's fi_getname address; echoed once inserted
 };
 
 struct PingHeader {
@@ -56,6 +57,54 @@ inline bool ReadPingHeader(const uint8_t* payload, size_t len, PingHeader* h) {
   if (len < sizeof(PingHeader)) return false;
   std::memcpy(h, payload, sizeof(*h));
   return h->magic == kPingMagic;
+}
+
+// kHello: the header, a 32-bit length, then that many address bytes.
+inline constexpr size_t kMaxHelloAddrBytes = 256;
+inline constexpr size_t kHelloBytes = sizeof(PingHeader) + 4 + kMaxHelloAddrBytes;
+
+// Writes a kHello carrying addr (REQUIRES: len <= kMaxHelloAddrBytes) into
+// payload (kHelloBytes).
+inline void WriteHello(uint8_t* payload, const void* addr, uint32_t len) {
+  PingHeader h{0, static_cast<uint32_t>(PingKind::kHello), kPingMagic};
+  std::memset(payload, 0, kHelloBytes);
+  std::memcpy(payload, &h, sizeof(h));
+  std::memcpy(payload + sizeof(h), &len, sizeof(len));
+  std::memcpy(payload + sizeof(h) + sizeof(len), addr, len);
+}
+
+// The address a kHello carries: sets *addr (inside payload) and *addr_len;
+// false if payload is not a well-formed kHello.
+inline bool ReadHello(const uint8_t* payload, size_t len, const uint8_t** addr, uint32_t* addr_len) {
+  PingHeader h{};
+  if (!ReadPingHeader(payload, len, &h) || h.kind != static_cast<uint32_t>(PingKind::kHello)) {
+    return false;
+  }
+  if (len < sizeof(h) + sizeof(uint32_t)) return false;
+  uint32_t n = 0;
+  std::memcpy(&n, payload + sizeof(h), sizeof(n));
+  if (n == 0 || n > kMaxHelloAddrBytes || len - sizeof(h) - sizeof(n) < n) return false;
+  *addr = payload + sizeof(h) + sizeof(n);
+  *addr_len = n;
+  return true;
+}
+
+// An fi address as the --addr_file holds it: lower-case hex, two digits a
+// byte, 1..kMaxHelloAddrBytes bytes. False (and *out unspecified) for
+// anything else.
+inline bool ParseHexAddress(const char* text, size_t len, uint8_t* out, size_t* out_len) {
+  if (len == 0 || len % 2 != 0 || len / 2 > kMaxHelloAddrBytes) return false;
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  for (size_t i = 0; i < len; i += 2) {
+    const int hi = digit(text[i]);
+    const int lo = digit(text[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i / 2] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  *out_len = len / 2;
+  return true;
 }
 
 }  // namespace bypass::tools

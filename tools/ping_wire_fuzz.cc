@@ -1,7 +1,8 @@
-// Fuzz target: the ping-pong payload parsers (ReadPingHeader, VerifyPing)
-// over hostile payloads, checked against a plain oracle: ReadPingHeader
-// accepts any 16 bytes carrying the magic, and VerifyPing accepts exactly
-// the bytes WritePing would have written.
+// Fuzz target: the ping-pong payload parsers (ReadPingHeader, VerifyPing,
+// ReadHello, ParseHexAddress) over hostile payloads, checked against plain
+// oracles: ReadPingHeader accepts any 16 bytes carrying the magic,
+// VerifyPing accepts exactly the bytes WritePing would have written, and
+// the others accept exactly their documented layouts.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -26,7 +27,61 @@ bool Expected(const uint8_t* data, size_t size, size_t want, uint64_t seq, PingK
   return std::memcmp(written.data(), data, n) == 0;
 }
 
+// ReadHello accepts exactly a header of kind kHello, a length in
+// 1..kMaxHelloAddrBytes and that many bytes, and points inside the input.
+void FuzzHello(const uint8_t* data, size_t size) {
+  const uint8_t* addr = nullptr;
+  uint32_t n = 0;
+  const bool ok = ReadHello(data, size, &addr, &n);
+  bool want = false;
+  if (size >= sizeof(PingHeader) + 4) {
+    PingHeader h;
+    std::memcpy(&h, data, sizeof(h));
+    uint32_t len = 0;
+    std::memcpy(&len, data + sizeof(h), 4);
+    want = h.magic == kPingMagic && h.kind == static_cast<uint32_t>(PingKind::kHello) && len != 0 &&
+           len <= kMaxHelloAddrBytes && sizeof(h) + 4 + static_cast<size_t>(len) <= size;
+  }
+  Require(ok == want, "ReadHello disagrees with the layout");
+  if (ok) {
+    Require(addr == data + sizeof(PingHeader) + 4 && addr + n <= data + size,
+            "ReadHello points outside the payload");
+    // What WriteHello makes of it reads back the same.
+    std::vector<uint8_t> again(kHelloBytes);
+    WriteHello(again.data(), addr, n);
+    const uint8_t* addr2 = nullptr;
+    uint32_t n2 = 0;
+    Require(ReadHello(again.data(), again.size(), &addr2, &n2) && n2 == n &&
+                std::memcmp(addr2, addr, n) == 0,
+            "WriteHello does not round-trip");
+  }
+}
+
+// ParseHexAddress accepts exactly an even number (2..512) of lower-case hex
+// digits, and what it decodes prints back as the same text.
+void FuzzHex(const uint8_t* data, size_t size) {
+  const char* text = reinterpret_cast<const char*>(data);
+  uint8_t out[kMaxHelloAddrBytes];
+  size_t n = 0;
+  const bool ok = ParseHexAddress(text, size, out, &n);
+  bool want = size != 0 && size % 2 == 0 && size / 2 <= kMaxHelloAddrBytes;
+  for (size_t i = 0; want && i < size; ++i) {
+    want = (text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f');
+  }
+  Require(ok == want, "ParseHexAddress disagrees with the format");
+  if (ok) {
+    Require(n == size / 2, "ParseHexAddress decoded the wrong length");
+    static const char kDigits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; ++i) {
+      Require(text[2 * i] == kDigits[out[i] >> 4] && text[2 * i + 1] == kDigits[out[i] & 15],
+              "ParseHexAddress does not round-trip");
+    }
+  }
+}
+
 void FuzzOne(const uint8_t* data, size_t size) {
+  FuzzHello(data, size);
+  FuzzHex(data, size);
   PingHeader h{};
   const bool read = ReadPingHeader(data, size, &h);
   uint32_t magic = 0;

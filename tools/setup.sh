@@ -23,6 +23,8 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # multi-host tests: network namespaces and veth pairs
   iproute2
+  # pingpong --plot: latency histograms as PNG
+  gnuplot-nox
 )
 
 is_root() { [ "$(id -u)" -eq 0 ]; }

@@ -274,6 +274,9 @@ int main(int argc, char** argv) {
       a.server = true;
     } else {
       a.server = false;
+      // DPDK's memif client fails to start when the server's socket is not
+      // there yet: wait for the server process to create it.
+      for (int i = 0; i < 1000 && access(a.socket.c_str(), F_OK) != 0; ++i) usleep(10000);
     }
     uint16_t port;
     rte_mempool* pool;

@@ -1,11 +1,8 @@
 // pingpong: round-trip latency and message rate between two processes, on
-// the raw driver (--layer=raw) or the RDM engine (--layer=rdm). See --help.
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
+// the raw driver (--layer=raw), the RDM engine (--layer=rdm) or libfabric's
+// API (--layer=fi). See --help and tools/README.md (the --json schema).
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,32 +12,46 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "driver/device.h"
+#include "tools/histogram.h"
 #include "tools/latency.h"
 #include "tools/ping_wire.h"
-#include "tools/pingpong/raw.h"
-#include "tools/pingpong/rdm.h"
+#include "tools/pingpong/session.h"
 
 ABSL_FLAG(std::string, layer, "raw", "raw (the driver), rdm (the protocol engine) or fi (fi_* API)");
 ABSL_FLAG(bool, server, false, "echo pings until the client is done");
 ABSL_FLAG(std::string, connect, "",
-          "the server's MAC[/IPv4] for raw frames (default: broadcast, fine for point-to-point "
-          "devices such as memif and veth)");
-ABSL_FLAG(bool, local, false, "start a server process and a client over memif on this host");
+          "raw, rdm: the server's MAC[/IPv4] (default: broadcast, fine for point-to-point devices "
+          "such as memif and veth; rdm needs the IPv4). fi: HOST[:PORT] of the server's address "
+          "exchange socket");
+ABSL_FLAG(bool, local, false, "start a server process and a client on this host (memif for raw and rdm)");
 ABSL_FLAG(uint64_t, size, 64, "payload bytes per message");
 ABSL_FLAG(uint64_t, iters, 100000, "measured iterations (messages in rate mode)");
 ABSL_FLAG(uint64_t, warmup, 1000, "iterations before measuring");
-ABSL_FLAG(std::string, device, "", "device URI (default with --local: memif on a fresh socket)");
+ABSL_FLAG(std::string, device, "",
+          "device URI (default with --local: memif on a fresh socket); fi with --provider=bypass: "
+          "FI_BYPASS_DEVICES for this process");
 ABSL_FLAG(std::string, mode, "latency", "latency (one ping in flight) or rate (one-way bursts)");
-ABSL_FLAG(uint32_t, burst, 32, "frames per burst in rate mode");
+ABSL_FLAG(uint32_t, burst, 32, "raw: frames per burst in rate mode");
+ABSL_FLAG(uint32_t, window, 32, "rdm, fi: messages outstanding in rate mode");
+ABSL_FLAG(uint64_t, duration_ms, 0, "rate mode: send for this long instead of --iters messages");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
+ABSL_FLAG(std::string, csv, "", "write the round-trip histogram (and percentiles) to this CSV file");
+ABSL_FLAG(std::string, plot, "", "draw the round-trip histogram to this PNG file (needs gnuplot)");
 ABSL_FLAG(std::string, ip, "",
           "this side's IPv4 for devices with no kernel address (rdm checks it; --local sets both)");
 ABSL_FLAG(double, loss, 0, "rdm: drop this fraction of received packets (driver/fault)");
 ABSL_FLAG(double, dup, 0, "rdm: duplicate this fraction of received packets");
 ABSL_FLAG(double, reorder, 0, "rdm: reorder this fraction of received packets");
 ABSL_FLAG(uint64_t, fault_seed, 1, "rdm: the seed of the injected faults");
-ABSL_FLAG(uint32_t, window, 32, "rdm: messages outstanding in rate mode");
-ABSL_FLAG(uint32_t, link_timeout_ms, 10000, "how long to wait for the link to come up");
+ABSL_FLAG(std::string, provider, "bypass", "fi: the libfabric provider (bypass, shm, tcp, ...)");
+ABSL_FLAG(bool, tagged, false, "fi: tagged messages (fi_tsend/fi_trecv) instead of fi_send/fi_recv");
+ABSL_FLAG(std::string, fi_node, "",
+          "fi: the local address to bind (fi_getinfo with FI_SOURCE), e.g. this host's IPv4 for tcp");
+ABSL_FLAG(uint32_t, oob_port, bypass::tools::kFiOobPort,
+          "fi: the TCP port the server hands out its address on");
+ABSL_FLAG(std::string, addr_file, "",
+          "fi: exchange the server's address through this file instead of a TCP socket");
+ABSL_FLAG(uint32_t, link_timeout_ms, 10000, "how long to wait for the link (or the peer's address)");
 
 namespace bypass::tools {
 namespace {
@@ -57,29 +68,33 @@ absl::StatusOr<PingOptions> OptionsFromFlags() {
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.mode = absl::GetFlag(FLAGS_mode);
   o.burst = absl::GetFlag(FLAGS_burst);
+  o.window = absl::GetFlag(FLAGS_window);
+  o.duration_ms = absl::GetFlag(FLAGS_duration_ms);
   if (o.mode != "latency" && o.mode != "rate") {
     return absl::InvalidArgumentError(absl::StrCat("--mode=", o.mode, " is not latency or rate"));
   }
   if (o.iters == 0) return absl::InvalidArgumentError("--iters must be at least 1");
-  const bool rdm = absl::GetFlag(FLAGS_layer) == "rdm";
-  if (rdm && o.size > (256u << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat("--size=", o.size, " is over the 256 MiB the rdm ping buffers"));
+  const std::string layer = absl::GetFlag(FLAGS_layer);
+  const bool rdm = layer == "rdm";
+  if (layer != "raw" && o.size > (256u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("--size=", o.size, " is over the 256 MiB the ping buffers hold"));
   }
-  if (!rdm && 28 + PingPayloadBytes(o.size) > 9000) {
+  if (layer == "raw" && 28 + PingPayloadBytes(o.size) > 9000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--size=", o.size, " does not fit one frame: the raw layer sends one frame per message, "
         "so use --size up to ", 9000 - 28, " (jumbo frames) or --layer=rdm"));
   }
-  if (absl::GetFlag(FLAGS_window) == 0 || absl::GetFlag(FLAGS_window) > 1024) {
-    return absl::InvalidArgumentError("--window must be 1..1024");
-  }
+  if (o.window == 0 || o.window > 1024) return absl::InvalidArgumentError("--window must be 1..1024");
   for (double p : {absl::GetFlag(FLAGS_loss), absl::GetFlag(FLAGS_dup), absl::GetFlag(FLAGS_reorder)}) {
     if (!(p >= 0 && p < 1)) return absl::InvalidArgumentError("--loss, --dup and --reorder are fractions in [0, 1)");
     if (p > 0 && !rdm) return absl::InvalidArgumentError("--loss, --dup and --reorder need --layer=rdm");
   }
   if (o.burst == 0 || o.burst > 32) return absl::InvalidArgumentError("--burst must be 1..32");
+  if (o.mode == "rate" && (!absl::GetFlag(FLAGS_csv).empty() || !absl::GetFlag(FLAGS_plot).empty())) {
+    return absl::InvalidArgumentError("--csv and --plot export round trips: use them with --mode=latency");
+  }
   const std::string connect = absl::GetFlag(FLAGS_connect);
-  if (!connect.empty()) {
+  if (!connect.empty() && layer != "fi") {
     const size_t slash = connect.find('/');
     auto mac = driver::MacAddress::Parse(connect.substr(0, slash));
     if (!mac.ok()) return mac.status();
@@ -93,53 +108,36 @@ absl::StatusOr<PingOptions> OptionsFromFlags() {
   return o;
 }
 
-absl::StatusOr<std::unique_ptr<driver::Device>> OpenForPing(const std::string& uri,
-                                                            const PingOptions& o) {
-  driver::DeviceOptions dopts;
-  dopts.queues = 1;
-  dopts.ring_size = 1024;
-  // One frame per message: the MTU must hold IPv4 + UDP + the payload
-  // (OptionsFromFlags checked it fits a jumbo frame).
-  // The rdm layer segments messages: the default MTU.
-  const uint64_t needed = absl::GetFlag(FLAGS_layer) == "rdm" ? 0 : 28 + PingPayloadBytes(o.size);
-  dopts.mtu = static_cast<uint32_t>(std::max<uint64_t>(1500, needed));
-  if (const std::string ip = absl::GetFlag(FLAGS_ip); !ip.empty()) {
-    auto a = driver::Ipv4Address::Parse(ip);
-    if (!a.ok()) return a.status();
-    dopts.ipv4 = *a;
-  }
-  auto dev = driver::OpenDevice(uri, dopts);
-  if (!dev.ok()) return dev.status();
-  if (absl::Status s = WaitForLink(**dev, absl::GetFlag(FLAGS_link_timeout_ms)); !s.ok()) return s;
-  return dev;
+LayerOptions LayerFromFlags() {
+  LayerOptions l;
+  l.layer = absl::GetFlag(FLAGS_layer);
+  l.device = absl::GetFlag(FLAGS_device);
+  l.ip = absl::GetFlag(FLAGS_ip);
+  l.link_timeout_ms = absl::GetFlag(FLAGS_link_timeout_ms);
+  l.rdm.loss = absl::GetFlag(FLAGS_loss);
+  l.rdm.dup = absl::GetFlag(FLAGS_dup);
+  l.rdm.reorder = absl::GetFlag(FLAGS_reorder);
+  l.rdm.fault_seed = absl::GetFlag(FLAGS_fault_seed);
+  l.fi.provider = absl::GetFlag(FLAGS_provider);
+  l.fi.tagged = absl::GetFlag(FLAGS_tagged);
+  l.fi.node = absl::GetFlag(FLAGS_fi_node);
+  l.fi.oob_port = static_cast<uint16_t>(absl::GetFlag(FLAGS_oob_port));
+  l.fi.addr_file = absl::GetFlag(FLAGS_addr_file);
+  l.fi.connect = l.layer == "fi" ? absl::GetFlag(FLAGS_connect) : "";
+  l.fi.timeout_ms = l.link_timeout_ms;
+  if (l.layer == "fi") l.fi.devices = l.device;
+  return l;
 }
 
-RdmPingOptions RdmFromFlags() {
-  RdmPingOptions r;
-  r.loss = absl::GetFlag(FLAGS_loss);
-  r.dup = absl::GetFlag(FLAGS_dup);
-  r.reorder = absl::GetFlag(FLAGS_reorder);
-  r.fault_seed = absl::GetFlag(FLAGS_fault_seed);
-  r.window = absl::GetFlag(FLAGS_window);
-  return r;
-}
-
-int RunServer(const std::string& uri, const PingOptions& o) {
-  auto dev = OpenForPing(uri, o);
-  if (!dev.ok()) return Fail(dev.status());
-  absl::Status s = absl::GetFlag(FLAGS_layer) == "rdm"
-                       ? RunRdmServer(*std::move(dev), o, RdmFromFlags())
-                       : RunRawServer(**dev, o);
-  return s.ok() ? 0 : Fail(s);
-}
-
-int RunClient(const std::string& uri, const PingOptions& o) {
-  auto dev = OpenForPing(uri, o);
-  if (!dev.ok()) return Fail(dev.status());
-  auto result = absl::GetFlag(FLAGS_layer) == "rdm"
-                    ? RunRdmClient(*std::move(dev), o, RdmFromFlags())
-                    : RunRawClient(**dev, o);
+int RunClient(const LayerOptions& l, const PingOptions& o) {
+  auto result = RunClientSide(l, o);
   if (!result.ok()) return Fail(result.status());
+  if (const std::string csv = absl::GetFlag(FLAGS_csv); !csv.empty()) {
+    if (absl::Status s = WriteHistogramCsv(*result, csv); !s.ok()) return Fail(s);
+  }
+  if (const std::string png = absl::GetFlag(FLAGS_plot); !png.empty()) {
+    if (absl::Status s = PlotHistogram(*result, png); !s.ok()) return Fail(s);
+  }
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(*result);
   } else {
@@ -149,57 +147,51 @@ int RunClient(const std::string& uri, const PingOptions& o) {
 }
 
 // --local: this process is the client; a child started from the same binary
-// serves. Both open memif on a fresh socket before DPDK starts in either.
-constexpr char kLocalServerIp[] = "10.79.255.1";
-constexpr char kLocalClientIp[] = "10.79.255.2";
-
-int RunLocal(PingOptions o, char* argv0) {
-  const bool rdm = absl::GetFlag(FLAGS_layer) == "rdm";
-  const std::string sock = absl::StrCat("/tmp/bypass-pingpong-", getpid(), ".sock");
-  const pid_t child = fork();
-  if (child < 0) return Fail(absl::InternalError("fork failed"));
-  if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive the client
-    std::vector<std::string> args = {
-        argv0,
-        absl::StrCat("--layer=", absl::GetFlag(FLAGS_layer)),
-        "--server",
-        absl::StrCat("--device=memif:", sock, ",role=server"),
-        absl::StrCat("--size=", o.size),
-        absl::StrCat("--link_timeout_ms=", absl::GetFlag(FLAGS_link_timeout_ms)),
-    };
-    if (rdm) {
-      args.push_back(absl::StrCat("--ip=", kLocalServerIp));
-      args.push_back(absl::StrCat("--loss=", absl::GetFlag(FLAGS_loss)));
-      args.push_back(absl::StrCat("--dup=", absl::GetFlag(FLAGS_dup)));
-      args.push_back(absl::StrCat("--reorder=", absl::GetFlag(FLAGS_reorder)));
-      args.push_back(absl::StrCat("--fault_seed=", absl::GetFlag(FLAGS_fault_seed) + 1));
-      args.push_back(absl::StrCat("--window=", absl::GetFlag(FLAGS_window)));
+// serves. raw and rdm: both open memif on a fresh socket. fi: the server
+// writes its address to a file the client reads (tcp binds 127.0.0.1).
+int RunLocal(PingOptions o, LayerOptions l) {
+  const LocalPlan plan = MakeLocalPlan("pingpong");
+  std::vector<std::string> args = {
+      absl::StrCat("--layer=", l.layer),
+      "--server",
+      absl::StrCat("--size=", o.size),
+      absl::StrCat("--window=", o.window),
+      absl::StrCat("--link_timeout_ms=", l.link_timeout_ms),
+  };
+  if (l.layer == "fi") {
+    if (l.fi.provider == "tcp" && l.fi.node.empty()) l.fi.node = "127.0.0.1";
+    l.fi.addr_file = plan.addr_file;
+    args.push_back(absl::StrCat("--provider=", l.fi.provider));
+    args.push_back(absl::StrCat("--tagged=", l.fi.tagged ? "true" : "false"));
+    args.push_back(absl::StrCat("--addr_file=", plan.addr_file));
+    if (!l.fi.node.empty()) args.push_back(absl::StrCat("--fi_node=", l.fi.node));
+    if (l.fi.provider == "bypass" && l.device.empty()) {
+      // Each side its own memif role on a fresh socket.
+      args.push_back(absl::StrCat("--device=", plan.server_device, ",ip=", kLocalServerIp));
+      l.fi.devices = absl::StrCat(plan.client_device, ",ip=", kLocalClientIp);
     }
-    std::vector<char*> cargv;
-    for (auto& a : args) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    execv("/proc/self/exe", cargv.data());
-    std::perror("pingpong: exec of the server");
-    _exit(127);
+  } else {
+    args.push_back(absl::StrCat("--device=", plan.server_device));
+    l.device = plan.client_device;
   }
-  // The server creates the socket; the memif client connects when it is there.
-  if (rdm) {
-    absl::SetFlag(&FLAGS_ip, kLocalClientIp);
+  if (l.layer == "rdm") {
+    args.push_back(absl::StrCat("--ip=", kLocalServerIp));
+    args.push_back(absl::StrCat("--loss=", l.rdm.loss));
+    args.push_back(absl::StrCat("--dup=", l.rdm.dup));
+    args.push_back(absl::StrCat("--reorder=", l.rdm.reorder));
+    args.push_back(absl::StrCat("--fault_seed=", l.rdm.fault_seed + 1));
+    l.ip = kLocalClientIp;
     o.peer_ip = *driver::Ipv4Address::Parse(kLocalServerIp);  // memif is point to point: broadcast MAC
   }
-  const int rc = RunClient(absl::StrCat("memif:", sock, ",role=client"), o);
-  int status = 0;
-  for (int i = 0; i < 200; ++i) {  // the server exits on the client's kFin
-    if (waitpid(child, &status, WNOHANG) == child) break;
-    usleep(10000);
-    if (i == 199) {
-      kill(child, SIGKILL);
-      waitpid(child, &status, 0);
-    }
+  if (l.layer == "fi" && l.fi.provider != "bypass") {
+    // One error line, not one from each side. (bypass's getinfo may open
+    // devices: its server must come first.)
+    if (absl::Status s = ProbeProvider(l.fi); !s.ok()) return Fail(s);
   }
-  unlink(sock.c_str());
-  unlink((sock + ".lock").c_str());
+  auto child = StartServerProcess(args);
+  if (!child.ok()) return Fail(child.status());
+  const int rc = RunClient(l, o);
+  ReapServerProcess(*child, plan);
   return rc;
 }
 
@@ -216,24 +208,34 @@ int main(int argc, char** argv) {
       "                                        over RDM endpoints, faults injected into what\n"
       "                                        each side receives; prints retransmit counters\n"
       "  pingpong --layer=rdm --server --device=URI [--ip=A]\n"
-      "  pingpong --layer=rdm --device=URI --connect=MAC/A  (rdm needs the server's IPv4)");
+      "  pingpong --layer=rdm --device=URI --connect=MAC/A  (rdm needs the server's IPv4)\n"
+      "  pingpong --layer=fi --local [--provider=bypass|shm|tcp] [--tagged]\n"
+      "  pingpong --layer=fi --server [--provider=P] [--fi_node=A] [--oob_port=N]\n"
+      "  pingpong --layer=fi --connect=HOST[:PORT] [--provider=P]\n"
+      "  pingpong ... --mode=rate [--window=N] [--duration_ms=T]   one-way message rate\n"
+      "  pingpong ... --csv=FILE --plot=FILE.png                   the round-trip histogram\n"
+      "See tools/README.md for the --json schema.");
   absl::ParseCommandLine(argc, argv);
   using namespace bypass::tools;
   const std::string layer = absl::GetFlag(FLAGS_layer);
-  if (layer != "raw" && layer != "rdm") {
-    return Fail(absl::UnimplementedError(absl::StrCat(
-        "--layer=", layer, " is not built yet (see README: what works); use --layer=raw or rdm")));
-  }
+  if (absl::Status s = CheckLayer(layer); !s.ok()) return Fail(s);
   auto opts = OptionsFromFlags();
   if (!opts.ok()) return Fail(opts.status());
+  if (!absl::GetFlag(FLAGS_plot).empty()) {
+    // Before the run, not after it.
+    if (absl::Status s = CheckGnuplot(); !s.ok()) return Fail(s);
+  }
+  const LayerOptions l = LayerFromFlags();
+  if (layer == "fi") {
+    if (absl::Status s = PrepareProvider(l.fi.provider); !s.ok()) return Fail(s);
+  }
   if (absl::GetFlag(FLAGS_local)) {
     if (absl::GetFlag(FLAGS_server)) return Fail(absl::InvalidArgumentError("--local starts the server itself: drop --server"));
-    return RunLocal(*opts, argv[0]);
+    return RunLocal(*opts, l);
   }
-  const std::string uri = absl::GetFlag(FLAGS_device);
-  if (uri.empty()) {
-    return Fail(absl::InvalidArgumentError(
-        "no device: give --device=URI (e.g. memif:/tmp/pp.sock) or --local"));
+  if (absl::GetFlag(FLAGS_server)) {
+    const absl::Status s = RunServerSide(l, *opts);
+    return s.ok() ? 0 : Fail(s);
   }
-  return absl::GetFlag(FLAGS_server) ? RunServer(uri, *opts) : RunClient(uri, *opts);
+  return RunClient(l, *opts);
 }

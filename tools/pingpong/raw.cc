@@ -4,12 +4,14 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "driver/clock.h"
 #include "driver/net_headers.h"
 #include "tools/ping_wire.h"
+#include "tools/pingpong/rate.h"
 
 namespace bypass::tools {
 namespace {
@@ -82,8 +84,8 @@ absl::Status WaitForLink(driver::Device& dev, uint64_t timeout_ms) {
   return absl::OkStatus();
 }
 
-absl::Status RunRawServer(driver::Device& dev, const PingOptions& opts) {
-  if (absl::Status s = CheckSize(dev, opts.size); !s.ok()) return s;
+absl::Status RunRawServer(driver::Device& dev, const PingOptions& /*opts*/) {
+  // Echoes and counts whatever size arrives: the device's MTU is the limit.
   driver::QueuePair& qp = dev.queue(0);
   const auto& clock = driver::SteadyClock::Get();
   Packet* rx[32];
@@ -150,7 +152,9 @@ absl::Status RunRawServer(driver::Device& dev, const PingOptions& opts) {
 }
 
 absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& opts) {
-  if (absl::Status s = CheckSize(dev, opts.size); !s.ok()) return s;
+  if (opts.mode == "latency") {
+    if (absl::Status s = CheckSize(dev, opts.size); !s.ok()) return s;
+  }
   driver::QueuePair& qp = dev.queue(0);
   const auto& clock = driver::SteadyClock::Get();
   const driver::UdpFlow flow = FlowTo(dev, opts);
@@ -181,8 +185,7 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
     for (int attempt = 0;; ++attempt) {
       auto p = alloc_one();
       if (!p.ok()) return p.status();
-      Fill(*p, flow, kind == PingKind::kPing ? opts.size : std::max<uint64_t>(opts.size, 32), seq,
-           kind);
+      Fill(*p, flow, kind == PingKind::kPing ? opts.size : 32, seq, kind);
       SendAll(qp, &*p, 1);
       for (;;) {
         const uint16_t n = qp.RxBurst(absl::MakeSpan(rx));
@@ -234,43 +237,55 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
       }
     }
     result.rtt_ns = Percentiles::Of(samples);
+    result.samples = std::move(samples);
     result.msgs_per_sec = measured_ns == 0 ? 0 : 1e9 * static_cast<double>(opts.iters) /
                                                      static_cast<double>(measured_ns);
   } else if (opts.mode == "rate") {
     std::vector<Packet*> pending(opts.burst);
-    uint64_t sent = 0;
-    const uint64_t total = opts.warmup + opts.iters;
-    uint8_t reply[24] = {};
-    // The warm-up goes first and is reported away, so the count covers iters.
-    for (int phase = 0; phase < 2; ++phase) {
-      const uint64_t goal = phase == 0 ? opts.warmup : total;
-      while (sent < goal) {
-        const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(opts.burst, goal - sent));
-        while (!qp.AllocBulk(absl::MakeSpan(pending.data(), n))) {
+    RateOps ops;
+    ops.window = opts.burst;
+    ops.cannot = [&](uint64_t size) -> std::string {
+      const uint64_t max_payload = dev.info().mtu - 28;
+      if (PingPayloadBytes(size) <= max_payload) return "";
+      return absl::StrCat("raw sends one frame per message and ", size, " B does not fit one frame of ",
+                          dev.info().driver, " (MTU ", dev.info().mtu, ", payload up to ",
+                          max_payload, " B)");
+    };
+    uint64_t seq = 0;
+    ops.send = [&](uint64_t size, uint64_t n) -> absl::Status {
+      for (uint64_t done = 0; done < n;) {
+        const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(opts.burst, n - done));
+        while (!qp.AllocBulk(absl::MakeSpan(pending.data(), b))) {
         }
-        for (uint32_t i = 0; i < n; ++i) Fill(pending[i], flow, opts.size, sent + i, PingKind::kData);
-        SendAll(qp, pending.data(), static_cast<uint16_t>(n));
-        sent += n;
+        for (uint32_t i = 0; i < b; ++i) Fill(pending[i], flow, size, seq++, PingKind::kData);
+        SendAll(qp, pending.data(), static_cast<uint16_t>(b));
+        done += b;
         // Drain anything that arrives so the RX ring never backs up.
         const uint16_t r = qp.RxBurst(absl::MakeSpan(rx));
         qp.FreeBulk(absl::MakeConstSpan(rx, r));
       }
+      return absl::OkStatus();
+    };
+    ops.report = [&]() -> absl::StatusOr<Report> {
+      uint8_t reply[24] = {};
       auto rt = round_trip(1ull << 62, PingKind::kReportAsk, PingKind::kReport, reply);
       if (!rt.ok()) return rt.status();
-    }
-    PingHeader h;
-    uint64_t elapsed = 0;
-    std::memcpy(&h, reply, sizeof(h));
-    std::memcpy(&elapsed, reply + sizeof(h), sizeof(elapsed));
-    result.msgs_per_sec = elapsed == 0 ? 0 : 1e9 * static_cast<double>(h.seq) / static_cast<double>(elapsed);
-    result.extra_json = absl::StrCat(",\"received\":", h.seq, ",\"sent\":", opts.iters);
-    result.extra_text = absl::StrCat("received    ", h.seq, " of ", opts.iters, " frames\n");
+      PingHeader h;
+      Report rep;
+      std::memcpy(&h, reply, sizeof(h));
+      std::memcpy(&rep.elapsed_ns, reply + sizeof(h), sizeof(rep.elapsed_ns));
+      rep.count = h.seq;
+      return rep;
+    };
+    auto rates = RunRatePhases(opts, ops);
+    if (!rates.ok()) return rates.status();
+    SetRateResult(*std::move(rates), &result);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--mode=", opts.mode, " is not latency or rate"));
   }
   auto fin = alloc_one();
   if (!fin.ok()) return fin.status();
-  Fill(*fin, flow, opts.size, 0, PingKind::kFin);
+  Fill(*fin, flow, 32, 0, PingKind::kFin);
   SendAll(qp, &*fin, 1);
   return result;
 }

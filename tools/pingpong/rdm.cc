@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "driver/fault/fault_device.h"
 #include "fabric/rdm/endpoint.h"
 #include "tools/ping_wire.h"
+#include "tools/pingpong/rate.h"
 
 namespace bypass::tools {
 namespace {
@@ -32,7 +34,12 @@ struct Side {
   }
 };
 
-size_t MessageBytes(const PingOptions& o) { return std::max(PingPayloadBytes(o.size), kCtlBytes); }
+// The largest message either side sends: --size, or the largest rate size.
+size_t MessageBytes(const PingOptions& o) {
+  size_t bytes = std::max(PingPayloadBytes(o.size), kCtlBytes);
+  for (uint64_t s : o.sizes) bytes = std::max(bytes, PingPayloadBytes(s));
+  return bytes;
+}
 
 absl::StatusOr<std::unique_ptr<Side>> Open(std::unique_ptr<driver::Device> dev,
                                            const PingOptions& o, const RdmPingOptions& r,
@@ -55,6 +62,10 @@ absl::StatusOr<std::unique_ptr<Side>> Open(std::unique_ptr<driver::Device> dev,
   rdm::EndpointConfig c;
   c.udp_port = kPingUdpPort;
   c.idle_passes_per_clock_read = 16;  // a cheaper busy-poll loop
+  // Two busy-polling processes on a small shared machine can starve each
+  // other for seconds: give the peer longer than the engine's default 2 s
+  // before failing its operations.
+  c.peer_timeout_ns = 10'000'000'000;
   c.max_msg_size = std::max<uint64_t>(c.max_msg_size, MessageBytes(o));
   c.max_send_ops = std::max<uint32_t>(c.max_send_ops, 2 * posted + 8);
   c.max_posted_recvs = std::max<uint32_t>(c.max_posted_recvs, posted + 8);
@@ -73,14 +84,20 @@ absl::Status ErrorOf(const rdm::ErrorCompletion& e) {
 
 absl::Status RunRdmServer(std::unique_ptr<driver::Device> dev, const PingOptions& opts,
                           const RdmPingOptions& rdm_opts) {
-  const uint32_t slots = std::max<uint32_t>(rdm_opts.window, 4);
+  const size_t bytes = MessageBytes(opts);
+  const uint32_t slots = ServerSlots(std::max<uint32_t>(opts.window, 4), bytes);
   auto side = Open(std::move(dev), opts, rdm_opts, slots);
   if (!side.ok()) return side.status();
   rdm::Endpoint<>& ep = *(*side)->ep;
   const auto& clock = driver::SteadyClock::Get();
-  const size_t bytes = MessageBytes(opts);
   // One buffer per slot: posted as a receive, or echoed back as a send.
-  std::vector<std::vector<uint8_t>> buf(slots, std::vector<uint8_t>(bytes));
+  // Left uninitialised: pages are touched only by messages that fill them.
+  std::vector<std::unique_ptr<uint8_t[]>> storage;
+  std::vector<uint8_t*> buf;
+  for (uint32_t i = 0; i < slots; ++i) {
+    storage.emplace_back(new uint8_t[bytes]);
+    buf.push_back(storage.back().get());
+  }
   std::deque<uint32_t> to_post;                 // slots to post again
   std::deque<std::pair<uint32_t, rdm::SendRequest>> to_send;  // sends refused for now
   for (uint32_t i = 0; i < slots; ++i) to_post.push_back(i);
@@ -92,7 +109,7 @@ absl::Status RunRdmServer(std::unique_ptr<driver::Device> dev, const PingOptions
   for (;;) {
     while (!to_post.empty()) {
       const uint32_t i = to_post.front();
-      if (ep.PostRecv({.buf = buf[i].data(), .len = bytes, .context = ctx(i)}) != rdm::Result::kOk) break;
+      if (ep.PostRecv({.buf = buf[i], .len = bytes, .context = ctx(i)}) != rdm::Result::kOk) break;
       to_post.pop_front();
     }
     while (!to_send.empty()) {
@@ -110,11 +127,11 @@ absl::Status RunRdmServer(std::unique_ptr<driver::Device> dev, const PingOptions
         continue;
       }
       PingHeader h{};
-      if (!ReadPingHeader(buf[i].data(), c.len, &h)) {
+      if (!ReadPingHeader(buf[i], c.len, &h)) {
         to_post.push_back(i);
         continue;
       }
-      const rdm::SendRequest echo{.dest = c.source, .buf = buf[i].data(), .len = c.len, .context = ctx(i)};
+      const rdm::SendRequest echo{.dest = c.source, .buf = buf[i], .len = c.len, .context = ctx(i)};
       switch (static_cast<PingKind>(h.kind)) {
         case PingKind::kPing:
           to_send.emplace_back(i, echo);
@@ -127,9 +144,9 @@ absl::Status RunRdmServer(std::unique_ptr<driver::Device> dev, const PingOptions
         case PingKind::kReportAsk: {
           PingHeader r{data_count, static_cast<uint32_t>(PingKind::kReport), kPingMagic};
           const uint64_t elapsed = last_ns - first_ns;
-          std::memcpy(buf[i].data(), &r, sizeof(r));
-          std::memcpy(buf[i].data() + sizeof(r), &elapsed, sizeof(elapsed));
-          to_send.emplace_back(i, rdm::SendRequest{.dest = c.source, .buf = buf[i].data(),
+          std::memcpy(buf[i], &r, sizeof(r));
+          std::memcpy(buf[i] + sizeof(r), &elapsed, sizeof(elapsed));
+          to_send.emplace_back(i, rdm::SendRequest{.dest = c.source, .buf = buf[i],
                                                    .len = kCtlBytes, .context = ctx(i)});
           data_count = 0;
           break;
@@ -154,7 +171,7 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
     return absl::InvalidArgumentError(
         "--layer=rdm needs the server's address: --connect=MAC/IPv4 (or use --local)");
   }
-  const uint32_t window = std::max<uint32_t>(rdm_opts.window, 1);
+  const uint32_t window = std::max<uint32_t>(opts.window, 1);
   auto side_or = Open(std::move(dev), opts, rdm_opts, window);
   if (!side_or.ok()) return side_or.status();
   Side& side = **side_or;
@@ -174,8 +191,11 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
   result.size = opts.size;
   result.iters = opts.iters;
   result.mode = opts.mode;
-  const size_t bytes = MessageBytes(opts);
   const size_t ping_bytes = PingPayloadBytes(opts.size);
+  // Pings and control messages; rate-mode data goes from one shared buffer
+  // (the server counts it, it does not verify it).
+  const size_t bytes = std::max(ping_bytes, kCtlBytes);
+  std::vector<uint8_t> dbuf(opts.mode == "rate" ? MessageBytes(opts) : 0);
 
   // Send buffers: a slot is free again when its send completes.
   std::vector<std::vector<uint8_t>> sbuf(window + 1, std::vector<uint8_t>(bytes));
@@ -204,10 +224,12 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
     }
     return absl::OkStatus();
   };
-  // Sends `kind` (len bytes, pattern of seq) from a free slot.
-  auto send = [&](uint64_t seq, PingKind kind, size_t len) -> absl::Status {
+  // Sends `kind` (len bytes, pattern of seq) from a free slot; data
+  // (kData) from dbuf, written beforehand.
+  // At most `limit` sends outstanding (of window + 1 slots).
+  auto send = [&](uint64_t seq, PingKind kind, size_t len, uint32_t limit = ~0u) -> absl::Status {
     const uint64_t t0 = clock.NowNs();
-    while (free_slots.empty()) {
+    while (free_slots.empty() || window + 1 - free_slots.size() >= limit) {
       if (absl::Status s = pump(); !s.ok()) return s;
       if (clock.NowNs() - t0 > kReplyTimeoutNs) {
         return absl::DeadlineExceededError(absl::StrCat(
@@ -216,8 +238,13 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
     }
     const uint32_t slot = free_slots.back();
     free_slots.pop_back();
-    WritePing(sbuf[slot].data(), len, seq, kind);
-    const rdm::SendRequest r{.dest = peer, .buf = sbuf[slot].data(), .len = len,
+    uint8_t* from = sbuf[slot].data();
+    if (kind == PingKind::kData) {
+      from = dbuf.data();
+    } else {
+      WritePing(from, len, seq, kind);
+    }
+    const rdm::SendRequest r{.dest = peer, .buf = from, .len = len,
                              .context = reinterpret_cast<void*>(uintptr_t{slot})};
     while (ep.Send(r) != rdm::Result::kOk) {
       if (absl::Status s = pump(); !s.ok()) return s;
@@ -264,35 +291,50 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
       }
     }
     result.rtt_ns = Percentiles::Of(samples);
+    result.samples = std::move(samples);
     result.msgs_per_sec = measured_ns == 0 ? 0 : 1e9 * static_cast<double>(opts.iters) /
                                                      static_cast<double>(measured_ns);
   } else if (opts.mode == "rate") {
-    uint64_t sent = 0;
-    const uint64_t total = opts.warmup + opts.iters;
-    PingHeader h{};
-    uint64_t elapsed = 0;
-    for (int phase = 0; phase < 2; ++phase) {
-      const uint64_t goal = phase == 0 ? opts.warmup : total;
-      while (sent < goal) {
-        if (absl::Status s = send(sent, PingKind::kData, ping_bytes); !s.ok()) return s;
-        ++sent;
+    RateOps ops;
+    ops.window = window;
+    ops.reliable = true;
+    // The engine has no congestion control yet: a window of multi-megabyte
+    // messages overruns memif's rings and collapses into timeouts. Keep
+    // about 4 MiB in flight.
+    ops.max_inflight_bytes = 4u << 20;
+    ops.cannot = [&](uint64_t size) -> std::string {
+      if (PingPayloadBytes(size) <= dbuf.size()) return "";
+      return absl::StrCat(size, " B is more than the ", dbuf.size(), " B this run was set up for");
+    };
+    uint64_t seq = 0;
+    uint64_t written = ~uint64_t{0};
+    ops.send = [&](uint64_t size, uint64_t n) -> absl::Status {
+      if (written != size) {
+        WritePing(dbuf.data(), size, 0, PingKind::kData);
+        written = size;
       }
+      const uint32_t limit = WindowFor(ops, size);
+      for (uint64_t i = 0; i < n; ++i) {
+        if (absl::Status s = send(seq++, PingKind::kData, PingPayloadBytes(size), limit); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    };
+    ops.report = [&]() -> absl::StatusOr<Report> {
       auto rt = round_trip(1ull << 62, PingKind::kReportAsk, kCtlBytes);
       if (!rt.ok()) return rt.status();
+      PingHeader h{};
       if (!ReadPingHeader(rbuf.data(), reply_len, &h) ||
           h.kind != static_cast<uint32_t>(PingKind::kReport) || reply_len < 24) {
         return absl::DataLossError("the server's report is malformed");
       }
-      std::memcpy(&elapsed, rbuf.data() + sizeof(h), sizeof(elapsed));
-    }
-    if (h.seq != opts.iters) {
-      return absl::DataLossError(absl::StrCat("the server received ", h.seq, " of ", opts.iters,
-                                              " reliable messages"));
-    }
-    result.msgs_per_sec =
-        elapsed == 0 ? 0 : 1e9 * static_cast<double>(h.seq) / static_cast<double>(elapsed);
-    result.extra_json = absl::StrCat(",\"received\":", h.seq, ",\"sent\":", opts.iters);
-    result.extra_text = absl::StrCat("received    ", h.seq, " of ", opts.iters, " messages\n");
+      Report rep;
+      rep.count = h.seq;
+      std::memcpy(&rep.elapsed_ns, rbuf.data() + sizeof(h), sizeof(rep.elapsed_ns));
+      return rep;
+    };
+    auto rates = RunRatePhases(opts, ops);
+    if (!rates.ok()) return rates.status();
+    SetRateResult(*std::move(rates), &result);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--mode=", opts.mode, " is not latency or rate"));
   }

@@ -13,14 +13,12 @@
 
 namespace bypass::tools {
 
-// Faults applied to what this side's device receives (driver/fault), and
-// the rate-mode window.
+// Faults applied to what this side's device receives (driver/fault).
 struct RdmPingOptions {
   double loss = 0;
   double dup = 0;
   double reorder = 0;
   uint64_t fault_seed = 1;
-  uint32_t window = 32;  // messages outstanding in rate mode; receives posted by the server
 };
 
 // Echoes pings (as messages) until the client's kFin. Takes the device

@@ -1,0 +1,129 @@
+#include "tools/pingpong/session.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "driver/device.h"
+#include "tools/ping_wire.h"
+
+namespace bypass::tools {
+namespace {
+
+absl::StatusOr<std::unique_ptr<driver::Device>> OpenForPing(const LayerOptions& l,
+                                                            const PingOptions& o) {
+  if (l.device.empty()) {
+    return absl::InvalidArgumentError(
+        "no device: give --device=URI (e.g. memif:/tmp/pp.sock) or --local");
+  }
+  driver::DeviceOptions dopts;
+  dopts.queues = 1;
+  dopts.ring_size = 1024;
+  // raw: one frame per message, so the MTU must hold IPv4 + UDP + the
+  // largest payload that fits a jumbo frame (larger rate sizes are skipped).
+  // rdm segments messages: the default MTU.
+  if (l.layer == "raw") {
+    uint64_t needed = 28 + PingPayloadBytes(o.size);
+    for (uint64_t s : o.sizes) {
+      if (28 + PingPayloadBytes(s) <= 9000) needed = std::max<uint64_t>(needed, 28 + PingPayloadBytes(s));
+    }
+    dopts.mtu = static_cast<uint32_t>(std::clamp<uint64_t>(needed, 1500, 9000));
+  }
+  if (!l.ip.empty()) {
+    auto a = driver::Ipv4Address::Parse(l.ip);
+    if (!a.ok()) return a.status();
+    dopts.ipv4 = *a;
+  }
+  auto dev = driver::OpenDevice(l.device, dopts);
+  if (!dev.ok() && l.layer == "raw" && dopts.mtu > 1500) {
+    // Devices without jumbo frames (memif): rate sizes above the MTU are skipped.
+    bool only_rate = o.mode == "rate" && 28 + PingPayloadBytes(o.size) <= 1500;
+    for (uint64_t s : o.sizes) only_rate = only_rate || 28 + PingPayloadBytes(s) <= 1500;
+    if (only_rate) {
+      dopts.mtu = 1500;
+      dev = driver::OpenDevice(l.device, dopts);
+    }
+  }
+  if (!dev.ok()) return dev.status();
+  if (absl::Status s = WaitForLink(**dev, l.link_timeout_ms); !s.ok()) return s;
+  return dev;
+}
+
+}  // namespace
+
+absl::Status CheckLayer(const std::string& layer) {
+  if (layer == "raw" || layer == "rdm" || layer == "fi") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--layer=", layer, " is not a layer: use raw (the driver), rdm (the engine) or fi (libfabric's API)"));
+}
+
+absl::Status RunServerSide(const LayerOptions& l, const PingOptions& o) {
+  if (l.layer == "fi") return RunFiServer(o, l.fi);
+  auto dev = OpenForPing(l, o);
+  if (!dev.ok()) return dev.status();
+  return l.layer == "rdm" ? RunRdmServer(*std::move(dev), o, l.rdm) : RunRawServer(**dev, o);
+}
+
+absl::StatusOr<RunResult> RunClientSide(const LayerOptions& l, const PingOptions& o) {
+  if (l.layer == "fi") return RunFiClient(o, l.fi);
+  auto dev = OpenForPing(l, o);
+  if (!dev.ok()) return dev.status();
+  return l.layer == "rdm" ? RunRdmClient(*std::move(dev), o, l.rdm) : RunRawClient(**dev, o);
+}
+
+LocalPlan MakeLocalPlan(const std::string& tool) {
+  LocalPlan p;
+  const std::string base = absl::StrCat("/tmp/bypass-", tool, "-", getpid());
+  const std::string sock = base + ".sock";
+  p.server_device = absl::StrCat("memif:", sock, ",role=server");
+  p.client_device = absl::StrCat("memif:", sock, ",role=client");
+  p.addr_file = base + ".addr";
+  p.cleanup[0] = sock;
+  p.cleanup[1] = sock + ".lock";
+  p.cleanup[2] = p.addr_file;
+  for (const std::string& f : p.cleanup) unlink(f.c_str());
+  return p;
+}
+
+absl::StatusOr<pid_t> StartServerProcess(const std::vector<std::string>& args) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return absl::InternalError("cannot find this program (/proc/self/exe)");
+  self[n] = '\0';
+  const pid_t child = fork();
+  if (child < 0) return absl::InternalError("fork failed");
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive the client
+    std::vector<std::string> all = {self};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(self, argv.data());
+    std::perror("exec of the server");
+    _exit(127);
+  }
+  return child;
+}
+
+void ReapServerProcess(pid_t child, const LocalPlan& plan) {
+  int status = 0;
+  for (int i = 0; i < 200; ++i) {  // the server exits on the client's kFin
+    if (waitpid(child, &status, WNOHANG) == child) break;
+    usleep(10000);
+    if (i == 199) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+    }
+  }
+  for (const std::string& f : plan.cleanup) unlink(f.c_str());
+}
+
+}  // namespace bypass::tools
