@@ -18,7 +18,6 @@ namespace {
 
 constexpr size_t kDefaultCqSize = 1024;
 constexpr size_t kMaxCqSize = 1u << 20;
-constexpr size_t kDrainBurst = 32;
 
 uint64_t FiFlags(uint64_t f) {
   uint64_t out = 0;
@@ -131,7 +130,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
 }
 
 size_t RoomFor(const Cq* cq, bool errors) {
-  if (cq == nullptr) return kDrainBurst;
+  if (cq == nullptr) return Ep::kDrainBurst;
   return errors ? cq->capacity - cq->errors.size() : cq->room();
 }
 
@@ -403,24 +402,26 @@ bool BusyPollWait(fi_wait_obj w) {
 }  // namespace
 
 void ProgressEp(Ep* ep) {
-  // A pass that received data owes acknowledgements after ack_delay_ns
-  // (1 ns here): a second pass, on a later clock reading, sends them now,
-  // since an application may stop progressing once it has its completion
-  // (fi_pingpong does, before exiting), and a peer waiting for
-  // FI_TRANSMIT_COMPLETE would wait for nothing.
-  if (ep->rdm->Progress() > 0) ep->rdm->Progress();
-  rdm::Completion comps[kDrainBurst];
-  for (;;) {
-    const size_t room = std::min({kDrainBurst, RoomFor(ep->tx_cq, false), RoomFor(ep->rx_cq, false)});
-    if (room == 0) break;
-    const size_t n = ep->rdm->PollCompletions({comps, room});
+  // One pass: the engine acknowledges what it received in the same pass
+  // (ack_every_packets = 1, see ReadSettings), so the acknowledgements are
+  // out before the application sees the completion and can stop
+  // progressing (fi_pingpong does, before exiting).
+  ep->rdm->Progress();
+  rdm::Completion* const comps = ep->drain.get();
+  // Each completion adds at most one entry to one CQ: the room, read once,
+  // only shrinks by what was delivered.
+  size_t room = std::min(RoomFor(ep->tx_cq, false), RoomFor(ep->rx_cq, false));
+  while (room > 0) {
+    const size_t want = std::min(Ep::kDrainBurst, room);
+    const size_t n = ep->rdm->PollCompletions({comps, want});
     for (size_t i = 0; i < n; ++i) Deliver(ep, comps[i]);
-    if (n < room) break;
+    if (n < want) break;
+    room -= n;
   }
-  rdm::ErrorCompletion err;
+  rdm::ErrorCompletion* const err = ep->drain_error.get();
   while (RoomFor(ep->tx_cq, true) > 0 && RoomFor(ep->rx_cq, true) > 0 &&
-         ep->rdm->PollErrors({&err, 1}) == 1) {
-    DeliverError(ep, err);
+         ep->rdm->PollErrors({err, 1}) == 1) {
+    DeliverError(ep, *err);
   }
 }
 

@@ -132,6 +132,8 @@ int EpClose(fid* f) {
     CloseDgram(ep);
     Unbind(ep);
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
+    ep->drain.reset();
+    ep->drain_error.reset();
     ep->records.clear();
     EraseOne(d->eps, ep);
     d->obj.refs.fetch_sub(1);
@@ -249,8 +251,12 @@ int Enable(Ep* ep) {
     return FromStatus(r.status());
   }
   ep->rdm = *std::move(r);
+  ep->drain = std::make_unique<rdm::Completion[]>(Ep::kDrainBurst);
+  ep->drain_error = std::make_unique<rdm::ErrorCompletion>();
   auto fail = [ep](int ret) {
     ep->rdm.reset();
+    ep->drain.reset();
+    ep->drain_error.reset();
     ep->peer_of.clear();
     ep->addr_of.clear();
     return ret;

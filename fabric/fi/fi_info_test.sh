@@ -20,6 +20,13 @@ echo "$out" | grep -q "domain: loopback:fiinfo,ip=10.77.0.1" ||
   fail "the domain is not the FI_BYPASS_DEVICES URI"
 echo "$out" | grep -q "FI_EP_RDM" || fail "no FI_EP_RDM entry"
 
+# No utility provider layers over us: fi_pingpong takes the first entry,
+# which must be the engine's FI_EP_RDM, not "bypass;ofi_rxd" over datagrams.
+out=$(fi_info -p bypass -t FI_EP_RDM 2>&1) || fail "fi_info -p bypass -t FI_EP_RDM failed: $out"
+first=$(echo "$out" | grep -m1 "provider:")
+[ "$first" = "provider: bypass" ] ||
+  fail "the first FI_EP_RDM entry is \"$first\", not the native provider: $(echo "$out" | grep "provider:")"
+
 out=$(fi_info -p bypass -t FI_EP_RDM -c FI_TAGGED -v 2>&1) || fail "fi_info -v failed: $out"
 echo "$out" | grep -q "FI_PROGRESS_MANUAL" || fail "progress is not FI_PROGRESS_MANUAL"
 

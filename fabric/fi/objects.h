@@ -108,6 +108,42 @@ class DomainGuard {
   std::recursive_mutex* mu_;
 };
 
+// A FIFO on a power-of-two ring that grows on demand (callers bound it): an
+// O(1) size for the room checks of every progress pass, which std::deque
+// computes from its node map.
+template <class T>
+class Ring {
+ public:
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T& front() { return buf_[head_]; }
+  void pop_front() {
+    head_ = (head_ + 1) & (buf_.size() - 1);
+    --n_;
+  }
+  void push_back(const T& v) {
+    if (n_ == buf_.size()) Grow();
+    buf_[(head_ + n_) & (buf_.size() - 1)] = v;
+    ++n_;
+  }
+  void clear() {
+    std::vector<T>().swap(buf_);
+    head_ = 0;
+    n_ = 0;
+  }
+
+ private:
+  void Grow() {
+    std::vector<T> b(buf_.empty() ? 16 : 2 * buf_.size());
+    for (size_t i = 0; i < n_; ++i) b[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+    buf_.swap(b);
+    head_ = 0;
+  }
+  std::vector<T> buf_;
+  size_t head_ = 0;
+  size_t n_ = 0;
+};
+
 // A completion as the CQ stores it: the widest format plus its source.
 struct CqEntry {
   fi_cq_tagged_entry e;
@@ -126,8 +162,8 @@ struct Cq {
   fi_cq_format format = FI_CQ_FORMAT_CONTEXT;
   size_t entry_size = sizeof(fi_cq_entry);
   size_t capacity = 0;
-  std::deque<CqEntry> entries;  // bounded by capacity
-  std::deque<CqError> errors;   // bounded by capacity
+  Ring<CqEntry> entries;  // bounded by capacity
+  Ring<CqError> errors;   // bounded by capacity
   char last_error[160] = {};    // err_data of the last readerr without a buffer
   std::vector<Ep*> eps;         // progressed by every read
   std::atomic<bool> signaled{false};
@@ -229,6 +265,12 @@ struct Ep {
   bool min_multi_recv_set = false;
   rdm::EndpointConfig config;
   std::unique_ptr<rdm::Endpoint<>> rdm;  // after fi_enable (FI_EP_RDM)
+  // ProgressEp's buffers for draining the engine, allocated with rdm: on
+  // ProgressEp's stack they would be zero-initialised on every pass (about
+  // 2 KiB per fi_cq_read).
+  static constexpr size_t kDrainBurst = 32;
+  std::unique_ptr<rdm::Completion[]> drain;
+  std::unique_ptr<rdm::ErrorCompletion> drain_error;
   std::unique_ptr<DgramState> dgram;     // after fi_enable (FI_EP_DGRAM)
   Cq* tx_cq = nullptr;
   Cq* rx_cq = nullptr;

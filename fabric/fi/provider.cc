@@ -71,9 +71,22 @@ driver::DeviceInfo DescribeWithoutOpening(const std::string& uri) {
   return d;
 }
 
+// libfabric's internal fi_getinfo flag (its ofi.h) with which a utility
+// provider (ofi_rxd, ofi_rxm) asks the core providers for something to
+// layer over. The bit has been stable since libfabric 1.5.
+constexpr uint64_t kOfiCoreProvOnly = 1ULL << 59;
+
 int GetInfoEntry(uint32_t version, const char* node, const char* service, uint64_t flags,
                  const fi_info* hints, fi_info** info) {
   if (info == nullptr) return -FI_EINVAL;
+  if ((flags & kOfiCoreProvOnly) != 0) {
+    // We offer FI_EP_RDM natively: ofi_rxd layered over our FI_EP_DGRAM
+    // would be listed first ("bypass;ofi_rxd") and taken by applications
+    // that use the first fi_info (fi_pingpong does), running libfabric's
+    // reliability over raw datagrams instead of the engine.
+    BYPASS_FI_INFO(FI_LOG_CORE, "not offered to utility providers (native FI_EP_RDM)\n");
+    return -FI_ENODATA;
+  }
   const Settings s = ReadSettings();
   std::vector<DomainOffer> offers;
   for (const std::string& uri : s.devices) {
@@ -209,9 +222,18 @@ Settings ReadSettings() {
   }
   rdm::EndpointConfig& c = s.engine;
   c.max_msg_size = 64u << 20;
-  // Acknowledge on the next progress pass (see ProgressEp): applications
-  // stop progressing once they have what they waited for.
+  // Acknowledge every packet in the progress pass that receives it (one
+  // ACK per peer per pass; a reply built in that pass carries it instead):
+  // applications stop progressing once they have what they waited for, and
+  // a peer waiting for FI_TRANSMIT_COMPLETE would otherwise wait for
+  // nothing. A second pass to fire a 1 ns delayed-ACK timer did the same
+  // at the cost of a whole extra pass per received message.
+  c.ack_every_packets = 1;
   c.ack_delay_ns = 1;
+  // An idle pass (nothing received) reuses the last clock reading up to
+  // this many times: a clock read costs about as much as an empty RX poll,
+  // and timers (1 ms RTO floor) may fire a few microseconds late.
+  c.idle_passes_per_clock_read = 16;
   // The application progresses the engine only when it calls in, and may
   // not for a while (fi_pingpong talks TCP between phases): a retransmit
   // floor of 1 ms spares spurious retransmissions (SACK repairs real loss
@@ -226,7 +248,12 @@ Settings ReadSettings() {
   if (auto v = ParamInt("max_msg_size", FI_PARAM_SIZE_T)) c.max_msg_size = static_cast<uint64_t>(*v);
   if (auto v = ParamInt("inject_size", FI_PARAM_SIZE_T)) c.inject_size = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("max_peers")) c.max_peers = static_cast<uint32_t>(*v);
-  if (auto v = ParamInt("ack_delay_ns")) c.ack_delay_ns = static_cast<uint64_t>(*v);
+  if (auto v = ParamInt("ack_delay_ns")) {
+    // Delayed ACKs, asked for: ACK after this delay or every 16 packets
+    // (the engine's default), unless a reply carries it first.
+    c.ack_delay_ns = static_cast<uint64_t>(*v);
+    c.ack_every_packets = rdm::EndpointConfig().ack_every_packets;
+  }
   c.rto_initial_ns = std::max(c.rto_initial_ns, c.rto_min_ns);
   rdm::EndpointConfig probe = c;
   probe.udp_port = s.base_port;
@@ -271,6 +298,6 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
   DefineParam("inject_size", FI_PARAM_SIZE_T, "Bytes an inject copies (default 256)");
   DefineParam("max_peers", FI_PARAM_INT, "Peers per endpoint (default 64)");
   DefineParam("ack_delay_ns", FI_PARAM_INT,
-              "Delay before a standalone ACK in nanoseconds (default 1: the next progress pass)");
+              "Delay before a standalone ACK in nanoseconds; unset, every packet is acknowledged in the progress pass that receives it");
   return bypass::fi::Provider();
 }

@@ -444,21 +444,38 @@ TEST(ChaosRestartTest, ReceiverRestartsUnderFaults) {
   }
 }
 
+void GiveUpRace(uint32_t window, bool then_write);
+
 // The give-up race, staged packet by packet: the receiver takes an older
 // plain copy of a message's first segment after its sender gave the message
 // up (ENOSPC). The rest of it then comes only as ABANDONED copies, which
 // must end that receive (ECANCELED) so that the next message arrives; before,
 // they were dropped as protocol errors, the receive stayed open forever, and
 // the next message broke its framing and was lost though its send succeeded.
+// With a window of one packet, nothing more of it was ever sent: the next
+// message's first segment breaks its framing, which ends that receive
+// (EPROTO), and is then received as the new message it is (before, it was
+// dropped: lost, though its send succeeded). The same when the next op is
+// an RMA write (before, dropped too: the write never completed).
 TEST(GiveUpRaceTest, ACopyTakenAfterTheGiveUpEndsTheReceiveAndTheNextMessageArrives) {
+  for (const uint32_t window : {128u, 1u}) {
+    for (const bool then_write : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "window " << window << " then_write " << then_write);
+      GiveUpRace(window, then_write);
+    }
+  }
+}
+
+void GiveUpRace(uint32_t window, bool then_write) {
   constexpr uint64_t kGiveUp = 2'000'000;
   NetOptions o;
   o.config.peer_timeout_ns = 1'000'000'000;
   o.config.rnr_give_up_ns = kGiveUp;
-  o.configure = [](int node, EndpointConfig* c) {
+  o.configure = [window](int node, EndpointConfig* c) {
     if (node == 1) {
       c->max_unexpected_msgs = 1;  // X fills it; A is refused
       c->rx_burst = 1;             // one packet per pass: the stage below needs it
+      c->window_packets = window;
     }
   };
   Net net(o);
@@ -521,15 +538,26 @@ TEST(GiveUpRaceTest, ACopyTakenAfterTheGiveUpEndsTheReceiveAndTheNextMessageArri
   ASSERT_EQ(s.counters().rnr_give_ups, 1u);
   // R takes the second plain copy; the rest of A comes abandoned. Then B.
   ASSERT_EQ(r.PostRecv({.buf = x_in.data(), .len = x_in.size(), .context = &x_in}), Result::kOk);
-  ASSERT_EQ(r.PostRecv({.buf = b_in.data(), .len = b_in.size(), .context = &b_in}), Result::kOk);
-  ASSERT_EQ(s.Send({.dest = to_r, .buf = b.data(), .len = b.size(), .context = &b}), Result::kOk);
+  if (then_write) {
+    absl::StatusOr<uint64_t> key = r.engine().RegisterRegion(
+        {.addr = b_in.data(), .len = b_in.size(), .access = kAccessRemoteWrite});
+    ASSERT_TRUE(key.ok()) << key.status();
+    ASSERT_EQ(s.Write({.dest = to_r, .buf = b.data(), .len = b.size(), .key = *key, .context = &b}),
+              Result::kOk);
+  } else {
+    ASSERT_EQ(r.PostRecv({.buf = b_in.data(), .len = b_in.size(), .context = &b_in}),
+              Result::kOk);
+    ASSERT_EQ(s.Send({.dest = to_r, .buf = b.data(), .len = b.size(), .context = &b}),
+              Result::kOk);
+  }
+  const size_t receives = then_write ? 2 : 3;
   std::vector<Completion> sent, got;
   std::vector<ErrorCompletion> send_err, recv_err;
   ASSERT_TRUE(net.RunUntil(
       [&] {
         testing::Drain(s, &sent, &send_err);
         testing::Drain(r, &got, &recv_err);
-        return sent.size() + send_err.size() == 3 && got.size() + recv_err.size() == 3;
+        return sent.size() + send_err.size() == 3 && got.size() + recv_err.size() == receives;
       },
       200'000))
       << "sent " << sent.size() << "+" << send_err.size() << " received " << got.size() << "+"
@@ -538,16 +566,20 @@ TEST(GiveUpRaceTest, ACopyTakenAfterTheGiveUpEndsTheReceiveAndTheNextMessageArri
   EXPECT_EQ(send_err[0].err, ENOSPC) << send_err[0].message;
   EXPECT_EQ(send_err[0].op.context, &a);
   ASSERT_EQ(recv_err.size(), 1u);
-  EXPECT_EQ(recv_err[0].err, ECANCELED) << recv_err[0].message;
+  EXPECT_EQ(recv_err[0].err, window > 1 ? ECANCELED : EPROTO) << recv_err[0].message;
   EXPECT_EQ(recv_err[0].op.context, &a_in);
-  EXPECT_NE(std::strstr(recv_err[0].message, "gave the message up"), nullptr)
+  EXPECT_NE(std::strstr(recv_err[0].message, window > 1 ? "gave the message up" : "framing"),
+            nullptr)
       << recv_err[0].message;
-  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got.size(), receives - 1);
   EXPECT_EQ(got[0].context, &x_in);
-  EXPECT_EQ(got[1].context, &b_in);
+  if (!then_write) {
+    EXPECT_EQ(got[1].context, &b_in);
+  }
+  EXPECT_EQ(sent.back().context, &b);
   EXPECT_EQ(testing::CheckPattern(1, x_in), -1);
   EXPECT_EQ(testing::CheckPattern(3, b_in), -1);
-  EXPECT_EQ(r.counters().protocol_errors, 0u);
+  EXPECT_EQ(r.counters().protocol_errors, window > 1 ? 0u : 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, ChaosTest,

@@ -74,10 +74,13 @@ Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t m
       rng_state_(seed),
       peers_(config.max_peers, ring_size),
       ops_(new SendOp[uint64_t{config.max_send_ops} + config.max_rma_ops]),
+      op_gen_(new uint16_t[uint64_t{config.max_send_ops} + config.max_rma_ops]()),
       free_ops_(config.max_send_ops),
       free_ctl_(config.max_rma_ops),
       regions_(new Region[config.max_regions]),
       free_regions_(config.max_regions),
+      region_index_(new uint32_t[std::bit_ceil(2 * uint64_t{config.max_regions})]),
+      region_index_mask_(static_cast<uint32_t>(std::bit_ceil(2 * uint64_t{config.max_regions}) - 1)),
       inject_arena_(new uint8_t[uint64_t{config.max_send_ops} * config.inject_size]),
       matcher_(config.max_posted_recvs, config.max_unexpected_msgs, config.unexpected_bytes,
                config.unexpected_chunk_bytes),
@@ -86,6 +89,7 @@ Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t m
       released_(new driver::Packet*[held_budget + kReleaseSlack]),
       released_capacity_(held_budget + kReleaseSlack) {
   matcher_.set_min_multi_recv(config.min_multi_recv);
+  std::fill_n(region_index_.get(), region_index_mask_ + 1, kNone);
 }
 
 Engine::~Engine() = default;
@@ -195,6 +199,8 @@ void Engine::NewTxSession(Peer& p) {
   p.retx_queued = 0;
   p.backoff = 0;
   p.rto_deadline = 0;
+  p.tlp_deadline = 0;
+  p.acks_on_data = false;
   p.rnr_wait = false;
   p.rnr_until = 0;
   p.rnr_delay = 0;

@@ -229,6 +229,17 @@ class Engine {
     uint32_t reads = 0;  // READ_DATA answers streaming from it
   };
   bool IsUserOp(uint32_t o) const { return o < config_.max_send_ops; }
+  // An op's name on the wire (RmaHeader::rma_id): its slot in the low bits
+  // (at most 2^21 slots: config.cc), the slot's generation above, so that an
+  // answer to an op that ended is not taken for one that reuses its slot.
+  static constexpr uint32_t kRmaIdSlotBits = 21;
+  uint32_t RmaId(uint32_t o) const { return uint32_t{op_gen_[o]} << kRmaIdSlotBits | o; }
+  // The op an answer names, if it is still that op's; else kNone.
+  uint32_t RmaOp(uint32_t rma_id) const {
+    const uint32_t o = rma_id & ((1u << kRmaIdSlotBits) - 1);
+    if (o >= uint64_t{config_.max_send_ops} + config_.max_rma_ops) return kNone;
+    return rma_id >> kRmaIdSlotBits == op_gen_[o] ? o : kNone;
+  }
   // The next op to send is the user's and waits for a rendezvous answer.
   bool CursorHeld(const Peer& p) const {
     return p.rndv_hold && IsUserOp(p.cursor_op) && !ops_[p.cursor_op].pulled;
@@ -271,6 +282,10 @@ class Engine {
   void WriteRmaPacket(Peer& p, Psn psn, const TxEntry& e, uint16_t flags, driver::Packet* pkt);
   wire::RmaStatus CheckAccess(uint64_t key, uint64_t addr, uint64_t len, uint32_t access,
                               uint32_t* region) const;
+  // region_index_: the registered region with this key (kNone), and upkeep.
+  uint32_t FindRegion(uint64_t key) const;
+  void IndexRegion(uint32_t i);
+  void UnindexRegion(uint32_t i);
   void RunProbe(uint32_t pi, Peer& p, uint64_t* next);
   uint64_t RxSession(const Peer& p) const {
     return uint64_t{p.addr.incarnation} << 32 | p.rx_isn.value();
@@ -278,6 +293,8 @@ class Engine {
 
   // engine_timers.cc: timers and tearing sessions down.
   void OnRto(uint32_t pi, Peer& p);
+  void ArmTailProbe(Peer& p);
+  void OnTailProbe(uint32_t pi, Peer& p);
   void MarkRetx(Peer& p, Psn psn, bool fast);
   // Fails what was sent to the peer's session (everything unless
   // keep_unsent, which keeps operations not yet started for the next
@@ -296,11 +313,18 @@ class Engine {
 
   PeerTable peers_;
   std::unique_ptr<SendOp[]> ops_;  // max_send_ops user ops, then max_rma_ops engine ops
+  // Per op slot, +1 (mod 2^11) each time an op in it ends (FreeOp): RmaId.
+  std::unique_ptr<uint16_t[]> op_gen_;
   FreeSlots free_ops_;
   FreeSlots free_ctl_;  // engine ops, numbered from max_send_ops
   uint32_t pulls_ = 0;  // engine ops that are kPull
   std::unique_ptr<Region[]> regions_;
   FreeSlots free_regions_;
+  // Key -> region slot, open addressing with linear probing (kNone: empty),
+  // at least twice max_regions entries: a peer's access costs one probe or
+  // a few, not a scan of max_regions.
+  std::unique_ptr<uint32_t[]> region_index_;
+  uint32_t region_index_mask_;
   std::unique_ptr<uint8_t[]> inject_arena_;
   MatchQueues matcher_;
   CompletionQueue cq_;

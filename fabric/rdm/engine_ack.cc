@@ -57,6 +57,7 @@ void Engine::OnAck(uint32_t pi, Peer& p, const wire::Common& c, const wire::AckF
       e.op = kNone;
     }
     if (sampled) p.rtt.Sample(sample);
+    p.acks_on_data = c.type != wire::PacketType::kAck;
     p.snd_una = ack;
     p.backoff = 0;
     p.rnr_wait = false;
@@ -65,6 +66,7 @@ void Engine::OnAck(uint32_t pi, Peer& p, const wire::Common& c, const wire::AckF
     CompleteAckedOps(p);
     p.rto_deadline = p.inflight() > 0 ? now_ + p.rtt.rto() : 0;
     if (p.rto_deadline != 0) ArmTimer(p.rto_deadline);
+    ArmTailProbe(p);
   }
   p.window_end = ack + c.credit;
   if (c.flags & wire::kFlagRnr) {
@@ -135,8 +137,9 @@ bool Engine::GiveUpRefused(uint32_t pi, Peer& p) {
   const uint32_t o = e.op;
   SendOp& op = ops_[o];
   if (op.abandoned) return false;
-  // RMA requests and answers are not messages (engine_rma.cc): never given up.
-  if (op.kind != OpKind::kMsg && op.kind != OpKind::kRndv) return false;
+  // RMA requests and answers are not messages (engine_rma.cc): never given
+  // up; nor is a pulled message's data (the receiver asked for it).
+  if ((op.kind != OpKind::kMsg && op.kind != OpKind::kRndv) || op.pulled) return false;
   op.abandoned = true;
   if (p.cursor_op == o) {  // its unsent segments never go
     op.all_sent = true;

@@ -67,12 +67,7 @@ absl::StatusOr<uint64_t> Engine::RegisterRegion(const RegionRequest& r) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "RegisterRegion: base 0x%x + len %u wraps around 2^64", r.base, r.len));
   }
-  const auto taken = [&](uint64_t key) {
-    for (uint32_t i = 0; i < config_.max_regions; ++i) {
-      if (regions_[i].in_use && regions_[i].key == key) return true;
-    }
-    return false;
-  };
+  const auto taken = [&](uint64_t key) { return FindRegion(key) != kNone; };
   uint64_t key = 0;
   if (r.key) {
     key = *r.key;
@@ -104,13 +99,14 @@ absl::StatusOr<uint64_t> Engine::RegisterRegion(const RegionRequest& r) {
   g.key = key;
   g.context = r.context;
   g.reads = 0;
+  IndexRegion(i);
   return key;
 }
 
 absl::Status Engine::DeregisterRegion(uint64_t key) {
-  for (uint32_t i = 0; i < config_.max_regions; ++i) {
+  const uint32_t i = FindRegion(key);
+  if (i != kNone) {
     Region& g = regions_[i];
-    if (!g.in_use || g.key != key) continue;
     if (g.reads > 0) {
       // Their packets are built (and rebuilt, if lost) from the region.
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -118,6 +114,7 @@ absl::Status Engine::DeregisterRegion(uint64_t key) {
           "the endpoint and retry",
           key, g.reads));
     }
+    UnindexRegion(i);
     g.in_use = false;
     ++g.generation;
     free_regions_.Push(i);
@@ -129,18 +126,58 @@ absl::Status Engine::DeregisterRegion(uint64_t key) {
 
 wire::RmaStatus Engine::CheckAccess(uint64_t key, uint64_t addr, uint64_t len, uint32_t access,
                                     uint32_t* region) const {
-  for (uint32_t i = 0; i < config_.max_regions; ++i) {
-    const Region& g = regions_[i];
-    if (!g.in_use || g.key != key) continue;
-    if ((g.access & access) != access) return wire::RmaStatus::kNoAccess;
-    // [addr, addr + len) inside [base, base + len), without overflow.
-    if (addr < g.base || addr - g.base > g.len || len > g.len - (addr - g.base)) {
-      return wire::RmaStatus::kOutOfRange;
-    }
-    *region = i;
-    return wire::RmaStatus::kOk;
+  const uint32_t i = FindRegion(key);
+  if (i == kNone) return wire::RmaStatus::kBadKey;
+  const Region& g = regions_[i];
+  if ((g.access & access) != access) return wire::RmaStatus::kNoAccess;
+  // [addr, addr + len) inside [base, base + len), without overflow.
+  if (addr < g.base || addr - g.base > g.len || len > g.len - (addr - g.base)) {
+    return wire::RmaStatus::kOutOfRange;
   }
-  return wire::RmaStatus::kBadKey;
+  *region = i;
+  return wire::RmaStatus::kOk;
+}
+
+namespace {
+// Where key's probe sequence starts: keys may be small and consecutive when
+// the user picks them, so they are mixed first (SplitMix64's finalizer).
+uint32_t KeyHome(uint64_t key, uint32_t mask) {
+  key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ull;
+  key = (key ^ (key >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<uint32_t>(key ^ (key >> 31)) & mask;
+}
+}  // namespace
+
+uint32_t Engine::FindRegion(uint64_t key) const {
+  // The table is at most half full, so an empty entry ends every probe.
+  for (uint32_t h = KeyHome(key, region_index_mask_);; h = (h + 1) & region_index_mask_) {
+    const uint32_t i = region_index_[h];
+    if (i == kNone) return kNone;
+    if (regions_[i].key == key) return i;
+  }
+}
+
+void Engine::IndexRegion(uint32_t i) {
+  uint32_t h = KeyHome(regions_[i].key, region_index_mask_);
+  while (region_index_[h] != kNone) h = (h + 1) & region_index_mask_;
+  region_index_[h] = i;
+}
+
+void Engine::UnindexRegion(uint32_t i) {
+  uint32_t h = KeyHome(regions_[i].key, region_index_mask_);
+  while (region_index_[h] != i) h = (h + 1) & region_index_mask_;
+  // Backward-shift deletion: entries after the hole whose probe started at
+  // or before it move into it, so that no probe meets an empty entry early.
+  for (uint32_t next = (h + 1) & region_index_mask_; region_index_[next] != kNone;
+       next = (next + 1) & region_index_mask_) {
+    const uint32_t home = KeyHome(regions_[region_index_[next]].key, region_index_mask_);
+    // Movable unless its home lies cyclically in (h, next].
+    if (((next - home) & region_index_mask_) >= ((next - h) & region_index_mask_)) {
+      region_index_[h] = region_index_[next];
+      h = next;
+    }
+  }
+  region_index_[h] = kNone;
 }
 
 // ---- Posting.
@@ -210,6 +247,7 @@ uint32_t Engine::AllocCtl() {
 void Engine::FreeOp(uint32_t o) {
   SendOp& op = ops_[o];
   if (op.kind == OpKind::kPull) --pulls_;
+  op_gen_[o] = static_cast<uint16_t>((op_gen_[o] + 1) & ((1u << (32 - kRmaIdSlotBits)) - 1));
   // A freed op never looks like one waiting for an answer (ConsumeReadData).
   op.kind = OpKind::kMsg;
   op.waiting = false;
@@ -279,7 +317,7 @@ void Engine::WriteRmaPacket(Peer& p, Psn psn, const TxEntry& e, uint16_t flags,
     case OpKind::kWrite:
       r.op = wire::RmaOp::kWrite;
       r.flags = op.rma_flags;
-      r.rma_id = e.op;
+      r.rma_id = RmaId(e.op);
       r.key = op.key;
       r.addr = op.addr;
       r.total_length = op.len;
@@ -288,7 +326,7 @@ void Engine::WriteRmaPacket(Peer& p, Psn psn, const TxEntry& e, uint16_t flags,
       break;
     case OpKind::kRead:
       r.op = wire::RmaOp::kReadReq;
-      r.rma_id = e.op;
+      r.rma_id = RmaId(e.op);
       r.key = op.key;
       r.addr = op.addr;
       r.total_length = op.len;
@@ -296,7 +334,7 @@ void Engine::WriteRmaPacket(Peer& p, Psn psn, const TxEntry& e, uint16_t flags,
     case OpKind::kPull:
       r.op = wire::RmaOp::kReadReq;
       r.flags = wire::kRmaFlagMessage;
-      r.rma_id = e.op;
+      r.rma_id = RmaId(e.op);
       r.key = op.key;
       r.total_length = op.len;
       break;
@@ -542,9 +580,9 @@ bool Engine::ConsumePullReq(uint32_t pi, Peer& p, const wire::RmaFields& r) {
 
 void Engine::ConsumeReadData(uint32_t pi, Peer& p, const wire::RmaFields& r,
                              absl::Span<const uint8_t> payload) {
-  const uint32_t o = r.rma_id;
+  const uint32_t o = RmaOp(r.rma_id);
   const OpKind want = (r.flags & wire::kRmaFlagMessage) ? OpKind::kPull : OpKind::kRead;
-  if (o >= uint64_t{config_.max_send_ops} + config_.max_rma_ops || ops_[o].kind != want ||
+  if (o == kNone || ops_[o].kind != want || r.key != ops_[o].key ||
       !ops_[o].waiting || ops_[o].peer != pi || r.total_length != ops_[o].len ||
       r.offset != ops_[o].rx_done) {
     ++counters_.protocol_errors;
@@ -575,7 +613,7 @@ void Engine::ConsumeReadData(uint32_t pi, Peer& p, const wire::RmaFields& r,
 }
 
 void Engine::ConsumeResponse(uint32_t pi, Peer& p, const wire::RmaFields& r) {
-  const uint32_t o = r.rma_id;
+  const uint32_t o = RmaOp(r.rma_id);
   // A write's verdict, or the refusal of a read or a pull.
   const bool refusal = r.status != wire::RmaStatus::kOk;
   const bool pull = (r.flags & wire::kRmaFlagMessage) != 0;
@@ -585,8 +623,9 @@ void Engine::ConsumeResponse(uint32_t pi, Peer& p, const wire::RmaFields& r) {
     if (HasWork(p)) Enqueue(pi);
     return;
   }
-  if (o >= uint64_t{config_.max_send_ops} + config_.max_rma_ops || !ops_[o].waiting ||
-      ops_[o].peer != pi ||
+  // It echoes the op's key (a pull's: the msg_id) and length.
+  if (o == kNone || !ops_[o].waiting || ops_[o].peer != pi || r.key != ops_[o].key ||
+      r.total_length != ops_[o].len ||
       !(pull ? ops_[o].kind == OpKind::kPull && refusal
              : ops_[o].kind == OpKind::kWrite || (ops_[o].kind == OpKind::kRead && refusal))) {
     ++counters_.protocol_errors;

@@ -39,6 +39,8 @@ void Engine::RunTimers() {
         Enqueue(i);
       }
     }
+    if (p.tlp_deadline != 0 && due(p.tlp_deadline)) OnTailProbe(i, p);
+    if (p.tlp_deadline != 0) next = std::min(next, p.tlp_deadline);
     if (p.rto_deadline != 0 && due(p.rto_deadline)) OnRto(i, p);
     if (p.rto_deadline != 0) next = std::min(next, p.rto_deadline);
     RunProbe(i, p, &next);  // engine_rma.cc
@@ -56,8 +58,39 @@ void Engine::RunTimers() {
   next_timer_ns_ = next;
 }
 
+// A lost tail (or, in a ping-pong, the only packet in flight) has nothing
+// after it to be SACKed: the probe resends the newest unacknowledged packet
+// after about two round trips (as RFC 8985's PTO: 2 SRTT, or SRTT + 4 RTTVAR
+// if the RTT jitters more, plus the peer's ACK delay unless its ACKs have
+// been coming on its replies), once per flight or ACK advance, so such a
+// loss costs about one round trip more, not the RTO floor. A peer that was
+// only slow costs one duplicate; the RTO (with its floor and backoff)
+// stays the backstop.
+void Engine::ArmTailProbe(Peer& p) {
+  p.tlp_deadline = 0;
+  if (p.inflight() == 0 || !p.rtt.has_sample() || p.backoff != 0 || p.rnr_wait) return;
+  const uint64_t srtt = p.rtt.srtt();
+  const uint64_t at = now_ + std::max(2 * srtt, srtt + 4 * p.rtt.rttvar()) +
+                      (p.acks_on_data ? 0 : config_.ack_delay_ns);
+  if (p.rto_deadline != 0 && at >= p.rto_deadline) return;
+  p.tlp_deadline = at;
+  ArmTimer(at);
+}
+
+void Engine::OnTailProbe(uint32_t pi, Peer& p) {
+  p.tlp_deadline = 0;
+  if (p.inflight() == 0 || p.backoff != 0 || p.rnr_wait) return;
+  Psn q = p.snd_una + (p.inflight() - 1);  // the newest, unless the peer holds it
+  if (p.entry(q).state & (kTxSacked | kTxNeedsRetx)) q = p.snd_una;
+  if (p.entry(q).state & (kTxSacked | kTxNeedsRetx)) return;  // recovery under way
+  ++counters_.tail_probes;
+  MarkRetx(p, q, /*fast=*/false);
+  Enqueue(pi);
+}
+
 void Engine::OnRto(uint32_t pi, Peer& p) {
   ++counters_.rto_expirations;
+  p.tlp_deadline = 0;
   if (p.inflight() == 0) {
     p.rto_deadline = 0;
     return;
@@ -116,6 +149,19 @@ void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
   for (Psn q = p.snd_una; q.Before(p.next_psn); ++q) p.entry(q) = TxEntry{};
   // Receive side: the message in flight and everything held.
   AbortRxMessage(pi, p, err, why);
+  // Its requests to send waiting unexpected: their bytes stay with a session
+  // that is gone, so nothing can pull them; no receive or peek finds them.
+  const PeerId id = peers_.Id(pi);
+  const uint64_t lost = counters_.rendezvous_lost;
+  for (uint32_t e = matcher_.FindRendezvousFrom(id); e != kNone;
+       e = matcher_.FindRendezvousFrom(id)) {
+    matcher_.Release(e);
+    ++counters_.rendezvous_lost;
+  }
+  if (counters_.rendezvous_lost != lost) {
+    NoteUnexpectedDepth();
+    ResourcesFreed();
+  }
   for (uint32_t k = 0; k <= p.ring_mask && p.held_count > 0; ++k) {
     if (p.held[k].pkt == nullptr) continue;
     Release(p.held[k].pkt);

@@ -169,6 +169,7 @@ void Engine::BuildSegment(Peer& p, driver::Packet* pkt) {
   if (p.rto_deadline == 0 && !p.rnr_wait) {
     p.rto_deadline = now_ + p.rtt.rto(p.backoff);
     ArmTimer(p.rto_deadline);
+    ArmTailProbe(p);
   }
 }
 

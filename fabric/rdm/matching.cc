@@ -203,6 +203,15 @@ uint32_t MatchQueues::FindFrom(PeerId source) const {
   return kNone;
 }
 
+uint32_t MatchQueues::FindRendezvousFrom(PeerId source) const {
+  for (const IndexList<UnexpectedMsg>& q : unexpected_) {
+    for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
+      if (msgs_[e].rendezvous && msgs_[e].source == source) return e;
+    }
+  }
+  return kNone;
+}
+
 uint64_t MatchQueues::CopyOut(uint32_t e, uint8_t* dst, uint64_t cap) const {
   const UnexpectedMsg& m = msgs_[e];
   const uint64_t total = std::min(m.received, cap);

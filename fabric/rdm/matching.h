@@ -115,6 +115,8 @@ class MatchQueues {
   uint32_t FindClaimed(void* context) const;
   // A queued message from `source` (claimed or not); kNone.
   uint32_t FindFrom(PeerId source) const;
+  // A queued rendezvous message from `source` (claimed or not); kNone.
+  uint32_t FindRendezvousFrom(PeerId source) const;
   // Copies the first min(received, cap) bytes; returns how many.
   uint64_t CopyOut(uint32_t e, uint8_t* dst, uint64_t cap) const;
   // Removes it from its queue and frees its chunks.

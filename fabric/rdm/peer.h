@@ -163,6 +163,10 @@ struct Peer {
   RttEstimator rtt;
   uint32_t backoff = 0;
   uint64_t rto_deadline = 0;
+  // Tail-loss probe (engine_timers.cc): one early retransmission of the
+  // newest unacknowledged packet at about two round trips, before the RTO.
+  uint64_t tlp_deadline = 0;
+  bool acks_on_data = false;  // the last ACK that advanced came on a packet with data (a reply)
   bool rnr_wait = false;
   uint64_t rnr_until = 0;
   uint64_t rnr_delay = 0;

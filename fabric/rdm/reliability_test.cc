@@ -62,8 +62,35 @@ TEST(ReliabilityTest, LostTailIsRecoveredByTheTimer) {
       &dropped));
   ASSERT_GT(TransferAndVerify(net, 0, 1, {20'000}, 100'000), 0);
   EXPECT_EQ(dropped, 1);
+  // The tail-loss probe (a timer at about two round trips) resends it, before the RTO.
   EXPECT_EQ(net.ep(0).counters().retransmits_timeout, 1u);
+  EXPECT_EQ(net.ep(0).counters().tail_probes, 1u);
+  EXPECT_EQ(net.ep(0).counters().rto_expirations, 0u);
   EXPECT_EQ(net.ep(0).counters().retransmits_fast, 0u);
+}
+
+TEST(ReliabilityTest, LostLonePacketCostsAboutARoundTripNotTheRtoFloor) {
+  // One small message in flight, as in a ping-pong: nothing after it can be
+  // SACKed, so only a timer finds the loss.
+  Net net(NetOptions{});
+  ASSERT_GT(TransferAndVerify(net, 0, 1, std::vector<size_t>(20, 64), 10'000), 0);  // RTT samples
+  const int64_t clean_steps = TransferAndVerify(net, 0, 1, {64}, 10'000);
+  ASSERT_GT(clean_steps, 0);
+  int dropped = 0;
+  net.tap(1).set_filter(DropOnce([](const wire::View&) { return true; }, &dropped));
+  const int64_t steps = TransferAndVerify(net, 0, 1, {64}, 10'000);
+  ASSERT_GT(steps, 0);
+  EXPECT_EQ(dropped, 1);
+  const Counters& c = net.ep(0).counters();
+  EXPECT_EQ(c.tail_probes, 1u);
+  EXPECT_EQ(c.retransmits_timeout, 1u);
+  EXPECT_EQ(c.rto_expirations, 0u);
+  EXPECT_EQ(net.ep(1).counters().duplicates_dropped, 0u);
+  // The RTO floor alone is 100 steps; the probe goes after 2 SRTT + the ACK delay.
+  const uint64_t srtt_steps = net.ep(0).peer_stats(PeerId{0})->srtt_ns / 1'000;
+  EXPECT_LE(steps, clean_steps + static_cast<int64_t>(3 * srtt_steps + 10))
+      << "clean " << clean_steps << " srtt " << srtt_steps;
+  EXPECT_LT(steps, 60);
 }
 
 TEST(ReliabilityTest, LostAcksMeanDuplicatesButExactlyOnceDelivery) {

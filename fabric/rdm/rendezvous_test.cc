@@ -273,14 +273,23 @@ TEST(RendezvousTest, SenderRestartsMidPull) {
   EXPECT_TRUE(t.recv_err[0].err == ECONNRESET || t.recv_err[0].err == ETIMEDOUT)
       << t.recv_err[0].message;
   EXPECT_EQ(t.recv_err[0].op.context, &in);
-  // The one that waited unexpected belongs to the old session: its receive fails at once.
-  ASSERT_EQ(net.ep(1).PostRecv(
-                {.buf = in2.data(), .len = in2.size(), .context = &in2, .tagged = true, .tag = 1}),
+  // The one that waited unexpected belonged to the old session, which has
+  // its bytes: it went with it. No peek reports it, no receive takes it.
+  EXPECT_EQ(net.ep(1).counters().unexpected_depth, 0u);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_lost, 1u);
+  int peek;
+  ASSERT_EQ(net.ep(1).PostRecv({.context = &peek, .tagged = true, .tag = 1, .flags = kRecvPeek}),
             Result::kOk);
   Drain(net.ep(1), &t.got, &t.recv_err);
   ASSERT_EQ(t.recv_err.size(), 2u);
-  EXPECT_EQ(t.recv_err[1].err, ECONNRESET) << t.recv_err[1].message;
-  EXPECT_EQ(t.recv_err[1].op.context, &in2);
+  EXPECT_EQ(t.recv_err[1].err, ENOMSG) << t.recv_err[1].message;
+  EXPECT_EQ(t.recv_err[1].op.context, &peek);
+  ASSERT_EQ(net.ep(1).PostRecv(
+                {.buf = in2.data(), .len = in2.size(), .context = &in2, .tagged = true, .tag = 1}),
+            Result::kOk);
+  for (int i = 0; i < 1000; ++i) net.Step();
+  Drain(net.ep(1), &t.got, &t.recv_err);
+  EXPECT_EQ(t.recv_err.size(), 2u) << "the receive waits for a message of the new session";
   EXPECT_TRUE(t.got.empty());
 }
 
@@ -446,6 +455,15 @@ TEST(RendezvousTest, APullNamingNoMessageIsAnsweredEvenWithNoOpFree) {
     v->rma.key += 1000;
     return true;
   });
+  // Its answer comes back naming what R asked for (R checks the echo).
+  net.tap(1).set_rewrite([](wire::View* v) {
+    if (v->common.type != wire::PacketType::kRma || v->rma.op != wire::RmaOp::kResponse ||
+        v->rma.status != wire::RmaStatus::kNoMessage) {
+      return false;
+    }
+    v->rma.key -= 1000;
+    return true;
+  });
   // Two reads take both of S's ops (until R acknowledges their data); the
   // pull arrives right behind them.
   ASSERT_EQ(r.Read({.dest = to_s, .buf = got1.data(), .len = got1.size(), .addr = 0, .key = *key}),
@@ -468,6 +486,56 @@ TEST(RendezvousTest, APullNamingNoMessageIsAnsweredEvenWithNoOpFree) {
   EXPECT_EQ(t.recv_err[0].op.context, &in);
   EXPECT_TRUE(std::equal(got1.begin(), got1.end(), region.begin()));
   EXPECT_TRUE(std::equal(got2.begin(), got2.end(), region.begin() + 4000));
+}
+
+// A pulled message's data at the head of the sender's stream is never
+// given up, whatever RNRs name it (the receiver asked for those bytes).
+// Here the receiver's ACKs that name its first packet are made RNRs, past
+// rnr_give_up_ns; before, the sender gave the message up (ENOSPC) while its
+// bytes were being delivered.
+TEST(RendezvousTest, PulledDataIsNeverGivenUp) {
+  NetOptions o = Options();
+  o.config.rnr_give_up_ns = o.config.rnr_retry_min_ns;
+  o.config.rnr_retry_max_ns = 1'000'000;
+  o.config.rto_max_ns = 2'000'000;
+  Net net(o);
+  Endpoint<>& s = net.ep(0);
+  Endpoint<>& r = net.ep(1);
+  const PeerId to_r = net.Peer(0, 1);
+  std::vector<uint8_t> m(3 * kThreshold), in(m.size(), 0xee);
+  testing::FillPattern(4, absl::MakeSpan(m));
+  ASSERT_EQ(r.PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);
+  int drops = 0;
+  bool have_psn = false;
+  uint32_t first_psn = 0;  // of the pulled data's first packet
+  net.tap(1).set_filter([&](const wire::View* v) {
+    if (v == nullptr || v->common.type != wire::PacketType::kRma ||
+        v->rma.op != wire::RmaOp::kReadData || v->rma.offset != 0 || drops >= 5) {
+      return true;
+    }
+    have_psn = true;
+    first_psn = v->common.psn.value();
+    ++drops;
+    return false;
+  });
+  net.tap(0).set_rewrite([&](wire::View* v) {
+    if (v->common.type != wire::PacketType::kAck || !have_psn || drops >= 5 ||
+        v->common.ack_psn.value() != first_psn) {
+      return false;
+    }
+    v->common.flags |= wire::kFlagRnr;
+    return true;
+  });
+  ASSERT_EQ(s.Send({.dest = to_r, .buf = m.data(), .len = m.size(), .context = &m}), Result::kOk);
+  Transfer t;
+  ASSERT_TRUE(RunTransfer(net, t, 1, 1))
+      << "drops " << drops << "\n" << s.counters().ToString() << "\n" << r.counters().ToString();
+  EXPECT_EQ(drops, 5);
+  EXPECT_GT(s.counters().rnr_received, 1u);
+  ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+  ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+  EXPECT_EQ(s.counters().rnr_give_ups, 0u);
+  EXPECT_EQ(testing::CheckPattern(4, in), -1);
 }
 
 TEST(RendezvousTest, SurvivesFaults) {

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,70 @@ TEST_F(RmaTest, WriteLandsAndCompletesAfterTheTargetApplied) {
             0);
   EXPECT_TRUE(tok_.empty()) << "no target completion without remote data";
   EXPECT_EQ(target().counters().rma_served, 1u);
+}
+
+// An answer names its op by slot and the slot's generation, and echoes the
+// op's key and length: one that names an op that has ended (its slot reused
+// by another) or echoes another key or length is dropped as a protocol
+// error, not taken for the op now in the slot. Before, rma_id was the bare
+// slot and the echo was not checked.
+TEST_F(RmaTest, AnAnswerToAnEndedOpOrAnotherKeyIsNotTaken) {
+  const uint64_t key = Register(kAccessRemoteWrite);
+  std::vector<uint8_t> src(3000);
+  testing::FillPattern(5, absl::MakeSpan(src));
+  std::vector<uint32_t> ids;  // the WRITEs' rma_id, as the target sees them
+  net_->tap(1).set_filter([&](const wire::View* v) {
+    if (v != nullptr && v->common.type == wire::PacketType::kRma && v->rma.offset == 0 &&
+        v->rma.op == wire::RmaOp::kWrite) {
+      ids.push_back(v->rma.rma_id);
+    }
+    return true;
+  });
+  int ctx1, ctx2, ctx3;
+  const auto write = [&](void* ctx) {
+    return init().Write({.dest = to_target_,
+                         .buf = src.data(),
+                         .len = src.size(),
+                         .addr = 100,
+                         .key = key,
+                         .context = ctx});
+  };
+  ASSERT_EQ(write(&ctx1), Result::kOk);
+  ASSERT_TRUE(RunOne());
+  ASSERT_EQ(ok_.size(), 1u);
+  ASSERT_EQ(ids.size(), 1u);
+  // The next write takes the same slot; its answer comes back under the
+  // first one's name.
+  const uint32_t stale = ids[0];
+  net_->tap(0).set_rewrite([&](wire::View* v) {
+    if (v->common.type != wire::PacketType::kRma || v->rma.op != wire::RmaOp::kResponse) {
+      return false;
+    }
+    v->rma.rma_id = stale;
+    return true;
+  });
+  ASSERT_EQ(write(&ctx2), Result::kOk);
+  for (int i = 0; i < 20'000; ++i) net_->Step();
+  Drain(init(), &ok_, &err_);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[1] & ((1u << 21) - 1), ids[0] & ((1u << 21) - 1)) << "the slot is reused";
+  EXPECT_EQ(ok_.size(), 1u) << "the second write completed on the first one's answer";
+  EXPECT_TRUE(err_.empty());
+  EXPECT_GE(init().counters().protocol_errors, 1u);
+  // A third write (another slot) whose answer echoes another key.
+  net_->tap(0).set_rewrite([&](wire::View* v) {
+    if (v->common.type != wire::PacketType::kRma || v->rma.op != wire::RmaOp::kResponse) {
+      return false;
+    }
+    v->rma.key ^= 1;
+    return true;
+  });
+  const uint64_t errors = init().counters().protocol_errors;
+  ASSERT_EQ(write(&ctx3), Result::kOk);
+  for (int i = 0; i < 20'000; ++i) net_->Step();
+  Drain(init(), &ok_, &err_);
+  EXPECT_EQ(ok_.size(), 1u) << "the third write completed on an answer about another key";
+  EXPECT_GT(init().counters().protocol_errors, errors);
 }
 
 TEST_F(RmaTest, ReadStreamsTheRegionBack) {
@@ -333,6 +398,74 @@ TEST_F(RmaTest, BadArgumentsAndTableFull) {
   EXPECT_EQ(init().Write({.dest = PeerId{12345}, .len = 0}), Result::kInvalid);
   EXPECT_EQ(init().Read({.dest = to_target_, .buf = nullptr, .len = 5}), Result::kInvalid);
   EXPECT_EQ(init().Read({.dest = to_target_, .len = 0, .flags = kRmaInject}), Result::kInvalid);
+}
+
+// The key -> region table under churn: a full table of consecutive keys,
+// half of them deregistered in an order that leaves holes in the probe
+// chains, others registered in their place; every key is then found (or
+// not) exactly as registered, and a peer's access reaches the right region.
+TEST_F(RmaTest, RegionTableFindsEveryKeyUnderChurn) {
+  Engine& e = target().engine();
+  const uint32_t n = e.config().max_regions;
+  // Region k is k bytes long, so a write of k bytes fits only its own region.
+  const auto reg = [&](uint64_t key, uint64_t len) {
+    return e.RegisterRegion(
+        {.addr = region_.data(), .len = len, .access = kAccessRemoteWrite, .key = key});
+  };
+  for (uint64_t k = 1; k <= n; ++k) ASSERT_TRUE(reg(k, k).ok()) << k;
+  for (uint64_t k = 1; k <= n; k += 2) ASSERT_TRUE(e.DeregisterRegion(n + 1 - k).ok()) << k;
+  for (uint64_t k = 1; k <= n; k += 2) ASSERT_TRUE(reg(1000 + k, k).ok()) << k;
+  // Keys n, n-2, ... are gone; n-1, n-3, ... and 1000+1, 1000+3, ... remain.
+  for (uint64_t j = 1; j <= n; ++j) {
+    if ((n - j) % 2 == 0) {
+      EXPECT_EQ(e.DeregisterRegion(j).code(), absl::StatusCode::kNotFound) << j;
+    } else {
+      EXPECT_EQ(reg(j, 1).status().code(), absl::StatusCode::kAlreadyExists) << j;
+    }
+  }
+  for (uint64_t k = 1; k <= n; k += 2) {
+    EXPECT_EQ(reg(1000 + k, 1).status().code(), absl::StatusCode::kAlreadyExists) << k;
+  }
+  ASSERT_GE(n, 4u);
+  std::vector<uint8_t> src(n);
+  const uint64_t keys[4][2] = {{n - 1, n - 1}, {n - 3, n - 3}, {1001, 1}, {1003, 3}};
+  for (const auto& [key, len] : keys) {
+    ok_.clear();
+    err_.clear();
+    ASSERT_EQ(init().Write({.dest = to_target_, .buf = src.data(), .len = len, .key = key}),
+              Result::kOk);
+    ASSERT_TRUE(RunOne());
+    EXPECT_TRUE(err_.empty()) << key << ": " << err_[0].message;
+    ok_.clear();
+    err_.clear();
+    ASSERT_EQ(init().Write({.dest = to_target_, .buf = src.data(), .len = len + 1, .key = key}),
+              Result::kOk);
+    ASSERT_TRUE(RunOne());
+    ASSERT_EQ(err_.size(), 1u) << key;
+    EXPECT_EQ(err_[0].err, EFAULT) << err_[0].message;
+  }
+  // Random keys from a small pool (so that they collide and repeat),
+  // registered and deregistered at random, against a model.
+  std::set<uint64_t> model;
+  for (uint64_t j = 1; j <= n; ++j) {
+    if ((n - j) % 2 == 1) model.insert(j);
+  }
+  for (uint64_t k = 1; k <= n; k += 2) model.insert(1000 + k);
+  uint64_t x = 12345;
+  for (int step = 0; step < 5000; ++step) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const uint64_t key = 1 + (x >> 33) % (3 * n);
+    if ((x >> 20) & 1) {
+      const absl::Status st = e.DeregisterRegion(key);
+      ASSERT_EQ(st.ok(), model.erase(key) == 1) << step << " " << key << " " << st;
+    } else {
+      const absl::StatusCode want = model.count(key)          ? absl::StatusCode::kAlreadyExists
+                                    : model.size() == size_t{n} ? absl::StatusCode::kResourceExhausted
+                                                                : absl::StatusCode::kOk;
+      ASSERT_EQ(reg(key, 1).status().code(), want) << step << " " << key;
+      if (want == absl::StatusCode::kOk) model.insert(key);
+    }
+  }
 }
 
 // The target restarts in the middle of a long write: it fails at the

@@ -23,17 +23,21 @@ uint16_t TapQueue::RxBurst(absl::Span<driver::Packet*> out) {
     wire::View v;
     const bool ok = wire::Parse({p->data, p->len}, &v) == wire::ParseStatus::kOk;
     if (!filter_ || filter_(ok ? &v : nullptr)) {
-      const bool sequenced =
-          ok && (v.common.type == wire::PacketType::kData || v.common.type == wire::PacketType::kRma);
-      if (sequenced && rewrite_ && rewrite_(&v)) {
+      const bool rebuildable = ok && (v.common.type == wire::PacketType::kData ||
+                                      v.common.type == wire::PacketType::kRma ||
+                                      v.common.type == wire::PacketType::kAck);
+      if (rebuildable && rewrite_ && rewrite_(&v)) {
         // The payload is copied out first: the rebuilt frame overwrites it.
         const std::vector<uint8_t> payload(v.payload.begin(), v.payload.end());
         if (v.common.type == wire::PacketType::kData) {
           p->len = static_cast<uint32_t>(
               wire::BuildData(v.flow, v.common, v.msg, payload, {p->data, p->capacity}));
-        } else {
+        } else if (v.common.type == wire::PacketType::kRma) {
           p->len = static_cast<uint32_t>(
               wire::BuildRma(v.flow, v.common, v.rma, payload, {p->data, p->capacity}));
+        } else {
+          p->len =
+              static_cast<uint32_t>(wire::BuildAck(v.flow, v.common, v.ack, {p->data, p->capacity}));
         }
       }
       out[kept++] = p;

@@ -25,8 +25,8 @@ namespace bypass::rdm::testing {
 class TapQueue final : public driver::QueuePair {
  public:
   using Filter = std::function<bool(const wire::View* v)>;  // true: deliver
-  // Sees each parsed DATA or RMA packet after the filter kept it; returning
-  // true rebuilds the packet (good CRC) from the fields it changed.
+  // Sees each parsed DATA, RMA or ACK packet after the filter kept it;
+  // returning true rebuilds the packet (good CRC) from the fields it changed.
   using Rewrite = std::function<bool(wire::View* v)>;
   explicit TapQueue(driver::QueuePair& inner) : inner_(inner) {}
   void set_filter(Filter f) { filter_ = std::move(f); }

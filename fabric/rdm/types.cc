@@ -29,7 +29,8 @@ std::string Counters::ToString() const {
   return absl::StrCat(
       "tx=", tx_packets, " (data ", tx_data_packets, ", acks ", tx_acks, ") rx=", rx_packets,
       " (data ", rx_data_packets, ") retx fast=", retransmits_fast,
-      " timeout=", retransmits_timeout, " rto=", rto_expirations, " dup=", duplicates_dropped,
+      " timeout=", retransmits_timeout, " rto=", rto_expirations,
+      " tlp=", tail_probes, " dup=", duplicates_dropped,
       " oow=", out_of_window_dropped, " reorder_full=", reorder_buffer_full,
       " malformed=", malformed_dropped, " checksum=", checksum_dropped,
       " not_for_us=", not_for_us_dropped, " auth=", auth_dropped, " stale=", stale_dropped,
@@ -42,7 +43,8 @@ std::string Counters::ToString() const {
       " max_depth=", unexpected_depth_max, " truncated=", truncated,
       " rma_ops=", rma_ops, " rma_errors=", rma_errors, " rma_refused=", rma_refused,
       " rma_served=", rma_served, " rma_no_slot=", rma_no_slot,
-      " rendezvous sent=", rendezvous_sent, " pulled=", rendezvous_pulled);
+      " rendezvous sent=", rendezvous_sent, " pulled=", rendezvous_pulled,
+      " lost=", rendezvous_lost);
 }
 
 }  // namespace bypass::rdm

@@ -171,6 +171,7 @@ struct Counters {
   uint64_t retransmits_fast = 0;     // on a SACK gap
   uint64_t retransmits_timeout = 0;  // by the retransmit timer
   uint64_t rto_expirations = 0;
+  uint64_t tail_probes = 0;  // tail-loss probes sent (also in retransmits_timeout)
   uint64_t duplicates_dropped = 0;  // DATA already received
   uint64_t out_of_window_dropped = 0;
   uint64_t reorder_buffer_full = 0;  // out-of-order DATA dropped: no room to hold it
@@ -211,6 +212,7 @@ struct Counters {
   uint64_t rma_no_slot = 0;        // peers' requests refused (RNR) for lack of max_rma_ops
   uint64_t rendezvous_sent = 0;    // messages sent by rendezvous
   uint64_t rendezvous_pulled = 0;  // rendezvous messages pulled into a receive here
+  uint64_t rendezvous_lost = 0;    // ... waiting unexpected here when their sender's session ended
 
   std::string ToString() const;
 };

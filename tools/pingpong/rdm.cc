@@ -350,10 +350,12 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
   const uint64_t srtt = ps ? ps->srtt_ns : 0;
   absl::StrAppend(&result.extra_json, ",\"retransmits_fast\":", c.retransmits_fast,
                   ",\"retransmits_timeout\":", c.retransmits_timeout,
+                  ",\"tail_probes\":", c.tail_probes,
                   ",\"duplicates_dropped\":", c.duplicates_dropped, ",\"srtt_ns\":", srtt,
                   ",\"tx_packets\":", c.tx_packets, ",\"tx_acks\":", c.tx_acks);
   absl::StrAppend(&result.extra_text, "retransmits fast ", c.retransmits_fast, ", timed ",
-                  c.retransmits_timeout, "; duplicates dropped ", c.duplicates_dropped,
+                  c.retransmits_timeout, " (tail probes ", c.tail_probes,
+                  "); duplicates dropped ", c.duplicates_dropped,
                   "; srtt ", static_cast<double>(srtt) / 1000.0, " us\n");
   if (side.fault != nullptr) {
     const driver::fault::FaultCounters f = side.fault->counters();
