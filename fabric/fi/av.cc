@@ -347,13 +347,7 @@ ssize_t EqSRead(fid_eq* f, uint32_t* event, void* buf, size_t len, int timeout, 
 }
 
 const char* EqStrerror(fid_eq*, int prov_errno, const void* err_data, char* buf, size_t len) {
-  const char* msg = err_data != nullptr ? static_cast<const char*>(err_data)
-                                        : std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
-  if (buf != nullptr && len > 0) {
-    std::snprintf(buf, len, "%s", msg);
-    return buf;
-  }
-  return msg;
+  return ErrorText(prov_errno, err_data, buf, len);
 }
 
 fi_ops_eq g_eq_ops = {

@@ -272,13 +272,7 @@ int CqSignal(fid_cq* f) {
 
 const char* CqStrerror(fid_cq* f, int prov_errno, const void* err_data, char* buf, size_t len) {
   (void)f;  // err_data carries everything: it is our message
-  const char* msg = err_data != nullptr ? static_cast<const char*>(err_data)
-                                        : std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
-  if (buf != nullptr && len > 0) {
-    std::snprintf(buf, len, "%s", msg);
-    return buf;
-  }
-  return msg;
+  return ErrorText(prov_errno, err_data, buf, len);
 }
 
 fi_ops_cq g_cq_ops = {

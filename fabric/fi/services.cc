@@ -30,6 +30,16 @@ std::string EnvName(const char* name) {
 
 }  // namespace
 
+const char* ErrorText(int prov_errno, const void* err_data, char* buf, size_t len) {
+  const char* msg = err_data != nullptr ? static_cast<const char*>(err_data)
+                                        : std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
+  if (buf != nullptr && len > 0) {
+    std::snprintf(buf, len, "%s", msg);
+    return buf;
+  }
+  return msg;
+}
+
 void DefineParam(const char* name, fi_param_type type, const char* help) {
   if (fi_param_define != nullptr) fi_param_define(Provider(), name, type, "%s", help);
 }

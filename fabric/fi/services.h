@@ -10,6 +10,7 @@
 #include <rdma/fi_ext.h>
 #include <rdma/providers/fi_prov.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +25,10 @@ void DefineParam(const char* name, fi_param_type type, const char* help);
 // Its value, if set (fi_param_get; getenv without a core).
 std::optional<std::string> ParamString(const char* name);
 std::optional<int64_t> ParamInt(const char* name, fi_param_type type = FI_PARAM_INT);
+
+// fi_cq_strerror / fi_eq_strerror: err_data (our one-line message) when
+// present, else the errno's text; copied into buf when one is given.
+const char* ErrorText(int prov_errno, const void* err_data, char* buf, size_t len);
 
 bool LogEnabled(fi_log_level level, fi_log_subsys subsys);
 void LogLine(fi_log_level level, fi_log_subsys subsys, const char* func, int line, const char* fmt,
