@@ -10,6 +10,13 @@ for tool in fi_pingpong fi_info; do
 done
 so="$TEST_SRCDIR/bypass/fabric/fi/libbypass-fi.so"
 [ -f "$so" ] || fail "libbypass-fi.so is not in the runfiles ($so)"
+# Debian's fi_pingpong is not built with a sanitizer, so it cannot load a
+# provider that is (the sanitizer runtime must come first in the process);
+# under --config=asan/tsan the static-library test carries this traffic.
+if nm -D "$so" 2>/dev/null | grep -q -E ' U __(asan|tsan)_init'; then
+  echo "SKIP: libbypass-fi.so is sanitizer-built and Debian's fi_pingpong is not; fi_static_pingpong_test covers this traffic under sanitizers"
+  exit 0
+fi
 PROVIDER_DIR=$(mktemp -d)
 # libfabric loads every lib*-fi.so in FI_PROVIDER_PATH: a directory of ours alone.
 ln -s "$so" "$PROVIDER_DIR/libbypass-fi.so"
