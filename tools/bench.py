@@ -94,36 +94,40 @@ def parse_pingpong(text):
     return out
 
 
-def parse_rate(text):
-    """One-way message rate of `memif_pingpong --mode=rate --json` (msgs/s)."""
-    j = last_json_line(text)
-    if j is None:
-        raise ValueError("printed no JSON line")
-    rate = j.get("msg_rate", j.get("msgs_per_sec"))
-    if not rate or float(rate) <= 0:
-        raise ValueError("JSON has no positive message rate")
-    return float(rate)
+def parse_runs(text):
+    """{("latency"|"rate", size): figures} from a --mode=latency,rate --sizes run.
 
-
-def parse_bw(text):
-    """{size: {"msg_rate":.., "mbytes_per_s":..}} from `bw --json`."""
-    j = last_json_line(text)
-    if j is None:
-        raise ValueError("printed no JSON line")
-    results = j.get("results")
-    if not isinstance(results, list) or not results:
-        raise ValueError("JSON has no results list")
+    pingpong and memif_pingpong print one JSON line per size and mode;
+    latency figures are as parse_pingpong's, rate figures msg_rate and
+    mbytes_per_s; a size the tool skipped maps to {"error": its reason}.
+    Raises ValueError when no line is understood.
+    """
     out = {}
-    for r in results:
-        size = int(r["size"])
-        if r.get("skipped"):  # a size the layer cannot carry, and why
-            out[size] = {"error": "bw: %s" % r["skipped"]}
+    for line in text.splitlines():
+        line = line.strip()
+        if not (line.startswith("{") and line.endswith("}")):
             continue
-        rate = float(r["msg_rate"])
-        if rate <= 0:
-            out[size] = {"error": "bw: no message arrived"}
+        try:
+            j = json.loads(line)
+        except ValueError:
             continue
-        out[size] = {"msg_rate": rate, "mbytes_per_s": float(r.get("mbytes_per_s", rate * size / 1e6))}
+        mode, size = j.get("mode"), j.get("size")
+        if mode not in ("latency", "rate") or not isinstance(size, int):
+            continue
+        tool = "memif_pingpong" if j.get("layer") == "bare-dpdk" else "pingpong"
+        if j.get("skipped"):
+            out[(mode, size)] = {"error": "%s: %s" % (tool, j["skipped"])}
+        elif mode == "latency":
+            out[(mode, size)] = parse_pingpong(line)
+        else:
+            rate = float(j.get("msg_rate") or 0)
+            if rate <= 0:
+                out[(mode, size)] = {"error": "%s: no message arrived" % tool}
+            else:
+                out[(mode, size)] = {"msg_rate": rate,
+                                     "mbytes_per_s": float(j.get("mbytes_per_s") or rate * size / 1e6)}
+    if not out:
+        raise ValueError("printed no result line")
     return out
 
 
@@ -416,6 +420,10 @@ class Cell:
         self.failures = 0
         self.dead = False   # failed twice alike: not tried again
 
+    def skip(self, reason):
+        """The tool cannot carry this size: it says why, and is not asked again."""
+        self.error, self.dead = reason, True
+
     def record_failure(self, reason):
         # Alike up to numbers (process ids, ports in device names).
         same = self.error is not None and re.sub(r"\d+", "#", self.error) == re.sub(r"\d+", "#", reason)
@@ -488,60 +496,27 @@ class Bench:
         n = int(self.a.seconds * 1e9 / est)
         return max(self.a.min_iters, min(n, 1000000))
 
-    def rate_iters(self, cell, size):
-        est = median_of(cell.samples, "msg_rate") or (2e6 if size <= 512 else 2e9 / size)
-        return max(self.a.min_iters * 10, min(int(self.a.seconds * est), 50000000))
-
-    # ---- one latency run of one column at one size
-    def latency(self, col, size, where):
-        iters = self.lat_iters(where["cells"]["lat"][(col.key, size)], col, size)
-        warm = max(10, min(1000, iters // 20))
-        t = self.a.timeout
+    # ---- one run of one column: every size given, latency and windowed rate
+    def measure(self, col, sizes, modes, where):
+        """Runs col's tool once over `sizes` in `modes`; (Outcome, parser)."""
+        size_arg = "--sizes=" + ",".join(str(x) for x in sizes)
+        run_args = ["--json", "--mode=" + ",".join(modes),
+                    "--duration_ms=%d" % max(10, round(self.a.seconds * 1000)),
+                    "--warmup=%d" % self.a.warmup]
+        # Each size and mode measures for --seconds, after a warm-up of at
+        # most a quarter of that (64 MiB for the windowed rate), plus start-up.
+        t = self.a.timeout + len(sizes) * len(modes) * (1.5 * self.a.seconds + 1)
         if col.tool == "bare":
-            cmd = [self.tools["bare"], "--local", "--json", "--size=%d" % size,
-                   "--iters=%d" % iters, "--warmup=%d" % warm]
-            r = run_one(cmd, self.env(col), t, "memif_pingpong")
-            return r, parse_pingpong
-        if col.tool == "pingpong":
-            common = ["--layer=" + col.layer, "--size=%d" % size]
-            if col.provider:
-                common.append("--provider=" + col.provider)
-            if where["name"] == "local":
-                cmd = [self.tools["pingpong"], "--local", "--json", "--iters=%d" % iters,
-                       "--warmup=%d" % warm] + common
-                return run_one(cmd, self.env(col), t, "pingpong"), parse_pingpong
-            return self.netns_pair(col, self.tools["pingpong"], common,
-                                   ["--json", "--iters=%d" % iters, "--warmup=%d" % warm],
-                                   "pingpong"), parse_pingpong
-        return self.fi_pingpong(col, size, iters, where), parse_fi_pingpong
-
-    # ---- one windowed-rate run of one column (all sizes at once for bw)
-    def rate(self, col, sizes, where):
-        t = self.a.timeout
-        if col.tool == "bare":
-            size = sizes[0]
-            iters = self.rate_iters(where["cells"]["rate"][(col.key, size)], size)
-            cmd = [self.tools["bare"], "--local", "--json", "--mode=rate", "--size=%d" % size,
-                   "--iters=%d" % iters]
-            r = run_one(cmd, self.env(col), t, "memif_pingpong")
-
-            def parse(text, size=size):
-                rate = parse_rate(text)
-                return {size: {"msg_rate": rate, "mbytes_per_s": rate * size / 1e6}}
-            return r, parse
-        if not self.tools.get("bw"):
-            return Outcome(False, reason="n/a (build //tools:bw)"), None
-        common = ["--layer=" + col.layer, "--sizes=" + ",".join(str(s) for s in sizes),
-                  "--window=%d" % self.a.window]
+            cmd = [self.tools["bare"], "--local", size_arg] + run_args
+            return run_one(cmd, self.env(col), t, "memif_pingpong"), parse_runs
+        common = ["--layer=" + col.layer, size_arg, "--window=%d" % self.a.window]
         if col.provider:
             common.append("--provider=" + col.provider)
-        client_only = ["--json", "--duration_ms=%d" % max(10, self.a.seconds * 1000)]
-        # bw sends each size for --duration_ms, then waits for the server's report.
-        t = self.a.timeout + len(sizes) * (self.a.seconds + 2)
         if where["name"] == "local":
-            cmd = [self.tools["bw"], "--local"] + common + client_only
-            return run_one(cmd, self.env(col), t, "bw"), parse_bw
-        return self.netns_pair(col, self.tools["bw"], common, client_only, "bw", timeout=t), parse_bw
+            cmd = [self.tools["pingpong"], "--local"] + common + run_args
+            return run_one(cmd, self.env(col), t, "pingpong"), parse_runs
+        return self.netns_pair(col, self.tools["pingpong"], common, run_args, "pingpong",
+                               timeout=t), parse_runs
 
     def netns_pair(self, col, binary, common, client_only, tool, timeout=None):
         """A server in namespace b and a client in a: af_xdp for bypass, the kernel for tcp."""
@@ -618,10 +593,9 @@ class Bench:
     def plan_count(self, sections):
         n = 0
         for sec in sections:
-            live = [c for c in sec["columns"] if not c.unavailable]
-            for c in live:
-                n += len(self.a.sizes)  # latency
-                n += len(self.a.sizes) if c.tool in ("bare", "fi_pingpong") else 1
+            for c in sec["columns"]:
+                if not c.unavailable:
+                    n += len(self.a.sizes) if c.tool == "fi_pingpong" else 1
         return n * self.a.reps
 
     @staticmethod
@@ -636,57 +610,71 @@ class Bench:
         return None, outcome.reason
 
     def run_rep(self, sec, rep):
-        cells = sec["cells"]
-        live = [c for c in sec["columns"] if not c.unavailable]
-        for size in self.a.sizes:
-            for col in live:
-                cell = cells["lat"][(col.key, size)]
-                if cell.dead:
-                    continue
-                self.progress("rep %d/%d %s latency %s %s" % (rep + 1, self.a.reps, sec["name"],
-                                                               col.label, size_str(size)))
-                for attempt in range(2):  # once more at once: memif handshakes stall now and then
-                    got, err = self.take(self.latency(col, size, sec))
-                    if got is not None:
-                        cell.samples.append(got)
-                        break
-                    cell.record_failure(err)
-                    if cell.dead:
-                        break
-        for col in live:
+        for col in [c for c in sec["columns"] if not c.unavailable]:
             if col.tool == "fi_pingpong":
-                continue  # its transfer rate comes from its latency runs
-            todo = []
-            for s in self.a.sizes:
-                lat, rate = cells["lat"][(col.key, s)], cells["rate"][(col.key, s)]
-                if lat.dead and not lat.samples:  # what cannot ping cannot stream either
-                    rate.error, rate.dead = lat.error, True
-                if not rate.dead:
-                    todo.append(s)
-            # bw runs every size in one go; bare DPDK one size per run. A bw run
-            # that fails is retried size by size, so one size cannot sink the rest.
-            groups = [[s] for s in todo] if col.tool == "bare" else ([todo] if todo else [])
-            while groups:
-                group = groups.pop(0)
-                self.progress("rep %d/%d %s rate %s %s" % (rep + 1, self.a.reps, sec["name"], col.label,
-                                                           ", ".join(size_str(s) for s in group)))
-                got, err = self.take(self.rate(col, group, sec))
-                if got is None and len(group) > 1:
-                    groups = [[s] for s in group] + groups
-                    continue
-                if got is None:  # once more at once, as for latency
-                    cells["rate"][(col.key, group[0])].record_failure(err)
-                    if cells["rate"][(col.key, group[0])].dead:
-                        continue
-                    got, err = self.take(self.rate(col, group, sec))
-                for s in group:
-                    cell = cells["rate"][(col.key, s)]
-                    if got is not None and s in got and "error" in got[s]:
-                        cell.record_failure(got[s]["error"])
-                    elif got is not None and s in got:
-                        cell.samples.append(got[s])
+                self.run_fi_pingpong(sec, col, rep)
+            else:
+                self.run_column(sec, col, rep)
+
+    def run_fi_pingpong(self, sec, col, rep):
+        """Debian's fi_pingpong: one run per size (its transfer rate comes from these)."""
+        for size in self.a.sizes:
+            cell = sec["cells"]["lat"][(col.key, size)]
+            if cell.dead:
+                continue
+            self.progress("rep %d/%d %s %s %s" % (rep + 1, self.a.reps, sec["name"], col.label,
+                                                   size_str(size)))
+            for _ in range(2):  # once more at once: a failed run is tried again
+                iters = self.lat_iters(cell, col, size)
+                got, err = self.take((self.fi_pingpong(col, size, iters, sec), parse_fi_pingpong))
+                if got is not None:
+                    cell.samples.append(got)
+                    break
+                cell.record_failure(err)
+                if cell.dead:
+                    break
+
+    def run_column(self, sec, col, rep):
+        """One run of every size in both modes. A failed run is split by size,
+        and a size that fails alone is tried once more at once, so that one
+        size cannot sink the others."""
+        cells = sec["cells"]
+
+        def cell(mode, size):
+            return cells["lat" if mode == "latency" else "rate"][(col.key, size)]
+
+        def alive(size):
+            return [m for m in ("latency", "rate") if not cell(m, size).dead]
+
+        todo = [s for s in self.a.sizes if alive(s)]
+        groups = [(todo, False)] if todo else []  # (sizes, tried once already)
+        while groups:
+            group, retried = groups.pop(0)
+            modes = sorted({m for s in group for m in alive(s)})
+            if not modes:
+                continue
+            self.progress("rep %d/%d %s %s %s" % (rep + 1, self.a.reps, sec["name"], col.label,
+                                                   ", ".join(size_str(s) for s in group)))
+            got, err = self.take(self.measure(col, group, modes, sec))
+            if got is None and len(group) > 1:
+                groups = [([s], False) for s in group] + groups
+                continue
+            if got is None:
+                for m in modes:
+                    cell(m, group[0]).record_failure(err)
+                if not retried and alive(group[0]):
+                    groups.insert(0, (group, True))
+                continue
+            for s in group:
+                for m in modes:
+                    fig = got.get((m, s))
+                    if fig is None:
+                        cell(m, s).record_failure("%s printed no %s result for %s"
+                                                  % (col.tool, m, size_str(s)))
+                    elif "error" in fig:
+                        cell(m, s).skip(fig["error"])
                     else:
-                        cell.record_failure(err or "bw printed no result for this size")
+                        cell(m, s).samples.append(fig)
 
 
 def size_str(n):
@@ -1042,10 +1030,15 @@ def selftest_parsers():
     flat = ('{"tool":"pingpong","layer":"fi","provider":"shm","device":"d","size":8,"iters":5,'
             '"p50_ns":900,"p90_ns":1000,"p99_ns":1500,"p999_ns":2000,"max_ns":3000,'
             '"mean_ns":950.5,"msg_rate":1052000}')
-    bw = ('{"tool":"bw","layer":"raw","provider":null,"device":"d","window":32,"results":'
-          '[{"size":64,"msgs":1000,"seconds":0.5,"msg_rate":2000,"mbytes_per_s":0.128},'
-          '{"size":4096,"msgs":10,"seconds":0.5,"msg_rate":20,"mbytes_per_s":0.08192},'
-          '{"size":65536,"msgs":0,"seconds":0,"msg_rate":0,"mbytes_per_s":0,"skipped":"too big"}]}')
+    runs = ("EAL: noise\n"
+            '{"tool":"pingpong","layer":"raw","mode":"latency","size":64,"iters":9,"p50_ns":900,'
+            '"p99_ns":1500,"mean_ns":950.5,"msg_rate":1052000}\n'
+            '{"tool":"pingpong","layer":"raw","mode":"latency","size":4096,"iters":0,"p50_ns":null,'
+            '"mean_ns":null,"msg_rate":0,"skipped":"too big"}\n'
+            '{"tool":"pingpong","layer":"raw","mode":"rate","size":64,"iters":1000,"p50_ns":null,'
+            '"window":32,"seconds":0.5,"mbytes_per_s":0.128,"received":1000,"sent":1000,"msg_rate":2000}\n'
+            '{"tool":"pingpong","layer":"bare-dpdk","mode":"rate","size":4096,"iters":0,"msg_rate":0,'
+            '"skipped":"one mbuf"}\n')
     fipp = ("bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec\n"
             "64      1k      =1k      125k        0.13s      0.98      65.19       0.02\n")
     checks = [
@@ -1053,8 +1046,10 @@ def selftest_parsers():
         (round(parse_pingpong(nested)["mean_ns"], 3), round(1e9 / 645432, 3)),
         (parse_pingpong(flat)["mean_ns"], 950.5),
         (parse_pingpong(flat)["p99_ns"], 1500.0),
-        (parse_bw(bw)[4096]["msg_rate"], 20.0),
-        (parse_bw(bw)[65536], {"error": "bw: too big"}),
+        (parse_runs(runs)[("latency", 64)]["mean_ns"], 950.5),
+        (parse_runs(runs)[("latency", 4096)], {"error": "pingpong: too big"}),
+        (parse_runs(runs)[("rate", 64)]["msg_rate"], 2000.0),
+        (parse_runs(runs)[("rate", 4096)], {"error": "memif_pingpong: one mbuf"}),
         (round(parse_fi_pingpong(fipp)["mean_ns"], 3), 130380.0),
         (parse_fi_pingpong(fipp)["fi_mxfers_per_s"], 0.02),
         (reason_of("EAL: x\npingpong: --size=9000 does not fit\nEAL: y\n", "pingpong"),
@@ -1063,7 +1058,7 @@ def selftest_parsers():
     for got, want in checks:
         if got != want:
             fail("selftest: a parser gave %r where %r was expected" % (got, want))
-    for bad, parser in (("no json here", parse_pingpong), ('{"results":[]}', parse_bw),
+    for bad, parser in (("no json here", parse_pingpong), ("EAL: no result\n", parse_runs),
                         (fipp.replace("=1k", "+10"), parse_fi_pingpong)):
         try:
             parser(bad)
@@ -1088,9 +1083,14 @@ def parse_args(argv):
     p.add_argument("--reps", type=int, help="alternating repetitions (default 5, --quick 3, --selftest 2)")
     p.add_argument("--sizes", help="comma-separated message sizes in bytes "
                    "(default 8,64,512,4096,65536,1048576; --quick 64,65536; --selftest 64,4096)")
-    p.add_argument("--seconds", type=float, help="measuring time per run (default 0.5, --quick 0.1)")
-    p.add_argument("--min_iters", type=int, help="fewest round trips per run (default 100)")
-    p.add_argument("--window", type=int, default=32, help="messages in flight for bw (default 32)")
+    p.add_argument("--seconds", type=float, help="measuring time per size and mode, and per "
+                   "fi_pingpong run (default 0.5, --quick 0.1)")
+    p.add_argument("--min_iters", type=int, help="fewest round trips per fi_pingpong run (default 100)")
+    p.add_argument("--warmup", type=int, default=1000,
+                   help="warm-up messages per size and mode, at most a quarter of --seconds "
+                   "(default 1000)")
+    p.add_argument("--window", type=int, default=32,
+                   help="messages in flight for the windowed rate (default 32)")
     p.add_argument("--timeout", type=float, help="seconds per tool invocation (default 60, --quick 20)")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help="write the results as JSON to FILE (or stdout: then the tables go to stderr)")
@@ -1123,8 +1123,9 @@ def parse_args(argv):
         fail("--sizes: each size must be 1 B .. 256 MiB")
     if a.reps < 1 or a.reps > 100:
         fail("--reps must be 1..100")
-    if a.seconds <= 0 or a.min_iters < 1 or a.timeout <= 0 or not 1 <= a.window <= 1024:
-        fail("--seconds, --min_iters and --timeout must be positive and --window 1..1024")
+    if a.seconds <= 0 or a.min_iters < 1 or a.timeout <= 0 or a.warmup < 0 or not 1 <= a.window <= 1024:
+        fail("--seconds, --min_iters and --timeout must be positive, --warmup at least 0 and "
+             "--window 1..1024")
     known = set(COLUMN_KEYS)
     a.skip = {s for s in a.skip.split(",") if s}
     if a.skip - known:
@@ -1151,7 +1152,6 @@ def main(argv):
     tools = {
         "bare": find_tool("tools/bare/memif_pingpong"),
         "pingpong": find_tool("tools/pingpong/pingpong"),
-        "bw": find_tool("tools/bw/bw"),
         "fi_pingpong": shutil.which("fi_pingpong"),
     }
     for k in ("bare", "pingpong"):
@@ -1253,7 +1253,7 @@ def main(argv):
             "machine": m,
             "seconds": round(elapsed, 1),
             "config": {"quick": a.quick, "selftest": a.selftest, "reps": a.reps, "sizes": a.sizes,
-                       "seconds_per_run": a.seconds, "min_iters": a.min_iters,
+                       "seconds_per_run": a.seconds, "min_iters": a.min_iters, "warmup": a.warmup,
                        "window": a.window, "timeout_s": a.timeout, "fi_lib": FI_LIB_USED},
             "sections": [],
             "plot": a.plot if a.plot and not plot_note else None,

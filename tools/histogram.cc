@@ -55,31 +55,32 @@ std::vector<Bucket> Bucketize(const std::vector<uint64_t>& samples, uint32_t sub
   return out;
 }
 
-std::string HistogramCsv(const RunResult& r) {
+std::string HistogramCsv(const RunResult& r, const LatencyResult& l) {
   std::string out = absl::StrCat("# pingpong round trips: layer ", r.layer,
                                  r.provider.empty() ? "" : absl::StrCat(", provider ", r.provider),
-                                 ", device ", r.device, ", size ", r.size, ", iters ", r.iters,
+                                 ", device ", r.device, ", size ", l.size, ", iters ", l.iters,
                                  "\n");
   out += "lower_ns,upper_ns,count\n";
-  for (const Bucket& b : Bucketize(r.samples)) {
+  for (const Bucket& b : Bucketize(l.samples)) {
     absl::StrAppend(&out, b.lower_ns, ",", b.upper_ns, ",", b.count, "\n");
   }
-  const Percentiles& p = r.rtt_ns;
+  const Percentiles& p = l.rtt_ns;
   absl::StrAppend(&out, "\nstatistic,ns\n", "p50,", p.p50, "\np90,", p.p90, "\np99,", p.p99,
                   "\np999,", p.p999, "\nmax,", p.max, "\n");
   char mean[64];
   std::snprintf(mean, sizeof(mean), "mean,%.1f\n", p.mean);
-  absl::StrAppend(&out, mean, "count,", r.samples.size(), "\n");
+  absl::StrAppend(&out, mean, "count,", l.samples.size(), "\n");
   return out;
 }
 
-absl::Status WriteHistogramCsv(const RunResult& r, const std::string& path) {
+absl::Status WriteHistogramCsv(const RunResult& r, const LatencyResult& l,
+                               const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write --csv=", path, ": ", std::strerror(errno)));
   }
-  const std::string csv = HistogramCsv(r);
+  const std::string csv = HistogramCsv(r, l);
   const bool ok = std::fwrite(csv.data(), 1, csv.size(), f) == csv.size();
   if (std::fclose(f) != 0 || !ok) {
     return absl::DataLossError(absl::StrCat("writing --csv=", path, " failed"));
@@ -98,14 +99,14 @@ absl::Status CheckGnuplot() {
       "tools/setup.sh) or use --csv");
 }
 
-absl::Status PlotHistogram(const RunResult& r, const std::string& path) {
+absl::Status PlotHistogram(const RunResult& r, const LatencyResult& l, const std::string& path) {
   if (absl::Status s = CheckGnuplot(); !s.ok()) return s;
-  if (r.samples.empty()) return absl::FailedPreconditionError("--plot: no round trips were measured");
+  if (l.samples.empty()) return absl::FailedPreconditionError("--plot: no round trips were measured");
   char data_path[] = "/tmp/bypass-histogram-XXXXXX";
   const int fd = mkstemp(data_path);
   if (fd < 0) return absl::InternalError(absl::StrCat("mkstemp: ", std::strerror(errno)));
   std::string data;
-  for (const Bucket& b : Bucketize(r.samples)) {
+  for (const Bucket& b : Bucketize(l.samples)) {
     // Box centre and width in microseconds.
     absl::StrAppend(&data, (static_cast<double>(b.lower_ns) + static_cast<double>(b.upper_ns)) / 2000.0,
                     " ", static_cast<double>(b.upper_ns - b.lower_ns) / 1000.0, " ", b.count, "\n");
@@ -120,12 +121,12 @@ absl::Status PlotHistogram(const RunResult& r, const std::string& path) {
   std::string script = absl::StrCat(
       "set terminal png size 1000,600\n", "set output '", path, "'\n",
       "set title 'pingpong round trips: ", r.layer,
-      r.provider.empty() ? "" : absl::StrCat(" (", r.provider, ")"), ", ", r.size, " B, ",
-      r.samples.size(), " samples'\n",
+      r.provider.empty() ? "" : absl::StrCat(" (", r.provider, ")"), ", ", l.size, " B, ",
+      l.samples.size(), " samples'\n",
       "set xlabel 'round trip (us)'\nset ylabel 'count'\nset logscale y\nset logscale x\nset yrange [0.5:*]\n",
       "set style fill solid 0.6\nset grid\nset key top right\n");
   const std::pair<const char*, uint64_t> marks[] = {
-      {"p50", r.rtt_ns.p50}, {"p99", r.rtt_ns.p99}, {"p99.9", r.rtt_ns.p999}};
+      {"p50", l.rtt_ns.p50}, {"p99", l.rtt_ns.p99}, {"p99.9", l.rtt_ns.p999}};
   int n = 1;
   for (const auto& [name, ns] : marks) {
     absl::StrAppend(&script, "set arrow ", n++, " from ", us(ns), ", graph 0 to ", us(ns),

@@ -25,20 +25,21 @@ struct Bucket {
 // samples.size().
 std::vector<Bucket> Bucketize(const std::vector<uint64_t>& samples, uint32_t sub = 8);
 
-// The CSV: a header line "lower_ns,upper_ns,count", a row per bucket, a
+// The CSV of run r's round trips at one size, l: a header line "lower_ns,upper_ns,count", a row per bucket, a
 // blank line, then "statistic,ns" and rows p50, p90, p99, p999, max, mean,
 // count. Lines starting with '#' describe the run.
-std::string HistogramCsv(const RunResult& r);
+std::string HistogramCsv(const RunResult& r, const LatencyResult& l);
 
 // Writes HistogramCsv to path.
-absl::Status WriteHistogramCsv(const RunResult& r, const std::string& path);
+absl::Status WriteHistogramCsv(const RunResult& r, const LatencyResult& l,
+                               const std::string& path);
 
 // The gnuplot found on PATH, or an error saying what to install.
 absl::Status CheckGnuplot();
 
 // Draws the histogram as a PNG at path with gnuplot (log-scaled count over
 // round-trip time, percentiles marked).
-absl::Status PlotHistogram(const RunResult& r, const std::string& path);
+absl::Status PlotHistogram(const RunResult& r, const LatencyResult& l, const std::string& path);
 
 }  // namespace bypass::tools
 

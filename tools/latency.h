@@ -50,21 +50,28 @@ struct RateResult {
   std::string skipped;     // non-empty: why this size was not run
 };
 
-// The result of one ping-pong or rate run, in the shape every tool prints.
+// One size of a latency run: round trips with one message in flight.
+struct LatencyResult {
+  uint64_t size = 0;              // payload bytes asked for
+  uint64_t iters = 0;             // measured round trips
+  Percentiles rtt_ns;
+  std::vector<uint64_t> samples;  // every measured round trip, sorted
+  double msgs_per_sec = 0;        // round trips per second
+  std::string skipped;            // non-empty: why this size was not run
+};
+
+// What one pingpong run measured, in the shape every tool prints: a
+// latency result per size, then a rate result per size (either may be
+// empty).
 struct RunResult {
   std::string layer;
   std::string provider;  // fi: the libfabric provider; empty otherwise
   std::string device;
-  std::string mode = "latency";  // or "rate"
-  uint64_t size = 0;
-  uint64_t iters = 0;
-  Percentiles rtt_ns;
-  std::vector<uint64_t> samples;  // latency mode: every measured round trip, sorted
-  double msgs_per_sec = 0;
-  uint64_t resent = 0;    // pings sent again after no reply in time
-  std::vector<RateResult> rates;  // rate mode: one per size
-  std::string extra_json;  // ,"key":value pairs a layer adds (counters)
-  std::string extra_text;  // lines a layer adds for people
+  std::vector<LatencyResult> latencies;
+  std::vector<RateResult> rates;
+  uint64_t resent = 0;      // pings sent again after no reply in time
+  std::string extra_json;   // ,"key":value pairs a layer adds (counters of the whole run)
+  std::string extra_text;   // lines a layer adds for people
 };
 
 inline std::string JsonEscape(const std::string& s) {
@@ -89,57 +96,81 @@ inline std::string JsonStringOrNull(const std::string& s) {
   return s.empty() ? "null" : "\"" + JsonEscape(s) + "\"";
 }
 
-// pingpong's JSON object (one line). Schema: tools/README.md.
+// pingpong's JSON: one line, one object, per size and mode (latencies
+// first). Schema: tools/README.md.
 inline void PrintJson(const RunResult& r, std::FILE* f = stdout) {
   using ull = unsigned long long;
-  std::fprintf(f,
-               "{\"tool\":\"pingpong\",\"layer\":\"%s\",\"provider\":%s,\"device\":\"%s\","
-               "\"mode\":\"%s\",\"size\":%llu,\"iters\":%llu,",
-               JsonEscape(r.layer).c_str(), JsonStringOrNull(r.provider).c_str(),
-               JsonEscape(r.device).c_str(), r.mode.c_str(), static_cast<ull>(r.size),
-               static_cast<ull>(r.iters));
-  if (r.mode == "latency") {  // rate mode measures no round trips
-    const Percentiles& p = r.rtt_ns;
-    std::fprintf(f, "\"rtt_ns\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p999\":%llu,\"max\":%llu},",
-                 static_cast<ull>(p.p50), static_cast<ull>(p.p90), static_cast<ull>(p.p99),
-                 static_cast<ull>(p.p999), static_cast<ull>(p.max));
+  auto head = [&](const char* mode, uint64_t size, uint64_t iters) {
     std::fprintf(f,
-                 "\"p50_ns\":%llu,\"p90_ns\":%llu,\"p99_ns\":%llu,\"p999_ns\":%llu,\"max_ns\":%llu,"
-                 "\"mean_ns\":%.1f,",
-                 static_cast<ull>(p.p50), static_cast<ull>(p.p90), static_cast<ull>(p.p99),
-                 static_cast<ull>(p.p999), static_cast<ull>(p.max), p.mean);
-  } else {
+                 "{\"tool\":\"pingpong\",\"layer\":\"%s\",\"provider\":%s,\"device\":\"%s\","
+                 "\"mode\":\"%s\",\"size\":%llu,\"iters\":%llu,",
+                 JsonEscape(r.layer).c_str(), JsonStringOrNull(r.provider).c_str(),
+                 JsonEscape(r.device).c_str(), mode, static_cast<ull>(size), static_cast<ull>(iters));
+  };
+  auto tail = [&](double rate, const std::string& skipped) {
+    std::fprintf(f, "\"msg_rate\":%.0f,\"msgs_per_sec\":%.0f,\"resent\":%llu", rate, rate,
+                 static_cast<ull>(r.resent));
+    if (!skipped.empty()) std::fprintf(f, ",\"skipped\":\"%s\"", JsonEscape(skipped).c_str());
+    std::fprintf(f, "%s}\n", r.extra_json.c_str());
+  };
+  for (const LatencyResult& l : r.latencies) {
+    head("latency", l.size, l.iters);
+    if (l.skipped.empty()) {
+      const Percentiles& p = l.rtt_ns;
+      std::fprintf(f, "\"rtt_ns\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p999\":%llu,\"max\":%llu},",
+                   static_cast<ull>(p.p50), static_cast<ull>(p.p90), static_cast<ull>(p.p99),
+                   static_cast<ull>(p.p999), static_cast<ull>(p.max));
+      std::fprintf(f,
+                   "\"p50_ns\":%llu,\"p90_ns\":%llu,\"p99_ns\":%llu,\"p999_ns\":%llu,\"max_ns\":%llu,"
+                   "\"mean_ns\":%.1f,",
+                   static_cast<ull>(p.p50), static_cast<ull>(p.p90), static_cast<ull>(p.p99),
+                   static_cast<ull>(p.p999), static_cast<ull>(p.max), p.mean);
+    } else {
+      std::fprintf(f,
+                   "\"p50_ns\":null,\"p90_ns\":null,\"p99_ns\":null,\"p999_ns\":null,\"max_ns\":null,"
+                   "\"mean_ns\":null,");
+    }
+    tail(l.msgs_per_sec, l.skipped);
+  }
+  for (const RateResult& x : r.rates) {  // rate mode measures no round trips
+    head("rate", x.size, x.sent);
     std::fprintf(f,
                  "\"p50_ns\":null,\"p90_ns\":null,\"p99_ns\":null,\"p999_ns\":null,\"max_ns\":null,"
-                 "\"mean_ns\":null,");
-    if (r.rates.size() == 1) {
-      const RateResult& x = r.rates[0];
-      std::fprintf(f, "\"window\":%u,\"seconds\":%.6f,\"mbytes_per_s\":%.3f,", x.window, x.seconds,
-                   x.mbytes_per_s);
-    }
+                 "\"mean_ns\":null,\"window\":%u,\"seconds\":%.6f,\"mbytes_per_s\":%.3f,"
+                 "\"received\":%llu,\"sent\":%llu,",
+                 x.window, x.seconds, x.mbytes_per_s, static_cast<ull>(x.msgs), static_cast<ull>(x.sent));
+    tail(x.msg_rate, x.skipped);
   }
-  std::fprintf(f, "\"msg_rate\":%.0f,\"msgs_per_sec\":%.0f,\"resent\":%llu%s}\n", r.msgs_per_sec,
-               r.msgs_per_sec, static_cast<ull>(r.resent), r.extra_json.c_str());
 }
 
 inline void PrintText(const RunResult& r, std::FILE* f = stdout) {
-  std::fprintf(f, "layer %s%s%s, device %s, %llu B messages, %llu iterations\n", r.layer.c_str(),
-               r.provider.empty() ? "" : ", provider ", r.provider.c_str(), r.device.c_str(),
-               static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.iters));
-  if (r.mode == "latency") {
-    auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
-    std::fprintf(f, "round trip  p50 %.3f us  p90 %.3f us  p99 %.3f us  p99.9 %.3f us  max %.3f us  mean %.3f us\n",
-                 us(r.rtt_ns.p50), us(r.rtt_ns.p90), us(r.rtt_ns.p99), us(r.rtt_ns.p999),
-                 us(r.rtt_ns.max), r.rtt_ns.mean / 1000.0);
-    std::fprintf(f, "rate        %.3f M round trips/s\n", r.msgs_per_sec / 1e6);
-  } else {
-    std::fprintf(f, "rate        %.3f M messages/s one way", r.msgs_per_sec / 1e6);
-    if (r.rates.size() == 1) std::fprintf(f, ", %.1f MB/s", r.rates[0].mbytes_per_s);
-    std::fprintf(f, "\n");
+  using ull = unsigned long long;
+  std::fprintf(f, "layer %s%s%s, device %s\n", r.layer.c_str(), r.provider.empty() ? "" : ", provider ",
+               r.provider.c_str(), r.device.c_str());
+  auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
+  for (const LatencyResult& l : r.latencies) {
+    if (!l.skipped.empty()) {
+      std::fprintf(f, "%llu B: skipped: %s\n", static_cast<ull>(l.size), l.skipped.c_str());
+      continue;
+    }
+    std::fprintf(f, "%llu B, %llu round trips\n", static_cast<ull>(l.size), static_cast<ull>(l.iters));
+    std::fprintf(f, "  round trip  p50 %.3f us  p90 %.3f us  p99 %.3f us  p99.9 %.3f us  max %.3f us  mean %.3f us\n",
+                 us(l.rtt_ns.p50), us(l.rtt_ns.p90), us(l.rtt_ns.p99), us(l.rtt_ns.p999),
+                 us(l.rtt_ns.max), l.rtt_ns.mean / 1000.0);
+    std::fprintf(f, "  rate        %.3f M round trips/s\n", l.msgs_per_sec / 1e6);
+  }
+  for (const RateResult& x : r.rates) {
+    if (!x.skipped.empty()) {
+      std::fprintf(f, "%llu B one way: skipped: %s\n", static_cast<ull>(x.size), x.skipped.c_str());
+      continue;
+    }
+    std::fprintf(f, "%llu B one way, window %u: %.3f M messages/s, %.1f MB/s; received %llu of %llu\n",
+                 static_cast<ull>(x.size), x.window, x.msg_rate / 1e6, x.mbytes_per_s,
+                 static_cast<ull>(x.msgs), static_cast<ull>(x.sent));
   }
   if (r.resent != 0) {
     std::fprintf(f, "resent      %llu pings got no reply within 200 ms and were sent again\n",
-                 static_cast<unsigned long long>(r.resent));
+                 static_cast<ull>(r.resent));
   }
   std::fputs(r.extra_text.c_str(), f);
 }

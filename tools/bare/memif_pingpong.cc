@@ -3,7 +3,8 @@
 // measured against (tools/raw_vs_bare.sh runs both in one go). Same frames,
 // same payload check, same output as pingpong --layer=raw.
 //
-//   memif_pingpong --local [--size=64] [--iters=N] [--mode=latency|rate] [--json]
+//   memif_pingpong --local [--size=64 | --sizes=8,64,512] [--iters=N | --duration_ms=T]
+//                  [--mode=latency|rate|latency,rate] [--json]
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,9 +41,14 @@ uint64_t NowNs() {
 struct Args {
   bool server = false, local = false, json = false;
   std::string socket;
-  std::string mode = "latency";
-  uint64_t size = 64, iters = 100000, warmup = 1000;
+  bool latency = true, rate = false;  // --mode
+  std::vector<uint64_t> sizes = {64};
+  bool one_size = true;  // --size, not --sizes: a size that does not fit is an error
+  uint64_t iters = 100000, warmup = 1000, duration_ms = 0;
 };
+
+// The largest payload one mbuf carries.
+constexpr uint64_t kMaxSize = RTE_MBUF_DEFAULT_DATAROOM - kHdr - 16;
 
 bool StartPort(const Args& a, uint16_t* port, rte_mempool** pool) {
   std::string prefix = "bare-" + std::to_string(getpid());
@@ -168,63 +175,112 @@ uint64_t AskReport(uint16_t port, rte_mempool* pool, size_t size, uint64_t* elap
   }
 }
 
+// Whether the measuring of a phase that started at t0 (with `done` so far) goes on.
+bool GoesOn(const Args& a, uint64_t t0, uint64_t done) {
+  return a.duration_ms == 0 ? done < a.iters : done == 0 || NowNs() - t0 < a.duration_ms * 1'000'000;
+}
+
+bypass::tools::LatencyResult Latency(const Args& a, uint16_t port, rte_mempool* pool, uint64_t size,
+                                     uint64_t* seq) {
+  bypass::tools::LatencyResult r;
+  r.size = size;
+  rte_mbuf* rx[32];
+  std::vector<uint64_t> samples;
+  samples.reserve(a.duration_ms == 0 ? a.iters : 1024);
+  auto round_trip = [&]() {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool);
+    const uint64_t s = (*seq)++;
+    Fill(m, size, s, PingKind::kPing);
+    const uint64_t t0 = NowNs();
+    while (rte_eth_tx_burst(port, 0, &m, 1) == 0) {
+    }
+    bool got = false;
+    while (!got) {
+      const uint16_t n = rte_eth_rx_burst(port, 0, rx, 32);
+      for (uint16_t k = 0; k < n; ++k) {
+        const uint8_t* d = rte_pktmbuf_mtod(rx[k], const uint8_t*);
+        if (bypass::tools::VerifyPing(d + kHdr, rx[k]->pkt_len - kHdr, size, s, PingKind::kPing)) got = true;
+      }
+      if (n != 0) rte_pktmbuf_free_bulk(rx, n);
+    }
+    return NowNs() - t0;
+  };
+  // As pingpong's: a timed warm-up stops after a quarter of the phase, but
+  // not before 50 ms.
+  const uint64_t warm_t0 = NowNs();
+  const uint64_t warm_ns = std::max<uint64_t>(50'000'000, a.duration_ms * 250'000);
+  for (uint64_t i = 0; i < a.warmup && (a.duration_ms == 0 || NowNs() - warm_t0 < warm_ns); ++i) {
+    round_trip();
+  }
+  uint64_t total = 0;
+  const uint64_t t0 = NowNs();
+  while (GoesOn(a, t0, samples.size())) {
+    samples.push_back(round_trip());
+    total += samples.back();
+  }
+  r.iters = samples.size();
+  r.rtt_ns = bypass::tools::Percentiles::Of(samples);
+  r.msgs_per_sec = 1e9 * static_cast<double>(r.iters) / static_cast<double>(total);
+  return r;
+}
+
+bypass::tools::RateResult Rate(const Args& a, uint16_t port, rte_mempool* pool, uint64_t size) {
+  bypass::tools::RateResult r;
+  r.size = size;
+  r.wire_bytes = bypass::tools::PingPayloadBytes(size);
+  r.window = 32;
+  rte_mbuf* rx[32];
+  rte_mbuf* burst[32];
+  uint64_t elapsed = 0;
+  for (int phase = 0; phase < 2; ++phase) {
+    const uint64_t t0 = NowNs();
+    uint64_t sent = 0;
+    while (phase == 0 ? sent < a.warmup : GoesOn(a, t0, sent)) {
+      const uint64_t left = phase == 0 ? a.warmup - sent : (a.duration_ms == 0 ? a.iters - sent : 32);
+      const unsigned n = static_cast<unsigned>(left < 32 ? left : 32);
+      if (rte_pktmbuf_alloc_bulk(pool, burst, n) != 0) continue;
+      for (unsigned k = 0; k < n; ++k) Fill(burst[k], size, sent + k, PingKind::kData);
+      unsigned done = 0;
+      while (done < n) done += rte_eth_tx_burst(port, 0, burst + done, static_cast<uint16_t>(n - done));
+      sent += n;
+      const uint16_t got = rte_eth_rx_burst(port, 0, rx, 32);
+      if (got != 0) rte_pktmbuf_free_bulk(rx, got);
+    }
+    r.msgs = AskReport(port, pool, size, &elapsed);  // the first resets the server's count
+    r.sent = sent;
+  }
+  r.seconds = static_cast<double>(elapsed) / 1e9;
+  r.msg_rate = elapsed == 0 ? 0 : 1e9 * static_cast<double>(r.msgs) / static_cast<double>(elapsed);
+  r.mbytes_per_s = r.msg_rate * static_cast<double>(r.wire_bytes) / 1e6;
+  return r;
+}
+
 int Client(const Args& a, uint16_t port, rte_mempool* pool) {
   bypass::tools::RunResult r;
   r.layer = "bare-dpdk";
   r.device = "memif:" + a.socket;
-  r.size = a.size;
-  r.iters = a.iters;
-  r.mode = a.mode;
-  rte_mbuf* rx[32];
-  if (a.mode == "latency") {
-    std::vector<uint64_t> samples;
-    samples.reserve(a.iters);
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < a.warmup + a.iters; ++i) {
-      rte_mbuf* m = rte_pktmbuf_alloc(pool);
-      Fill(m, a.size, i, PingKind::kPing);
-      const uint64_t t0 = NowNs();
-      while (rte_eth_tx_burst(port, 0, &m, 1) == 0) {
-      }
-      bool got = false;
-      while (!got) {
-        const uint16_t n = rte_eth_rx_burst(port, 0, rx, 32);
-        for (uint16_t k = 0; k < n; ++k) {
-          const uint8_t* d = rte_pktmbuf_mtod(rx[k], const uint8_t*);
-          if (bypass::tools::VerifyPing(d + kHdr, rx[k]->pkt_len - kHdr, a.size, i, PingKind::kPing)) got = true;
-        }
-        if (n != 0) rte_pktmbuf_free_bulk(rx, n);
-      }
-      const uint64_t rtt = NowNs() - t0;
-      if (i >= a.warmup) {
-        samples.push_back(rtt);
-        total += rtt;
-      }
+  const std::string too_big = "one mbuf carries up to " + std::to_string(kMaxSize) + " B";
+  uint64_t seq = 0;
+  for (uint64_t size : a.sizes) {
+    if (!a.latency) break;
+    if (size > kMaxSize) {
+      r.latencies.emplace_back().size = size;
+      r.latencies.back().skipped = too_big;
+      continue;
     }
-    r.rtt_ns = bypass::tools::Percentiles::Of(samples);
-    r.msgs_per_sec = 1e9 * static_cast<double>(a.iters) / static_cast<double>(total);
-  } else {
-    rte_mbuf* burst[32];
-    uint64_t sent = 0, elapsed = 0, received = 0;
-    for (int phase = 0; phase < 2; ++phase) {
-      const uint64_t goal = phase == 0 ? a.warmup : a.warmup + a.iters;
-      while (sent < goal) {
-        const unsigned n = static_cast<unsigned>(goal - sent < 32 ? goal - sent : 32);
-        if (rte_pktmbuf_alloc_bulk(pool, burst, n) != 0) continue;
-        for (unsigned k = 0; k < n; ++k) Fill(burst[k], a.size, sent + k, PingKind::kData);
-        unsigned done = 0;
-        while (done < n) done += rte_eth_tx_burst(port, 0, burst + done, static_cast<uint16_t>(n - done));
-        sent += n;
-        const uint16_t got = rte_eth_rx_burst(port, 0, rx, 32);
-        if (got != 0) rte_pktmbuf_free_bulk(rx, got);
-      }
-      received = AskReport(port, pool, a.size, &elapsed);
+    r.latencies.push_back(Latency(a, port, pool, size, &seq));
+  }
+  for (uint64_t size : a.sizes) {
+    if (!a.rate) break;
+    if (size > kMaxSize) {
+      r.rates.emplace_back().size = size;
+      r.rates.back().skipped = too_big;
+      continue;
     }
-    r.msgs_per_sec = elapsed == 0 ? 0 : 1e9 * static_cast<double>(received) / static_cast<double>(elapsed);
-    r.extra_json = ",\"received\":" + std::to_string(received) + ",\"sent\":" + std::to_string(a.iters);
+    r.rates.push_back(Rate(a, port, pool, size));
   }
   rte_mbuf* m = rte_pktmbuf_alloc(pool);
-  Fill(m, a.size, 0, PingKind::kFin);
+  Fill(m, 16, 0, PingKind::kFin);
   while (rte_eth_tx_burst(port, 0, &m, 1) == 0) {
   }
   if (a.json) {
@@ -252,17 +308,41 @@ int main(int argc, char** argv) {
     else if (s == "--local") a.local = true;
     else if (s == "--json") a.json = true;
     else if (take("--socket=")) a.socket = v;
-    else if (take("--mode=")) a.mode = v;
-    else if (take("--size=")) a.size = std::strtoull(v.c_str(), nullptr, 10);
+    else if (take("--mode=")) {
+      a.latency = v == "latency" || v == "latency,rate";
+      a.rate = v == "rate" || v == "latency,rate";
+      if (!a.latency && !a.rate) {
+        std::fprintf(stderr, "memif_pingpong: --mode=%s is not latency, rate or latency,rate\n", v.c_str());
+        return 2;
+      }
+    }
+    else if (take("--size=")) a.sizes = {std::strtoull(v.c_str(), nullptr, 10)}, a.one_size = true;
+    else if (take("--sizes=")) {
+      a.sizes.clear();
+      a.one_size = false;
+      for (size_t at = 0; at <= v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        char* end = nullptr;
+        const std::string item = v.substr(at, comma - at);
+        const uint64_t n = std::strtoull(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || n == 0) {
+          std::fprintf(stderr, "memif_pingpong: --sizes=%s: give byte counts separated by commas\n", v.c_str());
+          return 2;
+        }
+        a.sizes.push_back(n);
+        at = comma + 1;
+      }
+    }
     else if (take("--iters=")) a.iters = std::strtoull(v.c_str(), nullptr, 10);
     else if (take("--warmup=")) a.warmup = std::strtoull(v.c_str(), nullptr, 10);
+    else if (take("--duration_ms=")) a.duration_ms = std::strtoull(v.c_str(), nullptr, 10);
     else {
       std::fprintf(stderr, "memif_pingpong: unknown argument %s (see the comment at the top of memif_pingpong.cc)\n", argv[i]);
       return 2;
     }
   }
-  if (a.size + kHdr + 16 > RTE_MBUF_DEFAULT_DATAROOM) {
-    std::fprintf(stderr, "memif_pingpong: --size up to %d\n", RTE_MBUF_DEFAULT_DATAROOM - 58);
+  if (a.one_size && a.sizes[0] > kMaxSize) {
+    std::fprintf(stderr, "memif_pingpong: --size up to %llu\n", static_cast<unsigned long long>(kMaxSize));
     return 2;
   }
   if (a.local) {

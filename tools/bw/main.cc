@@ -11,9 +11,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "driver/device.h"
-#include "tools/bw/sizes.h"
+#include "tools/sizes.h"
 #include "tools/latency.h"
 #include "tools/pingpong/session.h"
 
@@ -107,10 +106,9 @@ int main(int argc, char** argv) {
   auto sizes = ParseSizes(absl::GetFlag(FLAGS_sizes), kMaxSize);
   if (!sizes.ok()) return Fail(sizes.status());
   PingOptions o;
-  o.mode = "rate";
+  o.latency = false;
+  o.rate = true;
   o.sizes = *sizes;
-  o.size = 1;
-  for (uint64_t s : o.sizes) o.size = std::max(o.size, s);
   o.iters = absl::GetFlag(FLAGS_iters);
   o.duration_ms = o.iters == 0 ? absl::GetFlag(FLAGS_duration_ms) : 0;
   if (o.iters == 0 && o.duration_ms == 0) return Fail(absl::InvalidArgumentError("give --iters or --duration_ms"));
@@ -159,40 +157,7 @@ int main(int argc, char** argv) {
   LocalPlan plan;
   pid_t child = -1;
   if (absl::GetFlag(FLAGS_local)) {
-    plan = MakeLocalPlan("bw");
-    std::vector<std::string> args = {
-        absl::StrCat("--layer=", layer),
-        "--server",
-        absl::StrCat("--sizes=", absl::StrJoin(o.sizes, ",")),
-        absl::StrCat("--window=", o.window),
-        absl::StrCat("--link_timeout_ms=", l.link_timeout_ms),
-    };
-    if (layer == "fi") {
-      if (l.fi.provider == "tcp" && l.fi.node.empty()) l.fi.node = "127.0.0.1";
-      l.fi.addr_file = plan.addr_file;
-      args.push_back(absl::StrCat("--provider=", l.fi.provider));
-      args.push_back(absl::StrCat("--tagged=", l.fi.tagged ? "true" : "false"));
-      args.push_back(absl::StrCat("--addr_file=", plan.addr_file));
-      if (!l.fi.node.empty()) args.push_back(absl::StrCat("--fi_node=", l.fi.node));
-      if (l.fi.provider == "bypass" && l.device.empty()) {
-        args.push_back(absl::StrCat("--device=", plan.server_device, ",ip=", kLocalServerIp));
-        l.fi.devices = absl::StrCat(plan.client_device, ",ip=", kLocalClientIp);
-      }
-    } else {
-      args.push_back(absl::StrCat("--device=", plan.server_device));
-      l.device = plan.client_device;
-      if (layer == "rdm") {
-        args.push_back(absl::StrCat("--ip=", kLocalServerIp));
-        l.ip = kLocalClientIp;
-        o.peer_ip = *bypass::driver::Ipv4Address::Parse(kLocalServerIp);
-      }
-    }
-    if (layer == "fi" && l.fi.provider != "bypass") {
-      // One error line, not one from each side. (bypass's getinfo may open
-      // devices: its server must come first.)
-      if (absl::Status s = ProbeProvider(l.fi); !s.ok()) return Fail(s);
-    }
-    auto started = StartServerProcess(args);
+    auto started = StartLocalServer("bw", &l, &o, &plan);
     if (!started.ok()) return Fail(started.status());
     child = *started;
   }

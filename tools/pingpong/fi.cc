@@ -28,7 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/ping_wire.h"
-#include "tools/pingpong/rate.h"
+#include "tools/pingpong/phases.h"
 
 namespace bypass::tools {
 namespace {
@@ -385,8 +385,7 @@ absl::Status ProbeProvider(const FiPingOptions& fi) {
 }
 
 absl::Status RunFiServer(const PingOptions& opts, const FiPingOptions& fi) {
-  size_t bytes = std::max({PingPayloadBytes(opts.size), kCtlBytes, kHelloBytes});
-  for (uint64_t s : opts.sizes) bytes = std::max(bytes, PingPayloadBytes(s));
+  const size_t bytes = std::max({PingPayloadBytes(opts.MaxSize()), kCtlBytes, kHelloBytes});
   const uint32_t slots = ServerSlots(std::max<uint32_t>(opts.window, 4), bytes);
   Region region;
   region.len = bytes * slots;
@@ -395,7 +394,7 @@ absl::Status RunFiServer(const PingOptions& opts, const FiPingOptions& fi) {
   if (!ep_or.ok()) return ep_or.status();
   FiEndpoint& ep = **ep_or;
   if (bytes > ep.max_msg_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("--size=", opts.size, " is over provider ", fi.provider,
+    return absl::InvalidArgumentError(absl::StrCat(opts.MaxSize(), " B is over provider ", fi.provider,
                                                    "'s largest message (", ep.max_msg_size(), " B)"));
   }
   auto buf = [&](uint32_t i) { return region.bytes.get() + size_t{i} * bytes; };
@@ -496,12 +495,11 @@ absl::Status RunFiServer(const PingOptions& opts, const FiPingOptions& fi) {
 
 absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptions& fi) {
   const uint32_t window = std::max<uint32_t>(opts.window, 1);
-  const size_t ping_bytes = PingPayloadBytes(opts.size);
-  const size_t bytes = std::max({ping_bytes, kCtlBytes, kHelloBytes});
-  size_t data_bytes = 0;
-  if (opts.mode == "rate") {
-    for (uint64_t s : opts.RateSizes()) data_bytes = std::max(data_bytes, PingPayloadBytes(s));
-  }
+  // Slots hold pings and control messages; rate-mode data goes from one
+  // shared buffer.
+  const size_t largest = PingPayloadBytes(opts.MaxSize());
+  const size_t bytes = std::max({opts.latency ? largest : 0, kCtlBytes, kHelloBytes});
+  const size_t data_bytes = opts.rate ? largest : 0;
   // Layout: window + 1 send slots, the reply buffer, the shared data buffer.
   const uint32_t nslots = window + 1;
   Region region;
@@ -513,10 +511,6 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
   auto ep_or = OpenEndpoint(fi, region, 2 * nslots + 64);
   if (!ep_or.ok()) return ep_or.status();
   FiEndpoint& ep = **ep_or;
-  if (opts.mode == "latency" && ping_bytes > ep.max_msg_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("--size=", opts.size, " is over provider ", fi.provider,
-                                                   "'s largest message (", ep.max_msg_size(), " B)"));
-  }
   auto server_name = FetchAddress(fi);
   if (!server_name.ok()) return server_name.status();
   auto server_or = ep.Insert(server_name->data());
@@ -527,9 +521,6 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
   result.layer = "fi";
   result.provider = fi.provider;
   result.device = ep.info->domain_attr->name != nullptr ? ep.info->domain_attr->name : "";
-  result.size = opts.size;
-  result.iters = opts.iters;
-  result.mode = opts.mode;
 
   Contexts ctx(nslots + 1);
   const uint32_t kRecvSlot = nslots;
@@ -630,68 +621,55 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
     }
   }
 
-  if (opts.mode == "latency") {
-    std::vector<uint64_t> samples;
-    samples.reserve(opts.iters);
-    uint64_t measured_ns = 0;
-    for (uint64_t i = 0; i < opts.warmup + opts.iters; ++i) {
-      auto rtt = round_trip(i, PingKind::kPing, ping_bytes, nullptr);
-      if (!rtt.ok()) return rtt.status();
-      if (reply_len != ping_bytes || !VerifyPing(rbuf, reply_len, opts.size, i, PingKind::kPing)) {
-        return absl::DataLossError(absl::StrCat("the reply to ping ", i, " came back with different bytes"));
-      }
-      if (i >= opts.warmup) {
-        samples.push_back(*rtt);
-        measured_ns += *rtt;
-      }
+  auto cannot = [&](uint64_t size) -> std::string {
+    if (PingPayloadBytes(size) > ep.max_msg_size()) {
+      return absl::StrCat("provider ", fi.provider, "'s largest message is ", ep.max_msg_size(), " B");
     }
-    result.rtt_ns = Percentiles::Of(samples);
-    result.samples = std::move(samples);
-    result.msgs_per_sec = measured_ns == 0 ? 0 : 1e9 * static_cast<double>(opts.iters) /
-                                                     static_cast<double>(measured_ns);
-  } else if (opts.mode == "rate") {
-    RateOps ops;
-    ops.window = window;
-    ops.reliable = true;
-    ops.cannot = [&](uint64_t size) -> std::string {
-      if (PingPayloadBytes(size) > ep.max_msg_size()) {
-        return absl::StrCat("provider ", fi.provider, "'s largest message is ", ep.max_msg_size(), " B");
-      }
-      return "";
-    };
-    uint64_t seq = 0;
-    uint64_t written = ~uint64_t{0};
-    ops.send = [&](uint64_t size, uint64_t n) -> absl::Status {
-      if (written != size) {
-        WritePing(dbuf, size, 0, PingKind::kData);
-        written = size;
-      }
-      for (uint64_t i = 0; i < n; ++i) {
-        if (absl::Status s = send(dbuf, seq++, PingKind::kData, PingPayloadBytes(size)); !s.ok()) return s;
-      }
-      return absl::OkStatus();
-    };
-    ops.report = [&]() -> absl::StatusOr<Report> {
-      // Every data message completed first, so the ask cannot overtake one.
-      if (absl::Status s = drain(); !s.ok()) return s;
-      auto rt = round_trip(1ull << 62, PingKind::kReportAsk, kCtlBytes, nullptr);
-      if (!rt.ok()) return rt.status();
-      PingHeader h{};
-      if (!ReadPingHeader(rbuf, reply_len, &h) || h.kind != static_cast<uint32_t>(PingKind::kReport) ||
-          reply_len < 24) {
-        return absl::DataLossError("the server's report is malformed");
-      }
-      Report rep;
-      rep.count = h.seq;
-      std::memcpy(&rep.elapsed_ns, rbuf + sizeof(h), sizeof(rep.elapsed_ns));
-      return rep;
-    };
-    auto rates = RunRatePhases(opts, ops);
-    if (!rates.ok()) return rates.status();
-    SetRateResult(*std::move(rates), &result);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--mode=", opts.mode, " is not latency or rate"));
-  }
+    return "";
+  };
+  LatencyOps lat;
+  lat.cannot = cannot;
+  lat.ping = [&](uint64_t size, uint64_t seq) -> absl::StatusOr<uint64_t> {
+    const size_t ping_bytes = PingPayloadBytes(size);
+    auto rtt = round_trip(seq, PingKind::kPing, ping_bytes, nullptr);
+    if (!rtt.ok()) return rtt.status();
+    if (reply_len != ping_bytes || !VerifyPing(rbuf, reply_len, size, seq, PingKind::kPing)) {
+      return absl::DataLossError(absl::StrCat("the reply to ping ", seq, " came back with different bytes"));
+    }
+    return rtt;
+  };
+  RateOps rate;
+  rate.window = window;
+  rate.reliable = true;
+  rate.cannot = cannot;
+  uint64_t seq = 0;
+  uint64_t written = ~uint64_t{0};
+  rate.send = [&](uint64_t size, uint64_t n) -> absl::Status {
+    if (written != size) {
+      WritePing(dbuf, size, 0, PingKind::kData);
+      written = size;
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      if (absl::Status s = send(dbuf, seq++, PingKind::kData, PingPayloadBytes(size)); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  rate.report = [&]() -> absl::StatusOr<Report> {
+    // Every data message completed first, so the ask cannot overtake one.
+    if (absl::Status s = drain(); !s.ok()) return s;
+    auto rt = round_trip(1ull << 62, PingKind::kReportAsk, kCtlBytes, nullptr);
+    if (!rt.ok()) return rt.status();
+    PingHeader h{};
+    if (!ReadPingHeader(rbuf, reply_len, &h) || h.kind != static_cast<uint32_t>(PingKind::kReport) ||
+        reply_len < 24) {
+      return absl::DataLossError("the server's report is malformed");
+    }
+    Report rep;
+    rep.count = h.seq;
+    std::memcpy(&rep.elapsed_ns, rbuf + sizeof(h), sizeof(rep.elapsed_ns));
+    return rep;
+  };
+  if (absl::Status s = RunPhases(opts, lat, rate, &result); !s.ok()) return s;
   if (absl::Status s = send(nullptr, 0, PingKind::kFin, kCtlBytes); !s.ok()) return s;
   if (absl::Status s = drain(); !s.ok()) return s;
   absl::StrAppend(&result.extra_json, ",\"fi_provider\":\"", JsonEscape(ep.info->fabric_attr->prov_name),

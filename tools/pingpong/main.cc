@@ -15,6 +15,7 @@
 #include "tools/histogram.h"
 #include "tools/latency.h"
 #include "tools/ping_wire.h"
+#include "tools/sizes.h"
 #include "tools/pingpong/session.h"
 
 ABSL_FLAG(std::string, layer, "raw", "raw (the driver), rdm (the protocol engine) or fi (fi_* API)");
@@ -25,15 +26,22 @@ ABSL_FLAG(std::string, connect, "",
           "exchange socket");
 ABSL_FLAG(bool, local, false, "start a server process and a client on this host (memif for raw and rdm)");
 ABSL_FLAG(uint64_t, size, 64, "payload bytes per message");
-ABSL_FLAG(uint64_t, iters, 100000, "measured iterations (messages in rate mode)");
-ABSL_FLAG(uint64_t, warmup, 1000, "iterations before measuring");
+ABSL_FLAG(std::string, sizes, "",
+          "several sizes in turn instead of --size: a list (8,64,4K), a doubling range (64-65536) "
+          "or both; one JSON line per size (a size the layer cannot carry is skipped, saying why)");
+ABSL_FLAG(uint64_t, iters, 100000, "measured iterations per size (messages in rate mode)");
+ABSL_FLAG(uint64_t, warmup, 1000, "iterations per size before measuring (at most 64 MiB of messages)");
 ABSL_FLAG(std::string, device, "",
           "device URI (default with --local: memif on a fresh socket); fi with --provider=bypass: "
           "FI_BYPASS_DEVICES for this process");
-ABSL_FLAG(std::string, mode, "latency", "latency (one ping in flight) or rate (one-way bursts)");
+ABSL_FLAG(std::string, mode, "latency",
+          "latency (one ping in flight), rate (one-way, --window outstanding) or latency,rate "
+          "(both, every size, in one run)");
 ABSL_FLAG(uint32_t, burst, 32, "raw: frames per burst in rate mode");
 ABSL_FLAG(uint32_t, window, 32, "rdm, fi: messages outstanding in rate mode");
-ABSL_FLAG(uint64_t, duration_ms, 0, "rate mode: send for this long instead of --iters messages");
+ABSL_FLAG(uint64_t, duration_ms, 0,
+          "measure each size (and mode) for this long instead of --iters; a latency warm-up stops "
+          "after a quarter of it (at least 50 ms)");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
 ABSL_FLAG(std::string, csv, "", "write the round-trip histogram (and percentiles) to this CSV file");
 ABSL_FLAG(std::string, plot, "", "draw the round-trip histogram to this PNG file (needs gnuplot)");
@@ -61,25 +69,33 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// The largest message the ping buffers hold.
+constexpr uint64_t kMaxSize = 256ull << 20;
+
 absl::StatusOr<PingOptions> OptionsFromFlags() {
   PingOptions o;
   o.size = absl::GetFlag(FLAGS_size);
   o.iters = absl::GetFlag(FLAGS_iters);
   o.warmup = absl::GetFlag(FLAGS_warmup);
-  o.mode = absl::GetFlag(FLAGS_mode);
   o.burst = absl::GetFlag(FLAGS_burst);
   o.window = absl::GetFlag(FLAGS_window);
   o.duration_ms = absl::GetFlag(FLAGS_duration_ms);
-  if (o.mode != "latency" && o.mode != "rate") {
-    return absl::InvalidArgumentError(absl::StrCat("--mode=", o.mode, " is not latency or rate"));
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  o.latency = mode == "latency" || mode == "latency,rate" || mode == "rate,latency";
+  o.rate = mode == "rate" || mode == "latency,rate" || mode == "rate,latency";
+  if (!o.latency && !o.rate) {
+    return absl::InvalidArgumentError(absl::StrCat("--mode=", mode, " is not latency, rate or latency,rate"));
   }
   if (o.iters == 0) return absl::InvalidArgumentError("--iters must be at least 1");
   const std::string layer = absl::GetFlag(FLAGS_layer);
   const bool rdm = layer == "rdm";
-  if (layer != "raw" && o.size > (256u << 20)) {
+  if (const std::string sizes = absl::GetFlag(FLAGS_sizes); !sizes.empty()) {
+    auto parsed = ParseSizes(sizes, kMaxSize);
+    if (!parsed.ok()) return parsed.status();
+    o.sizes = *parsed;
+  } else if (o.size > kMaxSize) {
     return absl::InvalidArgumentError(absl::StrCat("--size=", o.size, " is over the 256 MiB the ping buffers hold"));
-  }
-  if (layer == "raw" && 28 + PingPayloadBytes(o.size) > 9000) {
+  } else if (layer == "raw" && 28 + PingPayloadBytes(o.size) > 9000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--size=", o.size, " does not fit one frame: the raw layer sends one frame per message, "
         "so use --size up to ", 9000 - 28, " (jumbo frames) or --layer=rdm"));
@@ -90,8 +106,13 @@ absl::StatusOr<PingOptions> OptionsFromFlags() {
     if (p > 0 && !rdm) return absl::InvalidArgumentError("--loss, --dup and --reorder need --layer=rdm");
   }
   if (o.burst == 0 || o.burst > 32) return absl::InvalidArgumentError("--burst must be 1..32");
-  if (o.mode == "rate" && (!absl::GetFlag(FLAGS_csv).empty() || !absl::GetFlag(FLAGS_plot).empty())) {
-    return absl::InvalidArgumentError("--csv and --plot export round trips: use them with --mode=latency");
+  if (!absl::GetFlag(FLAGS_csv).empty() || !absl::GetFlag(FLAGS_plot).empty()) {
+    if (!o.latency) {
+      return absl::InvalidArgumentError("--csv and --plot export round trips: use them with --mode=latency");
+    }
+    if (o.sizes.size() > 1) {
+      return absl::InvalidArgumentError("--csv and --plot export one size's round trips: give one --size");
+    }
   }
   const std::string connect = absl::GetFlag(FLAGS_connect);
   if (!connect.empty() && layer != "fi") {
@@ -132,11 +153,13 @@ LayerOptions LayerFromFlags() {
 int RunClient(const LayerOptions& l, const PingOptions& o) {
   auto result = RunClientSide(l, o);
   if (!result.ok()) return Fail(result.status());
-  if (const std::string csv = absl::GetFlag(FLAGS_csv); !csv.empty()) {
-    if (absl::Status s = WriteHistogramCsv(*result, csv); !s.ok()) return Fail(s);
+  // --csv and --plot: one latency size (OptionsFromFlags checked it).
+  const LatencyResult* one = result->latencies.empty() ? nullptr : &result->latencies.front();
+  if (const std::string csv = absl::GetFlag(FLAGS_csv); !csv.empty() && one != nullptr) {
+    if (absl::Status s = WriteHistogramCsv(*result, *one, csv); !s.ok()) return Fail(s);
   }
-  if (const std::string png = absl::GetFlag(FLAGS_plot); !png.empty()) {
-    if (absl::Status s = PlotHistogram(*result, png); !s.ok()) return Fail(s);
+  if (const std::string png = absl::GetFlag(FLAGS_plot); !png.empty() && one != nullptr) {
+    if (absl::Status s = PlotHistogram(*result, *one, png); !s.ok()) return Fail(s);
   }
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(*result);
@@ -147,48 +170,10 @@ int RunClient(const LayerOptions& l, const PingOptions& o) {
 }
 
 // --local: this process is the client; a child started from the same binary
-// serves. raw and rdm: both open memif on a fresh socket. fi: the server
-// writes its address to a file the client reads (tcp binds 127.0.0.1).
+// serves (session.h: StartLocalServer).
 int RunLocal(PingOptions o, LayerOptions l) {
-  const LocalPlan plan = MakeLocalPlan("pingpong");
-  std::vector<std::string> args = {
-      absl::StrCat("--layer=", l.layer),
-      "--server",
-      absl::StrCat("--size=", o.size),
-      absl::StrCat("--window=", o.window),
-      absl::StrCat("--link_timeout_ms=", l.link_timeout_ms),
-  };
-  if (l.layer == "fi") {
-    if (l.fi.provider == "tcp" && l.fi.node.empty()) l.fi.node = "127.0.0.1";
-    l.fi.addr_file = plan.addr_file;
-    args.push_back(absl::StrCat("--provider=", l.fi.provider));
-    args.push_back(absl::StrCat("--tagged=", l.fi.tagged ? "true" : "false"));
-    args.push_back(absl::StrCat("--addr_file=", plan.addr_file));
-    if (!l.fi.node.empty()) args.push_back(absl::StrCat("--fi_node=", l.fi.node));
-    if (l.fi.provider == "bypass" && l.device.empty()) {
-      // Each side its own memif role on a fresh socket.
-      args.push_back(absl::StrCat("--device=", plan.server_device, ",ip=", kLocalServerIp));
-      l.fi.devices = absl::StrCat(plan.client_device, ",ip=", kLocalClientIp);
-    }
-  } else {
-    args.push_back(absl::StrCat("--device=", plan.server_device));
-    l.device = plan.client_device;
-  }
-  if (l.layer == "rdm") {
-    args.push_back(absl::StrCat("--ip=", kLocalServerIp));
-    args.push_back(absl::StrCat("--loss=", l.rdm.loss));
-    args.push_back(absl::StrCat("--dup=", l.rdm.dup));
-    args.push_back(absl::StrCat("--reorder=", l.rdm.reorder));
-    args.push_back(absl::StrCat("--fault_seed=", l.rdm.fault_seed + 1));
-    l.ip = kLocalClientIp;
-    o.peer_ip = *driver::Ipv4Address::Parse(kLocalServerIp);  // memif is point to point: broadcast MAC
-  }
-  if (l.layer == "fi" && l.fi.provider != "bypass") {
-    // One error line, not one from each side. (bypass's getinfo may open
-    // devices: its server must come first.)
-    if (absl::Status s = ProbeProvider(l.fi); !s.ok()) return Fail(s);
-  }
-  auto child = StartServerProcess(args);
+  LocalPlan plan;
+  auto child = StartLocalServer("pingpong", &l, &o, &plan);
   if (!child.ok()) return Fail(child.status());
   const int rc = RunClient(l, o);
   ReapServerProcess(*child, plan);
@@ -213,6 +198,8 @@ int main(int argc, char** argv) {
       "  pingpong --layer=fi --server [--provider=P] [--fi_node=A] [--oob_port=N]\n"
       "  pingpong --layer=fi --connect=HOST[:PORT] [--provider=P]\n"
       "  pingpong ... --mode=rate [--window=N] [--duration_ms=T]   one-way message rate\n"
+      "  pingpong ... --sizes=8,64,4K --mode=latency,rate --json   every size and both modes in\n"
+      "                                        one run, one JSON line each\n"
       "  pingpong ... --csv=FILE --plot=FILE.png                   the round-trip histogram\n"
       "See tools/README.md for the --json schema.");
   absl::ParseCommandLine(argc, argv);

@@ -11,7 +11,7 @@
 #include "driver/clock.h"
 #include "driver/net_headers.h"
 #include "tools/ping_wire.h"
-#include "tools/pingpong/rate.h"
+#include "tools/pingpong/phases.h"
 
 namespace bypass::tools {
 namespace {
@@ -57,15 +57,13 @@ void SendAll(driver::QueuePair& qp, Packet** pkts, uint16_t n) {
   while (done < n) done += qp.TxBurst(absl::MakeConstSpan(pkts + done, n - done));
 }
 
-absl::Status CheckSize(const driver::Device& dev, uint64_t size) {
+// Why a message of `size` cannot go as one frame of dev (empty: it can).
+std::string CannotCarry(const driver::Device& dev, uint64_t size) {
   const uint64_t max_payload = dev.info().mtu - 28;
-  if (size > max_payload) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--size=", size, " does not fit one frame of ", dev.info().driver, " (MTU ", dev.info().mtu,
-        "): the raw layer sends one frame per message, so use --size up to ", max_payload,
-        " or --layer=rdm"));
-  }
-  return absl::OkStatus();
+  if (PingPayloadBytes(size) <= max_payload) return "";
+  return absl::StrCat("raw sends one frame per message and ", size, " B does not fit one frame of ",
+                      dev.info().driver, " (MTU ", dev.info().mtu, ", payload up to ", max_payload,
+                      " B): use --layer=rdm for larger messages");
 }
 
 }  // namespace
@@ -152,18 +150,12 @@ absl::Status RunRawServer(driver::Device& dev, const PingOptions& /*opts*/) {
 }
 
 absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& opts) {
-  if (opts.mode == "latency") {
-    if (absl::Status s = CheckSize(dev, opts.size); !s.ok()) return s;
-  }
   driver::QueuePair& qp = dev.queue(0);
   const auto& clock = driver::SteadyClock::Get();
   const driver::UdpFlow flow = FlowTo(dev, opts);
   RunResult result;
   result.layer = "raw";
   result.device = dev.info().uri;
-  result.size = opts.size;
-  result.iters = opts.iters;
-  result.mode = opts.mode;
   Packet* rx[32];
 
   auto alloc_one = [&]() -> absl::StatusOr<Packet*> {
@@ -176,16 +168,16 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
     return p;
   };
 
-  // Sends `kind` with `seq` until a verified reply of `reply_kind` arrives;
-  // returns the payload copy of the reply in *reply (16 + 8 bytes).
-  auto round_trip = [&](uint64_t seq, PingKind kind, PingKind reply_kind,
+  // Sends `kind` of `size` with `seq` until a verified reply of
+  // `reply_kind` arrives; a kReport's first 24 bytes land in *reply.
+  auto round_trip = [&](uint64_t size, uint64_t seq, PingKind kind, PingKind reply_kind,
                         uint8_t* reply) -> absl::StatusOr<uint64_t> {
     const uint64_t t0 = clock.NowNs();
     uint64_t sent_at = t0;
     for (int attempt = 0;; ++attempt) {
       auto p = alloc_one();
       if (!p.ok()) return p.status();
-      Fill(*p, flow, kind == PingKind::kPing ? opts.size : 32, seq, kind);
+      Fill(*p, flow, size, seq, kind);
       SendAll(qp, &*p, 1);
       for (;;) {
         const uint16_t n = qp.RxBurst(absl::MakeSpan(rx));
@@ -195,7 +187,7 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
           const uint8_t* payload = PingPayload(rx[i], &len);
           if (!got && payload != nullptr) {
             if (reply_kind == PingKind::kPing) {
-              got = VerifyPing(payload, len, opts.size, seq, PingKind::kPing);
+              got = VerifyPing(payload, len, size, seq, PingKind::kPing);
               if (!got) {
                 PingHeader h{};
                 if (ReadPingHeader(payload, len, &h) && h.seq == seq) {
@@ -224,65 +216,43 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
     }
   };
 
-  if (opts.mode == "latency") {
-    std::vector<uint64_t> samples;
-    samples.reserve(opts.iters);
-    uint64_t measured_ns = 0;
-    for (uint64_t i = 0; i < opts.warmup + opts.iters; ++i) {
-      auto rtt = round_trip(i, PingKind::kPing, PingKind::kPing, nullptr);
-      if (!rtt.ok()) return rtt.status();
-      if (i >= opts.warmup) {
-        samples.push_back(*rtt);
-        measured_ns += *rtt;
+  LatencyOps lat;
+  lat.cannot = [&](uint64_t size) { return CannotCarry(dev, size); };
+  lat.ping = [&](uint64_t size, uint64_t seq) {
+    return round_trip(size, seq, PingKind::kPing, PingKind::kPing, nullptr);
+  };
+
+  std::vector<Packet*> pending(opts.burst);
+  RateOps rate;
+  rate.window = opts.burst;
+  rate.cannot = lat.cannot;
+  uint64_t seq = 0;
+  rate.send = [&](uint64_t size, uint64_t n) -> absl::Status {
+    for (uint64_t done = 0; done < n;) {
+      const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(opts.burst, n - done));
+      while (!qp.AllocBulk(absl::MakeSpan(pending.data(), b))) {
       }
+      for (uint32_t i = 0; i < b; ++i) Fill(pending[i], flow, size, seq++, PingKind::kData);
+      SendAll(qp, pending.data(), static_cast<uint16_t>(b));
+      done += b;
+      // Drain anything that arrives so the RX ring never backs up.
+      const uint16_t r = qp.RxBurst(absl::MakeSpan(rx));
+      qp.FreeBulk(absl::MakeConstSpan(rx, r));
     }
-    result.rtt_ns = Percentiles::Of(samples);
-    result.samples = std::move(samples);
-    result.msgs_per_sec = measured_ns == 0 ? 0 : 1e9 * static_cast<double>(opts.iters) /
-                                                     static_cast<double>(measured_ns);
-  } else if (opts.mode == "rate") {
-    std::vector<Packet*> pending(opts.burst);
-    RateOps ops;
-    ops.window = opts.burst;
-    ops.cannot = [&](uint64_t size) -> std::string {
-      const uint64_t max_payload = dev.info().mtu - 28;
-      if (PingPayloadBytes(size) <= max_payload) return "";
-      return absl::StrCat("raw sends one frame per message and ", size, " B does not fit one frame of ",
-                          dev.info().driver, " (MTU ", dev.info().mtu, ", payload up to ",
-                          max_payload, " B)");
-    };
-    uint64_t seq = 0;
-    ops.send = [&](uint64_t size, uint64_t n) -> absl::Status {
-      for (uint64_t done = 0; done < n;) {
-        const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(opts.burst, n - done));
-        while (!qp.AllocBulk(absl::MakeSpan(pending.data(), b))) {
-        }
-        for (uint32_t i = 0; i < b; ++i) Fill(pending[i], flow, size, seq++, PingKind::kData);
-        SendAll(qp, pending.data(), static_cast<uint16_t>(b));
-        done += b;
-        // Drain anything that arrives so the RX ring never backs up.
-        const uint16_t r = qp.RxBurst(absl::MakeSpan(rx));
-        qp.FreeBulk(absl::MakeConstSpan(rx, r));
-      }
-      return absl::OkStatus();
-    };
-    ops.report = [&]() -> absl::StatusOr<Report> {
-      uint8_t reply[24] = {};
-      auto rt = round_trip(1ull << 62, PingKind::kReportAsk, PingKind::kReport, reply);
-      if (!rt.ok()) return rt.status();
-      PingHeader h;
-      Report rep;
-      std::memcpy(&h, reply, sizeof(h));
-      std::memcpy(&rep.elapsed_ns, reply + sizeof(h), sizeof(rep.elapsed_ns));
-      rep.count = h.seq;
-      return rep;
-    };
-    auto rates = RunRatePhases(opts, ops);
-    if (!rates.ok()) return rates.status();
-    SetRateResult(*std::move(rates), &result);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--mode=", opts.mode, " is not latency or rate"));
-  }
+    return absl::OkStatus();
+  };
+  rate.report = [&]() -> absl::StatusOr<Report> {
+    uint8_t reply[24] = {};
+    auto rt = round_trip(32, 1ull << 62, PingKind::kReportAsk, PingKind::kReport, reply);
+    if (!rt.ok()) return rt.status();
+    PingHeader h;
+    Report rep;
+    std::memcpy(&h, reply, sizeof(h));
+    std::memcpy(&rep.elapsed_ns, reply + sizeof(h), sizeof(rep.elapsed_ns));
+    rep.count = h.seq;
+    return rep;
+  };
+  if (absl::Status s = RunPhases(opts, lat, rate, &result); !s.ok()) return s;
   auto fin = alloc_one();
   if (!fin.ok()) return fin.status();
   Fill(*fin, flow, 32, 0, PingKind::kFin);

@@ -15,22 +15,26 @@ namespace bypass::tools {
 
 // What one run measures; the same for every layer.
 struct PingOptions {
-  uint64_t size = 64;      // payload bytes per message (latency); the server's largest
-  uint64_t iters = 100000;  // round trips, or messages per size in rate mode
-  uint64_t warmup = 1000;
-  std::string mode = "latency";  // or "rate"
+  uint64_t size = 64;           // the one payload size when `sizes` is empty
+  std::vector<uint64_t> sizes;  // the payload sizes to run in turn (--sizes)
+  uint64_t iters = 100000;      // per size: round trips (latency), messages (rate)
+  uint64_t duration_ms = 0;     // per size and phase: measure this long instead of iters
+  uint64_t warmup = 1000;       // per size and phase, before measuring
+  bool latency = true;          // round trips with one ping in flight
+  bool rate = false;            // one-way messages, `window` outstanding
   uint32_t burst = 32;     // raw rate mode: frames per TxBurst
   uint32_t window = 32;    // rdm and fi rate mode: messages outstanding; server receives posted
-  std::vector<uint64_t> sizes;  // rate mode: the sizes to run in turn (empty: just size)
-  uint64_t duration_ms = 0;     // rate mode: send for this long per size instead of iters
-  // Rate mode: called now and then (at most every 200 ms) with a line of
-  // progress; may be empty.
+  // Called now and then (at most every 200 ms) with a line of progress;
+  // may be empty.
   std::function<void(const std::string&)> progress;
   driver::MacAddress peer_mac = driver::kBroadcastMac;
   driver::Ipv4Address peer_ip;
 
-  std::vector<uint64_t> RateSizes() const {
-    return sizes.empty() ? std::vector<uint64_t>{size} : sizes;
+  std::vector<uint64_t> Sizes() const { return sizes.empty() ? std::vector<uint64_t>{size} : sizes; }
+  uint64_t MaxSize() const {
+    uint64_t m = sizes.empty() ? size : 0;
+    for (uint64_t s : sizes) m = s > m ? s : m;
+    return m;
   }
 };
 

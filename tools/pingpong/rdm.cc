@@ -13,7 +13,7 @@
 #include "driver/fault/fault_device.h"
 #include "fabric/rdm/endpoint.h"
 #include "tools/ping_wire.h"
-#include "tools/pingpong/rate.h"
+#include "tools/pingpong/phases.h"
 
 namespace bypass::tools {
 namespace {
@@ -34,12 +34,8 @@ struct Side {
   }
 };
 
-// The largest message either side sends: --size, or the largest rate size.
-size_t MessageBytes(const PingOptions& o) {
-  size_t bytes = std::max(PingPayloadBytes(o.size), kCtlBytes);
-  for (uint64_t s : o.sizes) bytes = std::max(bytes, PingPayloadBytes(s));
-  return bytes;
-}
+// The largest message either side sends.
+size_t MessageBytes(const PingOptions& o) { return std::max(PingPayloadBytes(o.MaxSize()), kCtlBytes); }
 
 absl::StatusOr<std::unique_ptr<Side>> Open(std::unique_ptr<driver::Device> dev,
                                            const PingOptions& o, const RdmPingOptions& r,
@@ -188,14 +184,10 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
   RunResult result;
   result.layer = "rdm";
   result.device = side.dev->info().uri;
-  result.size = opts.size;
-  result.iters = opts.iters;
-  result.mode = opts.mode;
-  const size_t ping_bytes = PingPayloadBytes(opts.size);
   // Pings and control messages; rate-mode data goes from one shared buffer
   // (the server counts it, it does not verify it).
-  const size_t bytes = std::max(ping_bytes, kCtlBytes);
-  std::vector<uint8_t> dbuf(opts.mode == "rate" ? MessageBytes(opts) : 0);
+  const size_t bytes = opts.latency ? MessageBytes(opts) : kCtlBytes;
+  std::vector<uint8_t> dbuf(opts.rate ? MessageBytes(opts) : 0);
 
   // Send buffers: a slot is free again when its send completes.
   std::vector<std::vector<uint8_t>> sbuf(window + 1, std::vector<uint8_t>(bytes));
@@ -273,71 +265,57 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
     return clock.NowNs() - t0;
   };
 
-  if (opts.mode == "latency") {
-    std::vector<uint64_t> samples;
-    samples.reserve(opts.iters);
-    uint64_t measured_ns = 0;
-    for (uint64_t i = 0; i < opts.warmup + opts.iters; ++i) {
-      auto rtt = round_trip(i, PingKind::kPing, ping_bytes);
-      if (!rtt.ok()) return rtt.status();
-      if (!VerifyPing(rbuf.data(), reply_len, opts.size, i, PingKind::kPing) ||
-          reply_len != ping_bytes) {
-        return absl::DataLossError(
-            absl::StrCat("the reply to ping ", i, " came back with different bytes"));
-      }
-      if (i >= opts.warmup) {
-        samples.push_back(*rtt);
-        measured_ns += *rtt;
-      }
+  // Whatever the layer can carry: the buffers fit every size asked for.
+  auto cannot = [&](uint64_t size) -> std::string {
+    if (PingPayloadBytes(size) <= MessageBytes(opts)) return "";
+    return absl::StrCat(size, " B is more than the ", MessageBytes(opts), " B this run was set up for");
+  };
+  LatencyOps lat;
+  lat.cannot = cannot;
+  lat.ping = [&](uint64_t size, uint64_t seq) -> absl::StatusOr<uint64_t> {
+    const size_t ping_bytes = PingPayloadBytes(size);
+    auto rtt = round_trip(seq, PingKind::kPing, ping_bytes);
+    if (!rtt.ok()) return rtt.status();
+    if (reply_len != ping_bytes || !VerifyPing(rbuf.data(), reply_len, size, seq, PingKind::kPing)) {
+      return absl::DataLossError(absl::StrCat("the reply to ping ", seq, " came back with different bytes"));
     }
-    result.rtt_ns = Percentiles::Of(samples);
-    result.samples = std::move(samples);
-    result.msgs_per_sec = measured_ns == 0 ? 0 : 1e9 * static_cast<double>(opts.iters) /
-                                                     static_cast<double>(measured_ns);
-  } else if (opts.mode == "rate") {
-    RateOps ops;
-    ops.window = window;
-    ops.reliable = true;
-    // The engine has no congestion control yet: a window of multi-megabyte
-    // messages overruns memif's rings and collapses into timeouts. Keep
-    // about 4 MiB in flight.
-    ops.max_inflight_bytes = 4u << 20;
-    ops.cannot = [&](uint64_t size) -> std::string {
-      if (PingPayloadBytes(size) <= dbuf.size()) return "";
-      return absl::StrCat(size, " B is more than the ", dbuf.size(), " B this run was set up for");
-    };
-    uint64_t seq = 0;
-    uint64_t written = ~uint64_t{0};
-    ops.send = [&](uint64_t size, uint64_t n) -> absl::Status {
-      if (written != size) {
-        WritePing(dbuf.data(), size, 0, PingKind::kData);
-        written = size;
-      }
-      const uint32_t limit = WindowFor(ops, size);
-      for (uint64_t i = 0; i < n; ++i) {
-        if (absl::Status s = send(seq++, PingKind::kData, PingPayloadBytes(size), limit); !s.ok()) return s;
-      }
-      return absl::OkStatus();
-    };
-    ops.report = [&]() -> absl::StatusOr<Report> {
-      auto rt = round_trip(1ull << 62, PingKind::kReportAsk, kCtlBytes);
-      if (!rt.ok()) return rt.status();
-      PingHeader h{};
-      if (!ReadPingHeader(rbuf.data(), reply_len, &h) ||
-          h.kind != static_cast<uint32_t>(PingKind::kReport) || reply_len < 24) {
-        return absl::DataLossError("the server's report is malformed");
-      }
-      Report rep;
-      rep.count = h.seq;
-      std::memcpy(&rep.elapsed_ns, rbuf.data() + sizeof(h), sizeof(rep.elapsed_ns));
-      return rep;
-    };
-    auto rates = RunRatePhases(opts, ops);
-    if (!rates.ok()) return rates.status();
-    SetRateResult(*std::move(rates), &result);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--mode=", opts.mode, " is not latency or rate"));
-  }
+    return rtt;
+  };
+  RateOps rate;
+  rate.window = window;
+  rate.reliable = true;
+  // The engine has no congestion control yet: a window of multi-megabyte
+  // messages overruns memif's rings and collapses into timeouts. Keep
+  // about 4 MiB in flight.
+  rate.max_inflight_bytes = 4u << 20;
+  rate.cannot = cannot;
+  uint64_t seq = 0;
+  uint64_t written = ~uint64_t{0};
+  rate.send = [&](uint64_t size, uint64_t n) -> absl::Status {
+    if (written != size) {
+      WritePing(dbuf.data(), size, 0, PingKind::kData);
+      written = size;
+    }
+    const uint32_t limit = WindowFor(rate, size);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (absl::Status s = send(seq++, PingKind::kData, PingPayloadBytes(size), limit); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  rate.report = [&]() -> absl::StatusOr<Report> {
+    auto rt = round_trip(1ull << 62, PingKind::kReportAsk, kCtlBytes);
+    if (!rt.ok()) return rt.status();
+    PingHeader h{};
+    if (!ReadPingHeader(rbuf.data(), reply_len, &h) ||
+        h.kind != static_cast<uint32_t>(PingKind::kReport) || reply_len < 24) {
+      return absl::DataLossError("the server's report is malformed");
+    }
+    Report rep;
+    rep.count = h.seq;
+    std::memcpy(&rep.elapsed_ns, rbuf.data() + sizeof(h), sizeof(rep.elapsed_ns));
+    return rep;
+  };
+  if (absl::Status s = RunPhases(opts, lat, rate, &result); !s.ok()) return s;
   // kFin, and wait (a while) until it is acknowledged.
   if (absl::Status s = send(0, PingKind::kFin, kCtlBytes); !s.ok()) return s;
   const uint64_t t0 = clock.NowNs();

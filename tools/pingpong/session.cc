@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "driver/device.h"
 #include "tools/ping_wire.h"
 
@@ -27,11 +28,11 @@ absl::StatusOr<std::unique_ptr<driver::Device>> OpenForPing(const LayerOptions& 
   dopts.queues = 1;
   dopts.ring_size = 1024;
   // raw: one frame per message, so the MTU must hold IPv4 + UDP + the
-  // largest payload that fits a jumbo frame (larger rate sizes are skipped).
+  // largest payload that fits a jumbo frame (larger sizes are skipped).
   // rdm segments messages: the default MTU.
   if (l.layer == "raw") {
-    uint64_t needed = 28 + PingPayloadBytes(o.size);
-    for (uint64_t s : o.sizes) {
+    uint64_t needed = 0;
+    for (uint64_t s : o.Sizes()) {
       if (28 + PingPayloadBytes(s) <= 9000) needed = std::max<uint64_t>(needed, 28 + PingPayloadBytes(s));
     }
     dopts.mtu = static_cast<uint32_t>(std::clamp<uint64_t>(needed, 1500, 9000));
@@ -42,14 +43,11 @@ absl::StatusOr<std::unique_ptr<driver::Device>> OpenForPing(const LayerOptions& 
     dopts.ipv4 = *a;
   }
   auto dev = driver::OpenDevice(l.device, dopts);
-  if (!dev.ok() && l.layer == "raw" && dopts.mtu > 1500) {
-    // Devices without jumbo frames (memif): rate sizes above the MTU are skipped.
-    bool only_rate = o.mode == "rate" && 28 + PingPayloadBytes(o.size) <= 1500;
-    for (uint64_t s : o.sizes) only_rate = only_rate || 28 + PingPayloadBytes(s) <= 1500;
-    if (only_rate) {
-      dopts.mtu = 1500;
-      dev = driver::OpenDevice(l.device, dopts);
-    }
+  if (!dev.ok() && l.layer == "raw" && dopts.mtu > 1500 && !o.sizes.empty()) {
+    // Devices without jumbo frames (memif): in a list of sizes, those above
+    // the MTU are skipped.
+    dopts.mtu = 1500;
+    dev = driver::OpenDevice(l.device, dopts);
   }
   if (!dev.ok()) return dev.status();
   if (absl::Status s = WaitForLink(**dev, l.link_timeout_ms); !s.ok()) return s;
@@ -111,6 +109,53 @@ absl::StatusOr<pid_t> StartServerProcess(const std::vector<std::string>& args) {
     _exit(127);
   }
   return child;
+}
+
+absl::StatusOr<pid_t> StartLocalServer(const std::string& tool, LayerOptions* l, PingOptions* o,
+                                       LocalPlan* plan) {
+  *plan = MakeLocalPlan(tool);
+  std::vector<std::string> args = {
+      absl::StrCat("--layer=", l->layer),
+      "--server",
+      absl::StrCat("--sizes=", absl::StrJoin(o->Sizes(), ",")),
+      absl::StrCat("--window=", o->window),
+      absl::StrCat("--link_timeout_ms=", l->link_timeout_ms),
+  };
+  if (l->layer == "fi") {
+    FiPingOptions& fi = l->fi;
+    if (fi.provider == "tcp" && fi.node.empty()) fi.node = "127.0.0.1";
+    fi.addr_file = plan->addr_file;
+    args.push_back(absl::StrCat("--provider=", fi.provider));
+    args.push_back(absl::StrCat("--tagged=", fi.tagged ? "true" : "false"));
+    args.push_back(absl::StrCat("--addr_file=", plan->addr_file));
+    if (!fi.node.empty()) args.push_back(absl::StrCat("--fi_node=", fi.node));
+    if (fi.provider == "bypass" && l->device.empty()) {
+      // Each side its own memif role on a fresh socket.
+      args.push_back(absl::StrCat("--device=", plan->server_device, ",ip=", kLocalServerIp));
+      fi.devices = absl::StrCat(plan->client_device, ",ip=", kLocalClientIp);
+    }
+    if (fi.provider != "bypass") {
+      // One error line, not one from each side. (bypass's getinfo may open
+      // devices: its server must come first.)
+      if (absl::Status s = ProbeProvider(fi); !s.ok()) return s;
+    }
+  } else {
+    args.push_back(absl::StrCat("--device=", plan->server_device));
+    l->device = plan->client_device;
+  }
+  if (l->layer == "rdm") {
+    args.push_back(absl::StrCat("--ip=", kLocalServerIp));
+    const RdmPingOptions& r = l->rdm;
+    if (r.loss > 0 || r.dup > 0 || r.reorder > 0) {
+      args.push_back(absl::StrCat("--loss=", r.loss));
+      args.push_back(absl::StrCat("--dup=", r.dup));
+      args.push_back(absl::StrCat("--reorder=", r.reorder));
+      args.push_back(absl::StrCat("--fault_seed=", r.fault_seed + 1));
+    }
+    l->ip = kLocalClientIp;
+    o->peer_ip = *driver::Ipv4Address::Parse(kLocalServerIp);  // memif is point to point: broadcast MAC
+  }
+  return StartServerProcess(args);
 }
 
 void ReapServerProcess(pid_t child, const LocalPlan& plan) {

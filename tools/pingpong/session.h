@@ -53,6 +53,15 @@ LocalPlan MakeLocalPlan(const std::string& tool);
 // with this process.
 absl::StatusOr<pid_t> StartServerProcess(const std::vector<std::string>& args);
 
+// --local: starts this binary again as the server of the same layer, sizes
+// and window (tools that run it take --sizes, --window, --layer, --server,
+// --device, --ip, --link_timeout_ms, the fi flags and, for rdm with faults,
+// --loss, --dup, --reorder and --fault_seed), on a fresh memif socket (raw,
+// rdm, fi over bypass) or address file (fi), and points l and o at it.
+// Returns the server's process id; ReapServerProcess(pid, *plan) afterwards.
+absl::StatusOr<pid_t> StartLocalServer(const std::string& tool, LayerOptions* l, PingOptions* o,
+                                       LocalPlan* plan);
+
 // Waits up to 2 s for the server to exit (it does on the client's kFin),
 // then kills it; removes the plan's files.
 void ReapServerProcess(pid_t child, const LocalPlan& plan);

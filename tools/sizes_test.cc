@@ -1,4 +1,4 @@
-#include "tools/bw/sizes.h"
+#include "tools/sizes.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,13 +1,13 @@
-// bw's --sizes: a list ("1,64,4096"), a doubling range ("64-65536"), or a
+// The tools' --sizes: a list ("1,64,4096"), a doubling range ("64-65536"), or a
 // mix ("1,64-1024,1048576"), with optional K/M suffixes (KiB, MiB).
-#ifndef BYPASS_TOOLS_BW_SIZES_H_
-#define BYPASS_TOOLS_BW_SIZES_H_
+#ifndef BYPASS_TOOLS_SIZES_H_
+#define BYPASS_TOOLS_SIZES_H_
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace bypass::tools {
 
@@ -17,4 +17,4 @@ absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text, uint64_
 
 }  // namespace bypass::tools
 
-#endif  // BYPASS_TOOLS_BW_SIZES_H_
+#endif  // BYPASS_TOOLS_SIZES_H_
