@@ -2,7 +2,7 @@
 """bench: where bypass stands, in one run.
 
 Runs the bare DPDK memif ping-pong (tools/bare), bypass's raw, rdm and fi
-layers (tools/pingpong and tools/bw), Debian's fi_pingpong over the bypass
+layers (tools/pingpong, every size and mode in one run), Debian's fi_pingpong over the bypass
 provider (libbypass-fi.so), and libfabric's own shm and tcp providers, in
 alternating repetitions (A B C ... A B C ...) so that the machine's noise
 hits all of them alike. Prints the medians with ratios to the bare baseline
@@ -10,7 +10,7 @@ and to shm, writes JSON and a gnuplot PNG of latency against size. A second
 table does the same across two network namespaces joined by a veth pair:
 bypass over af_xdp against libfabric's tcp over the kernel (root only).
 
-  bazel run -c opt //tools:bench                      full run (15-20 minutes here)
+  bazel run -c opt //tools:bench                      full run (about 6 minutes here)
   bazel run -c opt //tools:bench -- --quick           under two minutes
   bazel run -c opt //tools:bench -- --json=out.json --plot=lat.png --markdown
 
@@ -307,8 +307,11 @@ def tcp_listening(pid, port):
 
 def xdp_attached(netns, ifname):
     """True once a program sits on `ifname`'s XDP hook (the af_xdp server is up)."""
-    r = subprocess.run(["ip", "-n", netns, "-d", "link", "show", "dev", ifname],
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        r = subprocess.run(["ip", "-n", netns, "-d", "link", "show", "dev", ifname],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
     return r.returncode == 0 and re.search(r"\bxdp(generic|drv|offload)?\b.*\bid \d+|prog/xdp", r.stdout) is not None
 
 
@@ -335,8 +338,11 @@ class Veth:
         self.up = False
 
     def _ip(self, *args):
-        r = subprocess.run(["ip"] + list(args), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+        try:
+            r = subprocess.run(["ip"] + list(args), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError("'ip %s' did not finish in 20 s" % " ".join(args))
         if r.returncode != 0:
             raise RuntimeError("'ip %s' failed: %s" % (" ".join(args), r.stderr.strip()))
         return r.stdout
@@ -368,8 +374,11 @@ class Veth:
 
     def close(self):
         for ns in self.ns:
-            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            try:
+                subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=20)
+            except subprocess.TimeoutExpired:
+                sys.stderr.write("bench: 'ip netns del %s' did not finish in 20 s; remove it by hand\n" % ns)
         self.up = False
 
 
@@ -384,7 +393,7 @@ class Column:
         self.unavailable = None  # the reason it cannot run at all
 
 
-# The native pingpong and bw reach libfabric's shm and tcp through the same
+# The native pingpong reaches libfabric's shm and tcp through the same
 # fi layer as bypass's provider (so p50s compare like for like); Debian's
 # fi_pingpong runs bypass's provider and libfabric's own as a second opinion.
 LOCAL_COLUMNS = [
@@ -503,9 +512,9 @@ class Bench:
         run_args = ["--json", "--mode=" + ",".join(modes),
                     "--duration_ms=%d" % max(10, round(self.a.seconds * 1000)),
                     "--warmup=%d" % self.a.warmup]
-        # Each size and mode measures for --seconds, after a warm-up of at
-        # most a quarter of that (64 MiB for the windowed rate), plus start-up.
-        t = self.a.timeout + len(sizes) * len(modes) * (1.5 * self.a.seconds + 1)
+        # --timeout, plus the measuring: each size and mode for --seconds
+        # after a warm-up (a latency warm-up: a quarter of that, at least 50 ms).
+        t = self.a.timeout + len(sizes) * len(modes) * (1.5 * self.a.seconds + 0.05)
         if col.tool == "bare":
             cmd = [self.tools["bare"], "--local", size_arg] + run_args
             return run_one(cmd, self.env(col), t, "memif_pingpong"), parse_runs

@@ -28,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/ping_wire.h"
+#include "tools/pingpong/libfabric.h"
 #include "tools/pingpong/phases.h"
 
 namespace bypass::tools {
@@ -37,6 +38,9 @@ constexpr size_t kCtlBytes = 32;     // kReportAsk, kReport and kFin messages
 constexpr uint64_t kTag = 0x6279707370696e67;  // "bypsping": every tagged message
 constexpr uint64_t kReplyTimeoutNs = 5'000'000'000;
 
+// libfabric's entry points; PrepareProvider loaded them before any fi call.
+const Libfabric& Fi() { return **LoadLibfabric(); }
+
 uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -45,7 +49,7 @@ uint64_t NowNs() {
 
 absl::Status FiError(const char* what, long ret) {
   return absl::UnavailableError(
-      absl::StrCat(what, " failed: ", fi_strerror(static_cast<int>(ret < 0 ? -ret : ret))));
+      absl::StrCat(what, " failed: ", Fi().strerror(static_cast<int>(ret < 0 ? -ret : ret))));
 }
 
 // A buffer region, registered with the domain when the provider asks for
@@ -79,7 +83,7 @@ struct FiEndpoint {
     if (cq != nullptr) fi_close(&cq->fid);
     if (domain != nullptr) fi_close(&domain->fid);
     if (fabric != nullptr) fi_close(&fabric->fid);
-    if (info != nullptr) fi_freeinfo(info);
+    if (info != nullptr) Fi().freeinfo(info);
   }
 
   ssize_t PostRecv(void* buf, size_t len, void* ctx) {
@@ -99,7 +103,7 @@ struct FiEndpoint {
       fi_cq_err_entry err{};
       if (fi_cq_readerr(cq, &err, 0) < 0) return FiError("fi_cq_readerr", r);
       return absl::UnavailableError(absl::StrCat(
-          "an fi operation completed in error: ", fi_strerror(err.err), " (",
+          "an fi operation completed in error: ", Fi().strerror(err.err), " (",
           fi_cq_strerror(cq, err.prov_errno, err.err_data, nullptr, 0), ")"));
     }
     return FiError("fi_cq_read", r);
@@ -110,7 +114,7 @@ struct FiEndpoint {
     const int n = fi_av_insert(av, addr, 1, &a, 0, nullptr);
     if (n != 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("fi_av_insert refused the peer's address (", n < 0 ? fi_strerror(-n) : "0 inserted",
+          absl::StrCat("fi_av_insert refused the peer's address (", n < 0 ? Fi().strerror(-n) : "0 inserted",
                        "): is the other side using the same --provider?"));
     }
     return a;
@@ -121,7 +125,7 @@ struct FiEndpoint {
 // fi_getinfo for an FI_EP_RDM endpoint of o.provider with what the tools
 // use; the caller frees the list.
 absl::StatusOr<fi_info*> GetInfo(const FiPingOptions& o) {
-  fi_info* hints = fi_allocinfo();
+  fi_info* hints = Fi().dupinfo(nullptr);
   if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo failed");
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = o.tagged ? FI_TAGGED : FI_MSG;
@@ -135,8 +139,8 @@ absl::StatusOr<fi_info*> GetInfo(const FiPingOptions& o) {
   hints->fabric_attr->prov_name = strdup(o.provider.c_str());
   const char* node = o.node.empty() ? nullptr : o.node.c_str();
   fi_info* info = nullptr;
-  const int r = fi_getinfo(FI_VERSION(1, 17), node, nullptr, node != nullptr ? FI_SOURCE : 0, hints, &info);
-  fi_freeinfo(hints);
+  const int r = Fi().getinfo(FI_VERSION(1, 17), node, nullptr, node != nullptr ? FI_SOURCE : 0, hints, &info);
+  Fi().freeinfo(hints);
   if (r == -FI_ENODATA) {
     return absl::NotFoundError(absl::StrCat(
         "libfabric has no provider '", o.provider, "' with an FI_EP_RDM endpoint for ",
@@ -158,7 +162,7 @@ absl::StatusOr<std::unique_ptr<FiEndpoint>> OpenEndpoint(const FiPingOptions& o,
   if (!info_or.ok()) return info_or.status();
   e->info = *info_or;
   fi_info* info = e->info;
-  int ret = fi_fabric(info->fabric_attr, &e->fabric, nullptr);
+  int ret = Fi().fabric(info->fabric_attr, &e->fabric, nullptr);
   if (ret != 0) return FiError("fi_fabric", ret);
   ret = fi_domain(e->fabric, info, &e->domain, nullptr);
   if (ret != 0) return FiError("fi_domain", ret);
@@ -348,6 +352,7 @@ struct Contexts {
 }  // namespace
 
 absl::Status PrepareProvider(const std::string& provider) {
+  if (auto lib = LoadLibfabric(); !lib.ok()) return lib.status();
   if (provider != "bypass" || getenv("FI_PROVIDER_PATH") != nullptr) return absl::OkStatus();
   std::vector<std::string> candidates;
   for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
@@ -380,7 +385,7 @@ absl::Status ProbeProvider(const FiPingOptions& fi) {
   if (!fi.devices.empty()) setenv("FI_BYPASS_DEVICES", fi.devices.c_str(), 1);
   auto info = GetInfo(fi);
   if (!info.ok()) return info.status();
-  fi_freeinfo(*info);
+  Fi().freeinfo(*info);
   return absl::OkStatus();
 }
 

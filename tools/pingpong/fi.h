@@ -32,7 +32,7 @@ struct FiPingOptions {
   uint32_t timeout_ms = 10000;      // waiting for the peer's address or a reply
 };
 
-// Points FI_PROVIDER_PATH at the directory of libbypass-fi.so next to this
+// Loads libfabric (tools/pingpong/libfabric.h) and points FI_PROVIDER_PATH at the directory of libbypass-fi.so next to this
 // binary (Bazel's bazel-bin or runfiles) when the provider is bypass and the
 // variable is unset. Must run before the first fi_* call. Fails with what to
 // build when the library is nowhere.
