@@ -396,10 +396,10 @@ bool BusyPollWait(fi_wait_obj w) {
 }  // namespace
 
 void ProgressEp(Ep* ep) {
-  // One pass: the engine acknowledges what it received in the same pass
-  // (ack_every_packets = 1, see ReadSettings), so the acknowledgements are
-  // out before the application sees the completion and can stop
-  // progressing (fi_pingpong does, before exiting).
+  // One pass. What a peer waits for to complete a send is acknowledged in
+  // the same pass (its last packet asks, see ep_ops.cc), so that ACK is out
+  // before the application sees the completion and can stop progressing
+  // (fi_pingpong does, before exiting).
   ep->rdm->Progress();
   rdm::Completion* const comps = ep->drain.get();
   // Each completion adds at most one entry to one CQ: the room, read once,

@@ -1,7 +1,9 @@
-// The data path: every msg, tagged and RMA variant converts its arguments
-// into one engine request and one engine call. Copies happen only where
-// said: an iov of several buffers is gathered into (or scattered from) one
-// bounce buffer, and fi_sendmsg with FI_INJECT copies the payload.
+// The data path: every msg, tagged and RMA variant resolves its endpoint
+// once and converts its arguments into one engine request and one engine
+// call. Copies happen only where said: an iov of several buffers is
+// gathered into (or scattered from) one bounce buffer, fi_sendmsg with
+// FI_INJECT copies the payload, and the engine copies injects and buffered
+// sends (PostSend says which sends are buffered).
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_collective.h>
 #include <rdma/fi_endpoint.h>
@@ -21,6 +23,10 @@ constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_REMOTE_CQ_DATA | 
                                 FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE |
                                 FI_INJECT_COMPLETE | FI_FENCE | FI_MSG | FI_TAGGED | FI_RMA |
                                 FI_READ | FI_WRITE | FI_SEND;
+// What an endpoint's op_flags give the calls without a flags argument:
+// whether to complete at all, and at which level.
+constexpr uint64_t kSendDefaultFlags =
+    FI_COMPLETION | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_INJECT_COMPLETE;
 constexpr uint64_t kRecvFlags =
     FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE | FI_MSG |
     FI_TAGGED | FI_RECV;
@@ -98,8 +104,7 @@ struct SendArgs {
   bool inject_call = false;  // fi_inject / fi_injectdata: no completion at all
 };
 
-ssize_t PostSend(fid_ep* f, const SendArgs& a) {
-  Target t = Resolve(f);
+ssize_t PostSend(const Target& t, const SendArgs& a) {
   if (t.err != 0) return t.err;
   Ep* ep = t.ep;
   if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
@@ -138,7 +143,22 @@ ssize_t PostSend(fid_ep* f, const SendArgs& a) {
     return Map(res);
   }
   const bool suppress = ep->tx_selective && !(a.flags & FI_COMPLETION);
-  const bool copy = a.count > 1 || (a.flags & FI_INJECT);
+  // The completion level. Without FI_TRANSMIT_COMPLETE or
+  // FI_DELIVERY_COMPLETE, a send of at most inject_size bytes is buffered:
+  // the engine copies it and it completes at once (FI_INJECT_COMPLETE),
+  // and its acknowledgement rides on the next packet back. Any other send
+  // completes on the peer's acknowledgement, which its last packet asks
+  // for at once: the application may wait for that completion and nothing
+  // else, and the peer may have stopped progressing once it had the message.
+  uint8_t gathered[1024];
+  const bool buffered = (a.flags & (FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE)) == 0 &&
+                        len <= ep->config.inject_size && len <= sizeof(gathered);
+  if (buffered) {
+    r.flags |= rdm::kSendBuffered;
+  } else {
+    r.flags |= rdm::kSendAckNow;
+  }
+  const bool copy = !buffered && (a.count > 1 || (a.flags & FI_INJECT));
   OpRecord* rec = nullptr;
   if (suppress || copy) {
     if ((a.flags & FI_INJECT) && len > ep->config.inject_size) return -FI_EMSGSIZE;
@@ -152,6 +172,9 @@ ssize_t PostSend(fid_ep* f, const SendArgs& a) {
     rec->bounce.resize(len);  // a copy: several buffers, or FI_INJECT
     Gather(a.iov, a.count, rec->bounce.data());
     r.buf = rec->bounce.data();
+  } else if (buffered && a.count > 1) {
+    Gather(a.iov, a.count, gathered);  // the engine copies it at once
+    r.buf = gathered;
   } else {
     r.buf = a.count == 1 ? a.iov[0].iov_base : nullptr;
   }
@@ -172,8 +195,7 @@ struct RecvArgs {
   bool tagged = false;
 };
 
-ssize_t PostRecv(fid_ep* f, const RecvArgs& a) {
-  Target t = Resolve(f);
+ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (t.err != 0) return t.err;
   Ep* ep = t.ep;
   if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
@@ -237,8 +259,7 @@ struct RmaArgs {
   bool inject_call = false;
 };
 
-ssize_t PostRma(fid_ep* f, const RmaArgs& a) {
-  Target t = Resolve(f);
+ssize_t PostRma(const Target& t, const RmaArgs& a) {
   if (t.err != 0) return t.err;
   Ep* ep = t.ep;
   if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
@@ -300,48 +321,48 @@ ssize_t PostRma(fid_ep* f, const RmaArgs& a) {
 ssize_t Recv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, void* ctx) {
   const iovec iov{buf, len};
   Target t = Resolve(ep);
-  return PostRecv(ep, {.iov = &iov, .count = 1, .src = src, .context = ctx, .flags = t.rx_flags & FI_COMPLETION});
+  return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx, .flags = t.rx_flags & FI_COMPLETION});
 }
 ssize_t Recvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, void* ctx) {
   Target t = Resolve(ep);
-  return PostRecv(ep, {.iov = iov, .count = count, .src = src, .context = ctx,
+  return PostRecv(t, {.iov = iov, .count = count, .src = src, .context = ctx,
                        .flags = t.rx_flags & FI_COMPLETION});
 }
 ssize_t RecvMsg(fid_ep* ep, const fi_msg* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
-  return PostRecv(ep, {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
+  return PostRecv(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
                        .context = m->context, .flags = flags});
 }
 ssize_t Send(fid_ep* ep, const void* buf, size_t len, void*, fi_addr_t dest, void* ctx) {
   const iovec iov{const_cast<void*>(buf), len};
   Target t = Resolve(ep);
-  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .context = ctx,
-                       .flags = t.tx_flags & FI_COMPLETION});
+  return PostSend(t, {.iov = &iov, .count = 1, .dest = dest, .context = ctx,
+                       .flags = t.tx_flags & kSendDefaultFlags});
 }
 ssize_t Sendv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t dest, void* ctx) {
   Target t = Resolve(ep);
-  return PostSend(ep, {.iov = iov, .count = count, .dest = dest, .context = ctx,
-                       .flags = t.tx_flags & FI_COMPLETION});
+  return PostSend(t, {.iov = iov, .count = count, .dest = dest, .context = ctx,
+                       .flags = t.tx_flags & kSendDefaultFlags});
 }
 ssize_t SendMsg(fid_ep* ep, const fi_msg* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
-  return PostSend(ep, {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
+  return PostSend(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
                        .context = m->context, .data = m->data, .flags = flags});
 }
 ssize_t Inject(fid_ep* ep, const void* buf, size_t len, fi_addr_t dest) {
   const iovec iov{const_cast<void*>(buf), len};
-  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .inject_call = true});
+  return PostSend(Resolve(ep), {.iov = &iov, .count = 1, .dest = dest, .inject_call = true});
 }
 ssize_t SendData(fid_ep* ep, const void* buf, size_t len, void*, uint64_t data, fi_addr_t dest,
                  void* ctx) {
   const iovec iov{const_cast<void*>(buf), len};
   Target t = Resolve(ep);
-  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .data = data,
-                       .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & FI_COMPLETION)});
+  return PostSend(t, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .data = data,
+                       .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & kSendDefaultFlags)});
 }
 ssize_t InjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
   const iovec iov{const_cast<void*>(buf), len};
-  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .data = data,
+  return PostSend(Resolve(ep), {.iov = &iov, .count = 1, .dest = dest, .data = data,
                        .flags = FI_REMOTE_CQ_DATA, .inject_call = true});
 }
 
@@ -351,18 +372,18 @@ ssize_t TRecv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, uint64_t 
               uint64_t ignore, void* ctx) {
   const iovec iov{buf, len};
   Target t = Resolve(ep);
-  return PostRecv(ep, {.iov = &iov, .count = 1, .src = src, .context = ctx, .tag = tag,
+  return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx, .tag = tag,
                        .ignore = ignore, .flags = t.rx_flags & FI_COMPLETION, .tagged = true});
 }
 ssize_t TRecvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, uint64_t tag,
                uint64_t ignore, void* ctx) {
   Target t = Resolve(ep);
-  return PostRecv(ep, {.iov = iov, .count = count, .src = src, .context = ctx, .tag = tag,
+  return PostRecv(t, {.iov = iov, .count = count, .src = src, .context = ctx, .tag = tag,
                        .ignore = ignore, .flags = t.rx_flags & FI_COMPLETION, .tagged = true});
 }
 ssize_t TRecvMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
-  return PostRecv(ep, {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
+  return PostRecv(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
                        .context = m->context, .tag = m->tag, .ignore = m->ignore, .flags = flags,
                        .tagged = true});
 }
@@ -370,38 +391,38 @@ ssize_t TSend(fid_ep* ep, const void* buf, size_t len, void*, fi_addr_t dest, ui
               void* ctx) {
   const iovec iov{const_cast<void*>(buf), len};
   Target t = Resolve(ep);
-  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .tag = tag,
-                       .flags = t.tx_flags & FI_COMPLETION, .tagged = true});
+  return PostSend(t, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .tag = tag,
+                       .flags = t.tx_flags & kSendDefaultFlags, .tagged = true});
 }
 ssize_t TSendv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t dest, uint64_t tag,
                void* ctx) {
   Target t = Resolve(ep);
-  return PostSend(ep, {.iov = iov, .count = count, .dest = dest, .context = ctx, .tag = tag,
-                       .flags = t.tx_flags & FI_COMPLETION, .tagged = true});
+  return PostSend(t, {.iov = iov, .count = count, .dest = dest, .context = ctx, .tag = tag,
+                       .flags = t.tx_flags & kSendDefaultFlags, .tagged = true});
 }
 ssize_t TSendMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
-  return PostSend(ep, {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
+  return PostSend(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
                        .context = m->context, .tag = m->tag, .data = m->data, .flags = flags,
                        .tagged = true});
 }
 ssize_t TInject(fid_ep* ep, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
   const iovec iov{const_cast<void*>(buf), len};
-  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .tag = tag, .tagged = true,
+  return PostSend(Resolve(ep), {.iov = &iov, .count = 1, .dest = dest, .tag = tag, .tagged = true,
                        .inject_call = true});
 }
 ssize_t TSendData(fid_ep* ep, const void* buf, size_t len, void*, uint64_t data, fi_addr_t dest,
                   uint64_t tag, void* ctx) {
   const iovec iov{const_cast<void*>(buf), len};
   Target t = Resolve(ep);
-  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .tag = tag,
-                       .data = data, .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & FI_COMPLETION),
+  return PostSend(t, {.iov = &iov, .count = 1, .dest = dest, .context = ctx, .tag = tag,
+                       .data = data, .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & kSendDefaultFlags),
                        .tagged = true});
 }
 ssize_t TInjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                     uint64_t tag) {
   const iovec iov{const_cast<void*>(buf), len};
-  return PostSend(ep, {.iov = &iov, .count = 1, .dest = dest, .tag = tag, .data = data,
+  return PostSend(Resolve(ep), {.iov = &iov, .count = 1, .dest = dest, .tag = tag, .data = data,
                        .flags = FI_REMOTE_CQ_DATA, .tagged = true, .inject_call = true});
 }
 
@@ -411,18 +432,18 @@ ssize_t RmaRead(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, uint64_
                 uint64_t key, void* ctx) {
   const iovec iov{buf, len};
   Target t = Resolve(ep);
-  return PostRma(ep, {.iov = &iov, .count = 1, .dest = src, .addr = addr, .key = key,
+  return PostRma(t, {.iov = &iov, .count = 1, .dest = src, .addr = addr, .key = key,
                       .context = ctx, .flags = t.tx_flags & FI_COMPLETION, .read = true});
 }
 ssize_t RmaReadv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, uint64_t addr,
                  uint64_t key, void* ctx) {
   Target t = Resolve(ep);
-  return PostRma(ep, {.iov = iov, .count = count, .dest = src, .addr = addr, .key = key,
+  return PostRma(t, {.iov = iov, .count = count, .dest = src, .addr = addr, .key = key,
                       .context = ctx, .flags = t.tx_flags & FI_COMPLETION, .read = true});
 }
 ssize_t RmaReadMsg(fid_ep* ep, const fi_msg_rma* m, uint64_t flags) {
   if (m == nullptr || m->rma_iov == nullptr || m->rma_iov_count != 1) return -FI_EINVAL;
-  return PostRma(ep, {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
+  return PostRma(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
                       .addr = m->rma_iov[0].addr, .key = m->rma_iov[0].key,
                       .context = m->context, .flags = flags, .read = true});
 }
@@ -430,39 +451,39 @@ ssize_t RmaWrite(fid_ep* ep, const void* buf, size_t len, void*, fi_addr_t dest,
                  uint64_t key, void* ctx) {
   const iovec iov{const_cast<void*>(buf), len};
   Target t = Resolve(ep);
-  return PostRma(ep, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
+  return PostRma(t, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
                       .context = ctx, .flags = t.tx_flags & FI_COMPLETION});
 }
 ssize_t RmaWritev(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t dest,
                   uint64_t addr, uint64_t key, void* ctx) {
   Target t = Resolve(ep);
-  return PostRma(ep, {.iov = iov, .count = count, .dest = dest, .addr = addr, .key = key,
+  return PostRma(t, {.iov = iov, .count = count, .dest = dest, .addr = addr, .key = key,
                       .context = ctx, .flags = t.tx_flags & FI_COMPLETION});
 }
 ssize_t RmaWriteMsg(fid_ep* ep, const fi_msg_rma* m, uint64_t flags) {
   if (m == nullptr || m->rma_iov == nullptr || m->rma_iov_count != 1) return -FI_EINVAL;
-  return PostRma(ep, {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
+  return PostRma(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
                       .addr = m->rma_iov[0].addr, .key = m->rma_iov[0].key,
                       .context = m->context, .data = m->data, .flags = flags});
 }
 ssize_t RmaInject(fid_ep* ep, const void* buf, size_t len, fi_addr_t dest, uint64_t addr,
                   uint64_t key) {
   const iovec iov{const_cast<void*>(buf), len};
-  return PostRma(ep, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
+  return PostRma(Resolve(ep), {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
                       .inject_call = true});
 }
 ssize_t RmaWriteData(fid_ep* ep, const void* buf, size_t len, void*, uint64_t data,
                      fi_addr_t dest, uint64_t addr, uint64_t key, void* ctx) {
   const iovec iov{const_cast<void*>(buf), len};
   Target t = Resolve(ep);
-  return PostRma(ep, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
+  return PostRma(t, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
                       .context = ctx, .data = data,
                       .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & FI_COMPLETION)});
 }
 ssize_t RmaInjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                       uint64_t addr, uint64_t key) {
   const iovec iov{const_cast<void*>(buf), len};
-  return PostRma(ep, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
+  return PostRma(Resolve(ep), {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
                       .data = data, .flags = FI_REMOTE_CQ_DATA, .inject_call = true});
 }
 

@@ -222,14 +222,12 @@ Settings ReadSettings() {
   }
   rdm::EndpointConfig& c = s.engine;
   c.max_msg_size = 64u << 20;
-  // Acknowledge every packet in the progress pass that receives it (one
-  // ACK per peer per pass; a reply built in that pass carries it instead):
-  // applications stop progressing once they have what they waited for, and
-  // a peer waiting for FI_TRANSMIT_COMPLETE would otherwise wait for
-  // nothing. A second pass to fire a 1 ns delayed-ACK timer did the same
-  // at the cost of a whole extra pass per received message.
-  c.ack_every_packets = 1;
-  c.ack_delay_ns = 1;
+  // Acknowledgement: the engine's delayed ACKs (a packet back carries it,
+  // else a standalone one after ack_delay_ns or 16 packets), and at once
+  // for the last packet of a send whose completion waits for it (ep_ops.cc
+  // marks those kSendAckNow): applications stop progressing once they have
+  // what they waited for (fi_pingpong does, before its TCP handshakes), and
+  // a peer waiting for FI_TRANSMIT_COMPLETE would otherwise wait for nothing.
   // An idle pass (nothing received) reuses the last clock reading up to
   // this many times: a clock read costs about as much as an empty RX poll,
   // and timers (1 ms RTO floor) may fire a few microseconds late.
@@ -248,12 +246,7 @@ Settings ReadSettings() {
   if (auto v = ParamInt("max_msg_size", FI_PARAM_SIZE_T)) c.max_msg_size = static_cast<uint64_t>(*v);
   if (auto v = ParamInt("inject_size", FI_PARAM_SIZE_T)) c.inject_size = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("max_peers")) c.max_peers = static_cast<uint32_t>(*v);
-  if (auto v = ParamInt("ack_delay_ns")) {
-    // Delayed ACKs, asked for: ACK after this delay or every 16 packets
-    // (the engine's default), unless a reply carries it first.
-    c.ack_delay_ns = static_cast<uint64_t>(*v);
-    c.ack_every_packets = rdm::EndpointConfig().ack_every_packets;
-  }
+  if (auto v = ParamInt("ack_delay_ns")) c.ack_delay_ns = static_cast<uint64_t>(*v);
   c.rto_initial_ns = std::max(c.rto_initial_ns, c.rto_min_ns);
   rdm::EndpointConfig probe = c;
   probe.udp_port = s.base_port;
@@ -298,6 +291,8 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
   DefineParam("inject_size", FI_PARAM_SIZE_T, "Bytes an inject copies (default 256)");
   DefineParam("max_peers", FI_PARAM_INT, "Peers per endpoint (default 64)");
   DefineParam("ack_delay_ns", FI_PARAM_INT,
-              "Delay before a standalone ACK in nanoseconds; unset, every packet is acknowledged in the progress pass that receives it");
+              "Delay before a standalone ACK when no packet back carries it, in nanoseconds "
+              "(default 5000); the last packet of a send whose completion waits for it is "
+              "acknowledged at once");
   return bypass::fi::Provider();
 }

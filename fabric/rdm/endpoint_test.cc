@@ -190,6 +190,83 @@ TEST(EndpointTest, RemoteCqDataAndInject) {
             Result::kTooLong);
 }
 
+TEST(EndpointTest, BufferedSendCompletesAtOnceAndArrivesIntact) {
+  Net net(NetOptions{});
+  const PeerId to_b = net.Peer(0, 1);
+  uint8_t msg[200];
+  for (size_t i = 0; i < sizeof(msg); ++i) msg[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<uint8_t> sent(msg, msg + sizeof(msg));
+  int ctx;
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = msg, .len = sizeof(msg), .context = &ctx,
+                            .tag = 5, .flags = kSendBuffered | kSendTagged}),
+            Result::kOk);
+  // Its completion is there before any progress, and the buffer is free.
+  Completion c;
+  ASSERT_EQ(net.ep(0).PollCompletions({&c, 1}), 1u);
+  EXPECT_EQ(c.context, &ctx);
+  EXPECT_EQ(c.flags, kCompSend | kCompMsg | kCompTagged);
+  EXPECT_EQ(c.len, sizeof(msg));
+  std::memset(msg, 0xee, sizeof(msg));
+  uint8_t rbuf[256] = {};
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = rbuf, .len = sizeof(rbuf), .tagged = true, .tag = 5}),
+            Result::kOk);
+  std::vector<Completion> got;
+  ASSERT_TRUE(WaitOk(net, 1, 1, &got));
+  EXPECT_EQ(got[0].len, sizeof(msg));
+  EXPECT_EQ(std::vector<uint8_t>(rbuf, rbuf + sizeof(msg)), sent);
+  // Acknowledged later without a second completion; too long is refused.
+  for (int i = 0; i < 100; ++i) net.Step();
+  EXPECT_EQ(net.ep(0).PollCompletions({&c, 1}), 0u);
+  uint8_t big[300] = {};
+  EXPECT_EQ(net.ep(0).Send({.dest = to_b, .buf = big, .len = sizeof(big), .flags = kSendBuffered}),
+            Result::kTooLong)
+      << "more than inject_size (256) cannot be buffered";
+}
+
+// With delayed ACKs that would take a second, a send's completion waits for
+// the next packet back; with kSendAckNow the receiver acknowledges in the
+// pass that consumed it.
+TEST(EndpointTest, AckNowIsAcknowledgedInTheReceivingPass) {
+  NetOptions o;
+  o.config.ack_delay_ns = 1'000'000'000;
+  Net net(o);
+  const PeerId to_b = net.Peer(0, 1);
+  const PeerId to_a = net.Peer(1, 0);
+  uint8_t buf[64] = {}, rbuf[64];
+  // The handshake first, both ways.
+  std::vector<Completion> a, b;
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
+  ASSERT_EQ(net.ep(0).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = buf, .len = 8, .flags = kSendAckNow}), Result::kOk);
+  ASSERT_EQ(net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendAckNow}), Result::kOk);
+  ASSERT_TRUE(WaitOk(net, 0, 2, &a));
+  ASSERT_TRUE(WaitOk(net, 1, 2, &b));
+
+  for (const bool ack_now : {false, true}) {
+    SCOPED_TRACE(ack_now ? "kSendAckNow" : "no flag");
+    a.clear();
+    b.clear();
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
+    const uint64_t acks_before = net.ep(1).counters().tx_acks;
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = buf, .len = sizeof(buf),
+                              .flags = ack_now ? kSendAckNow : 0u}),
+              Result::kOk);
+    ASSERT_TRUE(WaitOk(net, 1, 1, &b));  // b consumed it in the last step
+    EXPECT_EQ(net.ep(1).counters().tx_acks - acks_before, ack_now ? 1u : 0u);
+    for (int i = 0; i < 3; ++i) net.Step();
+    std::vector<ErrorCompletion> errs;
+    testing::Drain(net.ep(0), &a, &errs);
+    EXPECT_EQ(a.size(), ack_now ? 1u : 0u) << "the send's completion";
+    if (!ack_now) {  // the next packet back carries it
+      ASSERT_EQ(net.ep(0).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
+      ASSERT_EQ(net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendInject}),
+                Result::kOk);
+      ASSERT_TRUE(WaitOk(net, 0, 2, &a));
+      EXPECT_EQ(net.ep(1).counters().tx_acks - acks_before, 0u) << "no standalone ACK";
+    }
+  }
+}
+
 TEST(EndpointTest, ZeroLengthAndTruncation) {
   Net net(NetOptions{});
   const PeerId to_b = net.Peer(0, 1);

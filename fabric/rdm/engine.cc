@@ -242,15 +242,24 @@ void Engine::ReleaseAll() {
 Result Engine::PostSend(const SendRequest& r) {
   if (!peers_.Valid(r.dest)) return Result::kInvalid;
   if (r.len > 0 && r.buf == nullptr) return Result::kInvalid;
-  const bool inject = (r.flags & kSendInject) != 0;
+  const bool buffered = (r.flags & kSendBuffered) != 0 && (r.flags & kSendInject) == 0;
+  const bool inject = (r.flags & kSendInject) != 0 || buffered;  // copied now; no completion later
   if (inject ? r.len > config_.inject_size : r.len > config_.max_msg_size) {
     return Result::kTooLong;
   }
   if (free_ops_.empty()) return Result::kAgain;
-  if (!inject && !cq_.Reserve()) return Result::kAgain;
+  if ((r.flags & kSendInject) == 0 && !cq_.Reserve()) return Result::kAgain;
   const uint32_t o = free_ops_.Pop();
   SendOp& op = ops_[o];
   std::construct_at(&op);  // in place: no temporary copied over it
+  if (buffered) {  // its completion, at once
+    Completion c;
+    c.context = r.context;
+    c.flags = kCompSend | kCompMsg | ((r.flags & kSendTagged) ? kCompTagged : 0);
+    c.len = r.len;
+    c.source = r.dest;
+    cq_.Push(c);
+  }
   if (inject) {
     uint8_t* copy = inject_arena_.get() + uint64_t{o} * config_.inject_size;
     if (r.len > 0) std::memcpy(copy, r.buf, r.len);
@@ -259,12 +268,13 @@ Result Engine::PostSend(const SendRequest& r) {
     op.buf = static_cast<const uint8_t*>(r.buf);
   }
   op.len = r.len;
-  op.context = r.context;
+  op.context = buffered ? nullptr : r.context;  // a later error is an inject's
   op.tag = (r.flags & kSendTagged) ? r.tag : 0;
   op.data = (r.flags & kSendRemoteData) ? r.data : 0;
   op.msg_flags = static_cast<uint16_t>(((r.flags & kSendTagged) ? wire::kMsgTagged : 0) |
                                        ((r.flags & kSendRemoteData) ? wire::kMsgRemoteData : 0));
   op.inject = inject;
+  op.ack_now = (r.flags & kSendAckNow) != 0;
   op.peer = PeerTable::Index(r.dest);
   if (!inject && r.len > config_.rendezvous_threshold) {
     op.kind = OpKind::kRndv;  // engine_rma.cc

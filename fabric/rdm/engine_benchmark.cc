@@ -124,6 +124,17 @@ BENCHMARK(BM_RdmPingPong<LoopbackQueue, Concrete>)->Name("BM_RdmPingPong/loopbac
 BENCHMARK(BM_RdmPingPong<LoopbackQueue, Concrete, 16>)
     ->Name("BM_RdmPingPong/loopback_qp_lazy_clock");
 
+// One Progress pass that finds nothing: what a busy-polling loop pays per
+// turn, and so about twice what a message waits, on average, to be seen.
+template <class QP, QP& (*kQueue)(LoopbackDevice&), uint16_t kIdlePassesPerClockRead = 1>
+void BM_IdleProgress(benchmark::State& state) {
+  Pair<QP> p(kQueue, kIdlePassesPerClockRead);
+  for (auto _ : state) benchmark::DoNotOptimize(p.ea->Progress());
+}
+BENCHMARK(BM_IdleProgress<driver::QueuePair, Virtual>)->Name("BM_IdleProgress/virtual_qp");
+BENCHMARK(BM_IdleProgress<driver::QueuePair, Virtual, 16>)->Name("BM_IdleProgress/virtual_qp_lazy_clock");
+BENCHMARK(BM_IdleProgress<LoopbackQueue, Concrete>)->Name("BM_IdleProgress/loopback_qp");
+
 // 64-byte ping-pong with each end's device dropping state.range(0) per
 // 10'000 received packets (driver/fault): the p50 and p99 round trip. The
 // goal: one loss costs about a round trip, so the p99 at 1% loss stays

@@ -151,9 +151,13 @@ void Engine::BuildSegment(Peer& p, driver::Packet* pkt) {
   e.offset = p.cursor_offset;
   e.first_sent_ns = e.last_sent_ns = now_;
   e.state = 0;
-  // Ask for an ACK when this packet fills the window: the sender waits next.
+  // Ask for an ACK when this packet fills the window (the sender waits
+  // next), or ends a send whose owner waits for its completion (kSendAckNow:
+  // a message, or a rendezvous message's pulled bytes).
   const bool fills = !(psn + 1).Before(p.window_end) || p.inflight() + 1 > p.ring_mask;
-  WriteData(p, psn, e, fills ? wire::kFlagAckReq : 0, pkt);
+  const bool completes = op.ack_now && p.cursor_offset + seg == wire_len &&
+                         (op.kind == OpKind::kMsg || (op.kind == OpKind::kRndv && op.pulled));
+  WriteData(p, psn, e, fills || completes ? wire::kFlagAckReq : 0, pkt);
   ++p.next_psn;
   p.cursor_offset += seg;
   if (op.kind == OpKind::kRndv && !op.pulled) {  // engine_rma.cc

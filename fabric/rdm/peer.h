@@ -98,7 +98,8 @@ struct SendOp {
   uint64_t tag = 0;
   uint64_t data = 0;
   uint16_t msg_flags = 0;
-  bool inject = false;
+  bool inject = false;   // no completion to come (kSendInject, or kSendBuffered's came at once)
+  bool ack_now = false;  // kSendAckNow: the last packet asks for an ACK at once
   bool started = false;  // a segment went out (msg_id assigned)
   bool all_sent = false;
   // Given up (the receiver refused it for rnr_give_up_ns): completed in

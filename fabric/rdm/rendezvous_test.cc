@@ -59,6 +59,31 @@ TEST(RendezvousTest, AroundTheThresholdPostedFirst) {
   }
 }
 
+// kSendAckNow on a rendezvous message: the last pulled packet asks for an
+// ACK at once, so the sender's completion follows the receiver's by the
+// ACK's way back, not by a delayed ACK (a second here) or a tail probe.
+TEST(RendezvousTest, AckNowCompletesTheSenderWithoutDelayedAcks) {
+  for (const bool ack_now : {false, true}) {
+    SCOPED_TRACE(ack_now ? "kSendAckNow" : "no flag");
+    NetOptions o = Options();
+    o.config.ack_delay_ns = 1'000'000'000;
+    o.config.peer_timeout_ns = 4'000'000'000;
+    Net net(o);
+    const PeerId to_b = net.Peer(0, 1);
+    std::vector<uint8_t> out(3 * kThreshold + 5), in(out.size());
+    testing::FillPattern(3, absl::MakeSpan(out));
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size(),
+                              .flags = ack_now ? kSendAckNow : 0u}),
+              Result::kOk);
+    Transfer t;
+    ASSERT_TRUE(RunTransfer(net, t, 0, 1));
+    EXPECT_EQ(testing::CheckPattern(3, absl::MakeSpan(in)), -1);
+    RunTransfer(net, t, 1, 1, 2);  // 2 us more: the ACK's way back, not a probe's round trip
+    EXPECT_EQ(t.sent.size(), ack_now ? 1u : 0u);
+  }
+}
+
 TEST(RendezvousTest, UnexpectedTakesAnEntryAndNoBytes) {
   Net net(Options());
   const PeerId to_b = net.Peer(0, 1);

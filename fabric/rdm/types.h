@@ -49,12 +49,24 @@ inline constexpr uint32_t kSendTagged = 1u << 0;  // tsend: tag is meaningful
 inline constexpr uint32_t kSendRemoteData =
     1u << 1;  // senddata: data goes to the receiver's completion
 inline constexpr uint32_t kSendInject = 1u << 2;  // inject: buf is copied at once; no completion
+// Buffered (libfabric's FI_INJECT_COMPLETE): buf, at most inject_size
+// bytes, is copied at once and the send's completion is queued at once; the
+// engine still delivers it reliably. A failure after that has no context
+// to report against: it is reported like an inject's (context null).
+inline constexpr uint32_t kSendBuffered = 1u << 3;
+// The caller will wait for this send's completion, perhaps without
+// progressing anything else meanwhile: its last packet asks the receiver to
+// acknowledge at once (ACK_REQ) rather than after ack_delay_ns, so that
+// the completion does not wait on the peer's next pass. (A receiver that
+// stops progressing as soon as it has a message would otherwise leave its
+// sender waiting; without the flag the ACK rides on the next packet back.)
+inline constexpr uint32_t kSendAckNow = 1u << 4;
 
 // One send of any kind (send, tsend, senddata, inject, ...): every variant
 // funnels into this and one engine call.
 struct SendRequest {
   PeerId dest;
-  const void* buf = nullptr;  // REQUIRES (without kSendInject): valid until the completion
+  const void* buf = nullptr;  // REQUIRES (without kSendInject, kSendBuffered): valid until the completion
   size_t len = 0;
   void* context = nullptr;
   uint64_t tag = 0;

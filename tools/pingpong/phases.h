@@ -18,6 +18,18 @@
 
 namespace bypass::tools {
 
+// The turns of a busy-poll loop: Due() is true on every 256th, when the
+// loop reads the clock for its timeout. A clock read costs more than an idle
+// poll (tens of ns through a VM's kvm-clock), and a loop that reads it every
+// turn notices what arrives that much later.
+class SpinCheck {
+ public:
+  bool Due() { return (++turns_ & 255u) == 0; }
+
+ private:
+  uint32_t turns_ = 0;
+};
+
 // What a layer supplies for the latency phases.
 struct LatencyOps {
   // Why `size` cannot run on this layer (empty: it can).

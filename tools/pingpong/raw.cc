@@ -179,7 +179,7 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
       if (!p.ok()) return p.status();
       Fill(*p, flow, size, seq, kind);
       SendAll(qp, &*p, 1);
-      for (;;) {
+      for (SpinCheck spin;;) {
         const uint16_t n = qp.RxBurst(absl::MakeSpan(rx));
         bool got = false;
         for (uint16_t i = 0; i < n; ++i) {
@@ -205,7 +205,7 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
         }
         qp.FreeBulk(absl::MakeConstSpan(rx, n));
         if (got) return clock.NowNs() - t0;
-        if (clock.NowNs() - sent_at > kResendNs) break;
+        if (spin.Due() && clock.NowNs() - sent_at > kResendNs) break;
       }
       if (attempt >= 50) {
         return absl::DeadlineExceededError(absl::StrCat(

@@ -39,8 +39,10 @@ constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_REMOTE
                              FI_DIRECTED_RECV | FI_VARIABLE_MSG | FI_MULTI_RECV | FI_SOURCE |
                              FI_RMA_EVENT | FI_SOURCE_ERR | FI_COLLECTIVE;
 // Default operation flags the facade honours. A send completes when the
-// peer acknowledged it (transmit complete); delivery into the application's
-// buffer is not acknowledged separately (no FI_DELIVERY_COMPLETE).
+// peer acknowledged it (transmit complete), or, up to inject_size bytes and
+// unless asked for more, once the engine copied it (inject complete: see
+// fabric/fi/README.md); delivery into the application's buffer is not
+// acknowledged separately (no FI_DELIVERY_COMPLETE).
 constexpr uint64_t kTxOpFlags =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA;
 constexpr uint64_t kRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
