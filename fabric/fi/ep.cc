@@ -134,7 +134,7 @@ int EpClose(fid* f) {
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
     ep->drain.reset();
     ep->drain_error.reset();
-    ep->records.clear();
+    std::vector<OpRecord>().swap(ep->records);  // its memory too, not just its size
     EraseOne(d->eps, ep);
     d->obj.refs.fetch_sub(1);
   }

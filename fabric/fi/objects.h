@@ -52,9 +52,15 @@ struct Obj {
 };
 
 // Keeps the shell of a closed object (marked kDead, its heavy parts freed)
-// for the life of the process, so a call through a stale handle answers
-// -FI_EBADF instead of touching freed memory. A few hundred bytes per close.
-void Retire(void* shell);
+// until the provider is cleaned up (libfabric's fi_fini, before it unloads
+// the provider; never with the static library), so a call through a stale
+// handle answers -FI_EBADF instead of touching freed memory. A few hundred
+// bytes per close.
+void RetireShell(void* shell, void (*destroy)(void*));
+template <class T>
+void Retire(T* shell) {
+  RetireShell(shell, [](void* p) { delete static_cast<T*>(p); });
+}
 
 // The configured devices and engine knobs (FI_BYPASS_*), read once per fabric.
 struct Settings {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -30,7 +31,7 @@ constexpr uint16_t kDefaultBasePort = 7471;
 
 int GetInfoEntry(uint32_t version, const char* node, const char* service, uint64_t flags,
                  const fi_info* hints, fi_info** info);
-void Cleanup() {}
+void Cleanup();
 
 fi_provider g_provider = {
     .version = kProviderVersion,
@@ -42,8 +43,19 @@ fi_provider g_provider = {
     .cleanup = Cleanup,
 };
 
+// Shells of closed objects and how to free each (Retire in objects.h).
 std::mutex g_graveyard_mu;
-std::vector<void*>* g_graveyard = nullptr;  // reachable: not a leak
+std::vector<std::pair<void*, void (*)(void*)>>* g_graveyard = nullptr;
+
+// libfabric unloads the provider after this: no call can reach a shell
+// again, and the graveyard would be unreachable (a leak) once unloaded.
+void Cleanup() {
+  std::lock_guard<std::mutex> lock(g_graveyard_mu);
+  if (g_graveyard == nullptr) return;
+  for (const auto& [shell, destroy] : *g_graveyard) destroy(shell);
+  delete g_graveyard;
+  g_graveyard = nullptr;
+}
 
 void LogMismatch(const char* line) { BYPASS_FI_INFO(FI_LOG_CORE, "%s\n", line); }
 
@@ -153,10 +165,10 @@ fi_ops_fabric g_fabric_ops = {
 
 fi_provider* Provider() { return &g_provider; }
 
-void Retire(void* shell) {
+void RetireShell(void* shell, void (*destroy)(void*)) {
   std::lock_guard<std::mutex> lock(g_graveyard_mu);
-  if (g_graveyard == nullptr) g_graveyard = new std::vector<void*>();
-  g_graveyard->push_back(shell);
+  if (g_graveyard == nullptr) g_graveyard = new std::vector<std::pair<void*, void (*)(void*)>>();
+  g_graveyard->emplace_back(shell, destroy);
 }
 
 int BadFid(const void* fid, size_t fclass) {
