@@ -23,6 +23,12 @@ constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_REMOTE_CQ_DATA | 
                                 FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE |
                                 FI_INJECT_COMPLETE | FI_FENCE | FI_MSG | FI_TAGGED | FI_RMA |
                                 FI_READ | FI_WRITE | FI_SEND;
+// An iov of several buffers that the engine copies at once (an inject, a
+// buffered send) is gathered on the stack first, up to this many bytes (the
+// default inject_size); more is refused (-FI_EMSGSIZE) or, for a send, not
+// buffered.
+constexpr size_t kGatherBytes = 4096;
+
 // What an endpoint's op_flags give the calls without a flags argument:
 // whether to complete at all, and at which level.
 constexpr uint64_t kSendDefaultFlags =
@@ -126,7 +132,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     if (len > ep->config.inject_size) return -FI_EMSGSIZE;
     r.flags |= rdm::kSendInject;
     r.context = nullptr;
-    uint8_t gathered[1024];
+    uint8_t gathered[kGatherBytes];
     if (a.count > 1) {
       // The engine copies an inject at once; gather on the stack first.
       if (len > sizeof(gathered)) return -FI_EMSGSIZE;
@@ -150,9 +156,9 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   // completes on the peer's acknowledgement, which its last packet asks
   // for at once: the application may wait for that completion and nothing
   // else, and the peer may have stopped progressing once it had the message.
-  uint8_t gathered[1024];
+  uint8_t gathered[kGatherBytes];
   const bool buffered = (a.flags & (FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE)) == 0 &&
-                        len <= ep->config.inject_size && len <= sizeof(gathered);
+                        len <= ep->config.inject_size && (a.count <= 1 || len <= sizeof(gathered));
   if (buffered) {
     r.flags |= rdm::kSendBuffered;
   } else {
@@ -275,13 +281,17 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   r.context = a.context;
   if (a.flags & FI_REMOTE_CQ_DATA) r.flags |= rdm::kRmaRemoteData;
   const size_t len = TotalLen(a.iov, a.count);
-  uint8_t gathered[1024];
+  uint8_t gathered[kGatherBytes];
   if (a.inject_call) {
-    if (len > ep->config.inject_size || len > sizeof(gathered)) return -FI_EMSGSIZE;
+    if (len > ep->config.inject_size || (a.count > 1 && len > sizeof(gathered))) return -FI_EMSGSIZE;
     r.flags |= rdm::kRmaInject;
     r.context = nullptr;
-    Gather(a.iov, a.count, gathered);
-    r.buf = gathered;
+    if (a.count > 1) {
+      Gather(a.iov, a.count, gathered);  // the engine copies an inject at once
+      r.buf = gathered;
+    } else {
+      r.buf = a.count == 1 ? a.iov[0].iov_base : nullptr;
+    }
     r.len = len;
     const rdm::Result res = ep->rdm->Write(r);
     if (res == rdm::Result::kOk && ep->write_cntr != nullptr) {

@@ -251,7 +251,7 @@ TEST(MsgTest, CompletionLevelsAndPeersThatStopProgressing) {
     ASSERT_TRUE(p.Wait(p.b.rxcq, &e));
     ASSERT_TRUE(p.Wait(p.a.txcq, &e));
 
-    for (const size_t len : {size_t{100}, size_t{4096}}) {
+    for (const size_t len : {size_t{100}, size_t{4096}, size_t{8000}}) {
       SCOPED_TRACE(len);
       const bool buffered = len <= p.a.info->tx_attr->inject_size && !transmit_complete;
       std::fill(out.begin(), out.end(), static_cast<char>(len));
