@@ -42,7 +42,7 @@ ABSL_FLAG(uint32_t, window, 32, "rdm, fi: messages outstanding in rate mode");
 ABSL_FLAG(uint64_t, duration_ms, 0,
           "measure each size (and mode) for this long instead of --iters; a latency warm-up stops "
           "after a quarter of it (at least 50 ms)");
-ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
+ABSL_FLAG(bool, json, false, "print a JSON line per size and mode instead of text (and no progress line)");
 ABSL_FLAG(std::string, csv, "", "write the round-trip histogram (and percentiles) to this CSV file");
 ABSL_FLAG(std::string, plot, "", "draw the round-trip histogram to this PNG file (needs gnuplot)");
 ABSL_FLAG(std::string, ip, "",
@@ -150,8 +150,14 @@ LayerOptions LayerFromFlags() {
   return l;
 }
 
-int RunClient(const LayerOptions& l, const PingOptions& o) {
+int RunClient(const LayerOptions& l, PingOptions o) {
+  // Progress on one updating line, for people watching a terminal.
+  const bool progress = !absl::GetFlag(FLAGS_json) && isatty(STDERR_FILENO);
+  if (progress) {
+    o.progress = [](const std::string& line) { std::fprintf(stderr, "\r\033[Kpingpong: %s", line.c_str()); };
+  }
   auto result = RunClientSide(l, o);
+  if (progress) std::fprintf(stderr, "\r\033[K");
   if (!result.ok()) return Fail(result.status());
   // --csv and --plot: one latency size (OptionsFromFlags checked it).
   const LatencyResult* one = result->latencies.empty() ? nullptr : &result->latencies.front();
