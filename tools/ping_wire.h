@@ -59,6 +59,15 @@ inline bool ReadPingHeader(const uint8_t* payload, size_t len, PingHeader* h) {
   return h->magic == kPingMagic;
 }
 
+// True if payload's header says it is message `seq` of `kind`. The pattern
+// is not read: the tools stop the clock on this and run VerifyPing after,
+// as they write the pattern before starting it, so a round trip measures
+// the layer, not the tool's byte loops.
+inline bool IsPingHeader(const uint8_t* payload, size_t len, uint64_t seq, PingKind kind) {
+  PingHeader h{};
+  return ReadPingHeader(payload, len, &h) && h.seq == seq && h.kind == static_cast<uint32_t>(kind);
+}
+
 // kHello: the header, a 32-bit length, then that many address bytes.
 inline constexpr size_t kMaxHelloAddrBytes = 256;
 inline constexpr size_t kHelloBytes = sizeof(PingHeader) + 4 + kMaxHelloAddrBytes;

@@ -1,4 +1,4 @@
-// Fuzz target: the ping-pong payload parsers (ReadPingHeader, VerifyPing,
+// Fuzz target: the ping-pong payload parsers (ReadPingHeader, IsPingHeader, VerifyPing,
 // ReadHello, ParseHexAddress) over hostile payloads, checked against plain
 // oracles: ReadPingHeader accepts any 16 bytes carrying the magic,
 // VerifyPing accepts exactly the bytes WritePing would have written, and
@@ -91,6 +91,7 @@ void FuzzOne(const uint8_t* data, size_t size) {
   if (!read) {
     Require(size >= sizeof(PingHeader) || !VerifyPing(data, size, size, 0, PingKind::kPing),
             "VerifyPing accepted a payload shorter than a header");
+    Require(!IsPingHeader(data, size, 0, PingKind::kPing), "IsPingHeader accepted what ReadPingHeader refused");
     return;
   }
   // The sizes a caller might expect, around what arrived, and the header's
@@ -103,6 +104,13 @@ void FuzzOne(const uint8_t* data, size_t size) {
       for (PingKind kind : kinds) {
         Require(VerifyPing(data, size, want, seq, kind) == Expected(data, size, want, seq, kind),
                 "VerifyPing disagrees with WritePing");
+        // The clock stops on IsPingHeader: it must hold whenever VerifyPing
+        // does, and say exactly whether seq and kind match.
+        const bool header = IsPingHeader(data, size, seq, kind);
+        Require(header == (h.seq == seq && h.kind == static_cast<uint32_t>(kind)),
+                "IsPingHeader disagrees with the header");
+        Require(header || !VerifyPing(data, size, want, seq, kind),
+                "VerifyPing accepted a payload IsPingHeader refused");
       }
     }
   }

@@ -194,16 +194,25 @@ bypass::tools::LatencyResult Latency(const Args& a, uint16_t port, rte_mempool* 
     const uint64_t t0 = NowNs();
     while (rte_eth_tx_burst(port, 0, &m, 1) == 0) {
     }
-    bool got = false;
-    while (!got) {
+    // The clock stops on the reply's header; its pattern is checked after,
+    // as pingpong's layers do.
+    uint64_t got_at = 0;
+    while (got_at == 0) {
       const uint16_t n = rte_eth_rx_burst(port, 0, rx, 32);
       for (uint16_t k = 0; k < n; ++k) {
         const uint8_t* d = rte_pktmbuf_mtod(rx[k], const uint8_t*);
-        if (bypass::tools::VerifyPing(d + kHdr, rx[k]->pkt_len - kHdr, size, s, PingKind::kPing)) got = true;
+        const size_t len = rx[k]->pkt_len < kHdr ? 0 : rx[k]->pkt_len - kHdr;
+        if (got_at != 0 || !bypass::tools::IsPingHeader(d + kHdr, len, s, PingKind::kPing)) continue;
+        got_at = NowNs();
+        if (!bypass::tools::VerifyPing(d + kHdr, len, size, s, PingKind::kPing)) {
+          std::fprintf(stderr, "memif_pingpong: the reply to ping %llu came back with different bytes\n",
+                       static_cast<unsigned long long>(s));
+          std::exit(1);
+        }
       }
       if (n != 0) rte_pktmbuf_free_bulk(rx, n);
     }
-    return NowNs() - t0;
+    return got_at - t0;
   };
   // As pingpong's: a timed warm-up stops after a quarter of the phase, but
   // not before 50 ms.

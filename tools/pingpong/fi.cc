@@ -556,7 +556,10 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
         what, " for 5 s: is the server running with --layer=fi --provider=", fi.provider, "?"));
   };
   // Sends len bytes from a free slot (data from dbuf, written beforehand).
-  auto send = [&](const uint8_t* from_or_null, uint64_t seq, PingKind kind, size_t len) -> absl::Status {
+  // *started, if given, is when the message was written and handed to
+  // libfabric.
+  auto send = [&](const uint8_t* from_or_null, uint64_t seq, PingKind kind, size_t len,
+                  uint64_t* started = nullptr) -> absl::Status {
     const uint64_t t0 = NowNs();
     while (free_slots.empty()) {
       if (absl::Status s = pump(); !s.ok()) return s;
@@ -569,6 +572,7 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
       WritePing(sbuf(slot), len, seq, kind);
       from = sbuf(slot);
     }
+    if (started != nullptr) *started = NowNs();
     for (;;) {
       const ssize_t r = ep.Send(from, len, server, ctx.of(slot));
       if (r == 0) return absl::OkStatus();
@@ -598,7 +602,8 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
       if (absl::Status s = pump(); !s.ok()) return s;
       if (absl::Status s = timed_out(t0, "the endpoint refuses receives"); !s.ok()) return s;
     }
-    if (absl::Status s = send(prepared, seq, kind, len); !s.ok()) return s;
+    uint64_t started = 0;  // the clock starts once the ping is written
+    if (absl::Status s = send(prepared, seq, kind, len, &started); !s.ok()) return s;
     while (!got_reply) {
       if (absl::Status s = pump(); !s.ok()) return s;
       if (spin.Due() && NowNs() - t0 > kReplyTimeoutNs) {
@@ -607,7 +612,7 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
             fi.provider, "?"));
       }
     }
-    return NowNs() - t0;
+    return NowNs() - started;
   };
 
   // Hello: the server learns this endpoint's address and echoes it back.

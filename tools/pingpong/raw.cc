@@ -172,39 +172,48 @@ absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& o
   // `reply_kind` arrives; a kReport's first 24 bytes land in *reply.
   auto round_trip = [&](uint64_t size, uint64_t seq, PingKind kind, PingKind reply_kind,
                         uint8_t* reply) -> absl::StatusOr<uint64_t> {
+    // The first frame is written before the clock starts (a resend's
+    // writing counts: the clock runs on).
+    auto first = alloc_one();
+    if (!first.ok()) return first.status();
+    Fill(*first, flow, size, seq, kind);
     const uint64_t t0 = clock.NowNs();
     uint64_t sent_at = t0;
     for (int attempt = 0;; ++attempt) {
-      auto p = alloc_one();
-      if (!p.ok()) return p.status();
-      Fill(*p, flow, size, seq, kind);
-      SendAll(qp, &*p, 1);
+      Packet* p = *first;
+      if (attempt > 0) {
+        auto again = alloc_one();
+        if (!again.ok()) return again.status();
+        p = *again;
+        Fill(p, flow, size, seq, kind);
+      }
+      SendAll(qp, &p, 1);
       for (SpinCheck spin;;) {
         const uint16_t n = qp.RxBurst(absl::MakeSpan(rx));
-        bool got = false;
+        uint64_t got_at = 0;
         for (uint16_t i = 0; i < n; ++i) {
           size_t len = 0;
           const uint8_t* payload = PingPayload(rx[i], &len);
-          if (!got && payload != nullptr) {
-            if (reply_kind == PingKind::kPing) {
-              got = VerifyPing(payload, len, size, seq, PingKind::kPing);
-              if (!got) {
-                PingHeader h{};
-                if (ReadPingHeader(payload, len, &h) && h.seq == seq) {
-                  return absl::DataLossError(absl::StrCat(
-                      "the reply to ping ", seq, " came back with different bytes"));
-                }
-              }
-            } else {
-              PingHeader h{};
-              got = ReadPingHeader(payload, len, &h) &&
-                    h.kind == static_cast<uint32_t>(reply_kind) && len >= 24;
-              if (got) std::memcpy(reply, payload, 24);
+          if (got_at != 0 || payload == nullptr) continue;
+          if (reply_kind == PingKind::kPing) {
+            if (!IsPingHeader(payload, len, seq, PingKind::kPing)) continue;  // stale or foreign
+            got_at = clock.NowNs();  // the pattern is checked off the clock
+            if (!VerifyPing(payload, len, size, seq, PingKind::kPing)) {
+              qp.FreeBulk(absl::MakeConstSpan(rx, n));
+              return absl::DataLossError(
+                  absl::StrCat("the reply to ping ", seq, " came back with different bytes"));
+            }
+          } else {
+            PingHeader h{};
+            if (ReadPingHeader(payload, len, &h) && h.kind == static_cast<uint32_t>(reply_kind) &&
+                len >= 24) {
+              got_at = clock.NowNs();
+              std::memcpy(reply, payload, 24);
             }
           }
         }
         qp.FreeBulk(absl::MakeConstSpan(rx, n));
-        if (got) return clock.NowNs() - t0;
+        if (got_at != 0) return got_at - t0;
         if (spin.Due() && clock.NowNs() - sent_at > kResendNs) break;
       }
       if (attempt >= 50) {

@@ -218,8 +218,10 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
   };
   // Sends `kind` (len bytes, pattern of seq) from a free slot; data
   // (kData) from dbuf, written beforehand.
-  // At most `limit` sends outstanding (of window + 1 slots).
-  auto send = [&](uint64_t seq, PingKind kind, size_t len, uint32_t limit = ~0u) -> absl::Status {
+  // At most `limit` sends outstanding (of window + 1 slots). *started,
+  // if given, is when the message was written and handed to the engine.
+  auto send = [&](uint64_t seq, PingKind kind, size_t len, uint32_t limit = ~0u,
+                  uint64_t* started = nullptr) -> absl::Status {
     const uint64_t t0 = clock.NowNs();
     SpinCheck spin;
     while (free_slots.empty() || window + 1 - free_slots.size() >= limit) {
@@ -237,6 +239,7 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
     } else {
       WritePing(from, len, seq, kind);
     }
+    if (started != nullptr) *started = clock.NowNs();
     const rdm::SendRequest r{.dest = peer, .buf = from, .len = len,
                              .context = reinterpret_cast<void*>(uintptr_t{slot})};
     while (ep.Send(r) != rdm::Result::kOk) {
@@ -254,8 +257,8 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
                      .context = reinterpret_cast<void*>(kRecvCtx)}) != rdm::Result::kOk) {
       return absl::ResourceExhaustedError("the endpoint refused a receive");
     }
-    const uint64_t t0 = clock.NowNs();
-    if (absl::Status s = send(seq, kind, len); !s.ok()) return s;
+    uint64_t t0 = 0;  // the clock starts once the ping is written
+    if (absl::Status s = send(seq, kind, len, ~0u, &t0); !s.ok()) return s;
     for (SpinCheck spin; !got_reply;) {
       if (absl::Status s = pump(); !s.ok()) return s;
       if (spin.Due() && clock.NowNs() - t0 > kReplyTimeoutNs) {
