@@ -404,26 +404,35 @@ absl::Status RunFiServer(const PingOptions& opts, const FiPingOptions& fi) {
   }
   auto buf = [&](uint32_t i) { return region.bytes.get() + size_t{i} * bytes; };
   Contexts ctx(slots);
-  std::deque<uint32_t> to_post;
+  // Slots to post, taken last-in first-out, and how many may be posted:
+  // two while the client measures round trips, so they land in two warm
+  // buffers (a ping-pong application reuses its buffer; cycling through
+  // the window's buffers would measure cache misses), all of them once it
+  // sends a kRateStart.
+  std::vector<uint32_t> to_post;
+  uint32_t posted = 0, post_limit = std::min<uint32_t>(2, slots);
+  auto post = [&]() -> absl::Status {
+    while (!to_post.empty() && posted < post_limit) {
+      const uint32_t i = to_post.back();
+      const ssize_t r = ep.PostRecv(buf(i), bytes, ctx.of(i));
+      if (r == -FI_EAGAIN) break;
+      if (r != 0) return FiError("posting a receive", r);
+      to_post.pop_back();
+      ++posted;
+    }
+    return absl::OkStatus();
+  };
   std::deque<std::pair<uint32_t, size_t>> to_send;  // slot, length
-  for (uint32_t i = 0; i < slots; ++i) to_post.push_back(i);
+  for (uint32_t i = slots; i > 0; --i) to_post.push_back(i - 1);
   // Post the receives before the client can learn the address.
-  while (!to_post.empty() && ep.PostRecv(buf(to_post.front()), bytes, ctx.of(to_post.front())) == 0) {
-    to_post.pop_front();
-  }
+  if (absl::Status s = post(); !s.ok()) return s;
   if (absl::Status s = PublishAddress(fi, ep.name); !s.ok()) return s;
   fi_addr_t client = FI_ADDR_UNSPEC;
   std::vector<uint8_t> sending(slots, 0);  // the slot's buffer is out as a send, not a receive
   uint64_t data_count = 0, first_ns = 0, last_ns = 0, fin_at = 0;
   fi_cq_msg_entry comps[64];
   for (;;) {
-    while (!to_post.empty()) {
-      const uint32_t i = to_post.front();
-      const ssize_t r = ep.PostRecv(buf(i), bytes, ctx.of(i));
-      if (r == -FI_EAGAIN) break;
-      if (r != 0) return FiError("posting a receive", r);
-      to_post.pop_front();
-    }
+    if (absl::Status s = post(); !s.ok()) return s;
     while (!to_send.empty() && client != FI_ADDR_UNSPEC) {
       const auto [i, len] = to_send.front();
       const ssize_t r = ep.Send(buf(i), len, client, ctx.of(i));
@@ -442,6 +451,7 @@ absl::Status RunFiServer(const PingOptions& opts, const FiPingOptions& fi) {
         to_post.push_back(i);  // the reply left: the buffer receives again
         continue;
       }
+      --posted;
       PingHeader h{};
       const size_t len = comps[k].len;
       if (!ReadPingHeader(buf(i), len, &h)) {
@@ -465,6 +475,10 @@ absl::Status RunFiServer(const PingOptions& opts, const FiPingOptions& fi) {
           break;
         }
         case PingKind::kPing:
+          to_send.emplace_back(i, len);
+          break;
+        case PingKind::kRateStart:
+          post_limit = slots;  // posted at the loop's top, before the echo goes
           to_send.emplace_back(i, len);
           break;
         case PingKind::kData:
@@ -653,6 +667,15 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
   rate.window = window;
   rate.reliable = true;
   rate.cannot = cannot;
+  rate.begin = [&]() -> absl::Status {
+    constexpr uint64_t kStartSeq = 1ull << 61;
+    auto rt = round_trip(kStartSeq, PingKind::kRateStart, kCtlBytes, nullptr);
+    if (!rt.ok()) return rt.status();
+    if (!IsPingHeader(rbuf, reply_len, kStartSeq, PingKind::kRateStart)) {
+      return absl::DataLossError("the server's answer to the rate phase's start is malformed");
+    }
+    return absl::OkStatus();
+  };
   uint64_t seq = 0;
   uint64_t written = ~uint64_t{0};
   rate.send = [&](uint64_t size, uint64_t n) -> absl::Status {

@@ -108,6 +108,7 @@ absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts, c
   std::vector<RateResult> out;
   const std::vector<uint64_t> sizes = opts.Sizes();
   Progress progress(opts, "rate");
+  bool began = false;
   for (size_t k = 0; k < sizes.size(); ++k) {
     const uint64_t size = sizes[k];
     RateResult r;
@@ -120,6 +121,10 @@ absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts, c
       out.push_back(r);
       continue;
     }
+    if (!began && ops.begin) {
+      if (absl::Status s = ops.begin(); !s.ok()) return s;
+    }
+    began = true;
     progress.Report(size, k, sizes.size(), 0, true);
     if (const uint64_t warmup = WarmupFor(opts, size); warmup != 0) {
       if (absl::Status s = ops.send(size, warmup); !s.ok()) return s;

@@ -55,6 +55,10 @@ struct Report {
 struct RateOps {
   // Why `size` cannot run on this layer (empty: it can).
   std::function<std::string(uint64_t size)> cannot;
+  // If set, run once before the first rate phase: servers keep two
+  // receives posted for round trips (warm buffers, as a ping-pong
+  // application reuses) and post the whole window only when asked.
+  std::function<absl::Status()> begin;
   // Sends n kData messages of `size` (waiting for room in the window).
   std::function<absl::Status(uint64_t size, uint64_t n)> send;
   // Waits until every data message left, sends a kReportAsk, returns the kReport.

@@ -94,19 +94,26 @@ absl::Status RunRdmServer(std::unique_ptr<driver::Device> dev, const PingOptions
     storage.emplace_back(new uint8_t[bytes]);
     buf.push_back(storage.back().get());
   }
-  std::deque<uint32_t> to_post;                 // slots to post again
+  // Slots to post, taken last-in first-out, and how many may be posted:
+  // two while the client measures round trips, so they land in two warm
+  // buffers (a ping-pong application reuses its buffer; cycling through
+  // the window's buffers would measure cache misses), all of them once it
+  // sends a kRateStart.
+  std::vector<uint32_t> to_post;
+  uint32_t posted = 0, post_limit = std::min<uint32_t>(2, slots);
   std::deque<std::pair<uint32_t, rdm::SendRequest>> to_send;  // sends refused for now
-  for (uint32_t i = 0; i < slots; ++i) to_post.push_back(i);
+  for (uint32_t i = slots; i > 0; --i) to_post.push_back(i - 1);
   auto ctx = [](uint32_t i) { return reinterpret_cast<void*>(uintptr_t{i}); };
   uint64_t data_count = 0, first_ns = 0, last_ns = 0;
   uint64_t fin_at = 0;
   rdm::Completion comps[64];
   rdm::ErrorCompletion err;
   for (;;) {
-    while (!to_post.empty()) {
-      const uint32_t i = to_post.front();
+    while (!to_post.empty() && posted < post_limit) {
+      const uint32_t i = to_post.back();
       if (ep.PostRecv({.buf = buf[i], .len = bytes, .context = ctx(i)}) != rdm::Result::kOk) break;
-      to_post.pop_front();
+      to_post.pop_back();
+      ++posted;
     }
     while (!to_send.empty()) {
       if (ep.Send(to_send.front().second) != rdm::Result::kOk) break;
@@ -122,6 +129,7 @@ absl::Status RunRdmServer(std::unique_ptr<driver::Device> dev, const PingOptions
         to_post.push_back(i);  // the echo left: the buffer receives again
         continue;
       }
+      --posted;
       PingHeader h{};
       if (!ReadPingHeader(buf[i], c.len, &h)) {
         to_post.push_back(i);
@@ -130,6 +138,10 @@ absl::Status RunRdmServer(std::unique_ptr<driver::Device> dev, const PingOptions
       const rdm::SendRequest echo{.dest = c.source, .buf = buf[i], .len = c.len, .context = ctx(i)};
       switch (static_cast<PingKind>(h.kind)) {
         case PingKind::kPing:
+          to_send.emplace_back(i, echo);
+          break;
+        case PingKind::kRateStart:
+          post_limit = slots;  // posted at the loop's top, before the echo goes
           to_send.emplace_back(i, echo);
           break;
         case PingKind::kData:
@@ -293,6 +305,15 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
   // about 4 MiB in flight.
   rate.max_inflight_bytes = 4u << 20;
   rate.cannot = cannot;
+  rate.begin = [&]() -> absl::Status {
+    constexpr uint64_t kStartSeq = 1ull << 61;
+    auto rt = round_trip(kStartSeq, PingKind::kRateStart, kCtlBytes);
+    if (!rt.ok()) return rt.status();
+    if (!IsPingHeader(rbuf.data(), reply_len, kStartSeq, PingKind::kRateStart)) {
+      return absl::DataLossError("the server's answer to the rate phase's start is malformed");
+    }
+    return absl::OkStatus();
+  };
   uint64_t seq = 0;
   uint64_t written = ~uint64_t{0};
   rate.send = [&](uint64_t size, uint64_t n) -> absl::Status {
