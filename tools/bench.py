@@ -1148,7 +1148,7 @@ def parse_args(argv):
     elif a.plot:
         a.plot = os.path.join(wd, a.plot)
     if a.progress is None:
-        a.progress = sys.stderr.isatty() and a.json != "-"
+        a.progress = sys.stderr.isatty() and not a.json  # quiet with --json, as pingpong
     return a
 
 
