@@ -881,7 +881,8 @@ def render(sec, rows, reps, markdown):
     table("Round trip: medians of %d alternating repetition%s.\n%s"
           % (reps, "" if reps == 1 else "s", "\n".join(lead + n for n in notes)), lat_head, lat_body)
     table("Message rate and bandwidth, medians.\n" + lead +
-          "windowed: bw --window, bare DPDK's burst mode; ping-pong: one message in flight, "
+          "windowed: pingpong --mode=rate, --window messages outstanding (raw and bare DPDK: "
+          "bursts of 32 frames); ping-pong: one message in flight, "
           "a transfer is one message one way (as fi_pingpong counts them).", rate_head, rate_body)
     return out
 

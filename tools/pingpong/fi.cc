@@ -668,13 +668,8 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
   rate.reliable = true;
   rate.cannot = cannot;
   rate.begin = [&]() -> absl::Status {
-    constexpr uint64_t kStartSeq = 1ull << 61;
-    auto rt = round_trip(kStartSeq, PingKind::kRateStart, kCtlBytes, nullptr);
-    if (!rt.ok()) return rt.status();
-    if (!IsPingHeader(rbuf, reply_len, kStartSeq, PingKind::kRateStart)) {
-      return absl::DataLossError("the server's answer to the rate phase's start is malformed");
-    }
-    return absl::OkStatus();
+    const auto rt = round_trip(kRateStartSeq, PingKind::kRateStart, kCtlBytes, nullptr);
+    return CheckRateStartReply(rt, rbuf, reply_len);
   };
   uint64_t seq = 0;
   uint64_t written = ~uint64_t{0};

@@ -53,6 +53,15 @@ uint32_t ServerSlots(uint32_t window, uint64_t bytes) {
   return static_cast<uint32_t>(std::max<uint64_t>(2, std::min<uint64_t>(window, fit)));
 }
 
+absl::Status CheckRateStartReply(const absl::StatusOr<uint64_t>& round_trip, const uint8_t* reply,
+                                 size_t len) {
+  if (!round_trip.ok()) return round_trip.status();
+  if (!IsPingHeader(reply, len, kRateStartSeq, PingKind::kRateStart)) {
+    return absl::DataLossError("the server's answer to the rate phase's start is malformed");
+  }
+  return absl::OkStatus();
+}
+
 uint32_t WindowFor(const RateOps& ops, uint64_t size) {
   if (ops.max_inflight_bytes == 0) return ops.window;
   const uint64_t fit = ops.max_inflight_bytes / PingPayloadBytes(size);

@@ -35,7 +35,8 @@ struct LatencyOps {
   // Why `size` cannot run on this layer (empty: it can).
   std::function<std::string(uint64_t size)> cannot;
   // One round trip: sends a kPing of `size` with `seq`, waits for the
-  // reply, verifies it byte for byte; returns the round trip in ns.
+  // reply, verifies it byte for byte; returns the round trip in ns, from
+  // handing the written ping to the layer to seeing the reply's header.
   std::function<absl::StatusOr<uint64_t>(uint64_t size, uint64_t seq)> ping;
 };
 
@@ -70,6 +71,12 @@ struct RateOps {
   // True when every message must arrive (reliable layers): a shortfall is an error.
   bool reliable = false;
 };
+
+// The kRateStart a reliable layer's RateOps::begin sends as a round trip:
+// its sequence number, and the check that `reply` (len bytes) echoes it.
+inline constexpr uint64_t kRateStartSeq = 1ull << 61;
+absl::Status CheckRateStartReply(const absl::StatusOr<uint64_t>& round_trip, const uint8_t* reply,
+                                 size_t len);
 
 // The window for messages of `size`: ops.window, capped by max_inflight_bytes.
 uint32_t WindowFor(const RateOps& ops, uint64_t size);

@@ -23,7 +23,7 @@ struct PingOptions {
   bool latency = true;          // round trips with one ping in flight
   bool rate = false;            // one-way messages, `window` outstanding
   uint32_t burst = 32;     // raw rate mode: frames per TxBurst
-  uint32_t window = 32;    // rdm and fi rate mode: messages outstanding; server receives posted
+  uint32_t window = 32;    // rdm and fi rate mode: messages outstanding (and the server's receives)
   // Called now and then (at most every 200 ms) with a line of progress;
   // may be empty.
   std::function<void(const std::string&)> progress;

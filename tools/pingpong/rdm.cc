@@ -306,13 +306,8 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
   rate.max_inflight_bytes = 4u << 20;
   rate.cannot = cannot;
   rate.begin = [&]() -> absl::Status {
-    constexpr uint64_t kStartSeq = 1ull << 61;
-    auto rt = round_trip(kStartSeq, PingKind::kRateStart, kCtlBytes);
-    if (!rt.ok()) return rt.status();
-    if (!IsPingHeader(rbuf.data(), reply_len, kStartSeq, PingKind::kRateStart)) {
-      return absl::DataLossError("the server's answer to the rate phase's start is malformed");
-    }
-    return absl::OkStatus();
+    const auto rt = round_trip(kRateStartSeq, PingKind::kRateStart, kCtlBytes);
+    return CheckRateStartReply(rt, rbuf.data(), reply_len);
   };
   uint64_t seq = 0;
   uint64_t written = ~uint64_t{0};
