@@ -10,7 +10,7 @@
 #include "driver/clock.h"
 #include "driver/device.h"
 #include "driver/mlx5/fake_device.h"
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "gtest/gtest.h"
 
 namespace bypass::driver::mlx5 {
@@ -41,11 +41,11 @@ struct Side {
   Side(std::shared_ptr<Wire> wire, int index, ManualClock& clock) {
     DeviceOptions o;
     dev = *FakeMlx5Device::Open(std::move(wire), index, o, FakeNic::Options{});
-    port = std::make_unique<Port<>>(dev->queue(0), dev->info());
+    port = std::make_unique<Port>(dev->queue(0), dev->info());
     EndpointConfig c;
     c.udp_port = kUdpPort;
     c.max_posted_recvs = kMessages;
-    ep = *Endpoint<>::Create(*port, clock, c);
+    ep = *Endpoint::Create(*port, clock, c);
   }
   Address address() const {
     Address a;
@@ -55,8 +55,8 @@ struct Side {
     return a;
   }
   std::unique_ptr<FakeMlx5Device> dev;
-  std::unique_ptr<Port<>> port;
-  std::unique_ptr<Endpoint<>> ep;
+  std::unique_ptr<Port> port;
+  std::unique_ptr<Endpoint> ep;
 };
 
 TEST(RdmOverFakeMlx5Test, TaggedAndUntaggedMessagesArriveWhole) {
@@ -88,7 +88,7 @@ TEST(RdmOverFakeMlx5Test, TaggedAndUntaggedMessagesArriveWhole) {
   for (int step = 0; step < 2'000'000; ++step) {
     bool done = true;
     for (int s = 0; s < 2; ++s) {
-      Endpoint<>& ep = *sides[s].ep;
+      Endpoint& ep = *sides[s].ep;
       while (sent[s] < kMessages) {
         rdm::SendRequest r{.dest = peer[s], .buf = out[s][sent[s]].data(),
                            .len = out[s][sent[s]].size(),

@@ -206,9 +206,9 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
       if (ep->rdm == nullptr || fa >= ep->peer_of.size()) continue;
       const rdm::PeerId p = ep->peer_of[fa];
       ep->peer_of[fa] = rdm::PeerId{};
-      const uint32_t slot = rdm::PeerTable::Index(p);
+      const uint32_t slot = p.slot();
       if (slot < ep->addr_of.size()) ep->addr_of[slot] = FI_ADDR_NOTAVAIL;
-      if (absl::Status s = ep->rdm->engine().RemovePeer(p); !s.ok()) {
+      if (absl::Status s = ep->rdm->RemovePeer(p); !s.ok()) {
         // The AV forgets it either way; the engine keeps the session.
         BYPASS_FI_WARN(FI_LOG_AV, "the engine kept peer %u: %s\n", p.value,
                        std::string(s.message()).c_str());
@@ -376,7 +376,7 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
   }
   if (ep->peer_of.size() <= fa) ep->peer_of.resize(fa + 1);
   ep->peer_of[fa] = *p;
-  const uint32_t slot = rdm::PeerTable::Index(*p);
+  const uint32_t slot = p->slot();
   if (ep->addr_of.size() <= slot) ep->addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
   ep->addr_of[slot] = fa;
   return 0;

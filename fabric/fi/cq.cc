@@ -66,7 +66,7 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
 }
 
 fi_addr_t SourceOf(const Ep* ep, rdm::PeerId p) {
-  const uint32_t slot = rdm::PeerTable::Index(p);
+  const uint32_t slot = p.slot();
   return slot < ep->addr_of.size() ? ep->addr_of[slot] : FI_ADDR_NOTAVAIL;
 }
 

@@ -105,7 +105,7 @@ void CloseDgram(Ep* ep) {
 }
 
 void ProgressDgram(Ep* ep) {
-  rdm::Port<>& port = *ep->domain->port;
+  rdm::Port& port = *ep->domain->port;
   port.Poll(kRxBurst);
   driver::Packet* pkts[kRxBurst];
   // Only as many as the receive CQ can take: the rest wait in the inbox.

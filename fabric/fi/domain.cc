@@ -258,7 +258,7 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->fabric = fab;
   d->uri = uri;
   d->dev = *std::move(dev);
-  d->port = std::make_unique<rdm::Port<>>(d->dev->queue(0), d->dev->info());
+  d->port = std::make_unique<rdm::Port>(d->dev->queue(0), d->dev->info());
   if (info->domain_attr != nullptr) {
     const fi_threading t = info->domain_attr->threading;
     d->thread_safe = t == FI_THREAD_SAFE || t == FI_THREAD_FID || t == FI_THREAD_ENDPOINT;
@@ -339,7 +339,7 @@ int RegisterMrWithEp(Mr* mr, Ep* ep) {
                                                    : mr->offset;
   r.key = mr->fid.key;
   r.context = mr->context;
-  absl::StatusOr<uint64_t> key = ep->rdm->engine().RegisterRegion(r);
+  absl::StatusOr<uint64_t> key = ep->rdm->RegisterRegion(r);
   if (!key.ok()) {
     BYPASS_FI_WARN(FI_LOG_MR, "cannot register a region for remote access: %s\n",
                    std::string(key.status().message()).c_str());
@@ -350,7 +350,7 @@ int RegisterMrWithEp(Mr* mr, Ep* ep) {
 }
 
 void DeregisterMrFromEp(Mr* mr, Ep* ep) {
-  if (ep->rdm != nullptr) (void)ep->rdm->engine().DeregisterRegion(mr->fid.key);
+  if (ep->rdm != nullptr) (void)ep->rdm->DeregisterRegion(mr->fid.key);
   EraseOne(mr->registered, ep);
 }
 

@@ -86,7 +86,7 @@ void Linger(Ep* ep) {
       last_rx = now;
     }
     if (now - start >= kLingerMaxNs) return;
-    if (now - last_rx < kQuietNs || ep->rdm->engine().HasTxWork()) continue;
+    if (now - last_rx < kQuietNs || ep->rdm->HasTxWork()) continue;
     bool pending = false;
     for (size_t i = 0; i < ep->peer_of.size() && !pending; ++i) {
       std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(ep->peer_of[i]);
@@ -244,8 +244,8 @@ int Enable(Ep* ep) {
   }
   Domain* d = ep->domain;
   if (ep->type == FI_EP_DGRAM) return EnableDgram(ep);
-  absl::StatusOr<std::unique_ptr<rdm::Endpoint<>>> r =
-      rdm::Endpoint<>::Create(*d->port, driver::SteadyClock::Get(), ep->config);
+  absl::StatusOr<std::unique_ptr<rdm::Endpoint>> r =
+      rdm::Endpoint::Create(*d->port, driver::SteadyClock::Get(), ep->config);
   if (!r.ok()) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(r.status().message()).c_str());
     return FromStatus(r.status());
@@ -262,13 +262,13 @@ int Enable(Ep* ep) {
     return ret;
   };
   if (ep->dscp) {
-    if (absl::Status s = ep->rdm->engine().SetDscp(*ep->dscp); !s.ok()) {
+    if (absl::Status s = ep->rdm->SetDscp(*ep->dscp); !s.ok()) {
       BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: DSCP %u: %s\n", *ep->dscp,
                      std::string(s.message()).c_str());
       return fail(FromStatus(s));
     }
   }
-  if (ep->min_multi_recv_set) ep->rdm->engine().SetMinMultiRecv(ep->min_multi_recv);
+  if (ep->min_multi_recv_set) ep->rdm->SetMinMultiRecv(ep->min_multi_recv);
   for (fi_addr_t fa = 0; fa < ep->av->addrs.size(); ++fa) {
     if (!ep->av->addrs[fa]) continue;
     if (int ret = AddPeerToEp(ep, fa, *ep->av->addrs[fa]); ret != 0) return fail(ret);
@@ -367,11 +367,11 @@ ssize_t EpCancel(fid_t f, void* context) {
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   // A receive posted with a record is known to the engine by the record.
   for (OpRecord& r : ep->records) {
-    if (r.user_context == context && context != nullptr && ep->rdm->engine().CancelRecv(&r)) {
+    if (r.user_context == context && context != nullptr && ep->rdm->CancelRecv(&r)) {
       return 0;
     }
   }
-  return ep->rdm->engine().CancelRecv(context) ? 0 : -FI_ENOENT;
+  return ep->rdm->CancelRecv(context) ? 0 : -FI_ENOENT;
 }
 
 int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
@@ -386,7 +386,7 @@ int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
     *optlen = sizeof(size_t);
     return -FI_ETOOSMALL;
   }
-  const size_t v = ep->rdm != nullptr ? ep->rdm->engine().min_multi_recv()
+  const size_t v = ep->rdm != nullptr ? ep->rdm->min_multi_recv()
                                       : static_cast<size_t>(ep->config.min_multi_recv);
   std::memcpy(optval, &v, sizeof(v));
   *optlen = sizeof(size_t);
@@ -407,7 +407,7 @@ int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen)
   ep->min_multi_recv = v;
   ep->min_multi_recv_set = true;
   ep->config.min_multi_recv = v;
-  if (ep->rdm != nullptr) ep->rdm->engine().SetMinMultiRecv(v);
+  if (ep->rdm != nullptr) ep->rdm->SetMinMultiRecv(v);
   return 0;
 }
 
@@ -421,7 +421,7 @@ ssize_t RxSizeLeft(fid_ep* f) {
   DomainGuard g(ep->domain);
   if (ep->dgram != nullptr) return ep->dgram->max_posted - ep->dgram->posted.size();
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
-  return ep->rdm->engine().RecvSlotsFree();
+  return ep->rdm->RecvSlotsFree();
 }
 
 ssize_t TxSizeLeft(fid_ep* f) {
@@ -431,7 +431,7 @@ ssize_t TxSizeLeft(fid_ep* f) {
   DomainGuard g(ep->domain);
   if (ep->dgram != nullptr) return ep->tx_cq != nullptr ? ep->tx_cq->room() : 1;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
-  return ep->rdm->engine().SendSlotsFree();
+  return ep->rdm->SendSlotsFree();
 }
 
 fi_ops_ep g_ep_ops = {

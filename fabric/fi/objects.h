@@ -26,9 +26,9 @@
 
 #include "driver/device.h"
 #include "fabric/rdm/config.h"
-#include "fabric/rdm/endpoint.h"
-#include "fabric/rdm/peer_table.h"
-#include "fabric/rdm/port.h"
+#include "fabric/rdm/rdm.h"
+#include "fabric/rdm/rdm.h"
+#include "fabric/rdm/inbox.h"
 #include "fabric/rdm/types.h"
 
 namespace bypass::fi {
@@ -84,7 +84,7 @@ struct Domain {
   Fabric* fabric = nullptr;
   std::string uri;
   std::unique_ptr<driver::Device> dev;
-  std::unique_ptr<rdm::Port<>> port;
+  std::unique_ptr<rdm::Port> port;
   // FI_THREAD_SAFE: every call takes mu; other threading levels take nothing.
   bool thread_safe = false;
   std::recursive_mutex mu;
@@ -270,7 +270,7 @@ struct Ep {
   size_t min_multi_recv = 0;
   bool min_multi_recv_set = false;
   rdm::EndpointConfig config;
-  std::unique_ptr<rdm::Endpoint<>> rdm;  // after fi_enable (FI_EP_RDM)
+  std::unique_ptr<rdm::Endpoint> rdm;  // after fi_enable (FI_EP_RDM)
   // ProgressEp's buffers for draining the engine, allocated with rdm: on
   // ProgressEp's stack they would be zero-initialised on every pass (about
   // 2 KiB per fi_cq_read).
@@ -291,7 +291,7 @@ struct Ep {
   Av* av = nullptr;
   Eq* eq = nullptr;
   std::vector<rdm::PeerId> peer_of;  // by fi_addr
-  std::vector<fi_addr_t> addr_of;    // by rdm::PeerTable::Index(PeerId)
+  std::vector<fi_addr_t> addr_of;    // by PeerId.slot()
   std::vector<OpRecord> records;
   uint32_t free_record = UINT32_MAX;
   std::vector<Mr*> mrs;  // FI_MR_ENDPOINT regions bound here

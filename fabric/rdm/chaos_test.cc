@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "driver/fault/prng.h"
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "fabric/rdm/test_util.h"
 #include "gtest/gtest.h"
 
@@ -98,7 +98,7 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
         m.index = static_cast<uint64_t>(k);
         m.tagged = rng.Below(2) == 0;
         const size_t size = RandomSize(rng);
-        m.inject = size <= net.ep(0).engine().config().inject_size && rng.Below(2) == 0;
+        m.inject = size <= net.ep(0).config().inject_size && rng.Below(2) == 0;
         m.out.resize(size);
         testing::FillPattern(PatternId(m), absl::MakeSpan(m.out));
         m.in.assign(size, 0xee);
@@ -133,7 +133,7 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
   std::vector<int> remote_done(soak.nodes, 0), remote_expected(soak.nodes, 0);
   for (int n = 0; n < soak.nodes; ++n) {
     region[n].assign(static_cast<size_t>(soak.nodes) * kRmaPerPair * kRmaSlot, 0);
-    absl::StatusOr<uint64_t> k = net.ep(n).engine().RegisterRegion(
+    absl::StatusOr<uint64_t> k = net.ep(n).RegisterRegion(
         {.addr = region[n].data(),
          .len = region[n].size(),
          .access = kAccessRemoteRead | kAccessRemoteWrite,
@@ -169,7 +169,7 @@ TEST_P(ChaosTest, EveryMessageExactlyOnceInOrderIntact) {
     for (; rma_posted < rma.size(); ++rma_posted) {
       RmaPair& r = rma[rma_posted];
       const PeerId to = peer[r.src][r.dst];
-      if (net.ep(r.src).engine().SendSlotsFree() < 2) return;
+      if (net.ep(r.src).SendSlotsFree() < 2) return;
       ASSERT_EQ(net.ep(r.src).Write({.dest = to,
                                      .buf = r.out.data(),
                                      .len = r.out.size(),
@@ -479,8 +479,8 @@ void GiveUpRace(uint32_t window, bool then_write) {
     }
   };
   Net net(o);
-  Endpoint<>& s = net.ep(0);
-  Endpoint<>& r = net.ep(1);
+  Endpoint& s = net.ep(0);
+  Endpoint& r = net.ep(1);
   const PeerId to_r = net.Peer(0, 1);
   constexpr uint64_t kTagA = 5;
   std::vector<uint8_t> x(100), a(4000), b(300), x_in(100), a_in(4000, 0xee), b_in(300, 0xee);
@@ -539,7 +539,7 @@ void GiveUpRace(uint32_t window, bool then_write) {
   // R takes the second plain copy; the rest of A comes abandoned. Then B.
   ASSERT_EQ(r.PostRecv({.buf = x_in.data(), .len = x_in.size(), .context = &x_in}), Result::kOk);
   if (then_write) {
-    absl::StatusOr<uint64_t> key = r.engine().RegisterRegion(
+    absl::StatusOr<uint64_t> key = r.RegisterRegion(
         {.addr = b_in.data(), .len = b_in.size(), .access = kAccessRemoteWrite});
     ASSERT_TRUE(key.ok()) << key.status();
     ASSERT_EQ(s.Write({.dest = to_r, .buf = b.data(), .len = b.size(), .key = *key, .context = &b}),

@@ -2,7 +2,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "fabric/rdm/wire.h"
 
 namespace bypass::rdm {
 
@@ -31,7 +30,7 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
     // Pulls may take all but a quarter (at least one) of them: PROTOCOL.md.
     return bad("max_rma_ops", c.max_rma_ops, "2..2^20 (one at least is kept for answers)");
   }
-  if (c.window_packets == 0 || c.window_packets > wire::kSackBits) {
+  if (c.window_packets == 0 || c.window_packets > kMaxWindowPackets) {
     return bad("window_packets", c.window_packets, "1..256 (the SACK bitmap)");
   }
   if (c.max_unexpected_msgs == 0) return bad("max_unexpected_msgs", 0, "at least 1");

@@ -10,6 +10,9 @@
 
 namespace bypass::rdm {
 
+// The largest receive window: the reach of an ACK's SACK bitmap (wire.h).
+inline constexpr uint32_t kMaxWindowPackets = 256;
+
 // Endpoint settings. Times are nanoseconds of the injected clock.
 struct EndpointConfig {
   uint16_t udp_port = 0;  // REQUIRED, non-zero

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "fabric/rdm/test_util.h"
 #include "gtest/gtest.h"
 

@@ -1,11 +1,181 @@
-// The default instantiation (virtual call per burst), compiled once.
-#include "fabric/rdm/endpoint.h"
+// The Endpoint: the engine plus the device calls, a burst at a time.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
 
-#include "driver/device.h"
+#include "fabric/rdm/engine.h"
+#include "fabric/rdm/inbox.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::rdm {
 
-template class Port<driver::QueuePair>;
-template class Endpoint<driver::QueuePair>;
+absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const driver::Clock& clock,
+                                                           const EndpointConfig& config) {
+  DeviceParams dev;
+  dev.mac = port.info().mac;
+  dev.ip = port.info().ipv4;
+  dev.mtu = port.info().mtu;
+  dev.pool_capacity = port.qp().PoolCapacity();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dev, config);
+  if (!engine.ok()) return engine.status();
+  std::unique_ptr<Endpoint> ep(new Endpoint(port, clock, *std::move(engine)));
+  if (absl::Status s = port.Attach(config.udp_port, ep->inbox_.get()); !s.ok()) return s;
+  ep->attached_ = true;
+  return ep;
+}
+
+Endpoint::Endpoint(Port& port, const driver::Clock& clock, std::unique_ptr<Engine> engine)
+    : port_(port),
+      clock_(clock),
+      engine_(std::move(engine)),
+      inbox_(std::make_unique<Inbox>(kInboxSize)) {
+  engine_->SetNow(clock_.NowNs());
+}
+
+Endpoint::~Endpoint() {
+  if (attached_) port_.Detach(engine_->config().udp_port);
+  engine_->ReleaseAll();
+  FreeReleased();
+  if (spare_n_ > 0) port_.qp().FreeBulk({spare_ + spare_head_, spare_n_});
+  if (backlog_n_ > 0) port_.qp().FreeBulk({backlog_, backlog_n_});
+}
+
+Address Endpoint::address() const { return engine_->address(); }
+const EndpointConfig& Endpoint::config() const { return engine_->config(); }
+uint32_t Endpoint::max_segment() const { return engine_->max_segment(); }
+absl::StatusOr<PeerId> Endpoint::InsertPeer(const Address& a) { return engine_->InsertPeer(a); }
+absl::Status Endpoint::RemovePeer(PeerId id) { return engine_->RemovePeer(id); }
+std::optional<Address> Endpoint::PeerAddress(PeerId id) const { return engine_->PeerAddress(id); }
+std::optional<PeerStats> Endpoint::peer_stats(PeerId id) const { return engine_->peer_stats(id); }
+absl::StatusOr<uint64_t> Endpoint::RegisterRegion(const RegionRequest& r) {
+  return engine_->RegisterRegion(r);
+}
+absl::Status Endpoint::DeregisterRegion(uint64_t key) { return engine_->DeregisterRegion(key); }
+absl::Status Endpoint::SetDscp(uint8_t dscp) { return engine_->SetDscp(dscp); }
+void Endpoint::SetMinMultiRecv(size_t bytes) { engine_->SetMinMultiRecv(bytes); }
+size_t Endpoint::min_multi_recv() const { return engine_->min_multi_recv(); }
+
+Result Endpoint::Send(const SendRequest& r) {
+  const Result res = engine_->PostSend(r);
+  if (res == Result::kOk) Flush();
+  return res;
+}
+
+Result Endpoint::PostRecv(const RecvRequest& r) {
+  const Result res = engine_->PostRecv(r);
+  if (res == Result::kOk && engine_->HasTxWork()) Flush();
+  return res;
+}
+
+Result Endpoint::Write(const RmaRequest& r) {
+  const Result res = engine_->PostWrite(r);
+  if (res == Result::kOk) Flush();
+  return res;
+}
+
+Result Endpoint::Read(const RmaRequest& r) {
+  const Result res = engine_->PostRead(r);
+  if (res == Result::kOk) Flush();
+  return res;
+}
+
+bool Endpoint::CancelRecv(void* context) { return engine_->CancelRecv(context); }
+uint32_t Endpoint::SendSlotsFree() const { return engine_->SendSlotsFree(); }
+uint32_t Endpoint::RecvSlotsFree() const { return engine_->RecvSlotsFree(); }
+bool Endpoint::HasTxWork() const { return backlog_n_ > 0 || engine_->HasTxWork(); }
+size_t Endpoint::PollCompletions(absl::Span<Completion> out) {
+  return engine_->PollCompletions(out);
+}
+size_t Endpoint::PollErrors(absl::Span<ErrorCompletion> out) { return engine_->PollErrors(out); }
+const Counters& Endpoint::counters() const { return engine_->counters(); }
+
+size_t Endpoint::Progress() {
+  const EndpointConfig& c = engine_->config();
+  port_.Poll(c.rx_burst);
+  driver::Packet* batch[Port::kMaxBurst];
+  const uint32_t n = inbox_->Pop({batch, std::min<size_t>(2u * c.rx_burst, Port::kMaxBurst)});
+  // The clock after the poll, so what arrived is stamped after it arrived;
+  // idle passes may reuse the last reading (idle_passes_per_clock_read).
+  if (n > 0 || ++idle_passes_ >= c.idle_passes_per_clock_read) {
+    engine_->SetNow(clock_.NowNs());
+    idle_passes_ = 0;
+  }
+  if (n > 0) {
+    engine_->HandleRx({batch, n});
+    FreeReleased();
+  }
+  engine_->RunTimers();
+  FreeReleased();
+  Flush();
+  return n;
+}
+
+// Packets the engine is done with refill the spare TX buffers first (at the
+// front: the next frame is built into a buffer warm in this core's cache),
+// saving a pool free and a pool allocation per message; the rest go back to
+// the pool. Only packets as large as the queue's own TX buffers are kept (a
+// received packet may be transmitted).
+void Endpoint::FreeReleased() {
+  const absl::Span<driver::Packet* const> r = engine_->released();
+  if (r.empty()) return;
+  const uint32_t burst = std::min<uint32_t>(engine_->config().tx_burst, Port::kMaxBurst);
+  size_t i = 0;
+  for (; i < r.size() && spare_n_ < burst && r[i]->capacity >= tx_capacity_; ++i) {
+    r[i]->len = 0;
+    r[i]->ol_flags = 0;
+    if (spare_head_ > 0) {
+      spare_[--spare_head_] = r[i];
+    } else {
+      spare_[spare_n_] = r[i];
+    }
+    ++spare_n_;
+  }
+  if (i < r.size()) port_.qp().FreeBulk(r.subspan(i));
+  engine_->ClearReleased();
+}
+
+// Builds and transmits up to tx_bursts_per_pass bursts; what the TX ring
+// does not take waits in the backlog, in order, for the next call.
+void Endpoint::Flush() {
+  const EndpointConfig& c = engine_->config();
+  const uint32_t burst = std::min<uint32_t>(c.tx_burst, Port::kMaxBurst);
+  driver::QueuePair& qp = port_.qp();
+  for (uint32_t round = 0; round < c.tx_bursts_per_pass; ++round) {
+    if (backlog_n_ > 0) {
+      const uint16_t took = qp.TxBurst({backlog_, backlog_n_});
+      std::copy(backlog_ + took, backlog_ + backlog_n_, backlog_);
+      backlog_n_ -= took;
+      if (backlog_n_ > 0) {
+        ++engine_->mutable_counters().tx_ring_full;
+        return;
+      }
+    }
+    if (!engine_->HasTxWork()) return;
+    if (spare_n_ < burst) {
+      std::copy(spare_ + spare_head_, spare_ + spare_head_ + spare_n_, spare_);
+      spare_head_ = 0;
+      if (qp.AllocBulk({spare_ + spare_n_, burst - spare_n_})) {
+        tx_capacity_ = spare_[spare_n_]->capacity;
+        spare_n_ = burst;
+      } else {
+        ++engine_->mutable_counters().tx_no_buffer;
+        if (spare_n_ == 0) return;
+      }
+    }
+    driver::Packet** const spare = spare_ + spare_head_;
+    const size_t built = engine_->BuildTx({spare, spare_n_});
+    if (built == 0) return;
+    const uint16_t took = qp.TxBurst({spare, built});
+    if (took < built) {
+      std::copy(spare + took, spare + built, backlog_);
+      backlog_n_ = static_cast<uint32_t>(built - took);
+    }
+    spare_n_ -= static_cast<uint32_t>(built);
+    spare_head_ = spare_n_ == 0 ? 0 : spare_head_ + static_cast<uint32_t>(built);
+  }
+}
 
 }  // namespace bypass::rdm

@@ -1,7 +1,7 @@
 // Messages and tagged messages between endpoints on a clean loopback
 // segment: matching, queues, completions, inject, truncation, large
 // messages, sharing one queue, and the concrete-queue instantiation.
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 
 #include <cstdint>
 #include <cstring>
@@ -185,7 +185,7 @@ TEST(EndpointTest, RemoteCqDataAndInject) {
   EXPECT_EQ(sent[0].len, 10u);
   EXPECT_EQ(net.ep(0).Send({.dest = to_b,
                             .buf = msg,
-                            .len = net.ep(0).engine().config().inject_size + 1,
+                            .len = net.ep(0).config().inject_size + 1,
                             .flags = kSendInject}),
             Result::kTooLong);
 }
@@ -381,7 +381,7 @@ TEST(EndpointTest, BadArgumentsAndFullQueues) {
   EXPECT_EQ(net.ep(0).Send({.dest = PeerId{77}, .buf = "x", .len = 1}), Result::kInvalid);
   EXPECT_EQ(net.ep(0).Send({.dest = to_b, .buf = nullptr, .len = 1}), Result::kInvalid);
   EXPECT_EQ(net.ep(0).Send(
-                {.dest = to_b, .buf = "x", .len = net.ep(0).engine().config().max_msg_size + 1}),
+                {.dest = to_b, .buf = "x", .len = net.ep(0).config().max_msg_size + 1}),
             Result::kTooLong);
   EXPECT_EQ(net.ep(0).PostRecv({.source = PeerId{9}, .buf = nullptr, .len = 0}), Result::kInvalid);
   // Two send slots: the third send finds none until progress frees one.
@@ -427,17 +427,17 @@ TEST(EndpointTest, SharedQueueDemuxAndSteeredQueue) {
   auto a = *driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + seg), {});
   auto b = *driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + seg), two_queues);
   driver::ManualClock clock;
-  Port<> pa(a->queue(0), a->info());
-  Port<> pb0(b->queue(0), b->info());
-  Port<> pb1(b->queue(1), b->info());
+  Port pa(a->queue(0), a->info());
+  Port pb0(b->queue(0), b->info());
+  Port pb1(b->queue(1), b->info());
   ASSERT_TRUE(b->SteerUdpPort(7003, 1).ok());
-  auto ea = *Endpoint<>::Create(pa, clock, {.udp_port = 7000});
-  auto eb1 = *Endpoint<>::Create(pb0, clock, {.udp_port = 7001});
-  auto eb2 = *Endpoint<>::Create(pb0, clock, {.udp_port = 7002});
-  auto eb3 = *Endpoint<>::Create(pb1, clock, {.udp_port = 7003});
-  EXPECT_FALSE(Endpoint<>::Create(pb0, clock, {.udp_port = 7001}).ok()) << "port taken";
+  auto ea = *Endpoint::Create(pa, clock, {.udp_port = 7000});
+  auto eb1 = *Endpoint::Create(pb0, clock, {.udp_port = 7001});
+  auto eb2 = *Endpoint::Create(pb0, clock, {.udp_port = 7002});
+  auto eb3 = *Endpoint::Create(pb1, clock, {.udp_port = 7003});
+  EXPECT_FALSE(Endpoint::Create(pb0, clock, {.udp_port = 7001}).ok()) << "port taken";
   EXPECT_EQ(pb0.endpoints(), 2u);
-  Endpoint<>* rx[] = {eb1.get(), eb2.get(), eb3.get()};
+  Endpoint* rx[] = {eb1.get(), eb2.get(), eb3.get()};
   uint32_t got[3] = {};
   const uint32_t sent[3] = {100, 101, 102};  // valid until the sends complete
   for (uint32_t i = 0; i < 3; ++i) {
@@ -447,7 +447,7 @@ TEST(EndpointTest, SharedQueueDemuxAndSteeredQueue) {
   }
   for (int s = 0; s < 2000 && (got[0] == 0 || got[1] == 0 || got[2] == 0); ++s) {
     ea->Progress();
-    for (Endpoint<>* e : rx) e->Progress();
+    for (Endpoint* e : rx) e->Progress();
     clock.Advance(1000);
   }
   EXPECT_EQ(got[0], 100u);
@@ -457,35 +457,6 @@ TEST(EndpointTest, SharedQueueDemuxAndSteeredQueue) {
   EXPECT_GT(pb1.counters().rx_packets, 0u) << "the steered endpoint's traffic used queue 1";
 }
 
-// The engine over the concrete loopback queue: no virtual call at all.
-TEST(EndpointTest, ConcreteLoopbackQueue) {
-  using LQ = driver::loopback::LoopbackQueue;
-  const std::string seg = testing::UniqueSegment();
-  auto a = *driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + seg), {});
-  auto b = *driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + seg), {});
-  driver::ManualClock clock;
-  Port<LQ> pa(a->loopback_queue(0), a->info());
-  Port<LQ> pb(b->loopback_queue(0), b->info());
-  auto ea = *Endpoint<LQ>::Create(pa, clock, {.udp_port = 1});
-  auto eb = *Endpoint<LQ>::Create(pb, clock, {.udp_port = 2});
-  std::vector<uint8_t> out(100'000), in(100'000);
-  testing::FillPattern(9, absl::MakeSpan(out));
-  ASSERT_EQ(eb->PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
-  ASSERT_EQ(
-      ea->Send({.dest = *ea->InsertPeer(eb->address()), .buf = out.data(), .len = out.size()}),
-      Result::kOk);
-  Completion c;
-  bool done = false;
-  for (int s = 0; s < 5000 && !done; ++s) {
-    ea->Progress();
-    eb->Progress();
-    done = eb->PollCompletions({&c, 1}) == 1;
-    clock.Advance(1000);
-  }
-  ASSERT_TRUE(done);
-  EXPECT_EQ(in, out);
-}
-
 TEST(EndpointTest, BadConfigurationsSayWhatIsWrong) {
   const std::string seg = testing::UniqueSegment();
   driver::DeviceOptions small_mtu;
@@ -493,10 +464,10 @@ TEST(EndpointTest, BadConfigurationsSayWhatIsWrong) {
   auto dev = *driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + seg), {});
   auto tiny = *driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + seg), small_mtu);
   driver::ManualClock clock;
-  Port<> port(dev->queue(0), dev->info());
-  Port<> tiny_port(tiny->queue(0), tiny->info());
-  const auto error = [&](Port<>& p, EndpointConfig c) {
-    absl::StatusOr<std::unique_ptr<Endpoint<>>> ep = Endpoint<>::Create(p, clock, c);
+  Port port(dev->queue(0), dev->info());
+  Port tiny_port(tiny->queue(0), tiny->info());
+  const auto error = [&](Port& p, EndpointConfig c) {
+    absl::StatusOr<std::unique_ptr<Endpoint>> ep = Endpoint::Create(p, clock, c);
     EXPECT_FALSE(ep.ok());
     return std::string(ep.status().message());
   };
@@ -508,7 +479,7 @@ TEST(EndpointTest, BadConfigurationsSayWhatIsWrong) {
   EXPECT_NE(error(port, {.udp_port = 1, .peer_timeout_ns = 1'000'000}).find("rnr_retry_max_ns"),
             std::string::npos);
   EXPECT_NE(error(tiny_port, {.udp_port = 1}).find("MTU 150"), std::string::npos);
-  auto ok = Endpoint<>::Create(port, clock, {.udp_port = 1, .max_peers = 1});
+  auto ok = Endpoint::Create(port, clock, {.udp_port = 1, .max_peers = 1});
   ASSERT_TRUE(ok.ok()) << ok.status();
   Address other = (*ok)->address();
   other.udp_port = 2;

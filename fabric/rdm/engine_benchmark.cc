@@ -17,13 +17,12 @@
 #include "driver/loopback/loopback_device.h"
 #include "driver/net_headers.h"
 #include "driver/uri.h"
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::rdm {
 namespace {
 
 using driver::loopback::LoopbackDevice;
-using driver::loopback::LoopbackQueue;
 
 std::unique_ptr<LoopbackDevice> OpenPort(const std::string& segment) {
   auto dev = driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + segment), {});
@@ -64,37 +63,32 @@ void BM_RawPingPong(benchmark::State& state) {
 BENCHMARK(BM_RawPingPong);
 
 // Two endpoints on two loopback ports of one segment.
-template <class QP>
 struct Pair {
-  explicit Pair(QP& (*queue)(LoopbackDevice&), uint16_t idle_passes_per_clock_read = 1,
+  explicit Pair(uint16_t idle_passes_per_clock_read = 1,
                 uint64_t rendezvous_threshold = EndpointConfig{}.rendezvous_threshold) {
     const std::string seg = Segment();
     a = OpenPort(seg);
     b = OpenPort(seg);
-    pa = std::make_unique<Port<QP>>(queue(*a), a->info());
-    pb = std::make_unique<Port<QP>>(queue(*b), b->info());
+    pa = std::make_unique<Port>(a->queue(0), a->info());
+    pb = std::make_unique<Port>(b->queue(0), b->info());
     EndpointConfig c;
     c.idle_passes_per_clock_read = idle_passes_per_clock_read;
     c.rendezvous_threshold = rendezvous_threshold;
     c.max_msg_size = 64u << 20;
     c.udp_port = 1;
-    ea = *Endpoint<QP>::Create(*pa, driver::SteadyClock::Get(), c);
+    ea = *Endpoint::Create(*pa, driver::SteadyClock::Get(), c);
     c.udp_port = 2;
-    eb = *Endpoint<QP>::Create(*pb, driver::SteadyClock::Get(), c);
+    eb = *Endpoint::Create(*pb, driver::SteadyClock::Get(), c);
     to_b = *ea->InsertPeer(eb->address());
     to_a = *eb->InsertPeer(ea->address());
   }
   std::unique_ptr<LoopbackDevice> a, b;
-  std::unique_ptr<Port<QP>> pa, pb;
-  std::unique_ptr<Endpoint<QP>> ea, eb;
+  std::unique_ptr<Port> pa, pb;
+  std::unique_ptr<Endpoint> ea, eb;
   PeerId to_b, to_a;
 };
 
-driver::QueuePair& Virtual(LoopbackDevice& d) { return d.queue(0); }
-LoopbackQueue& Concrete(LoopbackDevice& d) { return d.loopback_queue(0); }
-
-template <class QP>
-void WaitOne(Endpoint<QP>& e, Endpoint<QP>& other) {
+void WaitOne(Endpoint& e, Endpoint& other) {
   Completion c;
   while (e.PollCompletions({&c, 1}) == 0) {
     e.Progress();
@@ -102,9 +96,9 @@ void WaitOne(Endpoint<QP>& e, Endpoint<QP>& other) {
   }
 }
 
-template <class QP, QP& (*kQueue)(LoopbackDevice&), uint16_t kIdlePassesPerClockRead = 1>
+template <uint16_t kIdlePassesPerClockRead = 1>
 void BM_RdmPingPong(benchmark::State& state) {
-  Pair<QP> p(kQueue, kIdlePassesPerClockRead);
+  Pair p(kIdlePassesPerClockRead);
   uint8_t out[64] = {}, in_a[64], in_b[64];
   for (auto _ : state) {
     p.eb->PostRecv({.buf = in_b, .len = sizeof(in_b)});
@@ -118,22 +112,19 @@ void BM_RdmPingPong(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(p.ea->counters().tx_acks + p.eb->counters().tx_acks) /
                          static_cast<double>(state.iterations()));
 }
-BENCHMARK(BM_RdmPingPong<driver::QueuePair, Virtual>)->Name("BM_RdmPingPong/virtual_qp");
-BENCHMARK(BM_RdmPingPong<LoopbackQueue, Concrete>)->Name("BM_RdmPingPong/loopback_qp");
+BENCHMARK(BM_RdmPingPong<>)->Name("BM_RdmPingPong");
 // Idle passes reuse the clock reading (EndpointConfig::idle_passes_per_clock_read).
-BENCHMARK(BM_RdmPingPong<LoopbackQueue, Concrete, 16>)
-    ->Name("BM_RdmPingPong/loopback_qp_lazy_clock");
+BENCHMARK(BM_RdmPingPong<16>)->Name("BM_RdmPingPong/lazy_clock");
 
 // One Progress pass that finds nothing: what a busy-polling loop pays per
 // turn, and so about twice what a message waits, on average, to be seen.
-template <class QP, QP& (*kQueue)(LoopbackDevice&), uint16_t kIdlePassesPerClockRead = 1>
+template <uint16_t kIdlePassesPerClockRead = 1>
 void BM_IdleProgress(benchmark::State& state) {
-  Pair<QP> p(kQueue, kIdlePassesPerClockRead);
+  Pair p(kIdlePassesPerClockRead);
   for (auto _ : state) benchmark::DoNotOptimize(p.ea->Progress());
 }
-BENCHMARK(BM_IdleProgress<driver::QueuePair, Virtual>)->Name("BM_IdleProgress/virtual_qp");
-BENCHMARK(BM_IdleProgress<driver::QueuePair, Virtual, 16>)->Name("BM_IdleProgress/virtual_qp_lazy_clock");
-BENCHMARK(BM_IdleProgress<LoopbackQueue, Concrete>)->Name("BM_IdleProgress/loopback_qp");
+BENCHMARK(BM_IdleProgress<>)->Name("BM_IdleProgress");
+BENCHMARK(BM_IdleProgress<16>)->Name("BM_IdleProgress/lazy_clock");
 
 // 64-byte ping-pong with each end's device dropping state.range(0) per
 // 10'000 received packets (driver/fault): the p50 and p99 round trip. The
@@ -143,17 +134,17 @@ BENCHMARK(BM_IdleProgress<LoopbackQueue, Concrete>)->Name("BM_IdleProgress/loopb
 void BM_RdmPingPongLoss(benchmark::State& state) {
   const std::string seg = Segment();
   std::unique_ptr<driver::Device> dev[2];
-  std::unique_ptr<Port<>> port[2];
-  std::unique_ptr<Endpoint<>> ep[2];
+  std::unique_ptr<Port> port[2];
+  std::unique_ptr<Endpoint> ep[2];
   for (int i = 0; i < 2; ++i) {
     driver::fault::FaultOptions f;
     f.drop = static_cast<double>(state.range(0)) / 10'000;
     f.seed = static_cast<uint64_t>(i + 1);
     dev[i] = *driver::fault::FaultDevice::Create(OpenPort(seg), f);
-    port[i] = std::make_unique<Port<>>(dev[i]->queue(0), dev[i]->info());
+    port[i] = std::make_unique<Port>(dev[i]->queue(0), dev[i]->info());
     EndpointConfig c;
     c.udp_port = static_cast<uint16_t>(i + 1);
-    ep[i] = *Endpoint<>::Create(*port[i], driver::SteadyClock::Get(), c);
+    ep[i] = *Endpoint::Create(*port[i], driver::SteadyClock::Get(), c);
   }
   const PeerId to_b = *ep[0]->InsertPeer(ep[1]->address());
   const PeerId to_a = *ep[1]->InsertPeer(ep[0]->address());
@@ -189,7 +180,7 @@ BENCHMARK(BM_RdmPingPongLoss)->Arg(0)->Arg(100)->Iterations(200'000);
 
 // One way, 8 messages outstanding.
 void BM_RdmStream(benchmark::State& state) {
-  Pair<LoopbackQueue> p(Concrete);
+  Pair p;
   const size_t size = static_cast<size_t>(state.range(0));
   constexpr int kWindow = 8;
   std::vector<std::vector<uint8_t>> out(kWindow, std::vector<uint8_t>(size));
@@ -229,7 +220,7 @@ void BM_RdmProtocol(benchmark::State& state) {
   const size_t size = static_cast<size_t>(state.range(0));
   const bool rndv = state.range(1) != 0;
   const int window = static_cast<int>(state.range(2));
-  Pair<LoopbackQueue> p(Concrete, 1, rndv ? 0 : UINT64_MAX);
+  Pair p(1, rndv ? 0 : UINT64_MAX);
   std::vector<std::vector<uint8_t>> out(window, std::vector<uint8_t>(size));
   std::vector<std::vector<uint8_t>> in(window, std::vector<uint8_t>(size));
   int outstanding = 0;

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/clock.h"
 #include "driver/device.h"
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "gtest/gtest.h"
 
 namespace bypass::rdm {
@@ -58,13 +58,13 @@ absl::Status Exchange(int side, const std::string& sock) {
       absl::StrCat("memif:", sock, ",role=", side == 0 ? "server" : "client"), o);
   if (!dev.ok()) return dev.status();
   if (absl::Status s = WaitUp(**dev); !s.ok()) return s;
-  Port<> port((*dev)->queue(0), (*dev)->info());
+  Port port((*dev)->queue(0), (*dev)->info());
   EndpointConfig c;
   c.udp_port = kUdpPort;
   c.max_posted_recvs = 2 * kMessages;
-  auto ep_or = Endpoint<>::Create(port, driver::SteadyClock::Get(), c);
+  auto ep_or = Endpoint::Create(port, driver::SteadyClock::Get(), c);
   if (!ep_or.ok()) return ep_or.status();
-  Endpoint<>& ep = **ep_or;
+  Endpoint& ep = **ep_or;
   Address other;
   other.mac = driver::kBroadcastMac;  // memif is point to point
   other.ip = *driver::Ipv4Address::Parse(kIp[1 - side]);

@@ -25,8 +25,8 @@ class PeerTable {
   PeerTable(const PeerTable&) = delete;
   PeerTable& operator=(const PeerTable&) = delete;
 
-  static constexpr uint32_t kIndexBits = 20;  // max_peers is at most 2^20
-  static constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
+  static constexpr uint32_t kIndexBits = PeerId::kSlotBits;
+  static constexpr uint32_t kIndexMask = PeerId::kSlotMask;
   // 0..kGenerations-1; never 0xfff, so no PeerId equals kAnyPeer.
   static constexpr uint32_t kGenerations = (1u << (32 - kIndexBits)) - 1;
 

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "driver/device.h"
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
+#include "fabric/rdm/peer_table.h"
 #include "fabric/rdm/test_util.h"
 #include "fabric/rdm/wire.h"
 #include "gtest/gtest.h"
@@ -47,7 +48,7 @@ void SendPattern(Net& net, PeerId to, std::vector<uint8_t>* buf, uint64_t id, si
 TEST(MultiRecvTest, MessagesLandAtIncreasingOffsetsAndTheLastReleasesTheBuffer) {
   Net net(NetOptions{});
   const PeerId to_b = net.Peer(0, 1);
-  EXPECT_EQ(net.ep(1).engine().min_multi_recv(), 1024u) << "the EndpointConfig default";
+  EXPECT_EQ(net.ep(1).min_multi_recv(), 1024u) << "the EndpointConfig default";
   std::vector<uint8_t> big(4096, 0);
   int ctx;
   ASSERT_EQ(net.ep(1).PostRecv(
@@ -73,14 +74,14 @@ TEST(MultiRecvTest, MessagesLandAtIncreasingOffsetsAndTheLastReleasesTheBuffer) 
   }
   EXPECT_EQ(got[4].context, &plain_ctx) << "the fifth goes to the next receive";
   EXPECT_EQ(testing::CheckPattern(4, plain), -1);
-  EXPECT_EQ(net.ep(1).engine().RecvSlotsFree(), net.ep(1).engine().config().max_posted_recvs);
+  EXPECT_EQ(net.ep(1).RecvSlotsFree(), net.ep(1).config().max_posted_recvs);
 }
 
 TEST(MultiRecvTest, AMessageThatDoesNotFitGoesToTheNextReceiveNotTruncated) {
   Net net(NetOptions{});
   const PeerId to_b = net.Peer(0, 1);
-  net.ep(1).engine().SetMinMultiRecv(100);
-  EXPECT_EQ(net.ep(1).engine().min_multi_recv(), 100u);
+  net.ep(1).SetMinMultiRecv(100);
+  EXPECT_EQ(net.ep(1).min_multi_recv(), 100u);
   std::vector<uint8_t> multi(2048), plain(1000);
   int mctx, pctx;
   ASSERT_EQ(net.ep(1).PostRecv(
@@ -116,7 +117,7 @@ TEST(MultiRecvTest, TakesWaitingUnexpectedMessagesIncludingOneStillArriving) {
   o.config.window_packets = 8;  // so that the large one takes several round trips
   Net net(o);
   const PeerId to_b = net.Peer(0, 1);
-  net.ep(1).engine().SetMinMultiRecv(0);
+  net.ep(1).SetMinMultiRecv(0);
   std::vector<std::vector<uint8_t>> out(3);
   SendPattern(net, to_b, &out[0], 20, 300, kSendTagged, 7);
   SendPattern(net, to_b, &out[1], 21, 0, kSendTagged, 7);
@@ -152,7 +153,7 @@ TEST(MultiRecvTest, TakesWaitingUnexpectedMessagesIncludingOneStillArriving) {
 TEST(MultiRecvTest, RendezvousMessagesGoToPlainReceives) {
   Net net(NetOptions{});
   const PeerId to_b = net.Peer(0, 1);
-  const uint64_t large = net.ep(1).engine().config().rendezvous_threshold + 1000;
+  const uint64_t large = net.ep(1).config().rendezvous_threshold + 1000;
   std::vector<uint8_t> multi(4 * large), plain(large), out;
   int mctx, pctx;
   ASSERT_EQ(net.ep(1).PostRecv(
@@ -171,7 +172,7 @@ TEST(MultiRecvTest, RendezvousMessagesGoToPlainReceives) {
 
 TEST(MultiRecvTest, CancelReleasesTheBufferAndBadFlagsAreRejected) {
   Net net(NetOptions{});
-  Engine& e = net.ep(1).engine();
+  Endpoint& e = net.ep(1);
   std::vector<uint8_t> buf(4096);
   int ctx;
   const uint32_t free_before = e.RecvSlotsFree();
@@ -200,9 +201,9 @@ TEST(CancelTest, CancelsAQueuedReceiveAndCountsSlots) {
   o.config.max_send_ops = 8;
   o.config.max_posted_recvs = 4;
   Net net(o);
-  Engine& b = net.ep(1).engine();
+  Endpoint& b = net.ep(1);
   EXPECT_EQ(b.RecvSlotsFree(), 4u);
-  EXPECT_EQ(net.ep(0).engine().SendSlotsFree(), 8u);
+  EXPECT_EQ(net.ep(0).SendSlotsFree(), 8u);
   uint64_t x = 0, y = 0;
   ASSERT_EQ(net.ep(1).PostRecv({.buf = &x, .len = 8, .context = &x}), Result::kOk);
   ASSERT_EQ(net.ep(1).PostRecv({.buf = &y, .len = 8, .context = &y, .tagged = true}), Result::kOk);
@@ -220,14 +221,14 @@ TEST(CancelTest, CancelsAQueuedReceiveAndCountsSlots) {
   const PeerId to_b = net.Peer(0, 1);
   const uint64_t v = 42;
   ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = &v, .len = 8}), Result::kOk);
-  EXPECT_EQ(net.ep(0).engine().SendSlotsFree(), 7u);
+  EXPECT_EQ(net.ep(0).SendSlotsFree(), 7u);
   std::vector<Completion> got;
   err.clear();
   ASSERT_TRUE(WaitFor(net, 1, 1, &got, &err));
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].context, &x);
   EXPECT_EQ(x, 42u);
-  ASSERT_TRUE(net.RunUntil([&] { return net.ep(0).engine().SendSlotsFree() == 8; }, kSteps));
+  ASSERT_TRUE(net.RunUntil([&] { return net.ep(0).SendSlotsFree() == 8; }, kSteps));
 }
 
 // Two messages waiting unexpected at b: tag 1 (8 bytes) then tag 2.
@@ -412,7 +413,7 @@ TEST(RemovePeerTest, FailsItsOperationsAndItsIdGoesStale) {
   NetOptions o;
   o.nodes = 3;
   Net net(o);
-  Engine& a = net.ep(0).engine();
+  Endpoint& a = net.ep(0);
   // A peer that never answers: sends wait for its handshake.
   Address ghost = net.ep(1).address();
   ghost.udp_port = 6999;
@@ -439,7 +440,7 @@ TEST(RemovePeerTest, FailsItsOperationsAndItsIdGoesStale) {
   const absl::StatusOr<PeerId> c = a.InsertPeer(net.ep(2).address());
   ASSERT_TRUE(c.ok());
   EXPECT_NE(*c, *g);
-  EXPECT_EQ(PeerTable::Index(*c), PeerTable::Index(*g)) << "the slot was reused";
+  EXPECT_EQ(c->slot(), g->slot()) << "the slot was reused";
   EXPECT_FALSE(a.PeerAddress(*g).has_value());
   EXPECT_FALSE(a.peer_stats(*g).has_value());
   EXPECT_EQ(net.ep(0).Send({.dest = *g, .buf = &v, .len = 8}), Result::kInvalid);
@@ -463,7 +464,7 @@ TEST(RemovePeerTest, ALivePeerCanBeRemovedAndInsertedAgain) {
   std::vector<ErrorCompletion> err;
   ASSERT_TRUE(WaitFor(net, 1, 1, &got, &err));
   ASSERT_TRUE(net.RunUntil([&] { return net.ep(0).peer_stats(to_b)->queued_ops == 0; }, kSteps));
-  ASSERT_TRUE(net.ep(0).engine().RemovePeer(to_b).ok());
+  ASSERT_TRUE(net.ep(0).RemovePeer(to_b).ok());
   const PeerId again = net.Peer(0, 1);
   EXPECT_NE(again, to_b);
   v = 2;
@@ -495,9 +496,9 @@ TEST(PeerTableTest, RemovalKeepsEveryOtherPeerFindable) {
 
 TEST(DscpTest, EveryPacketCarriesTheDscpSetAndBadValuesAreRejected) {
   Net net(NetOptions{});
-  EXPECT_EQ(net.ep(0).engine().SetDscp(64).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(net.ep(0).SetDscp(64).code(), absl::StatusCode::kInvalidArgument);
   const PeerId to_b = net.Peer(0, 1);
-  ASSERT_TRUE(net.ep(0).engine().SetDscp(46).ok());
+  ASSERT_TRUE(net.ep(0).SetDscp(46).ok());
   int seen = 0, wrong = 0;
   net.tap(1).set_filter([&](const wire::View* v) {
     if (v != nullptr && v->flow.src_port == 5000) {
@@ -658,7 +659,7 @@ TEST(RemovePeerTest, AMessageArrivingFromItFailsItsReceive) {
   ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &ctx}), Result::kOk);
   ASSERT_TRUE(net.RunUntil([&] { return net.ep(1).counters().rx_data_packets >= 2; }, kSteps));
   const PeerId b_to_a = net.Peer(1, 0);
-  ASSERT_TRUE(net.ep(1).engine().RemovePeer(b_to_a).ok());
+  ASSERT_TRUE(net.ep(1).RemovePeer(b_to_a).ok());
   std::vector<Completion> got;
   std::vector<ErrorCompletion> err;
   Drain(net.ep(1), &got, &err);

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "fabric/rdm/test_util.h"
 #include "gtest/gtest.h"
 
@@ -40,7 +40,7 @@ TEST(ReliabilityTest, OneLossCostsAboutOneRoundTripNotATimeout) {
   }
   Net net(o);
   int dropped = 0;
-  const uint64_t seg = net.ep(0).engine().max_segment();
+  const uint64_t seg = net.ep(0).max_segment();
   net.tap(1).set_filter(
       DropOnce([&](const wire::View& v) { return v.msg.offset == 50 * seg; }, &dropped));
   const int64_t steps = TransferAndVerify(net, 0, 1, sizes, 100'000);
@@ -189,7 +189,7 @@ TEST(ReliabilityTest, RttEstimateFollowsTheClock) {
     const PeerStats s = *net.ep(0).peer_stats(PeerId{0});
     EXPECT_GE(s.srtt_ns, tick) << "tick " << tick;
     EXPECT_LE(s.srtt_ns, 20 * tick) << "tick " << tick;
-    EXPECT_GE(s.rto_ns, net.ep(0).engine().config().rto_min_ns);
+    EXPECT_GE(s.rto_ns, net.ep(0).config().rto_min_ns);
   }
 }
 

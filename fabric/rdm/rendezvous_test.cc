@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "fabric/rdm/test_util.h"
 #include "gtest/gtest.h"
 
@@ -347,8 +347,8 @@ TEST(RendezvousTest, PullsLeaveOpsForAnswers) {
   NetOptions o = Options();
   o.config.max_rma_ops = 64;
   Net net(o);
-  Endpoint<>& s = net.ep(0);
-  Endpoint<>& r = net.ep(1);
+  Endpoint& s = net.ep(0);
+  Endpoint& r = net.ep(1);
   const PeerId to_r = net.Peer(0, 1);
   constexpr int kMsgs = 64;
   std::vector<std::vector<uint8_t>> out(kMsgs, std::vector<uint8_t>(2 * kThreshold));
@@ -362,7 +362,7 @@ TEST(RendezvousTest, PullsLeaveOpsForAnswers) {
   for (int i = 0; i < 20'000; ++i) net.Step();  // R's "queued" answers acknowledged: ops free
   std::vector<uint8_t> region(8000);
   testing::FillPattern(500, absl::MakeSpan(region));
-  absl::StatusOr<uint64_t> key = r.engine().RegisterRegion(
+  absl::StatusOr<uint64_t> key = r.RegisterRegion(
       {.addr = region.data(), .len = region.size(),
        .access = kAccessRemoteRead | kAccessRemoteWrite});
   ASSERT_TRUE(key.ok()) << key.status();
@@ -412,8 +412,8 @@ TEST(RendezvousTest, PullsLeaveOpsForAnswers) {
 // arrival.
 TEST(RendezvousTest, APullOfAnOlderMessageKeepsTheHold) {
   Net net(Options());
-  Endpoint<>& s = net.ep(0);
-  Endpoint<>& r = net.ep(1);
+  Endpoint& s = net.ep(0);
+  Endpoint& r = net.ep(1);
   const PeerId to_r = net.Peer(0, 1);
   std::vector<uint8_t> m1(2 * kThreshold), m2(3 * kThreshold), m3(1000);
   std::vector<uint8_t> in1(m1.size(), 0xee), in2(m2.size(), 0xee), in3(m3.size(), 0xee);
@@ -458,13 +458,13 @@ TEST(RendezvousTest, APullNamingNoMessageIsAnsweredEvenWithNoOpFree) {
     if (node == 0) c->max_rma_ops = 2;
   };
   Net net(o);
-  Endpoint<>& s = net.ep(0);
-  Endpoint<>& r = net.ep(1);
+  Endpoint& s = net.ep(0);
+  Endpoint& r = net.ep(1);
   const PeerId to_r = net.Peer(0, 1);
   const PeerId to_s = net.Peer(1, 0);
   std::vector<uint8_t> region(8000);
   testing::FillPattern(7, absl::MakeSpan(region));
-  absl::StatusOr<uint64_t> key = s.engine().RegisterRegion(
+  absl::StatusOr<uint64_t> key = s.RegisterRegion(
       {.addr = region.data(), .len = region.size(), .access = kAccessRemoteRead});
   ASSERT_TRUE(key.ok()) << key.status();
   std::vector<uint8_t> m(2 * kThreshold), in(m.size(), 0xee), got1(4000), got2(4000);
@@ -524,8 +524,8 @@ TEST(RendezvousTest, PulledDataIsNeverGivenUp) {
   o.config.rnr_retry_max_ns = 1'000'000;
   o.config.rto_max_ns = 2'000'000;
   Net net(o);
-  Endpoint<>& s = net.ep(0);
-  Endpoint<>& r = net.ep(1);
+  Endpoint& s = net.ep(0);
+  Endpoint& r = net.ep(1);
   const PeerId to_r = net.Peer(0, 1);
   std::vector<uint8_t> m(3 * kThreshold), in(m.size(), 0xee);
   testing::FillPattern(4, absl::MakeSpan(m));

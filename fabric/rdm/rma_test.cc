@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
+#include "fabric/rdm/engine.h"
 #include "fabric/rdm/test_util.h"
 #include "gtest/gtest.h"
 
@@ -34,11 +35,11 @@ class RmaTest : public ::testing::Test {
     testing::FillPattern(77, absl::MakeSpan(region_));
   }
 
-  Endpoint<>& init() { return net_->ep(0); }
-  Endpoint<>& target() { return net_->ep(1); }
+  Endpoint& init() { return net_->ep(0); }
+  Endpoint& target() { return net_->ep(1); }
 
   uint64_t Register(uint32_t access, uint64_t base = 0, std::optional<uint64_t> key = {}) {
-    absl::StatusOr<uint64_t> k = target().engine().RegisterRegion(
+    absl::StatusOr<uint64_t> k = target().RegisterRegion(
         {.addr = region_.data(),
          .len = region_.size(),
          .access = access,
@@ -198,7 +199,7 @@ TEST_F(RmaTest, ReadStreamsTheRegionBack) {
   EXPECT_EQ(ok_[0].len, dst.size());
   EXPECT_EQ(std::memcmp(dst.data(), region_.data() + 333, dst.size()), 0);
   // The region is free to go once the answer is acknowledged.
-  ASSERT_TRUE(net_->RunUntil([&] { return target().engine().DeregisterRegion(key).ok(); }, 10'000));
+  ASSERT_TRUE(net_->RunUntil([&] { return target().DeregisterRegion(key).ok(); }, 10'000));
 }
 
 TEST_F(RmaTest, WriteDataCompletesAtTheTargetToo) {
@@ -243,7 +244,7 @@ TEST_F(RmaTest, InjectWriteCopiesAtOnceAndCompletesNowhere) {
   EXPECT_TRUE(err_.empty());
   for (int i = 0; i < 100; ++i) EXPECT_EQ(region_[i], 0x5a) << i;
   // Longer than inject_size: refused at post.
-  std::vector<uint8_t> big(init().engine().config().inject_size + 1);
+  std::vector<uint8_t> big(init().config().inject_size + 1);
   EXPECT_EQ(init().Write({.dest = to_target_,
                           .buf = big.data(),
                           .len = big.size(),
@@ -353,8 +354,8 @@ TEST_F(RmaTest, MissingWriteRight) {
 
 TEST_F(RmaTest, DeregisteredKey) {
   const uint64_t key = Register(kAccessRemoteWrite | kAccessRemoteRead);
-  ASSERT_TRUE(target().engine().DeregisterRegion(key).ok());
-  EXPECT_EQ(target().engine().DeregisterRegion(key).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(target().DeregisterRegion(key).ok());
+  EXPECT_EQ(target().DeregisterRegion(key).code(), absl::StatusCode::kNotFound);
   std::vector<uint8_t> src(3000, 1);
   ASSERT_EQ(init().Write({.dest = to_target_, .buf = src.data(), .len = src.size(), .key = key}),
             Result::kOk);
@@ -364,13 +365,13 @@ TEST_F(RmaTest, DeregisteredKey) {
 TEST_F(RmaTest, RequestedKeyAndDuplicate) {
   const uint64_t key = Register(kAccessRemoteRead, 0, 0x1234);
   EXPECT_EQ(key, 0x1234u);
-  absl::StatusOr<uint64_t> dup = target().engine().RegisterRegion(
+  absl::StatusOr<uint64_t> dup = target().RegisterRegion(
       {.addr = region_.data(), .len = 10, .access = kAccessRemoteRead, .key = 0x1234});
   EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists) << dup.status();
   // Random keys are distinct and not the requested one.
-  absl::StatusOr<uint64_t> a = target().engine().RegisterRegion(
+  absl::StatusOr<uint64_t> a = target().RegisterRegion(
       {.addr = region_.data(), .len = 10, .access = kAccessRemoteRead});
-  absl::StatusOr<uint64_t> b = target().engine().RegisterRegion(
+  absl::StatusOr<uint64_t> b = target().RegisterRegion(
       {.addr = region_.data(), .len = 10, .access = kAccessRemoteRead});
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(*a, *b);
@@ -384,15 +385,15 @@ TEST_F(RmaTest, RequestedKeyAndDuplicate) {
 }
 
 TEST_F(RmaTest, BadArgumentsAndTableFull) {
-  EXPECT_EQ(target().engine().RegisterRegion({.addr = nullptr, .len = 8}).status().code(),
+  EXPECT_EQ(target().RegisterRegion({.addr = nullptr, .len = 8}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      target().engine().RegisterRegion({.addr = region_.data(), .len = 8, .access = 8}).status().code(),
+      target().RegisterRegion({.addr = region_.data(), .len = 8, .access = 8}).status().code(),
       absl::StatusCode::kInvalidArgument);
-  for (uint32_t i = 0; i < target().engine().config().max_regions; ++i) {
-    ASSERT_TRUE(target().engine().RegisterRegion({.addr = region_.data(), .len = 8}).ok());
+  for (uint32_t i = 0; i < target().config().max_regions; ++i) {
+    ASSERT_TRUE(target().RegisterRegion({.addr = region_.data(), .len = 8}).ok());
   }
-  absl::Status full = target().engine().RegisterRegion({.addr = region_.data(), .len = 8}).status();
+  absl::Status full = target().RegisterRegion({.addr = region_.data(), .len = 8}).status();
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(full.message().find("max_regions"), std::string::npos) << full;
   EXPECT_EQ(init().Write({.dest = PeerId{12345}, .len = 0}), Result::kInvalid);
@@ -405,7 +406,7 @@ TEST_F(RmaTest, BadArgumentsAndTableFull) {
 // chains, others registered in their place; every key is then found (or
 // not) exactly as registered, and a peer's access reaches the right region.
 TEST_F(RmaTest, RegionTableFindsEveryKeyUnderChurn) {
-  Engine& e = target().engine();
+  Endpoint& e = target();
   const uint32_t n = e.config().max_regions;
   // Region k is k bytes long, so a write of k bytes fits only its own region.
   const auto reg = [&](uint64_t key, uint64_t len) {
@@ -505,7 +506,6 @@ TEST_F(RmaTest, TargetRestartsMidWriteAndRead) {
   EXPECT_TRUE(ok_.empty());
   // The new incarnation has its own region under the same key.
   ASSERT_TRUE(target()
-                  .engine()
                   .RegisterRegion({.addr = region_.data(),
                                    .len = region_.size(),
                                    .access = kAccessRemoteRead,

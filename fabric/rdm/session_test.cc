@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "fabric/rdm/test_util.h"
 #include "gtest/gtest.h"
 
@@ -177,8 +177,8 @@ TEST(SessionTest, VanishedPeerTimesOutThenComesBack) {
       },
       5'000));
   const uint64_t took = net.clock().NowNs() - killed_at;
-  EXPECT_GE(took, net.ep(0).engine().config().peer_timeout_ns);
-  EXPECT_LE(took, net.ep(0).engine().config().peer_timeout_ns + 1'000'000);
+  EXPECT_GE(took, net.ep(0).config().peer_timeout_ns);
+  EXPECT_LE(took, net.ep(0).config().peer_timeout_ns + 1'000'000);
   for (const ErrorCompletion& e : err) {
     EXPECT_EQ(e.err, ETIMEDOUT) << e.message;
     EXPECT_TRUE(e.op.context == &send_ctx || e.op.context == &recv_ctx);
@@ -186,7 +186,7 @@ TEST(SessionTest, VanishedPeerTimesOutThenComesBack) {
   EXPECT_EQ(net.ep(0).counters().peer_timeouts, 1u);
   EXPECT_GT(net.ep(0).counters().rto_expirations, 3u);
   ASSERT_GE(rtos.size(), 3u);
-  EXPECT_EQ(*std::max_element(rtos.begin(), rtos.end()), net.ep(0).engine().config().rto_max_ns)
+  EXPECT_EQ(*std::max_element(rtos.begin(), rtos.end()), net.ep(0).config().rto_max_ns)
       << "backed off to the ceiling";
   EXPECT_EQ(net.ep(0).peer_stats(to_b)->queued_ops, 0u);
 

@@ -72,7 +72,7 @@ Net::Net(const NetOptions& opts) : opts_(opts) {
     EXPECT_TRUE(dev.ok()) << dev.status();
     node->dev = *std::move(dev);
     node->tap = std::make_unique<TapQueue>(node->dev->queue(0));
-    node->port = std::make_unique<Port<>>(*node->tap, node->dev->info());
+    node->port = std::make_unique<Port>(*node->tap, node->dev->info());
     nodes_.push_back(std::move(node));
   }
   for (int i = 0; i < opts.nodes; ++i) MakeEndpoint(i);
@@ -92,7 +92,7 @@ void Net::MakeEndpoint(int i) {
                   static_cast<uint32_t>(opts_.faults.seed & 0xff);
   ++n.generation;
   if (opts_.configure) opts_.configure(i, &c);
-  absl::StatusOr<std::unique_ptr<Endpoint<>>> ep = Endpoint<>::Create(*n.port, clock_, c);
+  absl::StatusOr<std::unique_ptr<Endpoint>> ep = Endpoint::Create(*n.port, clock_, c);
   ASSERT_TRUE(ep.ok()) << ep.status();
   n.ep = *std::move(ep);
 }
@@ -178,7 +178,7 @@ int64_t TransferAndVerify(Net& net, int a, int b, const std::vector<size_t>& siz
   return static_cast<int64_t>(steps);
 }
 
-void Drain(Endpoint<>& ep, std::vector<Completion>* ok, std::vector<ErrorCompletion>* err) {
+void Drain(Endpoint& ep, std::vector<Completion>* ok, std::vector<ErrorCompletion>* err) {
   Completion c[64];
   while (size_t n = ep.PollCompletions(c)) {
     if (ok != nullptr) ok->insert(ok->end(), c, c + n);

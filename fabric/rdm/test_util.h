@@ -15,7 +15,7 @@
 #include "driver/clock.h"
 #include "driver/device.h"
 #include "driver/fault/fault_device.h"
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "fabric/rdm/wire.h"
 
 namespace bypass::rdm::testing {
@@ -73,11 +73,11 @@ class Net {
   explicit Net(const NetOptions& opts);
   ~Net();
 
-  Endpoint<>& ep(int i) { return *nodes_[i]->ep; }
+  Endpoint& ep(int i) { return *nodes_[i]->ep; }
   driver::ManualClock& clock() { return clock_; }
   driver::fault::FaultDevice& device(int i) { return *nodes_[i]->dev; }
   TapQueue& tap(int i) { return *nodes_[i]->tap; }
-  Port<>& port(int i) { return *nodes_[i]->port; }
+  Port& port(int i) { return *nodes_[i]->port; }
   const NetOptions& options() const { return opts_; }
 
   // ep(i)'s PeerId for ep(j).
@@ -96,8 +96,8 @@ class Net {
   struct Node {
     std::unique_ptr<driver::fault::FaultDevice> dev;
     std::unique_ptr<TapQueue> tap;
-    std::unique_ptr<Port<>> port;
-    std::unique_ptr<Endpoint<>> ep;
+    std::unique_ptr<Port> port;
+    std::unique_ptr<Endpoint> ep;
     uint32_t generation = 0;
   };
   void MakeEndpoint(int i);
@@ -123,7 +123,7 @@ int64_t TransferAndVerify(Net& net, int a, int b, const std::vector<size_t>& siz
                           uint64_t max_steps);
 
 // Polls every completion and error of ep into the vectors.
-void Drain(Endpoint<>& ep, std::vector<Completion>* ok, std::vector<ErrorCompletion>* err);
+void Drain(Endpoint& ep, std::vector<Completion>* ok, std::vector<ErrorCompletion>* err);
 
 }  // namespace bypass::rdm::testing
 

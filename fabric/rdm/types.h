@@ -25,14 +25,23 @@ struct Address {
   friend bool operator==(const Address&, const Address&) = default;
 };
 
-// A peer of one endpoint (libfabric's fi_addr_t): an index into its peer
-// table, returned by InsertPeer or reported as a message's source.
+// A peer of one endpoint (libfabric's fi_addr_t), returned by InsertPeer or
+// reported as a message's source: its slot in the endpoint's peer table in
+// the low kSlotBits, and the slot's generation above them (a removed peer's
+// id never names the peer that reuses its slot).
 struct PeerId {
+  static constexpr uint32_t kSlotBits = 20;  // max_peers is at most 2^20
+  static constexpr uint32_t kSlotMask = (1u << kSlotBits) - 1;
   uint32_t value = UINT32_MAX;
+  // 0 .. max_peers - 1: dense, for tables indexed by peer.
+  uint32_t slot() const { return value & kSlotMask; }
   friend bool operator==(const PeerId&, const PeerId&) = default;
 };
 // Receive from any source (FI_ADDR_UNSPEC).
 inline constexpr PeerId kAnyPeer{UINT32_MAX};
+
+// The wire format's version (PROTOCOL.md; fi_info's protocol_version).
+inline constexpr uint8_t kWireVersion = 2;
 
 // What a post call did: 0 or a negative errno, so the fi_* facade returns it
 // as is (-FI_EAGAIN == -EAGAIN).

@@ -15,11 +15,13 @@
 #include "absl/types/span.h"
 #include "driver/net_headers.h"
 #include "fabric/rdm/psn.h"
+#include "fabric/rdm/config.h"
+#include "fabric/rdm/types.h"
 
 namespace bypass::rdm::wire {
 
 inline constexpr uint16_t kMagic = 0x4259;  // "BY"
-inline constexpr uint8_t kVersion = 2;
+inline constexpr uint8_t kVersion = kWireVersion;
 
 // What a packet is. Values are never reused once retired (PROTOCOL.md).
 enum class PacketType : uint8_t {
@@ -152,6 +154,7 @@ inline constexpr size_t kCommonOffset = kUdpHeadersBytes;
 inline constexpr size_t kExtOffset = kCommonOffset + sizeof(CommonHeader);   // 78
 inline constexpr size_t kDataHeadersBytes = kExtOffset + sizeof(MsgHeader);  // 118
 inline constexpr size_t kSackBits = 256;
+static_assert(kSackBits == kMaxWindowPackets);
 // IPv4 + UDP headers: the UDP payload of a device with MTU m is m - 28.
 inline constexpr uint32_t kIpUdpBytes = 28;
 

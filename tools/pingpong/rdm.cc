@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/clock.h"
 #include "driver/fault/fault_device.h"
-#include "fabric/rdm/endpoint.h"
+#include "fabric/rdm/rdm.h"
 #include "tools/ping_wire.h"
 #include "tools/pingpong/phases.h"
 
@@ -25,8 +25,8 @@ constexpr uint64_t kReplyTimeoutNs = 5'000'000'000;
 struct Side {
   std::unique_ptr<driver::Device> dev;
   driver::fault::FaultDevice* fault = nullptr;  // dev, if wrapped
-  std::unique_ptr<rdm::Port<>> port;
-  std::unique_ptr<rdm::Endpoint<>> ep;
+  std::unique_ptr<rdm::Port> port;
+  std::unique_ptr<rdm::Endpoint> ep;
 
   ~Side() {
     ep.reset();  // detaches from the port and frees its packets first
@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<Side>> Open(std::unique_ptr<driver::Device> dev,
   } else {
     side->dev = std::move(dev);
   }
-  side->port = std::make_unique<rdm::Port<>>(side->dev->queue(0), side->dev->info());
+  side->port = std::make_unique<rdm::Port>(side->dev->queue(0), side->dev->info());
   rdm::EndpointConfig c;
   c.udp_port = kPingUdpPort;
   c.idle_passes_per_clock_read = 16;  // a cheaper busy-poll loop
@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Side>> Open(std::unique_ptr<driver::Device> dev,
   c.max_msg_size = std::max<uint64_t>(c.max_msg_size, MessageBytes(o));
   c.max_send_ops = std::max<uint32_t>(c.max_send_ops, 2 * posted + 8);
   c.max_posted_recvs = std::max<uint32_t>(c.max_posted_recvs, posted + 8);
-  auto ep = rdm::Endpoint<>::Create(*side->port, driver::SteadyClock::Get(), c);
+  auto ep = rdm::Endpoint::Create(*side->port, driver::SteadyClock::Get(), c);
   if (!ep.ok()) return ep.status();
   side->ep = *std::move(ep);
   return side;
@@ -84,7 +84,7 @@ absl::Status RunRdmServer(std::unique_ptr<driver::Device> dev, const PingOptions
   const uint32_t slots = ServerSlots(std::max<uint32_t>(opts.window, 4), bytes);
   auto side = Open(std::move(dev), opts, rdm_opts, slots);
   if (!side.ok()) return side.status();
-  rdm::Endpoint<>& ep = *(*side)->ep;
+  rdm::Endpoint& ep = *(*side)->ep;
   const auto& clock = driver::SteadyClock::Get();
   // One buffer per slot: posted as a receive, or echoed back as a send.
   // Left uninitialised: pages are touched only by messages that fill them.
@@ -183,7 +183,7 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
   auto side_or = Open(std::move(dev), opts, rdm_opts, window);
   if (!side_or.ok()) return side_or.status();
   Side& side = **side_or;
-  rdm::Endpoint<>& ep = *side.ep;
+  rdm::Endpoint& ep = *side.ep;
   const auto& clock = driver::SteadyClock::Get();
   rdm::Address server;
   server.mac = opts.peer_mac;

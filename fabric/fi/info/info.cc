@@ -16,7 +16,7 @@
 #include "fabric/fi/address.h"
 #include "fabric/fi/info/resolve.h"
 #include "fabric/rdm/types.h"
-#include "fabric/rdm/wire.h"
+
 
 namespace bypass::fi {
 namespace {
@@ -123,7 +123,7 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
     d.cq_data_size = kCqDataSize;
     d.msg_order = kRdmMsgOrder;
     d.protocol = kProtoBypassRdm;
-    d.protocol_version = rdm::wire::kVersion;
+    d.protocol_version = rdm::kWireVersion;
   } else {
     d.caps = (o.dgram_caps & kDgramCaps) | comm;
     d.max_msg_size = datagram;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "fabric/rdm/wire.h"
+#include "fabric/rdm/types.h"
 #include "gtest/gtest.h"
 
 namespace bypass::fi {
@@ -127,7 +127,7 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_GT(d->max_err_data, 0u);
   const rdm::EndpointConfig limits;
   EXPECT_EQ(rdm->ep_attr->protocol, kProtoBypassRdm);
-  EXPECT_EQ(rdm->ep_attr->protocol_version, uint32_t{bypass::rdm::wire::kVersion});
+  EXPECT_EQ(rdm->ep_attr->protocol_version, uint32_t{bypass::rdm::kWireVersion});
   EXPECT_EQ(rdm->ep_attr->max_msg_size, limits.max_msg_size);
   EXPECT_EQ(rdm->ep_attr->msg_prefix_size, 0u);
   EXPECT_EQ(rdm->ep_attr->max_order_raw_size, 0u);
@@ -478,7 +478,7 @@ TEST_F(InfoTest, EndpointAttributes) {
   ExpectEntries(1);
   EXPECT_EQ(result_->ep_attr->type, FI_EP_DGRAM);
   e->protocol = kProtoBypassRdm;
-  e->protocol_version = bypass::rdm::wire::kVersion;
+  e->protocol_version = bypass::rdm::kWireVersion;
   e->max_msg_size = 1 << 20;
   e->mem_tag_format = 0x30FF;
   e->tx_ctx_cnt = 1;
@@ -489,7 +489,7 @@ TEST_F(InfoTest, EndpointAttributes) {
   e->protocol = FI_PROTO_IB_UD;
   ExpectNoMatch("protocol");
   e->protocol = FI_PROTO_UNSPEC;
-  e->protocol_version = bypass::rdm::wire::kVersion + 1;
+  e->protocol_version = bypass::rdm::kWireVersion + 1;
   ExpectNoMatch("protocol_version");
   e->protocol_version = 0;
   e->max_msg_size = 1ull << 40;

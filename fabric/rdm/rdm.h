@@ -1,0 +1,171 @@
+// The RDM engine's public API: the only header of fabric/rdm that code
+// outside it includes (with the vocabulary in types.h and the settings in
+// config.h). Everything else under fabric/rdm is internal; README.md there
+// shows the stages behind this API and a message's path through them.
+//
+//   driver::ManualClock clock;          // or driver::SteadyClock::Get()
+//   rdm::Port port(dev->queue(0), dev->info());
+//   auto ep = rdm::Endpoint::Create(port, clock, {.udp_port = 5000});
+//   rdm::PeerId peer = *(*ep)->InsertPeer(other_address);
+//   (*ep)->Send({.dest = peer, .buf = msg, .len = n, .context = &op});
+//   while (...) (*ep)->Progress();      // manual progress
+#ifndef BYPASS_FABRIC_RDM_RDM_H_
+#define BYPASS_FABRIC_RDM_RDM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "driver/clock.h"
+#include "driver/device.h"
+#include "driver/packet.h"
+#include "fabric/rdm/config.h"
+#include "fabric/rdm/types.h"
+
+namespace bypass::rdm {
+
+class Engine;
+class Inbox;
+
+// What a Port dropped, plain counters of its thread.
+struct PortCounters {
+  uint64_t rx_packets = 0;
+  uint64_t no_endpoint = 0;  // no endpoint has the packet's UDP port (or not UDP at all)
+  uint64_t inbox_full = 0;   // its endpoint had not progressed for too long
+};
+
+// One device queue and the endpoints bound to it: Poll receives a burst and
+// hands each packet to the endpoint owning its UDP destination port, so
+// endpoints share a queue where the device cannot steer. Single-threaded:
+// the port and all its endpoints belong to one thread.
+class Port {
+ public:
+  static constexpr uint32_t kMaxEndpoints = 64;
+  static constexpr uint32_t kMaxBurst = 256;
+
+  // REQUIRES: qp outlives the port; info describes qp's device.
+  Port(driver::QueuePair& qp, const driver::DeviceInfo& info);
+  Port(const Port&) = delete;
+  Port& operator=(const Port&) = delete;
+  ~Port();  // REQUIRES: every endpoint closed
+
+  driver::QueuePair& qp() { return qp_; }
+  const driver::DeviceInfo& info() const { return info_; }
+  const PortCounters& counters() const { return counters_; }
+  uint32_t endpoints() const { return count_; }
+
+  // For the endpoints of fabric/rdm (cold path): packets to udp_port go to
+  // inbox from now on; Detach frees what is still in it.
+  absl::Status Attach(uint16_t udp_port, Inbox* inbox);
+  void Detach(uint16_t udp_port);
+  // One burst from the queue into the inboxes.
+  void Poll(uint16_t burst);
+
+ private:
+  Inbox* Find(const driver::Packet* p) const;
+
+  driver::QueuePair& qp_;
+  const driver::DeviceInfo info_;
+  uint16_t ports_[kMaxEndpoints] = {};
+  Inbox* inboxes_[kMaxEndpoints] = {};
+  uint32_t count_ = 0;
+  PortCounters counters_;
+};
+
+// One reliable-datagram endpoint (PROTOCOL.md): exactly-once, in-order
+// messages and tagged messages, RMA, to peers it knows by address,
+// progressed manually by its owner thread.
+class Endpoint {
+ public:
+  static constexpr uint32_t kInboxSize = 1024;
+
+  // REQUIRES: port and clock outlive the endpoint. Binds config.udp_port
+  // on the port (steer it to this queue first where the device can).
+  static absl::StatusOr<std::unique_ptr<Endpoint>> Create(Port& port, const driver::Clock& clock,
+                                                          const EndpointConfig& config);
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+  // Frees every packet it holds; operations in flight are dropped silently.
+  ~Endpoint();
+
+  // Cold path.
+  Address address() const;
+  const EndpointConfig& config() const;
+  // Payload bytes of one DATA packet to a peer with the same MTU.
+  uint32_t max_segment() const;
+  // Adds (or finds) the peer at addr's IPv4 and UDP port. A non-zero
+  // addr.incarnation is the one expected; if the peer has restarted since,
+  // the first contact finds out and goes on with the new one. An all-zero
+  // addr.mac is learned: packets go to the broadcast MAC until the peer's
+  // HELLO or HELLO_ACK passes every check (PROTOCOL.md, Addressing).
+  absl::StatusOr<PeerId> InsertPeer(const Address& addr);
+  // Forgets a peer (fi_av_remove): its send operations, the message being
+  // received from it and the receives directed to it complete in error
+  // (ECANCELED); its unexpected messages are dropped; its session ends
+  // without a word to it. The removed id stays invalid (post calls return
+  // kInvalid, PeerAddress and peer_stats nullopt, RemovePeer NotFound)
+  // until its slot has been reused 4095 times.
+  absl::Status RemovePeer(PeerId id);
+  std::optional<Address> PeerAddress(PeerId id) const;
+  std::optional<PeerStats> peer_stats(PeerId id) const;
+  // Regions peers may read and write; the key is the one to give them.
+  absl::StatusOr<uint64_t> RegisterRegion(const RegionRequest& r);
+  // NotFound for an unknown key. Accesses arriving later fail at the initiator.
+  absl::Status DeregisterRegion(uint64_t key);
+  // DSCP (0..63) for the IPv4 header of every packet sent from now on.
+  absl::Status SetDscp(uint8_t dscp);
+  // FI_OPT_MIN_MULTI_RECV: a multi-receive buffer with less left is released.
+  void SetMinMultiRecv(size_t bytes);
+  size_t min_multi_recv() const;
+
+  // Hot path. Posts a send of any kind; what can go out at once does.
+  // kAgain: no send slot or completion entry free (progress and retry).
+  Result Send(const SendRequest& r);
+  Result PostRecv(const RecvRequest& r);
+  // RMA (fi_rma(3)). Errors of the target (unknown key, missing access
+  // right, out of the region) complete the operation in error here and
+  // touch nothing there.
+  Result Write(const RmaRequest& r);
+  Result Read(const RmaRequest& r);
+  // Cancels the posted receive with this context (fi_cancel): an error
+  // completion with ECANCELED. False when there is none to cancel.
+  bool CancelRecv(void* context);
+  // Free send operation and receive slots (fi_tx_size_left, fi_rx_size_left).
+  uint32_t SendSlotsFree() const;
+  uint32_t RecvSlotsFree() const;
+  // One pass: reads the clock once, receives a burst, runs the protocol and
+  // its timers, and transmits. Returns the packets it received.
+  size_t Progress();
+  // Something is built or waits to be built for the wire.
+  bool HasTxWork() const;
+  size_t PollCompletions(absl::Span<Completion> out);
+  size_t PollErrors(absl::Span<ErrorCompletion> out);
+  const Counters& counters() const;
+
+ private:
+  Endpoint(Port& port, const driver::Clock& clock, std::unique_ptr<Engine> engine);
+  void FreeReleased();
+  void Flush();
+
+  Port& port_;
+  const driver::Clock& clock_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Inbox> inbox_;
+  bool attached_ = false;
+  uint32_t idle_passes_ = 0;  // Progress passes since the last clock reading
+  // Allocated, not yet built into: spare_[spare_head_, spare_head_ + spare_n_).
+  driver::Packet* spare_[Port::kMaxBurst];
+  uint32_t spare_head_ = 0;
+  uint32_t spare_n_ = 0;
+  uint32_t tx_capacity_ = UINT32_MAX;  // of AllocBulk's buffers; until known, nothing is kept
+  driver::Packet* backlog_[Port::kMaxBurst];  // built, not yet taken by TxBurst
+  uint32_t backlog_n_ = 0;
+};
+
+}  // namespace bypass::rdm
+
+#endif  // BYPASS_FABRIC_RDM_RDM_H_
