@@ -1,4 +1,5 @@
-// Engine setup, the post calls and completion records.
+// The engine: its stages wired together (README.md), the dispatcher over
+// packet types and the progress steps.
 #include "fabric/rdm/engine.h"
 
 #include <algorithm>
@@ -6,11 +7,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <random>
-#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -18,14 +16,8 @@
 namespace bypass::rdm {
 namespace {
 
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Room in released_ beyond the held budget: the largest batch HandleRx takes.
+// Room in the released packets beyond the held budget: the largest batch
+// HandleRx takes.
 constexpr uint32_t kReleaseSlack = 1024;
 
 }  // namespace
@@ -67,37 +59,27 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const DeviceParams& dev,
 Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t max_datagram,
                uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation)
     : config_(config),
-      dev_(dev),
-      max_datagram_(max_datagram),
-      held_budget_(held_budget),
-      incarnation_(incarnation),
-      rng_state_(seed),
-      peers_(config.max_peers, ring_size),
-      ops_(new SendOp[uint64_t{config.max_send_ops} + config.max_rma_ops]),
-      op_gen_(new uint16_t[uint64_t{config.max_send_ops} + config.max_rma_ops]()),
-      free_ops_(config.max_send_ops),
-      free_ctl_(config.max_rma_ops),
-      regions_(new Region[config.max_regions]),
-      free_regions_(config.max_regions),
-      region_index_(new uint32_t[std::bit_ceil(2 * uint64_t{config.max_regions})]),
-      region_index_mask_(static_cast<uint32_t>(std::bit_ceil(2 * uint64_t{config.max_regions}) - 1)),
-      inject_arena_(new uint8_t[uint64_t{config.max_send_ops} * config.inject_size]),
-      matcher_(config.max_posted_recvs, config.max_unexpected_msgs, config.unexpected_bytes,
-               config.unexpected_chunk_bytes),
-      cq_(config.max_send_ops + config.max_posted_recvs, config.max_send_ops),
-      work_(new uint32_t[config.max_peers]),
-      released_(new driver::Packet*[held_budget + kReleaseSlack]),
-      released_capacity_(held_budget + kReleaseSlack) {
-  matcher_.set_min_multi_recv(config.min_multi_recv);
-  std::fill_n(region_index_.get(), region_index_mask_ + 1, kNone);
-}
+      ctx_(config_, dev, max_datagram, incarnation, seed, held_budget + kReleaseSlack),
+      session_(ctx_, config_.max_peers),
+      completions_(ctx_, session_.peers(), config_.max_send_ops + config_.max_posted_recvs,
+                   config_.max_send_ops),
+      ops_(ctx_, config_.max_send_ops, config_.max_rma_ops, config_.inject_size),
+      reliability_(ctx_, session_, ops_, completions_, ring_size, held_budget),
+      messaging_(ctx_, session_, ops_, completions_, reliability_),
+      rma_(ctx_, session_, ops_, completions_, reliability_) {}
 
 Engine::~Engine() = default;
 
-uint64_t Engine::Random() { return SplitMix64(&rng_state_); }
+// ---- Peers.
 
 Address Engine::address() const {
-  return Address{dev_.mac, dev_.ip, config_.udp_port, incarnation_};
+  return Address{ctx_.dev.mac, ctx_.dev.ip, config_.udp_port, ctx_.incarnation};
+}
+
+void Engine::AddPeer(uint32_t pi) {
+  reliability_.AddPeer(pi);
+  messaging_.AddPeer(pi);
+  rma_.AddPeer(pi);
 }
 
 absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
@@ -105,41 +87,50 @@ absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
     return absl::InvalidArgumentError(
         absl::StrCat("InsertPeer(", addr.ToString(), "): the address needs an IPv4 and a port"));
   }
-  uint32_t pi = peers_.Find(addr.ip.value, addr.udp_port);
-  if (pi != kNone) {
-    peers_[pi].inserted = true;
-    return peers_.Id(pi);
-  }
-  pi = peers_.Add(addr.ip.value, addr.udp_port);
+  bool added = false;
+  const uint32_t pi = session_.Insert(addr, &added);
   if (pi == kNone) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "InsertPeer(", addr.ToString(), "): the peer table is full (max_peers=", config_.max_peers,
         "); create the endpoint with a larger max_peers"));
   }
-  InitPeer(pi, addr.mac, addr.ip, addr.udp_port, addr.incarnation);
-  peers_[pi].inserted = true;
-  return peers_.Id(pi);
+  if (added) AddPeer(pi);
+  return session_.peers().Id(pi);
 }
 
 absl::Status Engine::RemovePeer(PeerId id) {
-  if (!peers_.Valid(id)) {
+  if (!session_.peers().Valid(id)) {
     return absl::NotFoundError(absl::StrCat(
         "RemovePeer(", id.value, "): no such peer (never inserted, or already removed)"));
   }
-  const uint32_t pi = PeerTable::Index(id);
-  const char* why = "was removed; operation canceled";
-  FailPeer(pi, ECANCELED, why, /*keep_unsent=*/false);
-  // Receives only it could satisfy, and what it sent that nobody took.
-  for (uint32_t s = matcher_.TakePostedFrom(id); s != kNone; s = matcher_.TakePostedFrom(id)) {
-    CancelSlot(s, "receive canceled: its source was removed");
-  }
-  for (uint32_t e = matcher_.FindFrom(id); e != kNone; e = matcher_.FindFrom(id)) {
-    matcher_.Release(e);
-  }
-  NoteUnexpectedDepth();
-  ResourcesFreed();
-  peers_.Remove(pi);
+  const uint32_t pi = id.slot();
+  FailPeer(pi, ECANCELED, "was removed; operation canceled", /*keep_unsent=*/false);
+  messaging_.RemovePeer(pi);
+  session_.Remove(pi);
+  AfterFreeing();
   return absl::OkStatus();
+}
+
+std::optional<Address> Engine::PeerAddress(PeerId id) const {
+  if (!session_.peers().Valid(id)) return std::nullopt;
+  return session_.address(id.slot());
+}
+
+std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
+  if (!session_.peers().Valid(id)) return std::nullopt;
+  const uint32_t pi = id.slot();
+  const TxStream& t = reliability_.tx(pi);
+  PeerStats s;
+  s.established = session_[pi].established();
+  s.incarnation = session_.address(pi).incarnation;
+  s.srtt_ns = t.rtt.srtt();
+  s.rttvar_ns = t.rtt.rttvar();
+  s.rto_ns = t.rtt.rto(t.backoff);
+  s.inflight = t.inflight();
+  s.send_window = static_cast<uint32_t>(t.window_end - t.snd_una);
+  s.queued_ops = t.ops.size();
+  s.held_packets = reliability_.rx(pi).held_count;
+  return s;
 }
 
 absl::Status Engine::SetDscp(uint8_t dscp) {
@@ -147,298 +138,345 @@ absl::Status Engine::SetDscp(uint8_t dscp) {
     return absl::InvalidArgumentError(
         absl::StrCat("SetDscp(", dscp, "): a DSCP is 6 bits; use 0..63 (e.g. 46 for EF)"));
   }
-  dscp_ = dscp;
-  for (uint32_t i = 0; i < peers_.size(); ++i) peers_[i].flow.dscp = dscp;
+  ctx_.dscp = dscp;
+  for (uint32_t pi = 0; pi < session_.peers().size(); ++pi) session_[pi].flow.dscp = dscp;
   return absl::OkStatus();
 }
 
-uint32_t Engine::SendSlotsFree() const { return free_ops_.available(); }
+// ---- Posting.
 
-std::optional<Address> Engine::PeerAddress(PeerId id) const {
-  if (!peers_.Valid(id)) return std::nullopt;
-  return peers_[PeerTable::Index(id)].addr;
-}
-
-std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
-  if (!peers_.Valid(id)) return std::nullopt;
-  const Peer& p = peers_[PeerTable::Index(id)];
-  PeerStats s;
-  s.established = p.rx_known && p.tx_ready;
-  s.incarnation = p.addr.incarnation;
-  s.srtt_ns = p.rtt.srtt();
-  s.rttvar_ns = p.rtt.rttvar();
-  s.rto_ns = p.rtt.rto(p.backoff);
-  s.inflight = p.inflight();
-  s.send_window = static_cast<uint32_t>(p.window_end - p.snd_una);
-  s.queued_ops = p.ops.size();
-  s.held_packets = p.held_count;
-  return s;
-}
-
-void Engine::InitPeer(uint32_t pi, const driver::MacAddress& mac, driver::Ipv4Address ip,
-                      uint16_t port, uint32_t incarnation) {
-  Peer& p = peers_[pi];
-  p.addr = Address{mac, ip, port, incarnation};
-  // Without a MAC the HELLO goes to every host on the segment; the peer's
-  // answer teaches its MAC (SessionFromHello).
-  p.mac_unknown = mac == driver::MacAddress{};
-  p.flow = driver::UdpFlow{dev_.mac, p.mac_unknown ? driver::kBroadcastMac : mac,
-                           dev_.ip,  ip,
-                           config_.udp_port,
-                           port,
-                           dscp_};
-  p.rtt = RttEstimator(config_.rto_initial_ns, config_.rto_min_ns, config_.rto_max_ns);
-  NewTxSession(p);
-}
-
-void Engine::NewTxSession(Peer& p) {
-  p.tx_isn = Psn(static_cast<uint32_t>(Random()));
-  p.next_psn = p.snd_una = p.window_end = p.tx_isn;
-  p.next_msg_id = 0;
-  p.tx_ready = false;
-  p.retx_queued = 0;
-  p.backoff = 0;
-  p.rto_deadline = 0;
-  p.tlp_deadline = 0;
-  p.acks_on_data = false;
-  p.rnr_wait = false;
-  p.rnr_until = 0;
-  p.rnr_delay = 0;
-  p.rnr_since = 0;
-  p.window_stalled = false;
-}
-
-void Engine::Enqueue(uint32_t pi) {
-  Peer& p = peers_[pi];
-  if (p.queued) return;
-  p.queued = true;
-  const uint32_t tail = work_head_ + work_count_;  // < 2 max_peers: wrap without a divide
-  work_[tail >= config_.max_peers ? tail - config_.max_peers : tail] = pi;
-  ++work_count_;
-}
-
-void Engine::Release(driver::Packet* pkt) {
-  if (released_count_ == released_capacity_) {
-    std::fprintf(stderr, "rdm engine: more than %u packets released in one step\n",
-                 released_capacity_);
-    std::abort();
-  }
-  released_[released_count_++] = pkt;
-}
-
-void Engine::ReleaseAll() {
-  for (uint32_t i = 0; i < peers_.size(); ++i) {
-    Peer& p = peers_[i];
-    for (uint32_t k = 0; k <= p.ring_mask && p.held_count > 0; ++k) {
-      if (p.held[k].pkt == nullptr) continue;
-      Release(p.held[k].pkt);
-      p.held[k].pkt = nullptr;
-      --p.held_count;
-      --held_total_;
-    }
-  }
-}
-
-Result Engine::PostSend(const SendRequest& r) {
-  if (!peers_.Valid(r.dest)) return Result::kInvalid;
-  if (r.len > 0 && r.buf == nullptr) return Result::kInvalid;
-  const bool buffered = (r.flags & kSendBuffered) != 0 && (r.flags & kSendInject) == 0;
-  const bool inject = (r.flags & kSendInject) != 0 || buffered;  // copied now; no completion later
-  if (inject ? r.len > config_.inject_size : r.len > config_.max_msg_size) {
-    return Result::kTooLong;
-  }
-  if (free_ops_.empty()) return Result::kAgain;
-  if ((r.flags & kSendInject) == 0 && !cq_.Reserve()) return Result::kAgain;
-  const uint32_t o = free_ops_.Pop();
-  SendOp& op = ops_[o];
-  std::construct_at(&op);  // in place: no temporary copied over it
-  if (buffered) {  // its completion, at once
-    Completion c;
-    c.context = r.context;
-    c.flags = kCompSend | kCompMsg | ((r.flags & kSendTagged) ? kCompTagged : 0);
-    c.len = r.len;
-    c.source = r.dest;
-    cq_.Push(c);
-  }
-  if (inject) {
-    uint8_t* copy = inject_arena_.get() + uint64_t{o} * config_.inject_size;
-    if (r.len > 0) std::memcpy(copy, r.buf, r.len);
-    op.buf = copy;
-  } else {
-    op.buf = static_cast<const uint8_t*>(r.buf);
-  }
-  op.len = r.len;
-  op.context = buffered ? nullptr : r.context;  // a later error is an inject's
-  op.tag = (r.flags & kSendTagged) ? r.tag : 0;
-  op.data = (r.flags & kSendRemoteData) ? r.data : 0;
-  op.msg_flags = static_cast<uint16_t>(((r.flags & kSendTagged) ? wire::kMsgTagged : 0) |
-                                       ((r.flags & kSendRemoteData) ? wire::kMsgRemoteData : 0));
-  op.inject = inject;
-  op.ack_now = (r.flags & kSendAckNow) != 0;
-  op.peer = PeerTable::Index(r.dest);
-  if (!inject && r.len > config_.rendezvous_threshold) {
-    op.kind = OpKind::kRndv;  // engine_rma.cc
-    ++counters_.rendezvous_sent;
-  }
-
-  Peer& p = peers_[op.peer];
-  if (!p.busy()) {
-    p.activity_ns = now_;
-    ArmTimer(now_ + config_.peer_timeout_ns);
-  }
-  p.ops.PushBack(ops_.get(), o);
-  if (p.cursor_op == kNone) {
-    p.cursor_op = o;
-    p.cursor_offset = 0;
-  }
-  if (!p.tx_ready && !p.hello_wanted) {
-    p.hello_wanted = true;
-    p.hello_due_ns = now_;
-    p.hello_tries = 0;
-  }
-  Enqueue(op.peer);
-  return Result::kOk;
-}
+Result Engine::PostSend(const SendRequest& r) { return messaging_.PostSend(r); }
 
 Result Engine::PostRecv(const RecvRequest& r) {
-  const uint32_t f = r.flags;
-  if ((f & ~(kRecvMulti | kRecvPeek | kRecvClaim | kRecvDiscard)) != 0 ||
-      ((f & kRecvMulti) && (f & (kRecvPeek | kRecvClaim | kRecvDiscard))) ||
-      ((f & kRecvDiscard) && !(f & (kRecvPeek | kRecvClaim)))) {
-    return Result::kInvalid;
-  }
-  if ((f & kRecvPeek) == 0 && r.len > 0 && r.buf == nullptr) return Result::kInvalid;
-  if ((f & kRecvClaim) && !(f & kRecvPeek)) return Claim(r);  // source and tag do not apply
-  if (!(r.source == kAnyPeer) && !peers_.Valid(r.source)) return Result::kInvalid;
-  if (f & kRecvPeek) return Peek(r);
-  if (!cq_.Reserve()) return Result::kAgain;
-  if (f & kRecvMulti) return PostMulti(r);
-  const uint32_t e = matcher_.FindUnexpected(r);
-  if (e != kNone && matcher_.unexpected(e).rendezvous) return PullUnexpected(e, r);
-  if (e != kNone && matcher_.unexpected(e).complete) {
-    DeliverUnexpected(e, r);
-    ResourcesFreed();
-    return Result::kOk;
-  }
-  const uint32_t slot = matcher_.AllocRecv(r);
-  if (slot == kNone) {
-    cq_.Unreserve();
-    return Result::kAgain;
-  }
-  if (e == kNone) {
-    matcher_.QueueRecv(slot);
-  } else {
-    BindArriving(e, slot, 0);
-  }
-  ResourcesFreed();
-  return Result::kOk;
+  const Result res = messaging_.PostRecv(r);
+  AfterFreeing();
+  return res;
 }
 
-void Engine::DeliverUnexpected(uint32_t e, const RecvRequest& r) {
-  const UnexpectedMsg& m = matcher_.unexpected(e);
-  matcher_.CopyOut(e, static_cast<uint8_t*>(r.buf), r.len);
-  RxMessage done;
-  done.total = m.total;
-  done.received = m.received;
-  done.msg_flags = m.msg_flags;
-  done.tag = m.tag;
-  done.data = m.data;
-  CompleteRecv(m.source, r, done);
-  matcher_.Release(e);
-  NoteUnexpectedDepth();
+Result Engine::PostWrite(const RmaRequest& r) { return rma_.PostWrite(r); }
+
+Result Engine::PostRead(const RmaRequest& r) { return rma_.PostRead(r); }
+
+// ---- Receiving.
+
+void Engine::HandleRx(absl::Span<driver::Packet* const> pkts) {
+  for (driver::Packet* p : pkts) HandleFrame(p);
+  AfterFreeing();
 }
 
-void Engine::CompleteRecv(PeerId src, const RecvRequest& r, const RxMessage& m,
-                          uint64_t extra_flags) {
-  if (r.flags & kRecvDiscard) {
-    // A discarded rendezvous message, pulled with no bytes: the peek or
-    // claim that discarded it has completed already.
-    cq_.Unreserve();
+void Engine::HandleFrame(driver::Packet* pkt) {
+  Counters& counters = ctx_.counters;
+  ++counters.rx_packets;
+  wire::View v;
+  const wire::ParseStatus status = wire::Parse({pkt->data, pkt->len}, &v);
+  if (status != wire::ParseStatus::kOk) {
+    if (status == wire::ParseStatus::kBadChecksum) {
+      ++counters.checksum_dropped;
+    } else {
+      ++counters.malformed_dropped;
+    }
+    ctx_.Release(pkt);
     return;
   }
-  Completion c;
-  c.context = r.context;
-  c.flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0) |
-            ((m.msg_flags & wire::kMsgRemoteData) ? kCompRemoteData : 0) | extra_flags;
-  c.len = std::min<uint64_t>(m.total, r.len);
-  c.buf = r.buf;
-  c.data = m.data;
-  c.tag = m.tag;
-  c.source = src;
-  if (m.total > r.len) {
-    ErrorCompletion ec;
-    ec.op = c;
-    ec.err = EMSGSIZE;
-    ec.olen = m.total - r.len;
-    std::snprintf(ec.message, sizeof(ec.message),
-                  "message of %llu bytes truncated to the %zu-byte receive buffer",
-                  static_cast<unsigned long long>(m.total), r.len);
-    ++counters_.truncated;
-    cq_.PushError(ec);
+  const wire::Common& c = v.common;
+  if (v.flow.dst_ip != ctx_.dev.ip || v.flow.dst_port != config_.udp_port) {
+    ++counters.not_for_us_dropped;
+    ctx_.Release(pkt);
     return;
   }
-  cq_.Push(c);
-}
-
-void Engine::CompleteSend(uint32_t o) {
-  SendOp& op = ops_[o];
-  if (!op.inject && !op.abandoned) {  // an abandoned one has had its error
-    Completion c;
-    c.context = op.context;
-    c.flags = kCompSend | kCompMsg | ((op.msg_flags & wire::kMsgTagged) ? kCompTagged : 0);
-    c.len = op.len;
-    c.source = peers_.Id(op.peer);
-    cq_.Push(c);
+  if (c.auth_key != config_.auth_key) {
+    ++counters.auth_dropped;
+    ctx_.Release(pkt);
+    return;
   }
-  free_ops_.Push(o);
+  if (c.dst_incarnation != ctx_.incarnation) {
+    if (c.dst_incarnation != 0) {
+      // Sent to an earlier life of this endpoint: say so, so the sender
+      // learns of the restart now rather than after its timeout.
+      ++counters.stale_dropped;
+      session_.QueueReset(v, wire::ResetReason::kUnknownIncarnation);
+      ctx_.Release(pkt);
+      return;
+    }
+    if (c.type != wire::PacketType::kHello) {
+      ++counters.malformed_dropped;
+      ctx_.Release(pkt);
+      return;
+    }
+  }
+  const uint32_t pi = session_.peers().Find(v.flow.src_ip.value, v.flow.src_port);
+  bool held = false;
+  // The dispatcher: the one switch over packet types in the engine.
+  switch (c.type) {
+    case wire::PacketType::kHello:
+    case wire::PacketType::kHelloAck:
+      OnHello(pi, v);
+      break;
+    case wire::PacketType::kReset:
+      OnReset(pi, v);
+      break;
+    case wire::PacketType::kAck:
+      OnAck(pi, v);
+      break;
+    case wire::PacketType::kData:
+    case wire::PacketType::kRma:
+      held = OnSequenced(pi, v, pkt);
+      break;
+  }
+  if (!held) ctx_.Release(pkt);
 }
 
-void Engine::FailSend(uint32_t o, int err, const char* why) {
-  if (!ops_[o].abandoned) ReportSendError(o, err, why);
-  free_ops_.Push(o);
+void Engine::OnHello(uint32_t pi, const wire::View& v) {
+  const bool hello = v.common.type == wire::PacketType::kHello;
+  if (pi == kNone) {
+    if (!hello) {  // an answer to a HELLO we never sent (or of a peer removed since)
+      ++ctx_.counters.stale_dropped;
+      return;
+    }
+    bool added = false;
+    pi = session_.AddFromHello(v, &added);
+    if (pi == kNone) return;
+    AddPeer(pi);
+  }
+  switch (session_.ClassifyHello(pi, v)) {
+    case SessionEvent::kStale:
+      return;
+    case SessionEvent::kRestarted: {
+      const uint32_t old = session_.address(pi).incarnation;
+      FailPeer(pi, ECONNRESET, "restarted; operation aborted", /*keep_unsent=*/true);
+      session_.Retire(pi, old);
+      break;
+    }
+    case SessionEvent::kReset:
+      FailPeer(pi, ECONNRESET, "reset its session; operation aborted", /*keep_unsent=*/true);
+      break;
+    case SessionEvent::kCurrent:
+      break;
+  }
+  session_.Heard(pi, v);
+  if (session_.Accept(pi, v)) reliability_.StartRx(pi, v.common.credit);
+  if (hello) session_[pi].hello_ack_owed = true;
+  reliability_.OnAck(pi, v.common, nullptr);
+  if (hello || HasWork(pi)) ctx_.Enqueue(pi);
 }
 
-void Engine::ReportSendError(uint32_t o, int err, const char* why) {
+void Engine::OnReset(uint32_t pi, const wire::View& v) {
+  if (pi == kNone) {
+    ++ctx_.counters.stale_dropped;
+    return;
+  }
+  const TxStream& t = reliability_.tx(pi);
+  const bool in_session = !v.common.psn.Before(t.snd_una) && v.common.psn.Before(t.next_psn);
+  switch (session_.ClassifyReset(pi, v, in_session)) {
+    case SessionEvent::kStale:
+    case SessionEvent::kCurrent:
+      return;
+    case SessionEvent::kRestarted: {
+      const uint32_t old = session_.address(pi).incarnation;
+      FailPeer(pi, ECONNRESET, "restarted; operation aborted", /*keep_unsent=*/true);
+      session_.Retire(pi, old);
+      session_.peers().address(pi).incarnation = v.common.src_incarnation;
+      break;
+    }
+    case SessionEvent::kReset:
+      FailPeer(pi, ECONNRESET, "lost our session (it timed out); operation aborted",
+               /*keep_unsent=*/true);
+      break;
+  }
+  if (HasWork(pi)) ctx_.Enqueue(pi);
+}
+
+void Engine::OnAck(uint32_t pi, const wire::View& v) {
+  if (pi == kNone) {
+    ++ctx_.counters.stale_dropped;
+    return;
+  }
+  const uint32_t inc = session_.address(pi).incarnation;
+  if (inc == 0 || v.common.src_incarnation != inc || !session_[pi].rx_known) {
+    ++ctx_.counters.stale_dropped;
+    return;
+  }
+  session_.Heard(pi, v);
+  if (v.common.flags & wire::kFlagAckReq) reliability_.AckRequested(pi);  // a probe: answer it
+  reliability_.OnAck(pi, v.common, &v.ack);
+}
+
+bool Engine::OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
+  if (pi == kNone) {
+    ++ctx_.counters.stale_dropped;
+    return false;
+  }
+  const uint32_t inc = session_.address(pi).incarnation;
+  if (inc == 0 || v.common.src_incarnation != inc) {
+    ++ctx_.counters.stale_dropped;
+    return false;
+  }
+  if (!session_[pi].rx_known) {
+    ++ctx_.counters.stale_dropped;
+    session_.QueueReset(v, wire::ResetReason::kNoSession);
+    return false;
+  }
+  session_.Heard(pi, v);
+  reliability_.OnAck(pi, v.common, nullptr);
+  switch (reliability_.Arrive(pi, v, pkt)) {
+    case Arrival::kDropped:
+      return false;
+    case Arrival::kHeld:
+      return true;
+    case Arrival::kInOrder:
+      break;
+  }
+  if (!Consume(pi, v.common.type, v.msg, v.rma, v.payload)) {
+    reliability_.Refused(pi);
+    return false;
+  }
+  reliability_.Consumed(pi);
+  // What was held behind it, as far as it is contiguous. Taken or refused,
+  // a held copy goes: a refused one is sent again.
+  for (HeldPacket* h = reliability_.NextHeld(pi); h != nullptr; h = reliability_.NextHeld(pi)) {
+    const bool taken = Consume(pi, h->type, h->msg, h->rma, h->payload());
+    reliability_.DropHeld(pi, h);
+    if (!taken) {
+      reliability_.Refused(pi);
+      break;
+    }
+    reliability_.Consumed(pi);
+  }
+  reliability_.AfterReceive(pi, v.common.flags);
+  return false;
+}
+
+bool Engine::Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& m,
+                     const wire::RmaFields& r, absl::Span<const uint8_t> payload) {
+  if (type == wire::PacketType::kData) return messaging_.ConsumeData(pi, m, payload);
+  if (messaging_.Receiving(pi)) {
+    // Ops never interleave in a stream: a message's segments are
+    // consecutive. That one will never end; this packet is the next op.
+    ++ctx_.counters.protocol_errors;
+    messaging_.AbortReceive(pi, EPROTO, "broke its message framing; receive aborted");
+  }
+  // A rendezvous pull is Messaging's; other RMA is the Rma stage's.
+  const bool message = (r.flags & wire::kRmaFlagMessage) != 0;
+  switch (r.op) {
+    case wire::RmaOp::kWrite:
+      return rma_.ConsumeWrite(pi, r, payload);
+    case wire::RmaOp::kReadReq:
+      return message ? messaging_.ConsumePullRequest(pi, r) : rma_.ConsumeReadRequest(pi, r);
+    case wire::RmaOp::kReadData:
+      if (message) {
+        messaging_.ConsumePulledData(pi, r, payload);
+      } else {
+        rma_.ConsumeReadData(pi, r, payload);
+      }
+      return true;
+    case wire::RmaOp::kResponse:
+      if (message) {
+        messaging_.ConsumePullResponse(pi, r);
+      } else {
+        rma_.ConsumeResponse(pi, r);
+      }
+      return true;
+  }
+  return true;
+}
+
+// ---- Timers.
+
+bool Engine::Busy(uint32_t pi) const {
+  return reliability_.Busy(pi) || messaging_.Receiving(pi) || rma_.Receiving(pi) ||
+         session_[pi].hello_wanted;
+}
+
+void Engine::RunTimers() {
+  if (ctx_.now < ctx_.next_timer_ns) return;
+  // Deadlines the stages set while this runs count too (ArmTimer).
+  ctx_.next_timer_ns = UINT64_MAX;
+  uint64_t next = UINT64_MAX;
+  for (uint32_t pi = 0; pi < session_.peers().size(); ++pi) {
+    if (!session_.peers().in_use(pi)) continue;
+    reliability_.RunTimers(pi, &next);
+    session_.RunTimers(pi, reliability_.OnlyWaiting(pi) && session_[pi].established(), &next);
+    const uint64_t silent_until = session_[pi].activity_ns + config_.peer_timeout_ns;
+    if (Busy(pi) && silent_until <= ctx_.now) {
+      ++ctx_.counters.peer_timeouts;
+      char why[96];
+      std::snprintf(why, sizeof(why), "did not answer for %.3f s; operation timed out",
+                    static_cast<double>(config_.peer_timeout_ns) / 1e9);
+      FailPeer(pi, ETIMEDOUT, why, /*keep_unsent=*/false);
+    }
+    if (Busy(pi)) next = std::min(next, session_[pi].activity_ns + config_.peer_timeout_ns);
+  }
+  ctx_.next_timer_ns = std::min(ctx_.next_timer_ns, next);
+  AfterFreeing();
+}
+
+// ---- Transmitting.
+
+size_t Engine::BuildTx(absl::Span<driver::Packet* const> bufs) {
+  size_t n = session_.BuildResets(bufs);
+  // Each peer queued now gets one turn of up to kPacketsPerTurn packets.
+  for (uint32_t turns = ctx_.queued_peers(); turns > 0 && n < bufs.size(); --turns) {
+    const uint32_t pi = ctx_.Dequeue();
+    if (!session_.peers().in_use(pi)) continue;  // removed since it was queued
+    const size_t room = std::min<size_t>(bufs.size() - n, kPacketsPerTurn);
+    n += BuildForPeer(pi, bufs.subspan(n, room));
+    if (HasWork(pi)) ctx_.Enqueue(pi);
+  }
+  return n;
+}
+
+size_t Engine::BuildForPeer(uint32_t pi, absl::Span<driver::Packet* const> bufs) {
+  size_t n = 0;
+  if (session_.HandshakeOwed(pi)) {
+    const wire::Common c = reliability_.Header(pi, wire::PacketType::kHello, 0);
+    const uint64_t retry = reliability_.tx(pi).rtt.rto(session_[pi].hello_tries);
+    n = session_.BuildHandshake(pi, c, reliability_.Grant(pi), retry, bufs);
+    if (n > 0) reliability_.NoteAckSent(pi, /*standalone=*/false);
+  }
+  return n + reliability_.Build(pi, &session_[pi].probe_owed, bufs.subspan(n));
+}
+
+// ---- Failure.
+
+void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
+  // Send operations: those that put anything on the wire of this session
+  // fail (and the engine's own: answers and pulls belong to the session);
+  // the others wait for the next session if keep_unsent.
+  const TxStream& t = reliability_.tx(pi);
+  for (uint32_t o = t.ops.front(); o != kNone;) {
+    const uint32_t next = ops_[o].next;
+    if (!keep_unsent || ops_[o].started || !ops_.IsUser(o)) {
+      reliability_.Unqueue(pi, o);
+      FailOp(o, err, why);
+    }
+    o = next;
+  }
+  while (!t.waiting.empty()) {  // RMA and rendezvous waiting for its answer
+    const uint32_t o = t.waiting.front();
+    reliability_.Unpark(pi, o);
+    FailOp(o, err, why);
+  }
+  rma_.EndSession(pi);
+  messaging_.EndSession(pi, err, why);
+  reliability_.ResetRx(pi);
+  // A fresh session, to be shaken hands again when there is something to send.
+  session_.EndSession(pi, /*more_to_send=*/!t.ops.empty());
+  reliability_.RestartTx(pi);
+}
+
+void Engine::FailOp(uint32_t o, int err, const char* why) {
   const SendOp& op = ops_[o];
-  ErrorCompletion ec;
-  ec.op.context = op.context;
-  ec.op.flags = kCompSend | kCompMsg | ((op.msg_flags & wire::kMsgTagged) ? kCompTagged : 0);
-  ec.op.source = peers_.Id(op.peer);
-  ec.err = err;
-  FormatPeerError(&ec, op.peer, why);
-  ++counters_.ops_failed;
-  if (op.inject) {
-    if (!cq_.PushUnreservedError(ec)) ++counters_.inject_errors_dropped;
-  } else {
-    cq_.PushError(ec);
+  switch (Traits(op.kind).on_fail) {
+    case OnFail::kReport:
+      if (!op.abandoned) completions_.OpFailed(op, err, why);  // an abandoned one has had its error
+      break;
+    case OnFail::kFailReceive:
+      messaging_.PullFailed(o, err, why);
+      break;
+    case OnFail::kDrop:
+      break;
   }
-}
-
-void Engine::FormatPeerError(ErrorCompletion* ec, uint32_t pi, const char* what) const {
-  const Address& a = peers_[pi].addr;
-  std::snprintf(ec->message, sizeof(ec->message), "peer %s:%u (incarnation 0x%08x) %s",
-                a.ip.ToString().c_str(), a.udp_port, a.incarnation, what);
-}
-
-void Engine::ResourcesFreed() {
-  if (refused_peers_ == 0) return;
-  // A receive or unexpected-queue room appeared: tell each peer we refused
-  // to retry now rather than after its backoff.
-  for (uint32_t i = 0; i < peers_.size() && refused_peers_ > 0; ++i) {
-    Peer& p = peers_[i];
-    if (!p.rx_refused) continue;
-    p.rx_refused = false;
-    --refused_peers_;
-    p.ack_standalone = true;
-    Enqueue(i);
-  }
-}
-
-void Engine::NoteUnexpectedDepth() {
-  counters_.unexpected_depth = matcher_.unexpected_depth();
-  counters_.unexpected_bytes = matcher_.unexpected_bytes();
-  counters_.unexpected_depth_max =
-      std::max(counters_.unexpected_depth_max, counters_.unexpected_depth);
+  ops_.Free(o);
 }
 
 }  // namespace bypass::rdm

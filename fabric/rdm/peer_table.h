@@ -1,11 +1,10 @@
-// The peers of an endpoint: a fixed array found by (IPv4, UDP port) through
-// an open-addressing index sized at creation. A peer that restarts or times
-// out keeps its slot and PeerId; a removed peer's slot is reused by a later
-// Add under a new generation, so its old PeerId stays invalid (Valid() is
-// false) instead of naming the newcomer. A PeerId is the slot index in the
-// low kIndexBits and the slot's generation above it; generations count
-// modulo kGenerations, so an id aliases again only after that many
-// removals of the same slot.
+// Who an endpoint's peers are: a fixed array of addresses found by (IPv4,
+// UDP port) through an open-addressing index sized at creation. A removed
+// peer's slot is reused by a later Add under a new generation, so its old
+// PeerId stays invalid (Valid() is false) instead of naming the newcomer;
+// generations count modulo kGenerations, so an id aliases again only after
+// that many removals of the same slot. The stages keep their own per-peer
+// state in arrays indexed by the same slots.
 #ifndef BYPASS_FABRIC_RDM_PEER_TABLE_H_
 #define BYPASS_FABRIC_RDM_PEER_TABLE_H_
 
@@ -13,45 +12,41 @@
 #include <memory>
 
 #include "fabric/rdm/index_list.h"
-#include "fabric/rdm/peer.h"
+#include "fabric/rdm/types.h"
 
 namespace bypass::rdm {
 
-// Fixed storage for max_peers peers with their TX rings and held-packet rings.
+// Slots, generations and the address index of up to max_peers peers.
 class PeerTable {
  public:
-  // ring_size: a power of two, at least the largest window.
-  PeerTable(uint32_t max_peers, uint32_t ring_size);
+  explicit PeerTable(uint32_t max_peers);
   PeerTable(const PeerTable&) = delete;
   PeerTable& operator=(const PeerTable&) = delete;
 
-  static constexpr uint32_t kIndexBits = PeerId::kSlotBits;
-  static constexpr uint32_t kIndexMask = PeerId::kSlotMask;
   // 0..kGenerations-1; never 0xfff, so no PeerId equals kAnyPeer.
-  static constexpr uint32_t kGenerations = (1u << (32 - kIndexBits)) - 1;
+  static constexpr uint32_t kGenerations = (1u << (32 - PeerId::kSlotBits)) - 1;
 
   // The peer at (ip, port), or kNone.
   uint32_t Find(uint32_t ip, uint16_t port) const;
-  // A new peer at (ip, port), reset to defaults; kNone when full.
-  // REQUIRES: Find(ip, port) == kNone.
-  uint32_t Add(uint32_t ip, uint16_t port);
-  // Frees slot i (its state reset; `queued` kept, as the engine's work FIFO
-  // may still name it) and gives it a new generation.
-  // REQUIRES: peer i is in use.
+  // A new slot for addr; kNone when full. REQUIRES: Find(ip, port) == kNone.
+  uint32_t Add(const Address& addr);
+  // Frees slot i and gives it a new generation. REQUIRES: i is in use.
   void Remove(uint32_t i);
 
-  Peer& operator[](uint32_t i) { return peers_[i]; }
-  const Peer& operator[](uint32_t i) const { return peers_[i]; }
-  // Slots 0..size()-1 have been used; those with in_use are peers now.
+  bool in_use(uint32_t i) const { return in_use_[i]; }
+  // Its address; the engine updates the incarnation and a learned MAC (the
+  // IPv4 and port, which the index is keyed by, never change).
+  Address& address(uint32_t i) { return addrs_[i]; }
+  const Address& address(uint32_t i) const { return addrs_[i]; }
+  // Slots 0..size()-1 have been used; those in_use are peers now.
   uint32_t size() const { return count_; }
   uint32_t capacity() const { return max_; }
   bool Valid(PeerId id) const {
-    const uint32_t i = id.value & kIndexMask;
-    return i < count_ && peers_[i].in_use && (id.value >> kIndexBits) == generation_[i];
+    const uint32_t i = id.slot();
+    return i < count_ && in_use_[i] && (id.value >> PeerId::kSlotBits) == generation_[i];
   }
-  // The id of slot i, and the slot of a valid id.
-  PeerId Id(uint32_t i) const { return PeerId{generation_[i] << kIndexBits | i}; }
-  static uint32_t Index(PeerId id) { return id.value & kIndexMask; }
+  // The id of slot i.
+  PeerId Id(uint32_t i) const { return PeerId{generation_[i] << PeerId::kSlotBits | i}; }
 
  private:
   static uint64_t Key(uint32_t ip, uint16_t port) { return uint64_t{ip} << 16 | port; }
@@ -62,14 +57,12 @@ class PeerTable {
   uint32_t Slot(uint64_t key) const;
 
   uint32_t max_;
-  uint32_t ring_size_;
   uint32_t count_ = 0;
   std::unique_ptr<uint32_t[]> generation_;
+  std::unique_ptr<bool[]> in_use_;
+  std::unique_ptr<Address[]> addrs_;
   std::unique_ptr<uint32_t[]> free_;  // removed slots, reused first
   uint32_t free_count_ = 0;
-  std::unique_ptr<Peer[]> peers_;
-  std::unique_ptr<TxEntry[]> tx_rings_;
-  std::unique_ptr<HeldPacket[]> held_;
   // Open addressing, linear probing, never more than half full.
   uint32_t index_mask_;
   std::unique_ptr<uint64_t[]> index_keys_;

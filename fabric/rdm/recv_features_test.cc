@@ -9,7 +9,6 @@
 
 #include "driver/device.h"
 #include "fabric/rdm/rdm.h"
-#include "fabric/rdm/peer_table.h"
 #include "fabric/rdm/test_util.h"
 #include "fabric/rdm/wire.h"
 #include "gtest/gtest.h"
@@ -475,23 +474,6 @@ TEST(RemovePeerTest, ALivePeerCanBeRemovedAndInsertedAgain) {
   ASSERT_TRUE(err.empty()) << err[0].message;
   EXPECT_EQ(in, 2u);
   EXPECT_EQ(got[0].source, net.Peer(1, 0)) << "b's id for a is unchanged";
-}
-
-TEST(PeerTableTest, RemovalKeepsEveryOtherPeerFindable) {
-  PeerTable t(64, 4);
-  std::vector<uint32_t> idx;
-  for (uint32_t i = 0; i < 64; ++i) {
-    idx.push_back(t.Add(0x0a000000 + i % 8, static_cast<uint16_t>(1000 + i)));
-    t[idx.back()].addr.ip.value = 0x0a000000 + i % 8;
-    t[idx.back()].addr.udp_port = static_cast<uint16_t>(1000 + i);
-  }
-  EXPECT_EQ(t.Add(1, 1), kNone) << "full";
-  for (uint32_t i = 0; i < 64; i += 3) t.Remove(idx[i]);
-  for (uint32_t i = 0; i < 64; ++i) {
-    const uint32_t want = i % 3 == 0 ? kNone : idx[i];
-    EXPECT_EQ(t.Find(0x0a000000 + i % 8, static_cast<uint16_t>(1000 + i)), want) << i;
-  }
-  EXPECT_NE(t.Add(2, 2), kNone) << "a removed slot is reused";
 }
 
 TEST(DscpTest, EveryPacketCarriesTheDscpSetAndBadValuesAreRejected) {

@@ -1,0 +1,110 @@
+#include "fabric/rdm/completions.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+
+namespace bypass::rdm {
+
+Completions::Completions(Context& ctx, const PeerTable& peers, uint32_t capacity,
+                         uint32_t extra_errors)
+    : ctx_(ctx), peers_(peers), cq_(capacity, extra_errors) {}
+
+Completion Completions::RecordOf(const SendOp& op) const {
+  Completion c;
+  c.context = op.context;
+  c.flags = op.comp_flags;
+  c.len = op.len;
+  c.source = peers_.Id(op.peer);
+  return c;
+}
+
+void Completions::OpDone(const SendOp& op) {
+  if (op.inject || op.abandoned) return;
+  cq_.Push(RecordOf(op));
+}
+
+void Completions::PushOpError(const SendOp& op, const ErrorCompletion& ec) {
+  ++ctx_.counters.ops_failed;
+  if (op.inject) {
+    // No reservation (and nobody's context): reported while there is room.
+    if (!cq_.PushUnreservedError(ec)) ++ctx_.counters.inject_errors_dropped;
+  } else {
+    cq_.PushError(ec);
+  }
+}
+
+void Completions::OpFailed(const SendOp& op, int err, const char* why) {
+  ErrorCompletion ec;
+  ec.op = RecordOf(op);
+  ec.op.len = 0;
+  ec.err = err;
+  NamePeer(ec.message, sizeof(ec.message), op.peer, why);
+  PushOpError(op, ec);
+}
+
+void Completions::OpFailedWith(const SendOp& op, int err, const char* message) {
+  ErrorCompletion ec;
+  ec.op = RecordOf(op);
+  ec.op.len = 0;
+  ec.err = err;
+  std::snprintf(ec.message, sizeof(ec.message), "%s", message);
+  PushOpError(op, ec);
+}
+
+void Completions::Received(PeerId src, const RecvRequest& r, const MessageInfo& m,
+                           uint64_t extra_flags) {
+  if (r.flags & kRecvDiscard) {
+    // A discarded rendezvous message, pulled with no bytes: the peek or
+    // claim that discarded it has completed already.
+    cq_.Unreserve();
+    return;
+  }
+  Completion c;
+  c.context = r.context;
+  c.flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0) |
+            (m.remote_data ? kCompRemoteData : 0) | extra_flags;
+  c.len = std::min<uint64_t>(m.total, r.len);
+  c.buf = r.buf;
+  c.data = m.data;
+  c.tag = m.tag;
+  c.source = src;
+  if (m.total > r.len) {
+    ErrorCompletion ec;
+    ec.op = c;
+    ec.err = EMSGSIZE;
+    ec.olen = m.total - r.len;
+    std::snprintf(ec.message, sizeof(ec.message),
+                  "message of %llu bytes truncated to the %zu-byte receive buffer",
+                  static_cast<unsigned long long>(m.total), r.len);
+    ++ctx_.counters.truncated;
+    cq_.PushError(ec);
+    return;
+  }
+  cq_.Push(c);
+}
+
+void Completions::ReceiveFailed(PeerId src, const RecvRequest& r, const MessageInfo& m,
+                                uint64_t len, uint64_t extra_flags, int err, const char* message,
+                                bool failure) {
+  ErrorCompletion ec;
+  ec.op.context = r.context;
+  ec.op.flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0) | extra_flags;
+  ec.op.buf = r.buf;
+  ec.op.len = len;
+  ec.op.tag = m.tag;
+  ec.op.source = src;
+  ec.err = err;
+  std::snprintf(ec.message, sizeof(ec.message), "%s", message);
+  if (failure) ++ctx_.counters.ops_failed;
+  cq_.PushError(ec);
+}
+
+void Completions::NamePeer(char* out, size_t size, uint32_t pi, const char* what) const {
+  const Address& a = peers_.address(pi);
+  std::snprintf(out, size, "peer %s:%u (incarnation 0x%08x) %s", a.ip.ToString().c_str(),
+                a.udp_port, a.incarnation, what);
+}
+
+}  // namespace bypass::rdm

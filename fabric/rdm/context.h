@@ -1,0 +1,122 @@
+// What every stage of one endpoint's engine shares: the settings, the time
+// of the current step, the counters, the earliest timer, the FIFO of peers
+// with something to send, and the packets to give back to the device.
+#ifndef BYPASS_FABRIC_RDM_CONTEXT_H_
+#define BYPASS_FABRIC_RDM_CONTEXT_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "driver/device.h"
+#include "driver/packet.h"
+#include "fabric/rdm/config.h"
+#include "fabric/rdm/index_list.h"
+#include "fabric/rdm/types.h"
+
+namespace bypass::rdm {
+
+// What the engine needs to know of the device queue it runs on.
+struct DeviceParams {
+  driver::MacAddress mac;
+  driver::Ipv4Address ip;
+  uint32_t mtu = 1500;
+  uint32_t frame_capacity = 0;  // bytes a TX buffer holds; 0: mtu + 14
+  uint32_t pool_capacity = 0;   // buffers of the queue's pool (bounds held packets)
+};
+
+// SplitMix64: the engine's pseudo-random numbers (initial PSNs, region keys).
+inline uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The stages' shared surroundings. Single-threaded, like the engine.
+class Context {
+ public:
+  // REQUIRES: config outlives the context.
+  Context(const EndpointConfig& c, const DeviceParams& d, uint32_t max_datagram_bytes,
+          uint32_t own_incarnation, uint64_t seed, uint32_t released_capacity)
+      : config(c),
+        dev(d),
+        max_datagram(max_datagram_bytes),
+        incarnation(own_incarnation),
+        rng_state_(seed),
+        work_(new uint32_t[c.max_peers]),
+        queued_(new bool[c.max_peers]()),
+        released_(new driver::Packet*[released_capacity]),
+        released_capacity_(released_capacity) {}
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const EndpointConfig& config;
+  const DeviceParams dev;
+  const uint32_t max_datagram;  // the largest UDP payload this end sends or takes
+  const uint32_t incarnation;   // this endpoint's
+  uint64_t now = 0;             // the time for everything until the next SetNow
+  uint8_t dscp = 0;             // of every packet built from now on
+  Counters counters;
+
+  uint64_t Random() { return SplitMix64(&rng_state_); }
+
+  // Timers: the earliest deadline any stage set since RunTimers last looked.
+  void ArmTimer(uint64_t when) { next_timer_ns = when < next_timer_ns ? when : next_timer_ns; }
+  uint64_t next_timer_ns = UINT64_MAX;
+
+  // The FIFO of peers with something to send, each queued once.
+  void Enqueue(uint32_t pi) {
+    if (queued_[pi]) return;
+    queued_[pi] = true;
+    const uint32_t tail = work_head_ + work_count_;  // < 2 max_peers: wrap without a divide
+    work_[tail >= config.max_peers ? tail - config.max_peers : tail] = pi;
+    ++work_count_;
+  }
+  uint32_t queued_peers() const { return work_count_; }
+  // REQUIRES: queued_peers() > 0.
+  uint32_t Dequeue() {
+    const uint32_t pi = work_[work_head_];
+    work_head_ = work_head_ + 1 == config.max_peers ? 0 : work_head_ + 1;
+    --work_count_;
+    queued_[pi] = false;
+    return pi;
+  }
+
+  // Packets the engine is done with, for the device's pool.
+  void Release(driver::Packet* pkt) {
+    if (released_count_ == released_capacity_) {
+      std::fprintf(stderr, "rdm engine: more than %u packets released in one step\n",
+                   released_capacity_);
+      std::abort();
+    }
+    released_[released_count_++] = pkt;
+  }
+  absl::Span<driver::Packet* const> released() const { return {released_.get(), released_count_}; }
+  void ClearReleased() { released_count_ = 0; }
+
+  // A receive slot, unexpected-queue room or engine op became free: peers
+  // refused for lack of one may go on (the engine tells them once per call).
+  void NoteFreed() { freed_ = true; }
+  bool TakeFreed() {
+    const bool f = freed_;
+    freed_ = false;
+    return f;
+  }
+
+ private:
+  uint64_t rng_state_;
+  std::unique_ptr<uint32_t[]> work_;
+  std::unique_ptr<bool[]> queued_;
+  uint32_t work_head_ = 0;
+  uint32_t work_count_ = 0;
+  std::unique_ptr<driver::Packet*[]> released_;
+  uint32_t released_capacity_;
+  uint32_t released_count_ = 0;
+  bool freed_ = false;
+};
+
+}  // namespace bypass::rdm
+
+#endif  // BYPASS_FABRIC_RDM_CONTEXT_H_

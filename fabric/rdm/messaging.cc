@@ -1,0 +1,685 @@
+// Messages: sends, matching, unexpected messages, reassembly, multi-receive,
+// peek / claim / discard, cancel and the rendezvous protocol (PROTOCOL.md,
+// "Messages" and "Rendezvous").
+#include "fabric/rdm/messaging.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+namespace bypass::rdm {
+namespace {
+
+MessageInfo InfoOf(uint64_t total, uint16_t msg_flags, uint64_t tag, uint64_t data) {
+  return MessageInfo{total, tag, data, (msg_flags & wire::kMsgRemoteData) != 0};
+}
+
+}  // namespace
+
+Messaging::Messaging(Context& ctx, Session& session, OpTable& ops, Completions& completions,
+                     Reliability& reliability)
+    : ctx_(ctx),
+      session_(session),
+      ops_(ops),
+      completions_(completions),
+      reliability_(reliability),
+      matcher_(ctx.config.max_posted_recvs, ctx.config.max_unexpected_msgs,
+               ctx.config.unexpected_bytes, ctx.config.unexpected_chunk_bytes),
+      peers_(new MsgPeer[ctx.config.max_peers]) {
+  matcher_.set_min_multi_recv(ctx.config.min_multi_recv);
+}
+
+void Messaging::NoteUnexpectedDepth() {
+  Counters& c = ctx_.counters;
+  c.unexpected_depth = matcher_.unexpected_depth();
+  c.unexpected_bytes = matcher_.unexpected_bytes();
+  c.unexpected_depth_max = std::max(c.unexpected_depth_max, c.unexpected_depth);
+}
+
+// ---- Sending.
+
+Result Messaging::PostSend(const SendRequest& r) {
+  const EndpointConfig& config = ctx_.config;
+  if (!session_.peers().Valid(r.dest)) return Result::kInvalid;
+  if (r.len > 0 && r.buf == nullptr) return Result::kInvalid;
+  const bool buffered = (r.flags & kSendBuffered) != 0 && (r.flags & kSendInject) == 0;
+  const bool inject = (r.flags & kSendInject) != 0 || buffered;  // copied now; no completion later
+  if (inject ? r.len > config.inject_size : r.len > config.max_msg_size) {
+    return Result::kTooLong;
+  }
+  if (ops_.user_free() == 0) return Result::kAgain;
+  if ((r.flags & kSendInject) == 0 && !completions_.Reserve()) return Result::kAgain;
+  const bool rendezvous = !inject && r.len > config.rendezvous_threshold;
+  const uint32_t o = ops_.Alloc(rendezvous ? OpKind::kRndvRequest : OpKind::kMsg);
+  SendOp& op = ops_[o];
+  const uint32_t pi = r.dest.slot();
+  op.peer = pi;
+  op.comp_flags = kCompSend | kCompMsg | ((r.flags & kSendTagged) ? kCompTagged : 0);
+  op.len = r.len;
+  op.context = r.context;
+  op.ack_now = (r.flags & kSendAckNow) != 0;
+  if (buffered) {  // its completion, at once; a later error is an inject's
+    completions_.OpDone(op);
+    op.context = nullptr;
+  }
+  op.inject = inject;
+  const uint8_t* bytes = static_cast<const uint8_t*>(r.buf);
+  if (inject && r.len > 0) {
+    bytes = ops_.inject_buffer(o);
+    std::memcpy(ops_.inject_buffer(o), r.buf, r.len);
+  }
+  op.type = wire::PacketType::kData;
+  op.msg.msg_id = peers_[pi].next_msg_id++;
+  op.msg.msg_flags = static_cast<uint16_t>(((r.flags & kSendTagged) ? wire::kMsgTagged : 0) |
+                                           ((r.flags & kSendRemoteData) ? wire::kMsgRemoteData : 0));
+  op.msg.total_length = r.len;
+  op.msg.tag = (r.flags & kSendTagged) ? r.tag : 0;
+  op.msg.data = (r.flags & kSendRemoteData) ? r.data : 0;
+  if (rendezvous) {
+    // A request to send (one packet, no payload); the bytes go when pulled.
+    op.msg.protocol = wire::MsgProtocol::kRendezvous;
+    op.src = bytes;
+    op.wire_len = 0;
+    ++ctx_.counters.rendezvous_sent;
+  } else {
+    op.src = bytes;
+    op.wire_len = r.len;
+  }
+  reliability_.Queue(pi, o);
+  return Result::kOk;
+}
+
+// ---- Posting receives.
+
+Result Messaging::PostRecv(const RecvRequest& r) {
+  const uint32_t f = r.flags;
+  if ((f & ~(kRecvMulti | kRecvPeek | kRecvClaim | kRecvDiscard)) != 0 ||
+      ((f & kRecvMulti) && (f & (kRecvPeek | kRecvClaim | kRecvDiscard))) ||
+      ((f & kRecvDiscard) && !(f & (kRecvPeek | kRecvClaim)))) {
+    return Result::kInvalid;
+  }
+  if ((f & kRecvPeek) == 0 && r.len > 0 && r.buf == nullptr) return Result::kInvalid;
+  if ((f & kRecvClaim) && !(f & kRecvPeek)) return Claim(r);  // source and tag do not apply
+  if (!(r.source == kAnyPeer) && !session_.peers().Valid(r.source)) return Result::kInvalid;
+  if (f & kRecvPeek) return Peek(r);
+  if (!completions_.Reserve()) return Result::kAgain;
+  if (f & kRecvMulti) return PostMulti(r);
+  const uint32_t e = matcher_.FindUnexpected(r);
+  if (e != kNone && matcher_.unexpected(e).rendezvous) return PullUnexpected(e, r);
+  if (e != kNone && matcher_.unexpected(e).complete) {
+    DeliverUnexpected(e, r);
+    ctx_.NoteFreed();
+    return Result::kOk;
+  }
+  const uint32_t slot = matcher_.AllocRecv(r);
+  if (slot == kNone) {
+    completions_.Unreserve();
+    return Result::kAgain;
+  }
+  if (e == kNone) {
+    matcher_.QueueRecv(slot);
+  } else {
+    BindArriving(e, slot, 0);
+  }
+  ctx_.NoteFreed();
+  return Result::kOk;
+}
+
+void Messaging::DeliverUnexpected(uint32_t e, const RecvRequest& r) {
+  const UnexpectedMsg& m = matcher_.unexpected(e);
+  matcher_.CopyOut(e, static_cast<uint8_t*>(r.buf), r.len);
+  completions_.Received(m.source, r, InfoOf(m.total, m.msg_flags, m.tag, m.data), 0);
+  matcher_.Release(e);
+  NoteUnexpectedDepth();
+}
+
+Result Messaging::PostMulti(const RecvRequest& r) {
+  // REQUIRES: a completion reserved (for the buffer's release or cancel).
+  const uint32_t slot = matcher_.AllocRecv(r);
+  if (slot == kNone) {
+    completions_.Unreserve();
+    return Result::kAgain;
+  }
+  matcher_.QueueRecv(slot);
+  // Messages already waiting, in order, as long as they fit and the
+  // completion queue has room for their records. Rendezvous messages are
+  // pulled into plain receives only.
+  RecvSlot& s = matcher_.slot(slot);
+  while (!s.released) {
+    const uint32_t e = matcher_.FindUnexpected(r, r.len - s.used, /*eager_only=*/true);
+    if (e == kNone || !completions_.Reserve()) break;
+    const UnexpectedMsg& m = matcher_.unexpected(e);
+    const uint64_t base = matcher_.TakeMulti(slot, m.total);
+    if (!m.complete) {
+      BindArriving(e, slot, base);
+      continue;
+    }
+    const MessageInfo info = InfoOf(m.total, m.msg_flags, m.tag, m.data);
+    matcher_.CopyOut(e, static_cast<uint8_t*>(r.buf) + base, m.total);
+    const PeerId src = m.source;
+    matcher_.Release(e);
+    NoteUnexpectedDepth();
+    uint64_t flags = 0;
+    const RecvRequest landed = EndRecvSlot(slot, info.total, base, &flags);
+    completions_.Received(src, landed, info, flags);
+    if (flags != 0) break;  // released and freed
+  }
+  ctx_.NoteFreed();
+  return Result::kOk;
+}
+
+Result Messaging::Peek(const RecvRequest& r) {
+  if (!completions_.Reserve()) return Result::kAgain;
+  const uint32_t e = matcher_.FindUnexpected(r);
+  Completion c;
+  c.context = r.context;
+  c.flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0);
+  if (e == kNone) {
+    ErrorCompletion ec;
+    ec.op = c;
+    ec.err = ENOMSG;
+    std::snprintf(ec.message, sizeof(ec.message), "peek: no matching message has arrived");
+    completions_.PushError(ec);
+    return Result::kOk;
+  }
+  UnexpectedMsg& m = matcher_.unexpected(e);
+  c.flags |= (m.msg_flags & wire::kMsgRemoteData) ? kCompRemoteData : 0;
+  c.len = m.total;
+  c.tag = m.tag;
+  c.data = m.data;
+  c.source = m.source;
+  if (r.flags & kRecvDiscard) {
+    c.len = 0;
+    if (const Result res = DiscardMessage(e, r.context); res != Result::kOk) {
+      completions_.Unreserve();
+      return res;
+    }
+  } else if (r.flags & kRecvClaim) {
+    m.claimed = true;
+    m.claim_context = r.context;
+  }
+  completions_.Push(c);
+  return Result::kOk;
+}
+
+Result Messaging::Claim(const RecvRequest& r) {
+  const uint32_t e = matcher_.FindClaimed(r.context);
+  if (e == kNone) return Result::kInvalid;  // no peek claimed a message for this context
+  if (!completions_.Reserve()) return Result::kAgain;
+  const UnexpectedMsg& m = matcher_.unexpected(e);
+  // The message decides the kind; the request's source and tag do not apply.
+  RecvRequest q = r;
+  q.tagged = m.tagged;
+  q.source = m.source;
+  if (r.flags & kRecvDiscard) {
+    Completion c;
+    c.context = r.context;
+    c.flags = kCompRecv | kCompMsg | (m.tagged ? kCompTagged : 0) |
+              ((m.msg_flags & wire::kMsgRemoteData) ? kCompRemoteData : 0);
+    c.tag = m.tag;
+    c.data = m.data;
+    c.source = m.source;
+    if (const Result res = DiscardMessage(e, r.context); res != Result::kOk) {
+      completions_.Unreserve();
+      return res;
+    }
+    completions_.Push(c);
+    return Result::kOk;
+  }
+  if (m.rendezvous) return PullUnexpected(e, q);
+  if (m.complete) {
+    DeliverUnexpected(e, q);
+    ctx_.NoteFreed();
+    return Result::kOk;
+  }
+  const uint32_t slot = matcher_.AllocRecv(q);
+  if (slot == kNone) {
+    completions_.Unreserve();
+    return Result::kAgain;
+  }
+  BindArriving(e, slot, 0);
+  ctx_.NoteFreed();
+  return Result::kOk;
+}
+
+void Messaging::BindArriving(uint32_t e, uint32_t slot, uint64_t base) {
+  // What came so far moves to the receive's buffer; the rest goes there
+  // directly.
+  const UnexpectedMsg& m = matcher_.unexpected(e);
+  const RecvRequest& r = matcher_.recv(slot);
+  const uint64_t cap = (r.flags & kRecvMulti) ? m.total : r.len;
+  matcher_.CopyOut(e, static_cast<uint8_t*>(r.buf) + base, cap);
+  RxMessage& rx = peers_[m.source.slot()].rx;
+  rx.sink = RxSink::kPosted;
+  rx.index = slot;
+  rx.base = base;
+  matcher_.Release(e);
+  NoteUnexpectedDepth();
+}
+
+Result Messaging::DiscardMessage(uint32_t e, void* context) {
+  const UnexpectedMsg& m = matcher_.unexpected(e);
+  if (!m.rendezvous) {
+    DropUnexpected(e);
+    return Result::kOk;
+  }
+  // Its sender holds the bytes until they are pulled: pull none, so that
+  // its send completes; the receive completes silently (Completions::Received).
+  if (!completions_.Reserve()) return Result::kAgain;
+  RecvRequest q;
+  q.source = m.source;
+  q.context = context;
+  q.tagged = m.tagged;
+  q.flags = kRecvDiscard;
+  return PullUnexpected(e, q);  // gives the reservation back on kAgain
+}
+
+void Messaging::DropUnexpected(uint32_t e) {
+  const UnexpectedMsg& m = matcher_.unexpected(e);
+  if (!m.complete) {
+    RxMessage& rx = peers_[m.source.slot()].rx;
+    rx.sink = RxSink::kDiscard;
+    rx.index = kNone;
+  }
+  matcher_.Release(e);
+  NoteUnexpectedDepth();
+  ctx_.NoteFreed();
+}
+
+RecvRequest Messaging::EndRecvSlot(uint32_t slot, uint64_t total, uint64_t base,
+                                   uint64_t* flags) {
+  RecvSlot& s = matcher_.slot(slot);
+  RecvRequest q = s.req;
+  *flags = 0;
+  if ((q.flags & kRecvMulti) == 0) {
+    matcher_.FreeRecv(slot);
+    return q;
+  }
+  if (total > 0) q.buf = static_cast<uint8_t*>(q.buf) + base;
+  q.len = total;
+  if (--s.active == 0 && s.released) {
+    // The last message of a released buffer says so; the completion
+    // reserved when it was posted is not needed.
+    *flags = kCompMultiRecv;
+    completions_.Unreserve();
+    matcher_.FreeRecv(slot);
+  }
+  return q;
+}
+
+void Messaging::CancelSlot(uint32_t slot, const char* why) {
+  RecvSlot& s = matcher_.slot(slot);
+  uint64_t flags = 0;
+  if (s.req.flags & kRecvMulti) {
+    s.released = true;
+    // Messages still arriving into it complete normally; the last one
+    // carries kCompMultiRecv.
+    if (s.active > 0) return;
+    flags = kCompMultiRecv;
+  }
+  const RecvRequest q = s.req;
+  matcher_.FreeRecv(slot);
+  completions_.ReceiveFailed(PeerId{}, q, MessageInfo{}, 0, flags, ECANCELED, why,
+                             /*failure=*/false);
+}
+
+bool Messaging::CancelRecv(void* context) {
+  const uint32_t slot = matcher_.TakePosted(context);
+  if (slot == kNone) return false;
+  CancelSlot(slot, "receive canceled");
+  return true;
+}
+
+// ---- Receiving.
+
+bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
+                            absl::Span<const uint8_t> payload) {
+  MsgPeer& p = peers_[pi];
+  RxMessage& r = p.rx;
+  const PeerId src = session_.peers().Id(pi);
+  if (!r.active && p.rx_skip && m.msg_id == p.rx_next_msg_id - 1) {
+    return true;  // the rest of a message its sender abandoned
+  }
+  if (m.msg_flags & wire::kMsgAbandoned) {
+    if (r.active && m.msg_id == r.msg_id) {
+      // We took an older copy of its first segment after its sender gave it
+      // up: the rest never comes. The message number is spent.
+      AbortReceive(pi, ECANCELED, "gave the message up (refused too long); receive aborted");
+      p.rx_skip = true;
+      return true;
+    }
+    // Its sender gave it up before we took its first segment: nothing to
+    // deliver, but the message number is spent.
+    if (r.active || m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
+      ++ctx_.counters.protocol_errors;
+      return true;
+    }
+    ++p.rx_next_msg_id;
+    p.rx_skip = true;
+    return true;
+  }
+  if (!r.active) {
+    if (m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
+      ++ctx_.counters.protocol_errors;
+      return true;  // acknowledged and dropped: it can never fit
+    }
+    if (m.protocol == wire::MsgProtocol::kRendezvous) return ConsumeRequestToSend(pi, m);
+    const bool tagged = (m.msg_flags & wire::kMsgTagged) != 0;
+    // A multi-receive needs a completion of its own for each message.
+    const bool cq_room = completions_.Reserve();
+    uint64_t base = 0;
+    uint32_t index = matcher_.MatchPosted(tagged, src, m.tag, m.total_length, cq_room, &base);
+    if (cq_room && (index == kNone || (matcher_.recv(index).flags & kRecvMulti) == 0)) {
+      completions_.Unreserve();
+    }
+    RxSink sink = RxSink::kPosted;
+    if (index == kNone) {
+      index = matcher_.Admit(src, tagged, m.tag, m.data, m.msg_flags, m.total_length);
+      // No room to buffer it: not acknowledged, so the sender backs off.
+      if (index == kNone) return false;
+      sink = RxSink::kUnexpected;
+      ++ctx_.counters.unexpected_msgs;
+      NoteUnexpectedDepth();
+    }
+    r.active = true;
+    r.msg_id = m.msg_id;
+    r.total = m.total_length;
+    r.received = 0;
+    r.msg_flags = m.msg_flags;
+    r.tag = m.tag;
+    r.data = m.data;
+    r.sink = sink;
+    r.index = index;
+    r.base = base;
+    p.rx_skip = false;
+  } else if (m.msg_id != r.msg_id || m.offset != r.received || m.total_length != r.total) {
+    ++ctx_.counters.protocol_errors;
+    AbortReceive(pi, EPROTO, "broke its message framing; receive aborted");
+    return ConsumeData(pi, m, payload);  // perhaps the next message: as one
+  }
+  if (r.sink == RxSink::kPosted) {
+    const RecvRequest& q = matcher_.recv(r.index);
+    // A multi-receive handed this message exactly its length.
+    const uint64_t cap = (q.flags & kRecvMulti) ? r.total : q.len;
+    if (r.received < cap && !payload.empty()) {
+      const uint64_t n = std::min<uint64_t>(payload.size(), cap - r.received);
+      std::memcpy(static_cast<uint8_t*>(q.buf) + r.base + r.received, payload.data(), n);
+    }
+  } else if (r.sink == RxSink::kUnexpected) {
+    matcher_.Append(r.index, payload);
+  }
+  r.received += payload.size();
+  if (r.received == r.total) {
+    if (r.sink == RxSink::kPosted) {
+      uint64_t flags = 0;
+      const RecvRequest q = EndRecvSlot(r.index, r.total, r.base, &flags);
+      completions_.Received(src, q, InfoOf(r.total, r.msg_flags, r.tag, r.data), flags);
+    } else if (r.sink == RxSink::kUnexpected) {
+      matcher_.unexpected(r.index).complete = true;
+    }
+    r.active = false;
+    ++p.rx_next_msg_id;
+  }
+  return true;
+}
+
+void Messaging::AbortReceive(uint32_t pi, int err, const char* why) {
+  MsgPeer& p = peers_[pi];
+  RxMessage& r = p.rx;
+  if (!r.active) return;
+  if (r.sink == RxSink::kPosted) {
+    uint64_t flags = 0;
+    const RecvRequest q = EndRecvSlot(r.index, r.total, r.base, &flags);
+    char message[sizeof(ErrorCompletion::message)];
+    completions_.NamePeer(message, sizeof(message), pi, why);
+    completions_.ReceiveFailed(session_.peers().Id(pi), q,
+                               InfoOf(r.total, r.msg_flags, r.tag, r.data),
+                               std::min<uint64_t>(r.received, q.len), flags, err, message,
+                               /*failure=*/true);
+  } else if (r.sink == RxSink::kUnexpected) {
+    matcher_.Release(r.index);
+    NoteUnexpectedDepth();
+    ctx_.NoteFreed();
+  }
+  r.active = false;
+  ++p.rx_next_msg_id;
+}
+
+// ---- Rendezvous.
+
+bool Messaging::CanPull() const {
+  const uint32_t cap = ctx_.config.max_rma_ops - std::max(1u, ctx_.config.max_rma_ops / 4);
+  return ops_.engine_free() && ops_.live(OpKind::kPull) < cap;
+}
+
+uint64_t Messaging::RxSessionId(uint32_t pi) const {
+  return uint64_t{session_.address(pi).incarnation} << 32 | session_[pi].rx_isn.value();
+}
+
+bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
+  const PeerId src = session_.peers().Id(pi);
+  const bool tagged = (m.msg_flags & wire::kMsgTagged) != 0;
+  if (!ops_.engine_free()) {
+    ++ctx_.counters.rma_no_slot;
+    return false;  // no op to answer with: refused, comes again
+  }
+  if (!CanPull() && matcher_.HasPosted(tagged, src, m.tag)) {
+    // Every op pulls may take is pulling: refused, comes again.
+    ++ctx_.counters.rma_no_slot;
+    return false;
+  }
+  // Pulled straight into a receive; never into a multi-receive.
+  const uint32_t slot = matcher_.MatchPosted(tagged, src, m.tag);
+  if (slot != kNone) {
+    StartPull(pi, slot, m.msg_id, InfoOf(m.total_length, m.msg_flags, m.tag, m.data),
+              m.msg_flags);
+  } else {
+    // Unexpected: an entry, no bytes (the sender keeps them).
+    const uint32_t e = matcher_.AdmitRendezvous(src, tagged, m.tag, m.data, m.msg_flags,
+                                                m.total_length, m.msg_id, RxSessionId(pi));
+    if (e == kNone) return false;
+    ++ctx_.counters.unexpected_msgs;
+    NoteUnexpectedDepth();
+    // Tell the sender, which holds its next messages until it knows.
+    const uint32_t a = ops_.Alloc(OpKind::kResponse);
+    MakeResponse(ops_[a], wire::kRmaFlagMessage, wire::RmaStatus::kOk, 0, m.msg_id, 0,
+                 m.total_length);
+    reliability_.Queue(pi, a);
+  }
+  MsgPeer& p = peers_[pi];
+  ++p.rx_next_msg_id;
+  p.rx_skip = false;
+  return true;
+}
+
+void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const MessageInfo& m,
+                          uint16_t msg_flags) {
+  const uint32_t o = ops_.Alloc(OpKind::kPull);
+  SendOp& op = ops_[o];
+  op.total = m.total;
+  op.len = std::min<uint64_t>(m.total, matcher_.recv(slot).len);  // a shorter receive truncates
+  op.slot = slot;
+  // What the message's completion reports, kept until the bytes are in.
+  op.msg.msg_flags = msg_flags;
+  op.msg.tag = m.tag;
+  op.msg.data = m.data;
+  op.type = wire::PacketType::kRma;
+  op.rma.op = wire::RmaOp::kReadReq;
+  op.rma.flags = wire::kRmaFlagMessage;
+  op.rma.rma_id = ops_.RmaId(o);
+  op.rma.key = msg_id;
+  op.rma.total_length = op.len;
+  op.wire_len = 0;  // the request is one packet
+  reliability_.Queue(pi, o);
+}
+
+Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
+  // REQUIRES (PostRecv): a completion reserved for r.
+  const UnexpectedMsg& m = matcher_.unexpected(e);
+  const uint32_t pi = m.source.slot();
+  if (!session_.peers().Valid(m.source) || !session_[pi].rx_known ||
+      m.rndv_session != RxSessionId(pi)) {
+    // Its sender's session ended (restart, timeout) before we took it: the
+    // bytes are gone with it.
+    char message[sizeof(ErrorCompletion::message)];
+    std::snprintf(message, sizeof(message),
+                  "rendezvous message of %llu bytes lost: its sender's session ended before a "
+                  "receive took it",
+                  static_cast<unsigned long long>(m.total));
+    completions_.ReceiveFailed(m.source, r, InfoOf(m.total, m.msg_flags, m.tag, m.data), 0, 0,
+                               ECONNRESET, message, /*failure=*/true);
+    matcher_.Release(e);
+    NoteUnexpectedDepth();
+    ctx_.NoteFreed();
+    return Result::kOk;
+  }
+  if (!CanPull()) {  // the rest of max_rma_ops stay for answers
+    completions_.Unreserve();
+    return Result::kAgain;
+  }
+  const uint32_t slot = matcher_.AllocRecv(r);
+  if (slot == kNone) {
+    completions_.Unreserve();
+    return Result::kAgain;
+  }
+  StartPull(pi, slot, m.rndv_msg_id, InfoOf(m.total, m.msg_flags, m.tag, m.data), m.msg_flags);
+  matcher_.Release(e);
+  NoteUnexpectedDepth();
+  ctx_.NoteFreed();
+  return Result::kOk;
+}
+
+bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
+  uint32_t o = reliability_.tx(pi).waiting.front();
+  for (; o != kNone; o = ops_[o].next) {
+    const SendOp& op = ops_[o];
+    if (op.kind == OpKind::kRndvRequest && op.msg.msg_id == r.key) break;
+  }
+  if (o == kNone || r.total_length > ops_[o].len) {
+    // Not a message of ours waiting to be pulled: a peer that breaks the
+    // protocol. Its pull fails there, once we have an op to say so with.
+    const uint32_t a = ops_.Alloc(OpKind::kResponse);
+    if (a == kNone) {
+      ++ctx_.counters.rma_no_slot;
+      return false;  // refused: comes again when an answer of ours is acknowledged
+    }
+    ++ctx_.counters.protocol_errors;
+    MakeResponse(ops_[a], wire::kRmaFlagMessage, wire::RmaStatus::kNoMessage, r.rma_id, r.key, 0,
+                 r.total_length);
+    reliability_.Queue(pi, a);
+    return true;
+  }
+  SendOp& op = ops_[o];
+  reliability_.Unpark(pi, o);
+  // A pull of an older message (one that waited unexpected) is not the
+  // answer the hold waits for.
+  reliability_.ReleaseHold(pi, op.msg.msg_id);
+  ops_.SetKind(o, OpKind::kRndvData);
+  op.type = wire::PacketType::kRma;
+  op.rma.op = wire::RmaOp::kReadData;
+  op.rma.flags = wire::kRmaFlagMessage;
+  op.rma.rma_id = r.rma_id;
+  op.rma.key = op.msg.msg_id;
+  op.rma.total_length = r.total_length;  // the receive may be shorter than the message
+  op.wire_len = r.total_length;
+  reliability_.Queue(pi, o);
+  return true;
+}
+
+void Messaging::ConsumePulledData(uint32_t pi, const wire::RmaFields& r,
+                                  absl::Span<const uint8_t> payload) {
+  const uint32_t o = ops_.FromRmaId(r.rma_id);
+  if (o == kNone || ops_[o].kind != OpKind::kPull || ops_[o].state != OpState::kWaiting ||
+      ops_[o].peer != pi || r.key != ops_[o].rma.key || r.total_length != ops_[o].len ||
+      r.offset != ops_[o].rx_done) {
+    ++ctx_.counters.protocol_errors;
+    return;
+  }
+  SendOp& op = ops_[o];
+  auto* dst = static_cast<uint8_t*>(matcher_.recv(op.slot).buf);
+  if (!payload.empty()) std::memcpy(dst + r.offset, payload.data(), payload.size());
+  op.rx_done += payload.size();
+  if (op.rx_done < op.len) return;
+  reliability_.Unpark(pi, o);
+  uint64_t flags = 0;
+  const RecvRequest q = EndRecvSlot(op.slot, op.total, 0, &flags);
+  completions_.Received(session_.peers().Id(pi), q,
+                        InfoOf(op.total, op.msg.msg_flags, op.msg.tag, op.msg.data), flags);
+  ++ctx_.counters.rendezvous_pulled;
+  ops_.Free(o);
+}
+
+void Messaging::ConsumePullResponse(uint32_t pi, const wire::RmaFields& r) {
+  if (r.status == wire::RmaStatus::kOk) {
+    // "Your request to send waits in my unexpected queue": send on.
+    if (r.key <= UINT32_MAX) reliability_.ReleaseHold(pi, static_cast<uint32_t>(r.key));
+    if (reliability_.HasWork(pi)) ctx_.Enqueue(pi);
+    return;
+  }
+  // A refusal of our pull: it echoes the pull's key (the msg_id) and length.
+  const uint32_t o = ops_.FromRmaId(r.rma_id);
+  if (o == kNone || ops_[o].kind != OpKind::kPull || ops_[o].state != OpState::kWaiting ||
+      ops_[o].peer != pi || r.key != ops_[o].rma.key || r.total_length != ops_[o].len) {
+    ++ctx_.counters.protocol_errors;
+    return;
+  }
+  reliability_.Unpark(pi, o);
+  PullFailed(o, EPROTO, "had no such message to pull; receive failed");
+  ops_.Free(o);
+}
+
+// ---- Failure.
+
+void Messaging::PullFailed(uint32_t o, int err, const char* why) {
+  const SendOp& op = ops_[o];
+  uint64_t flags = 0;
+  const RecvRequest q = EndRecvSlot(op.slot, op.total, 0, &flags);
+  char message[sizeof(ErrorCompletion::message)];
+  completions_.NamePeer(message, sizeof(message), op.peer, why);
+  completions_.ReceiveFailed(session_.peers().Id(op.peer), q,
+                             InfoOf(op.total, op.msg.msg_flags, op.msg.tag, op.msg.data),
+                             op.rx_done, flags, err, message, /*failure=*/true);
+}
+
+void Messaging::EndSession(uint32_t pi, int err, const char* why) {
+  AbortReceive(pi, err, why);
+  // Its requests to send waiting unexpected: their bytes stay with a session
+  // that is gone, so nothing can pull them; no receive or peek finds them.
+  const PeerId id = session_.peers().Id(pi);
+  bool lost = false;
+  for (uint32_t e = matcher_.FindRendezvousFrom(id); e != kNone;
+       e = matcher_.FindRendezvousFrom(id)) {
+    matcher_.Release(e);
+    ++ctx_.counters.rendezvous_lost;
+    lost = true;
+  }
+  if (lost) {
+    NoteUnexpectedDepth();
+    ctx_.NoteFreed();
+  }
+  MsgPeer& p = peers_[pi];
+  p.rx_next_msg_id = 0;
+  p.rx_skip = false;
+  // The messages still queued (none started) open the next session.
+  p.next_msg_id = 0;
+  const TxStream& t = reliability_.tx(pi);
+  for (uint32_t o = t.ops.front(); o != kNone; o = ops_[o].next) {
+    if (ops_[o].type == wire::PacketType::kData) ops_[o].msg.msg_id = p.next_msg_id++;
+  }
+}
+
+void Messaging::RemovePeer(uint32_t pi) {
+  const PeerId id = session_.peers().Id(pi);
+  for (uint32_t s = matcher_.TakePostedFrom(id); s != kNone; s = matcher_.TakePostedFrom(id)) {
+    CancelSlot(s, "receive canceled: its source was removed");
+  }
+  for (uint32_t e = matcher_.FindFrom(id); e != kNone; e = matcher_.FindFrom(id)) {
+    matcher_.Release(e);
+  }
+  NoteUnexpectedDepth();
+  ctx_.NoteFreed();
+}
+
+}  // namespace bypass::rdm

@@ -1,0 +1,145 @@
+// The Messaging stage: messages and tagged messages (fi_msg(3),
+// fi_tagged(3)). Sending, it turns a send into an operation on the peer's
+// stream: eager (the bytes in DATA segments) or, above the rendezvous
+// threshold, a request to send whose bytes the receiver pulls. Receiving,
+// it matches arriving messages with posted receives by source and tag,
+// queues the unexpected ones, reassembles segments, and serves
+// multi-receive buffers, peek / claim / discard and cancel.
+#ifndef BYPASS_FABRIC_RDM_MESSAGING_H_
+#define BYPASS_FABRIC_RDM_MESSAGING_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/types/span.h"
+#include "fabric/rdm/completions.h"
+#include "fabric/rdm/context.h"
+#include "fabric/rdm/matching.h"
+#include "fabric/rdm/ops.h"
+#include "fabric/rdm/reliability.h"
+#include "fabric/rdm/session.h"
+#include "fabric/rdm/types.h"
+#include "fabric/rdm/wire.h"
+
+namespace bypass::rdm {
+
+// Where the message a peer is sending us goes (kDiscard: dropped by a peek
+// or claim with kRecvDiscard while it was still arriving).
+enum class RxSink : uint8_t { kPosted, kUnexpected, kDiscard };
+
+// The message between its first and last segment.
+struct RxMessage {
+  bool active = false;
+  uint32_t msg_id = 0;
+  uint64_t total = 0;
+  uint64_t received = 0;
+  uint16_t msg_flags = 0;
+  uint64_t tag = 0;
+  uint64_t data = 0;
+  RxSink sink = RxSink::kPosted;
+  uint32_t index = kNone;  // receive slot or unexpected entry
+  uint64_t base = 0;       // where in a multi-receive buffer it lands
+};
+
+// One peer's messages, as the Messaging stage keeps them.
+struct MsgPeer {
+  uint32_t next_msg_id = 0;     // of our next message to it
+  uint32_t rx_next_msg_id = 0;  // of its next message to us
+  RxMessage rx;
+  // The sender abandoned message rx_next_msg_id - 1: its other segments are
+  // acknowledged and dropped.
+  bool rx_skip = false;
+};
+
+// Sends, receives, matching and rendezvous of one endpoint.
+class Messaging {
+ public:
+  Messaging(Context& ctx, Session& session, OpTable& ops, Completions& completions,
+            Reliability& reliability);
+  Messaging(const Messaging&) = delete;
+  Messaging& operator=(const Messaging&) = delete;
+
+  void AddPeer(uint32_t pi) { peers_[pi] = MsgPeer{}; }
+
+  // ---- The application's calls.
+  Result PostSend(const SendRequest& r);
+  Result PostRecv(const RecvRequest& r);
+  // Cancels the posted receive with this context (ECANCELED); false if none.
+  bool CancelRecv(void* context);
+  uint32_t RecvSlotsFree() const { return matcher_.recv_slots_free(); }
+  void SetMinMultiRecv(size_t bytes) { matcher_.set_min_multi_recv(bytes); }
+  size_t min_multi_recv() const { return matcher_.min_multi_recv(); }
+
+  // ---- Sequenced packets from peer pi, in order. False: refused (not
+  // consumed; no receive resources now; it comes again after an RNR).
+  bool ConsumeData(uint32_t pi, const wire::MsgFields& m, absl::Span<const uint8_t> payload);
+  // A rendezvous pull of one of our messages (READ_REQ with kRmaFlagMessage).
+  bool ConsumePullRequest(uint32_t pi, const wire::RmaFields& r);
+  // The bytes of a message we pull (READ_DATA with kRmaFlagMessage).
+  void ConsumePulledData(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload);
+  // The sender's word on our pull, or on our request to send
+  // (RESPONSE with kRmaFlagMessage).
+  void ConsumePullResponse(uint32_t pi, const wire::RmaFields& r);
+  // A message from pi is between its first and last segment.
+  bool Receiving(uint32_t pi) const { return peers_[pi].rx.active; }
+  // Ends the message from pi being received (err, why) and spends its number.
+  void AbortReceive(uint32_t pi, int err, const char* why);
+
+  // ---- Failure.
+  // Pull o failed (its session ended): the receive it pulls into completes
+  // in error. The caller frees o.
+  void PullFailed(uint32_t o, int err, const char* why);
+  // Peer pi's session ended: the message arriving from it is aborted, its
+  // rendezvous requests waiting unexpected are lost (nothing can pull them
+  // any more), and both directions count messages from 0 again, our queued
+  // messages renumbered.
+  void EndSession(uint32_t pi, int err, const char* why);
+  // Peer pi is forgotten: receives only it could satisfy are canceled, what
+  // it sent that nobody took is dropped.
+  void RemovePeer(uint32_t pi);
+
+ private:
+  Result PostMulti(const RecvRequest& r);
+  Result Peek(const RecvRequest& r);
+  Result Claim(const RecvRequest& r);
+  void DeliverUnexpected(uint32_t e, const RecvRequest& r);
+  // Receives unexpected message e (still arriving) into slot at base.
+  void BindArriving(uint32_t e, uint32_t slot, uint64_t base);
+  // Drops unexpected message e, complete or still arriving.
+  void DropUnexpected(uint32_t e);
+  // Drops e for a discarding peek or claim with this context (a rendezvous
+  // message is pulled with no bytes so that its sender completes).
+  Result DiscardMessage(uint32_t e, void* context);
+  // A message into `slot` ended: where it landed (buf, len) and, for the
+  // last one of a released multi-receive, kCompMultiRecv in *flags. Frees
+  // the slot when nothing more will land in it.
+  RecvRequest EndRecvSlot(uint32_t slot, uint64_t total, uint64_t base, uint64_t* flags);
+  // Completes an unqueued receive with ECANCELED (a multi-receive with
+  // messages still arriving only stops taking more).
+  void CancelSlot(uint32_t slot, const char* why);
+  bool ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m);
+  // Starts pulling rendezvous message msg_id (described by m) from peer pi
+  // into receive slot `slot`. REQUIRES: CanPull().
+  void StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const MessageInfo& m,
+                 uint16_t msg_flags);
+  // PostRecv found rendezvous message e unexpected: pull it into r.
+  Result PullUnexpected(uint32_t e, const RecvRequest& r);
+  // Pulls may hold at most this many engine ops: the rest stay for answers
+  // to peers' requests, which always drain (PROTOCOL.md, Rendezvous).
+  bool CanPull() const;
+  uint64_t RxSessionId(uint32_t pi) const;
+  void NoteUnexpectedDepth();
+
+  Context& ctx_;
+  Session& session_;
+  OpTable& ops_;
+  Completions& completions_;
+  Reliability& reliability_;
+  MatchQueues matcher_;
+  std::unique_ptr<MsgPeer[]> peers_;
+};
+
+}  // namespace bypass::rdm
+
+#endif  // BYPASS_FABRIC_RDM_MESSAGING_H_

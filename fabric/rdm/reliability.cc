@@ -1,0 +1,707 @@
+// Sequenced streams: segmentation, acknowledgement, loss recovery, credits
+// and refusals (PROTOCOL.md, "Reliability").
+#include "fabric/rdm/reliability.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+
+namespace bypass::rdm {
+
+Reliability::Reliability(Context& ctx, Session& session, OpTable& ops, Completions& completions,
+                         uint32_t ring_size, uint32_t held_budget)
+    : ctx_(ctx),
+      session_(session),
+      ops_(ops),
+      completions_(completions),
+      ring_mask_(ring_size - 1),
+      held_budget_(held_budget),
+      tx_(new TxStream[ctx.config.max_peers]),
+      rx_(new RxStream[ctx.config.max_peers]),
+      tx_rings_(new TxEntry[uint64_t{ctx.config.max_peers} * ring_size]),
+      held_rings_(new HeldPacket[uint64_t{ctx.config.max_peers} * ring_size]) {}
+
+// ---- Peers and sessions.
+
+void Reliability::AddPeer(uint32_t pi) {
+  const EndpointConfig& c = ctx_.config;
+  TxStream& t = tx_[pi];
+  t = TxStream{};
+  t.ring = &tx_rings_[uint64_t{pi} * (ring_mask_ + 1)];
+  t.rtt = RttEstimator(c.rto_initial_ns, c.rto_min_ns, c.rto_max_ns);
+  t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
+  RxStream& r = rx_[pi];
+  r = RxStream{};
+  r.held = &held_rings_[uint64_t{pi} * (ring_mask_ + 1)];
+}
+
+void Reliability::RestartTx(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) entry(t, q) = TxEntry{};
+  t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
+  t.retx_queued = 0;
+  t.backoff = 0;
+  t.rto_deadline = 0;
+  t.tlp_deadline = 0;
+  t.acks_on_data = false;
+  t.rnr = RnrState{};
+  t.window_stalled = false;
+  t.hold = false;
+  Rewind(pi);
+}
+
+void Reliability::Rewind(uint32_t pi) {
+  tx_[pi].cursor_op = tx_[pi].ops.front();
+  tx_[pi].cursor_offset = 0;
+}
+
+void Reliability::StartRx(uint32_t pi, uint16_t credit) {
+  RxStream& r = rx_[pi];
+  r.rcv_nxt = r.highest_held = session_[pi].rx_isn;
+  if (!session_[pi].tx_ready) tx_[pi].window_end = tx_[pi].snd_una + credit;
+}
+
+void Reliability::ResetRx(uint32_t pi) {
+  RxStream& r = rx_[pi];
+  for (uint32_t k = 0; k <= ring_mask_ && r.held_count > 0; ++k) {
+    if (r.held[k].pkt != nullptr) DropHeld(pi, &r.held[k]);
+  }
+  if (r.refused) {
+    r.refused = false;
+    --refused_peers_;
+  }
+  r.unacked = 0;
+  r.ack_deadline = 0;
+  r.ack_now = r.ack_standalone = r.rnr_owed = false;
+}
+
+void Reliability::ReleaseAll() {
+  for (uint32_t pi = 0; pi < session_.peers().size(); ++pi) {
+    RxStream& r = rx_[pi];
+    for (uint32_t k = 0; k <= ring_mask_ && r.held_count > 0; ++k) {
+      if (r.held[k].pkt != nullptr) DropHeld(pi, &r.held[k]);
+    }
+  }
+}
+
+// ---- Sending.
+
+void Reliability::Queue(uint32_t pi, uint32_t o) {
+  SendOp& op = ops_[o];
+  op.peer = pi;
+  op.state = OpState::kQueued;
+  op.all_sent = false;
+  TxStream& t = tx_[pi];
+  if (!Busy(pi) && !session_[pi].hello_wanted) {
+    // Work begins: the peer's silence counts from now.
+    session_[pi].activity_ns = ctx_.now;
+    ctx_.ArmTimer(ctx_.now + ctx_.config.peer_timeout_ns);
+  }
+  if (t.cursor_op == kNone) {
+    t.ops.PushBack(ops_.base(), o);
+    t.cursor_op = o;
+    t.cursor_offset = 0;
+  } else if (!Traits(op.kind).jumps_queue) {
+    t.ops.PushBack(ops_.base(), o);
+  } else {
+    // Answers and pulled bytes go after the others of their kind but before
+    // the user's ops not yet started: nothing the receiver may refuse
+    // delays them.
+    uint32_t at = t.cursor_offset == 0 ? t.cursor_op : ops_[t.cursor_op].next;
+    while (at != kNone && Traits(ops_[at].kind).jumps_queue) at = ops_[at].next;
+    if (at == kNone) {
+      t.ops.PushBack(ops_.base(), o);
+    } else {
+      t.ops.InsertBefore(ops_.base(), at, o);
+      if (at == t.cursor_op) t.cursor_op = o;  // cursor_offset is 0 there
+    }
+  }
+  session_.WantHello(pi);
+  ctx_.Enqueue(pi);
+}
+
+bool Reliability::CursorHeld(const TxStream& t) const {
+  return t.hold && ops_.IsUser(t.cursor_op) && !Traits(ops_[t.cursor_op].kind).jumps_queue;
+}
+
+wire::Common Reliability::Header(uint32_t pi, wire::PacketType type, uint16_t flags) const {
+  wire::Common c;
+  c.type = type;
+  c.flags = flags;
+  c.src_incarnation = ctx_.incarnation;
+  c.dst_incarnation = session_.address(pi).incarnation;
+  c.auth_key = ctx_.config.auth_key;
+  c.psn = tx_[pi].next_psn;
+  if (session_[pi].rx_known) {
+    c.flags |= wire::kFlagAckValid;
+    c.ack_psn = rx_[pi].rcv_nxt;
+    c.credit = Grant(pi);
+  }
+  return c;
+}
+
+uint16_t Reliability::Grant(uint32_t pi) const {
+  // rcv_nxt is always welcome (it is consumed at once); beyond it, only what
+  // can be held out of order.
+  const uint32_t free_held = held_budget_ - held_total_ + rx_[pi].held_count;
+  return static_cast<uint16_t>(1 + std::min(ctx_.config.window_packets - 1, free_held));
+}
+
+void Reliability::NoteAckSent(uint32_t pi, bool standalone) {
+  if (!session_[pi].rx_known) return;
+  RxStream& r = rx_[pi];
+  r.unacked = 0;
+  r.ack_deadline = 0;
+  r.ack_now = false;
+  if (standalone) {
+    r.ack_standalone = false;
+    r.rnr_owed = false;
+  }
+}
+
+bool Reliability::HasWork(uint32_t pi) const {
+  const SessionPeer& s = session_[pi];
+  const RxStream& r = rx_[pi];
+  if (s.rx_known && (r.ack_now || r.ack_standalone || r.rnr_owed)) return true;
+  if (!s.tx_ready) return false;
+  const TxStream& t = tx_[pi];
+  if (t.retx_queued > 0) return true;
+  return !t.rnr.waiting && t.cursor_op != kNone && WindowOpen(t) && !CursorHeld(t);
+}
+
+size_t Reliability::Build(uint32_t pi, bool* probe_owed,
+                         absl::Span<driver::Packet* const> bufs) {
+  size_t n = 0;
+  TxStream& t = tx_[pi];
+  if (session_[pi].tx_ready) {
+    for (Psn q = t.snd_una; t.retx_queued > 0 && q.Before(t.next_psn) && n < bufs.size(); ++q) {
+      if (entry(t, q).state & kTxNeedsRetx) BuildRetransmit(pi, q, bufs[n++]);
+    }
+    while (!t.rnr.waiting && t.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
+           !CursorHeld(t)) {
+      BuildSegment(pi, bufs[n++]);
+    }
+    // Data waiting and a closed window: count the stall once per closing.
+    const bool stalled = t.cursor_op != kNone && !WindowOpen(t);
+    if (stalled && !t.window_stalled) ++ctx_.counters.window_stalls;
+    t.window_stalled = stalled;
+  }
+  const RxStream& r = rx_[pi];
+  if (session_[pi].rx_known && (r.ack_standalone || r.rnr_owed || r.ack_now || *probe_owed) &&
+      n < bufs.size()) {
+    BuildAck(pi, *probe_owed, bufs[n++]);
+    *probe_owed = false;
+  }
+  return n;
+}
+
+void Reliability::BuildAck(uint32_t pi, bool probe, driver::Packet* pkt) {
+  RxStream& r = rx_[pi];
+  const wire::Common c =
+      Header(pi, wire::PacketType::kAck,
+             static_cast<uint16_t>((r.rnr_owed ? wire::kFlagRnr : 0) |
+                                   (probe ? wire::kFlagAckReq : 0)));
+  wire::AckFields a;
+  if (r.held_count > 0) {
+    for (uint32_t i = 0; i < wire::kSackBits && i + 1 < ctx_.config.window_packets; ++i) {
+      if (held_at(r, r.rcv_nxt + 1 + i).pkt != nullptr) a.Set(i);
+    }
+  }
+  pkt->len = static_cast<uint32_t>(
+      wire::BuildAck(session_[pi].flow, c, a, {pkt->data, pkt->capacity}));
+  NoteAckSent(pi, true);
+  ++ctx_.counters.tx_packets;
+  ++ctx_.counters.tx_acks;
+}
+
+void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
+  TxStream& t = tx_[pi];
+  const uint32_t o = t.cursor_op;
+  SendOp& op = ops_[o];
+  op.started = true;
+  const uint32_t dg = std::min<uint32_t>(ctx_.max_datagram, session_[pi].max_datagram);
+  const uint32_t max_seg = op.type == wire::PacketType::kData ? wire::MaxDataPayload(dg)
+                                                              : wire::MaxRmaPayload(dg);
+  const uint64_t seg = std::min<uint64_t>(max_seg, op.wire_len - t.cursor_offset);
+  const Psn psn = t.next_psn;
+  TxEntry& e = entry(t, psn);
+  e.op = o;
+  e.len = static_cast<uint32_t>(seg);
+  e.offset = t.cursor_offset;
+  e.first_sent_ns = e.last_sent_ns = ctx_.now;
+  e.state = 0;
+  // Ask for an ACK when this packet fills the window (the sender waits
+  // next), or ends an op whose owner waits for its completion on the ACK
+  // (kSendAckNow).
+  const bool fills = !(psn + 1).Before(t.window_end) || t.inflight() + 1 > ring_mask_;
+  const bool completes = op.ack_now && t.cursor_offset + seg == op.wire_len &&
+                         Traits(op.kind).after_ack == AfterAck::kComplete;
+  WritePacket(pi, psn, e, fills || completes ? wire::kFlagAckReq : 0, pkt);
+  ++t.next_psn;
+  t.cursor_offset += seg;
+  if (Traits(op.kind).holds_stream) {
+    t.hold = true;
+    t.hold_id = op.msg.msg_id;
+  }
+  if (t.cursor_offset == op.wire_len) {
+    op.all_sent = true;
+    op.last_psn = psn;
+    t.cursor_op = op.next;
+    t.cursor_offset = 0;
+  }
+  if (t.rto_deadline == 0 && !t.rnr.waiting) {
+    ArmRto(t);
+    ArmTailProbe(t);
+  }
+}
+
+void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
+  TxStream& t = tx_[pi];
+  TxEntry& e = entry(t, psn);
+  if (e.state & kTxFast) {
+    ++ctx_.counters.retransmits_fast;
+  } else {
+    ++ctx_.counters.retransmits_timeout;
+  }
+  WritePacket(pi, psn, e, wire::kFlagRetransmit | wire::kFlagAckReq, pkt);
+  e.last_sent_ns = ctx_.now;
+  e.state =
+      static_cast<uint8_t>((e.state | kTxRetransmitted) & ~(kTxNeedsRetx | kTxFast | kTxSacked));
+  --t.retx_queued;
+  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmRto(t);
+}
+
+void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t flags,
+                              driver::Packet* pkt) {
+  const SendOp& op = ops_[e.op];
+  wire::Common c = Header(pi, op.type, flags);
+  c.psn = psn;
+  absl::Span<const uint8_t> payload =
+      e.len > 0 ? absl::Span<const uint8_t>(op.src + e.offset, e.len) : absl::Span<const uint8_t>();
+  const driver::UdpFlow& flow = session_[pi].flow;
+  const absl::Span<uint8_t> frame(pkt->data, pkt->capacity);
+  if (op.type == wire::PacketType::kData) {
+    wire::MsgFields m = op.msg;
+    m.offset = e.offset;
+    if (op.abandoned) {  // given up: the PSN goes, the bytes do not
+      m.msg_flags |= wire::kMsgAbandoned;
+      payload = {};
+    }
+    pkt->len = static_cast<uint32_t>(wire::BuildData(flow, c, m, payload, frame));
+  } else {
+    wire::RmaFields r = op.rma;
+    r.offset = e.offset;
+    pkt->len = static_cast<uint32_t>(wire::BuildRma(flow, c, r, payload, frame));
+  }
+  NoteAckSent(pi, false);
+  ++ctx_.counters.tx_packets;
+  ++ctx_.counters.tx_data_packets;
+}
+
+// ---- Acknowledgements.
+
+void Reliability::AckRequested(uint32_t pi) {
+  rx_[pi].ack_now = rx_[pi].ack_standalone = true;
+  ctx_.Enqueue(pi);
+}
+
+void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckFields* sack) {
+  if ((c.flags & wire::kFlagAckValid) == 0) return;
+  TxStream& t = tx_[pi];
+  const Psn ack = c.ack_psn;
+  if (!session_[pi].tx_ready) {
+    // The first acknowledgement of our initial PSN: the peer has our session.
+    if (ack == t.snd_una && t.next_psn == t.snd_una) {
+      session_.TxReady(pi);
+      t.window_end = ack + c.credit;
+      ctx_.Enqueue(pi);
+    }
+    return;
+  }
+  if (ack.Before(t.snd_una) || ack.After(t.next_psn)) return;  // stale or bogus
+  const uint64_t now = ctx_.now;
+  if (ack.After(t.snd_una)) {
+    bool sampled = false;
+    uint64_t sample = 0;
+    for (Psn q = t.snd_una; q.Before(ack); ++q) {
+      TxEntry& e = entry(t, q);
+      if ((e.state & kTxRetransmitted) == 0) {  // Karn: only packets sent once
+        sample = now - e.first_sent_ns;
+        sampled = true;
+      }
+      if (e.state & kTxNeedsRetx) --t.retx_queued;
+      e.state = 0;
+      e.op = kNone;
+    }
+    if (sampled) t.rtt.Sample(sample);
+    t.acks_on_data = c.type != wire::PacketType::kAck;
+    t.snd_una = ack;
+    t.backoff = 0;
+    t.rnr = RnrState{};
+    CompleteAcked(pi);
+    t.rto_deadline = t.inflight() > 0 ? now + t.rtt.rto() : 0;
+    if (t.rto_deadline != 0) ctx_.ArmTimer(t.rto_deadline);
+    ArmTailProbe(t);
+  }
+  t.window_end = ack + c.credit;
+  if (c.flags & wire::kFlagRnr) {
+    if (t.inflight() > 0) {
+      // Refused for lack of receive resources: not a loss; retry later,
+      // unless it has been refused for rnr_give_up_ns.
+      ++ctx_.counters.rnr_received;
+      if (t.rnr.since == 0) t.rnr.since = now;
+      if (now - t.rnr.since >= ctx_.config.rnr_give_up_ns && GiveUpRefused(pi)) return;
+      t.rnr.delay = t.rnr.delay == 0
+                        ? ctx_.config.rnr_retry_min_ns
+                        : std::min(2 * t.rnr.delay, ctx_.config.rnr_retry_max_ns);
+      t.rnr.waiting = true;
+      t.rnr.until = now + t.rnr.delay;
+      t.rto_deadline = 0;
+      ctx_.ArmTimer(t.rnr.until);
+    }
+  } else if (t.rnr.waiting && c.type == wire::PacketType::kAck) {
+    // A window update: the receiver has room again.
+    t.rnr.waiting = false;
+    if (t.inflight() > 0) {
+      MarkRetx(t, t.snd_una, /*fast=*/false);
+      ArmRto(t);
+    }
+  }
+  if (sack != nullptr && !t.rnr.waiting) ProcessSack(pi, ack, *sack);
+  if (HasWork(pi)) ctx_.Enqueue(pi);
+}
+
+void Reliability::ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack) {
+  TxStream& t = tx_[pi];
+  bool any = false;
+  Psn highest;
+  uint64_t latest_sent = 0;  // of any packet the receiver holds
+  for (uint32_t i = 0; i < wire::kSackBits; ++i) {
+    const Psn q = ack + 1 + i;
+    if (!q.Before(t.next_psn)) break;
+    if (!sack.Has(i)) continue;
+    TxEntry& e = entry(t, q);
+    latest_sent = std::max(latest_sent, e.last_sent_ns);
+    if ((e.state & kTxSacked) == 0) {
+      e.state |= kTxSacked;
+      if (e.state & kTxNeedsRetx) {
+        e.state &= static_cast<uint8_t>(~(kTxNeedsRetx | kTxFast));
+        --t.retx_queued;
+      }
+    }
+    highest = q;
+    any = true;
+  }
+  if (!any) return;
+  // A hole far enough below the highest SACKed PSN is lost. A hole already
+  // retransmitted is lost again only if a packet sent after that
+  // retransmission has arrived (as in RACK), so one loss costs one
+  // retransmission however many SACKs report it.
+  for (Psn q = ack; q.Before(highest); ++q) {
+    if (static_cast<uint32_t>(highest - q) < ctx_.config.fast_retransmit_threshold) break;
+    TxEntry& e = entry(t, q);
+    if (e.state & (kTxSacked | kTxNeedsRetx)) continue;
+    if ((e.state & kTxRetransmitted) && latest_sent <= e.last_sent_ns) continue;
+    MarkRetx(t, q, /*fast=*/true);
+  }
+  if (t.retx_queued > 0) ctx_.Enqueue(pi);
+}
+
+void Reliability::CompleteAcked(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  while (!t.ops.empty()) {
+    const uint32_t o = t.ops.front();
+    SendOp& op = ops_[o];
+    if (!op.all_sent || !op.last_psn.Before(t.snd_una)) break;
+    t.ops.Remove(ops_.base(), o);
+    op.state = OpState::kIdle;
+    const OpTraits& traits = Traits(op.kind);
+    if (op.abandoned) {
+      // Given up while refused: its error is out already, and nobody will
+      // answer it.
+      if (traits.holds_stream) ReleaseHold(pi, op.msg.msg_id);
+      ops_.Free(o);
+      continue;
+    }
+    switch (traits.after_ack) {
+      case AfterAck::kComplete:
+        completions_.OpDone(op);
+        ops_.Free(o);
+        break;
+      case AfterAck::kFree:
+        ops_.Free(o);
+        break;
+      case AfterAck::kAwaitAnswer:
+        op.state = OpState::kWaiting;
+        t.waiting.PushBack(ops_.base(), o);
+        // Nothing in flight may be all that is left: the probe keeps the
+        // peer's liveness known (Session::RunTimers).
+        ctx_.ArmTimer(ctx_.now + std::max<uint64_t>(1, ctx_.config.peer_timeout_ns / 4));
+        break;
+    }
+  }
+}
+
+bool Reliability::GiveUpRefused(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  const TxEntry& e = entry(t, t.snd_una);
+  if (e.op == kNone || e.offset != 0) return false;  // refusals only happen at an op's start
+  const uint32_t o = e.op;
+  SendOp& op = ops_[o];
+  // Only messages: RMA requests and answers, and a pulled message's bytes
+  // (the receiver asked for them), are never refused for long.
+  if (op.abandoned || !Traits(op.kind).may_give_up) return false;
+  op.abandoned = true;
+  if (t.cursor_op == o) {  // its unsent segments never go
+    op.all_sent = true;
+    op.last_psn = t.next_psn + UINT32_MAX;  // next_psn - 1
+    t.cursor_op = op.next;
+    t.cursor_offset = 0;
+  }
+  ++ctx_.counters.rnr_give_ups;
+  char why[128];
+  std::snprintf(why, sizeof(why),
+                "has posted no receive for it for %llu ms (unexpected queue full); send failed",
+                static_cast<unsigned long long>((ctx_.now - t.rnr.since) / 1'000'000));
+  completions_.OpFailed(op, ENOSPC, why);
+  // What is in flight of it goes again as abandoned, so that the receiver
+  // spends its PSNs and message number and goes on with the next message.
+  t.rnr = RnrState{};
+  MarkRetx(t, t.snd_una, /*fast=*/false);
+  ArmRto(t);
+  ctx_.Enqueue(pi);
+  return true;
+}
+
+// ---- Receiving.
+
+Arrival Reliability::Arrive(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
+  RxStream& r = rx_[pi];
+  const int32_t d = v.common.psn - r.rcv_nxt;
+  if (d < 0) {
+    // A retransmission of something we have: our ACK was lost or late.
+    ++ctx_.counters.duplicates_dropped;
+    r.ack_now = true;
+    ctx_.Enqueue(pi);
+    return Arrival::kDropped;
+  }
+  if (static_cast<uint32_t>(d) >= ctx_.config.window_packets) {
+    ++ctx_.counters.out_of_window_dropped;
+    return Arrival::kDropped;
+  }
+  // In order. (The held slot of rcv_nxt is always empty here: the engine
+  // consumes or drops it whenever rcv_nxt reaches it.)
+  if (d == 0) return Arrival::kInOrder;
+  return Hold(pi, v, pkt);
+}
+
+Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
+  RxStream& r = rx_[pi];
+  const Psn psn = v.common.psn;
+  HeldPacket& h = held_at(r, psn);
+  if (h.pkt != nullptr) {
+    ++ctx_.counters.duplicates_dropped;
+    r.ack_now = true;
+    r.ack_standalone = true;
+    ctx_.Enqueue(pi);
+    return Arrival::kDropped;
+  }
+  if (held_total_ >= held_budget_) {
+    ++ctx_.counters.reorder_buffer_full;
+    return Arrival::kDropped;
+  }
+  h.pkt = pkt;
+  h.type = v.common.type;
+  h.msg = v.msg;
+  h.rma = v.rma;
+  h.payload_offset = static_cast<uint32_t>(v.payload.data() - pkt->data);
+  h.payload_len = static_cast<uint32_t>(v.payload.size());
+  ++r.held_count;
+  ++held_total_;
+  bool new_hole = r.held_count == 1;
+  if (r.held_count == 1 || psn.After(r.highest_held)) {
+    new_hole = new_hole || (psn - r.highest_held) > 1;
+    r.highest_held = psn;
+  }
+  // A gap: SACK at once while the sender may still be short of its
+  // fast-retransmit threshold, and whenever a new hole opens.
+  if (new_hole || r.held_count <= ctx_.config.fast_retransmit_threshold) {
+    r.ack_now = true;
+    r.ack_standalone = true;
+    ctx_.Enqueue(pi);
+  } else {
+    ++r.unacked;
+    AfterReceive(pi, v.common.flags);
+  }
+  return Arrival::kHeld;
+}
+
+void Reliability::Consumed(uint32_t pi) {
+  ++rx_[pi].rcv_nxt;
+  ++rx_[pi].unacked;
+  ++ctx_.counters.rx_data_packets;
+}
+
+void Reliability::Refused(uint32_t pi) {
+  RxStream& r = rx_[pi];
+  ++ctx_.counters.rnr_sent;
+  r.rnr_owed = true;
+  if (!r.refused) {
+    r.refused = true;
+    ++refused_peers_;
+  }
+  ctx_.Enqueue(pi);
+}
+
+HeldPacket* Reliability::NextHeld(uint32_t pi) {
+  RxStream& r = rx_[pi];
+  if (r.held_count == 0) return nullptr;
+  HeldPacket& h = held_at(r, r.rcv_nxt);
+  return h.pkt != nullptr ? &h : nullptr;
+}
+
+void Reliability::DropHeld(uint32_t pi, HeldPacket* h) {
+  ctx_.Release(h->pkt);
+  h->pkt = nullptr;
+  --rx_[pi].held_count;
+  --held_total_;
+}
+
+void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
+  RxStream& r = rx_[pi];
+  if ((flags & wire::kFlagAckReq) != 0 || r.unacked >= ctx_.config.ack_every_packets) {
+    r.ack_now = true;
+  }
+  if (r.ack_now && r.held_count > 0) r.ack_standalone = true;
+  if (r.ack_now || r.ack_standalone) {
+    ctx_.Enqueue(pi);
+  } else if (r.unacked > 0 && r.ack_deadline == 0) {
+    r.ack_deadline = ctx_.now + ctx_.config.ack_delay_ns;
+    ctx_.ArmTimer(r.ack_deadline);
+  }
+}
+
+void Reliability::RetryRefused() {
+  // A receive or unexpected-queue room appeared: tell each peer we refused
+  // to retry now rather than after its backoff.
+  for (uint32_t pi = 0; pi < session_.peers().size() && refused_peers_ > 0; ++pi) {
+    RxStream& r = rx_[pi];
+    if (!r.refused) continue;
+    r.refused = false;
+    --refused_peers_;
+    r.ack_standalone = true;
+    ctx_.Enqueue(pi);
+  }
+}
+
+// ---- Timers.
+
+void Reliability::RunTimers(uint32_t pi, uint64_t* next) {
+  const uint64_t now = ctx_.now;
+  const auto due = [&](uint64_t when) {
+    if (when > now) {
+      *next = std::min(*next, when);
+      return false;
+    }
+    return true;
+  };
+  RxStream& r = rx_[pi];
+  TxStream& t = tx_[pi];
+  if (r.ack_deadline != 0 && due(r.ack_deadline)) {
+    r.ack_deadline = 0;
+    if (r.unacked > 0) {
+      r.ack_now = true;
+      if (r.held_count > 0) r.ack_standalone = true;
+      ctx_.Enqueue(pi);
+    }
+  }
+  if (t.rnr.waiting && due(t.rnr.until)) {
+    // Try the refused packet again; the RTO guards the try.
+    t.rnr.waiting = false;
+    if (t.inflight() > 0) {
+      MarkRetx(t, t.snd_una, /*fast=*/false);
+      t.rto_deadline = now + t.rtt.rto(t.backoff);
+      ctx_.Enqueue(pi);
+    }
+  }
+  if (t.tlp_deadline != 0 && due(t.tlp_deadline)) OnTailProbe(pi);
+  if (t.tlp_deadline != 0) *next = std::min(*next, t.tlp_deadline);
+  if (t.rto_deadline != 0 && due(t.rto_deadline)) OnRto(pi);
+  if (t.rto_deadline != 0) *next = std::min(*next, t.rto_deadline);
+}
+
+void Reliability::ArmRto(TxStream& t) {
+  t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
+  ctx_.ArmTimer(t.rto_deadline);
+}
+
+// A lost tail (or, in a ping-pong, the only packet in flight) has nothing
+// after it to be SACKed: the probe resends the newest unacknowledged packet
+// after about two round trips (as RFC 8985's PTO: 2 SRTT, or SRTT + 4 RTTVAR
+// if the RTT jitters more, plus the peer's ACK delay unless its ACKs have
+// been coming on its replies), once per flight or ACK advance, so such a
+// loss costs about one round trip more, not the RTO floor. A peer that was
+// only slow costs one duplicate; the RTO (with its floor and backoff)
+// stays the backstop.
+void Reliability::ArmTailProbe(TxStream& t) {
+  t.tlp_deadline = 0;
+  if (t.inflight() == 0 || !t.rtt.has_sample() || t.backoff != 0 || t.rnr.waiting) return;
+  const uint64_t srtt = t.rtt.srtt();
+  const uint64_t at = ctx_.now + std::max(2 * srtt, srtt + 4 * t.rtt.rttvar()) +
+                      (t.acks_on_data ? 0 : ctx_.config.ack_delay_ns);
+  if (t.rto_deadline != 0 && at >= t.rto_deadline) return;
+  t.tlp_deadline = at;
+  ctx_.ArmTimer(at);
+}
+
+void Reliability::OnTailProbe(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  t.tlp_deadline = 0;
+  if (t.inflight() == 0 || t.backoff != 0 || t.rnr.waiting) return;
+  Psn q = t.snd_una + (t.inflight() - 1);  // the newest, unless the peer holds it
+  if (entry(t, q).state & (kTxSacked | kTxNeedsRetx)) q = t.snd_una;
+  if (entry(t, q).state & (kTxSacked | kTxNeedsRetx)) return;  // recovery under way
+  ++ctx_.counters.tail_probes;
+  MarkRetx(t, q, /*fast=*/false);
+  ctx_.Enqueue(pi);
+}
+
+void Reliability::OnRto(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  ++ctx_.counters.rto_expirations;
+  t.tlp_deadline = 0;
+  if (t.inflight() == 0) {
+    t.rto_deadline = 0;
+    return;
+  }
+  // The oldest unacknowledged packet always goes; later ones that were not
+  // SACKed and have waited a whole RTO too (a lost tail).
+  const uint64_t rto = t.rtt.rto(t.backoff);
+  for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) {
+    TxEntry& e = entry(t, q);
+    if (e.state & kTxNeedsRetx) {
+      e.state &= static_cast<uint8_t>(~kTxFast);
+      continue;
+    }
+    if (q == t.snd_una || ((e.state & kTxSacked) == 0 && ctx_.now - e.last_sent_ns >= rto)) {
+      MarkRetx(t, q, /*fast=*/false);
+    }
+  }
+  t.backoff = std::min<uint32_t>(t.backoff + 1, 30);
+  t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
+  ctx_.Enqueue(pi);
+}
+
+void Reliability::MarkRetx(TxStream& t, Psn psn, bool fast) {
+  TxEntry& e = entry(t, psn);
+  if ((e.state & kTxNeedsRetx) == 0) ++t.retx_queued;
+  e.state = static_cast<uint8_t>((e.state | kTxNeedsRetx) & ~kTxSacked);
+  if (fast) {
+    e.state |= kTxFast;
+  } else {
+    e.state &= static_cast<uint8_t>(~kTxFast);
+  }
+}
+
+}  // namespace bypass::rdm

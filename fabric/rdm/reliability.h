@@ -1,0 +1,253 @@
+// The Reliability stage: each peer's two sequenced streams. Sending, it
+// cuts the peer's queue of operations into PSN-numbered packets within the
+// peer's window, keeps what is unacknowledged, and resends it on a SACK gap
+// (fast retransmit), a tail-loss probe or the RTO; it backs off when the
+// receiver refuses (RNR) and gives a message up after rnr_give_up_ns.
+// Receiving, it takes packets in PSN order, holds what arrives early,
+// drops duplicates, and acknowledges (piggy-backed, delayed, or at once
+// with a SACK bitmap), granting credit. It knows nothing of tags, messages
+// or regions: an operation is a header template and bytes (ops.h).
+#ifndef BYPASS_FABRIC_RDM_RELIABILITY_H_
+#define BYPASS_FABRIC_RDM_RELIABILITY_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/types/span.h"
+#include "driver/packet.h"
+#include "fabric/rdm/completions.h"
+#include "fabric/rdm/context.h"
+#include "fabric/rdm/index_list.h"
+#include "fabric/rdm/ops.h"
+#include "fabric/rdm/psn.h"
+#include "fabric/rdm/rtt.h"
+#include "fabric/rdm/session.h"
+#include "fabric/rdm/wire.h"
+
+namespace bypass::rdm {
+
+// Bits of TxEntry::state.
+inline constexpr uint8_t kTxSacked = 1u << 0;         // the receiver holds it
+inline constexpr uint8_t kTxRetransmitted = 1u << 1;  // sent more than once (no RTT sample: Karn)
+inline constexpr uint8_t kTxNeedsRetx = 1u << 2;      // queued for retransmission
+inline constexpr uint8_t kTxFast = 1u << 3;           // ... because of a SACK gap (else the timer)
+
+// One packet sent and not yet cumulatively acknowledged: enough to build it
+// again from its operation.
+struct TxEntry {
+  uint32_t op = kNone;
+  uint32_t len = 0;
+  uint64_t offset = 0;
+  uint64_t first_sent_ns = 0;
+  uint64_t last_sent_ns = 0;
+  uint8_t state = 0;
+};
+
+// One packet received out of order, held until the gap before it fills.
+struct HeldPacket {
+  driver::Packet* pkt = nullptr;
+  wire::PacketType type = wire::PacketType::kData;
+  wire::MsgFields msg;  // kData
+  wire::RmaFields rma;  // kRma
+  uint32_t payload_offset = 0;  // in pkt->data
+  uint32_t payload_len = 0;
+  absl::Span<const uint8_t> payload() const { return {pkt->data + payload_offset, payload_len}; }
+};
+
+// "Receiver not ready": the peer refused our packet at snd_una.
+struct RnrState {
+  bool waiting = false;  // retry at `until`, not before
+  uint64_t until = 0;
+  uint64_t delay = 0;    // the backoff, doubled per refusal
+  uint64_t since = 0;    // first refusal of the packet at snd_una (0: none); rnr_give_up_ns
+};
+
+// Our stream to one peer.
+struct TxStream {
+  Psn next_psn;
+  Psn snd_una;
+  Psn window_end;  // may send PSNs before this
+  TxEntry* ring = nullptr;
+  IndexList<SendOp> ops;       // oldest first: started or queued
+  uint32_t cursor_op = kNone;  // first operation with packets not yet sent
+  uint64_t cursor_offset = 0;
+  IndexList<SendOp> waiting;   // every packet acknowledged; the peer's answer to come
+  uint32_t retx_queued = 0;
+  RttEstimator rtt;
+  uint32_t backoff = 0;
+  uint64_t rto_deadline = 0;
+  // Tail-loss probe: one early retransmission of the newest unacknowledged
+  // packet at about two round trips, before the RTO.
+  uint64_t tlp_deadline = 0;
+  bool acks_on_data = false;  // the last ACK that advanced came on a packet with data (a reply)
+  RnrState rnr;
+  bool window_stalled = false;
+  // An op with holds_stream went out: the user's later ops wait until the
+  // peer answers hold_id (ReleaseHold).
+  bool hold = false;
+  uint32_t hold_id = 0;
+
+  uint32_t inflight() const { return static_cast<uint32_t>(next_psn - snd_una); }
+};
+
+// The peer's stream to us.
+struct RxStream {
+  Psn rcv_nxt;
+  Psn highest_held;
+  HeldPacket* held = nullptr;
+  uint32_t held_count = 0;
+  uint32_t unacked = 0;         // consumed since we last acknowledged
+  uint64_t ack_deadline = 0;    // delayed ACK due; 0: none
+  bool ack_now = false;         // acknowledge this pass (a DATA may carry it)
+  bool ack_standalone = false;  // an ACK packet is needed (SACK, window update, probe)
+  bool rnr_owed = false;        // an ACK with kFlagRnr is needed
+  bool refused = false;         // we refused rcv_nxt; owe a window update
+};
+
+// What became of a sequenced packet that arrived.
+enum class Arrival : uint8_t {
+  kInOrder,  // rcv_nxt: consume it (then Consumed or Refused)
+  kHeld,     // early: held (the packet is the stream's now)
+  kDropped,  // a duplicate or out of the window (the caller frees the packet)
+};
+
+// Every peer's streams.
+class Reliability {
+ public:
+  // ring_size: a power of two, at least window_packets. held_budget: early
+  // packets held across all peers.
+  Reliability(Context& ctx, Session& session, OpTable& ops, Completions& completions,
+              uint32_t ring_size, uint32_t held_budget);
+  Reliability(const Reliability&) = delete;
+  Reliability& operator=(const Reliability&) = delete;
+
+  TxStream& tx(uint32_t pi) { return tx_[pi]; }
+  const TxStream& tx(uint32_t pi) const { return tx_[pi]; }
+  const RxStream& rx(uint32_t pi) const { return rx_[pi]; }
+
+  // A new peer in slot pi: fresh streams (our initial PSN is the session's).
+  void AddPeer(uint32_t pi);
+  // A new session of our direction after a failure (Session::EndSession
+  // chose a new initial PSN): what was in flight is forgotten.
+  void RestartTx(uint32_t pi);
+  // Its direction became known (Session::Accept): we expect its initial PSN;
+  // credit is the window its HELLO granted (used until it acknowledges).
+  void StartRx(uint32_t pi, uint16_t credit);
+  // Drops everything the peer's direction holds (FailPeer, RemovePeer).
+  void ResetRx(uint32_t pi);
+
+  // ---- Sending.
+  // Queues op o (set up, of the peer) on the stream: at the tail, or for
+  // ops that jump the queue before the user's ops not yet started. Wants a
+  // HELLO if the session is not up.
+  void Queue(uint32_t pi, uint32_t o);
+  // The peer answered the op that holds the stream: the user's ops go on.
+  void ReleaseHold(uint32_t pi, uint32_t hold_id) {
+    if (tx_[pi].hold && tx_[pi].hold_id == hold_id) tx_[pi].hold = false;
+  }
+  // An op in the waiting list got its answer (or its session ended).
+  void Unpark(uint32_t pi, uint32_t o) {
+    tx_[pi].waiting.Remove(ops_.base(), o);
+    ops_[o].state = OpState::kIdle;
+  }
+  // Takes op o off the stream (FailPeer). REQUIRES: queued on pi.
+  void Unqueue(uint32_t pi, uint32_t o) {
+    tx_[pi].ops.Remove(ops_.base(), o);
+    ops_[o].state = OpState::kIdle;
+  }
+  // After FailPeer took what failed off: the cursor restarts at the front.
+  void Rewind(uint32_t pi);
+  // The header of a packet to pi: incarnations, key, next PSN, and the
+  // acknowledgement of its stream once it is known.
+  wire::Common Header(uint32_t pi, wire::PacketType type, uint16_t flags) const;
+  // Credit we grant pi: rcv_nxt, and what can be held beyond it.
+  uint16_t Grant(uint32_t pi) const;
+  // An acknowledgement of pi's stream left (piggy-backed unless standalone).
+  void NoteAckSent(uint32_t pi, bool standalone);
+  // Packets are owed to pi (acknowledgements, retransmissions, new data).
+  bool HasWork(uint32_t pi) const;
+  // Builds retransmissions, then new packets, then an ACK into bufs;
+  // returns how many. An ACK goes if one is owed or *probe_owed (the
+  // session's liveness probe: it asks for one back, and is then cleared).
+  size_t Build(uint32_t pi, bool* probe_owed, absl::Span<driver::Packet* const> bufs);
+  // Something of ours to pi is unfinished: queued, unacknowledged, held or waiting.
+  bool Busy(uint32_t pi) const {
+    const TxStream& t = tx_[pi];
+    return !t.ops.empty() || !t.waiting.empty() || rx_[pi].held_count > 0;
+  }
+  // Only answers are awaited (nothing queued in flight): liveness probes.
+  bool OnlyWaiting(uint32_t pi) const {
+    return !tx_[pi].waiting.empty() && tx_[pi].inflight() == 0;
+  }
+
+  // ---- Acknowledgements (of our stream, on any packet from pi; sack on ACKs).
+  // Completes what they acknowledge (kOpTraits' after_ack), and on a
+  // refusal backs off or, after rnr_give_up_ns, gives the message up.
+  void OnAck(uint32_t pi, const wire::Common& c, const wire::AckFields* sack);
+  // An ACK asking for one back (a probe): answer at once.
+  void AckRequested(uint32_t pi);
+
+  // ---- Receiving (pi's stream).
+  // Files a sequenced packet (parsed into v, in pkt) by its PSN.
+  Arrival Arrive(uint32_t pi, const wire::View& v, driver::Packet* pkt);
+  // The packet at rcv_nxt was taken (consumed) or refused (not ready: it
+  // comes again after an RNR).
+  void Consumed(uint32_t pi);
+  void Refused(uint32_t pi);
+  // The held packet at rcv_nxt, if there is one: consume it, then DropHeld.
+  HeldPacket* NextHeld(uint32_t pi);
+  void DropHeld(uint32_t pi, HeldPacket* h);
+  // After a packet was consumed: acknowledge now, after ack_delay_ns, or
+  // with the next packet back (flags: the packet's, kFlagAckReq asks).
+  void AfterReceive(uint32_t pi, uint16_t flags);
+  // Receive resources were freed: peers we refused get a window update.
+  void RetryRefused();
+
+  // Delayed ACKs, RNR retries, tail-loss probes and the RTO of peer pi;
+  // *next: the earliest of its deadlines still ahead.
+  void RunTimers(uint32_t pi, uint64_t* next);
+  // Gives every held packet back (closing).
+  void ReleaseAll();
+
+ private:
+  bool WindowOpen(const TxStream& t) const {
+    return t.next_psn.Before(t.window_end) && t.inflight() <= ring_mask_;
+  }
+  bool CursorHeld(const TxStream& t) const;
+  TxEntry& entry(TxStream& t, Psn p) { return t.ring[p.value() & ring_mask_]; }
+  HeldPacket& held_at(RxStream& r, Psn p) { return r.held[p.value() & ring_mask_]; }
+  const HeldPacket& held_at(const RxStream& r, Psn p) const {
+    return r.held[p.value() & ring_mask_];
+  }
+
+  void BuildSegment(uint32_t pi, driver::Packet* pkt);
+  void BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt);
+  void BuildAck(uint32_t pi, bool probe, driver::Packet* pkt);
+  void WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t flags, driver::Packet* pkt);
+  void ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack);
+  void CompleteAcked(uint32_t pi);
+  bool GiveUpRefused(uint32_t pi);
+  void MarkRetx(TxStream& t, Psn psn, bool fast);
+  void ArmRto(TxStream& t);
+  void ArmTailProbe(TxStream& t);
+  void OnTailProbe(uint32_t pi);
+  void OnRto(uint32_t pi);
+  Arrival Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt);
+
+  Context& ctx_;
+  Session& session_;
+  OpTable& ops_;
+  Completions& completions_;
+  const uint32_t ring_mask_;
+  const uint32_t held_budget_;
+  uint32_t held_total_ = 0;
+  uint32_t refused_peers_ = 0;
+  std::unique_ptr<TxStream[]> tx_;
+  std::unique_ptr<RxStream[]> rx_;
+  std::unique_ptr<TxEntry[]> tx_rings_;
+  std::unique_ptr<HeldPacket[]> held_rings_;
+};
+
+}  // namespace bypass::rdm
+
+#endif  // BYPASS_FABRIC_RDM_RELIABILITY_H_
