@@ -7,9 +7,9 @@
 
 namespace bypass::rdm {
 
-Completions::Completions(Context& ctx, const PeerTable& peers, uint32_t capacity,
+Completions::Completions(Counters& counters, const PeerTable& peers, uint32_t capacity,
                          uint32_t extra_errors)
-    : ctx_(ctx), peers_(peers), cq_(capacity, extra_errors) {}
+    : counters_(counters), peers_(peers), cq_(capacity, extra_errors) {}
 
 Completion Completions::RecordOf(const SendOp& op) const {
   Completion c;
@@ -26,10 +26,10 @@ void Completions::OpDone(const SendOp& op) {
 }
 
 void Completions::PushOpError(const SendOp& op, const ErrorCompletion& ec) {
-  ++ctx_.counters.ops_failed;
+  ++counters_.ops_failed;
   if (op.inject) {
     // No reservation (and nobody's context): reported while there is room.
-    if (!cq_.PushUnreservedError(ec)) ++ctx_.counters.inject_errors_dropped;
+    if (!cq_.PushUnreservedError(ec)) ++counters_.inject_errors_dropped;
   } else {
     cq_.PushError(ec);
   }
@@ -78,7 +78,7 @@ void Completions::Received(PeerId src, const RecvRequest& r, const MessageInfo& 
     std::snprintf(ec.message, sizeof(ec.message),
                   "message of %llu bytes truncated to the %zu-byte receive buffer",
                   static_cast<unsigned long long>(m.total), r.len);
-    ++ctx_.counters.truncated;
+    ++counters_.truncated;
     cq_.PushError(ec);
     return;
   }
@@ -97,7 +97,7 @@ void Completions::ReceiveFailed(PeerId src, const RecvRequest& r, const MessageI
   ec.op.source = src;
   ec.err = err;
   std::snprintf(ec.message, sizeof(ec.message), "%s", message);
-  if (failure) ++ctx_.counters.ops_failed;
+  if (failure) ++counters_.ops_failed;
   cq_.PushError(ec);
 }
 

@@ -10,7 +10,6 @@
 
 #include "absl/types/span.h"
 #include "fabric/rdm/completion_queue.h"
-#include "fabric/rdm/context.h"
 #include "fabric/rdm/ops.h"
 #include "fabric/rdm/peer_table.h"
 #include "fabric/rdm/types.h"
@@ -28,7 +27,9 @@ struct MessageInfo {
 // Builds and queues every completion and error record of one endpoint.
 class Completions {
  public:
-  Completions(Context& ctx, const PeerTable& peers, uint32_t capacity, uint32_t extra_errors);
+  // counters: where failures, truncations and dropped inject errors count.
+  Completions(Counters& counters, const PeerTable& peers, uint32_t capacity,
+              uint32_t extra_errors);
   Completions(const Completions&) = delete;
   Completions& operator=(const Completions&) = delete;
 
@@ -66,7 +67,7 @@ class Completions {
   Completion RecordOf(const SendOp& op) const;
   void PushOpError(const SendOp& op, const ErrorCompletion& ec);
 
-  Context& ctx_;
+  Counters& counters_;
   const PeerTable& peers_;
   CompletionQueue cq_;
 };

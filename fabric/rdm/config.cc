@@ -4,11 +4,18 @@
 #include "absl/strings/str_cat.h"
 
 namespace bypass::rdm {
+namespace {
+
+// "EndpointConfig.window_packets = 0: must be 1..256".
+absl::Status Bad(const char* config, const char* field, uint64_t v, const char* want) {
+  return absl::InvalidArgumentError(absl::StrCat(config, ".", field, " = ", v, ": must be ", want));
+}
+
+}  // namespace
 
 absl::Status ValidateConfig(const EndpointConfig& c) {
   const auto bad = [](const char* field, uint64_t v, const char* want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EndpointConfig.", field, " = ", v, ": must be ", want));
+    return Bad("EndpointConfig", field, v, want);
   };
   if (c.udp_port == 0) return bad("udp_port", 0, "a non-zero UDP port");
   if (c.incarnation && *c.incarnation == 0) return bad("incarnation", 0, "non-zero");
@@ -63,6 +70,23 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
   if (c.tx_burst == 0 || c.tx_burst > 256) return bad("tx_burst", c.tx_burst, "1..256");
   if (c.tx_bursts_per_pass == 0) return bad("tx_bursts_per_pass", 0, "at least 1");
   if (c.idle_passes_per_clock_read == 0) return bad("idle_passes_per_clock_read", 0, "at least 1");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateConfig(const DatagramConfig& c) {
+  const auto bad = [](const char* field, uint64_t v, const char* want) {
+    return Bad("DatagramConfig", field, v, want);
+  };
+  if (c.udp_port == 0) return bad("udp_port", 0, "a non-zero UDP port");
+  if (c.max_peers == 0 || c.max_peers > (1u << 20)) return bad("max_peers", c.max_peers, "1..2^20");
+  if (c.max_posted_recvs == 0 || c.max_posted_recvs > (1u << 20)) {
+    return bad("max_posted_recvs", c.max_posted_recvs, "1..2^20");
+  }
+  if (c.max_unread_sends == 0 || c.max_unread_sends > (1u << 20)) {
+    return bad("max_unread_sends", c.max_unread_sends, "1..2^20");
+  }
+  if (c.rx_burst == 0 || c.rx_burst > 256) return bad("rx_burst", c.rx_burst, "1..256");
+  if (c.dscp > 63) return bad("dscp", c.dscp, "0..63");
   return absl::OkStatus();
 }
 

@@ -81,6 +81,21 @@ struct EndpointConfig {
 // One-line InvalidArgument naming the first bad field.
 absl::Status ValidateConfig(const EndpointConfig& c);
 
+// DatagramEndpoint settings (unreliable datagrams, FI_EP_DGRAM).
+struct DatagramConfig {
+  uint16_t udp_port = 0;  // REQUIRED, non-zero
+  uint32_t max_peers = 64;
+  uint32_t max_posted_recvs = 256;
+  // Completions not yet polled, beyond one per posted receive (a send
+  // finding none free returns kAgain).
+  uint32_t max_unread_sends = 256;
+  uint16_t rx_burst = 32;
+  uint8_t dscp = 0;  // of every datagram sent
+};
+
+// One-line InvalidArgument naming the first bad field.
+absl::Status ValidateConfig(const DatagramConfig& c);
+
 }  // namespace bypass::rdm
 
 #endif  // BYPASS_FABRIC_RDM_CONFIG_H_

@@ -61,7 +61,7 @@ Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t m
     : config_(config),
       ctx_(config_, dev, max_datagram, incarnation, seed, held_budget + kReleaseSlack),
       session_(ctx_, config_.max_peers),
-      completions_(ctx_, session_.peers(), config_.max_send_ops + config_.max_posted_recvs,
+      completions_(ctx_.counters, session_.peers(), config_.max_send_ops + config_.max_posted_recvs,
                    config_.max_send_ops),
       ops_(ctx_, config_.max_send_ops, config_.max_rma_ops, config_.inject_size),
       reliability_(ctx_, session_, ops_, completions_, ring_size, held_budget),

@@ -30,6 +30,7 @@ namespace bypass::rdm {
 
 class Engine;
 class Inbox;
+class DatagramPath;
 
 // What a Port dropped, plain counters of its thread.
 struct PortCounters {
@@ -164,6 +165,53 @@ class Endpoint {
   uint32_t tx_capacity_ = UINT32_MAX;  // of AllocBulk's buffers; until known, nothing is kept
   driver::Packet* backlog_[Port::kMaxBurst];  // built, not yet taken by TxBurst
   uint32_t backlog_n_ = 0;
+};
+
+// Plain UDP datagrams (FI_EP_DGRAM) on a Port beside the reliable
+// endpoints, through the same demultiplexer and the same completion
+// records: no session, no order, no retransmission, no flow control. A send
+// builds one frame and completes once the device took it; a receive takes
+// the next datagram for the port, its source found in O(1) among the
+// inserted peers (PeerId{} when it is none of them). Single-threaded, like
+// the port.
+class DatagramEndpoint {
+ public:
+  // REQUIRES: port outlives the endpoint.
+  static absl::StatusOr<std::unique_ptr<DatagramEndpoint>> Create(Port& port,
+                                                                  const DatagramConfig& config);
+  DatagramEndpoint(const DatagramEndpoint&) = delete;
+  DatagramEndpoint& operator=(const DatagramEndpoint&) = delete;
+  ~DatagramEndpoint();
+
+  // Cold path. The address's incarnation is 0: datagrams have no session.
+  Address address() const;
+  // The largest datagram: the device's MTU less the IPv4 and UDP headers.
+  uint32_t max_payload() const;
+  absl::StatusOr<PeerId> InsertPeer(const Address& addr);
+  absl::Status RemovePeer(PeerId id);
+  std::optional<Address> PeerAddress(PeerId id) const;
+  absl::Status SetDscp(uint8_t dscp);
+
+  // Hot path. r.flags: 0, or kSendInject (no completion). kAgain: no room
+  // for the completion, no buffer, or the TX ring is full (retry);
+  // kTooLong: more than max_payload().
+  Result Send(const SendRequest& r);
+  // r.flags: 0 (datagrams have no tags, peeks or multi-receive buffers).
+  Result PostRecv(const RecvRequest& r);
+  bool CancelRecv(void* context);
+  uint32_t RecvSlotsFree() const;
+  // One pass: polls the port and delivers what arrived for this endpoint
+  // into the oldest posted receives. Returns the datagrams it took.
+  size_t Progress();
+  size_t PollCompletions(absl::Span<Completion> out);
+  size_t PollErrors(absl::Span<ErrorCompletion> out);
+  const DatagramCounters& counters() const;
+
+ private:
+  explicit DatagramEndpoint(Port& port, std::unique_ptr<DatagramPath> path);
+
+  Port& port_;
+  std::unique_ptr<DatagramPath> path_;
 };
 
 }  // namespace bypass::rdm

@@ -238,6 +238,17 @@ struct Counters {
   std::string ToString() const;
 };
 
+// What a DatagramEndpoint did; plain integers of the owning thread.
+struct DatagramCounters {
+  uint64_t sent = 0;
+  uint64_t received = 0;            // datagrams delivered into a receive
+  uint64_t truncated = 0;           // ... that did not fit it (an error completion)
+  uint64_t no_receive_dropped = 0;  // arrived with no receive posted
+  uint64_t not_for_us_dropped = 0;  // not an intact UDP frame to our IPv4 and port
+  uint64_t tx_no_buffer = 0;        // the device pool was empty (kAgain)
+  uint64_t tx_ring_full = 0;        // the TX ring took nothing (kAgain)
+};
+
 // The state of one peer, for tests and tools.
 struct PeerStats {
   bool established = false;  // both directions know each other
