@@ -16,7 +16,7 @@ enum class PingKind : uint32_t {
   kReportAsk = 4,    // rate mode: reply with a kReport
   kReport = 5,       // rate mode: count and first-to-last ns of kData seen
   kHello = 6,        // fi layer: the client's fi_getname address; echoed once inserted
-  kRateStart = 7,    // rdm, fi: post the window of receives, then echo me
+  kRateStart = 7,    // post the window of receives (rdm, fi), then echo me
 };
 
 struct PingHeader {

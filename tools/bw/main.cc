@@ -11,7 +11,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "driver/device.h"
 #include "tools/sizes.h"
 #include "tools/latency.h"
 #include "tools/pingpong/session.h"
@@ -131,22 +130,9 @@ int main(int argc, char** argv) {
   l.fi.node = absl::GetFlag(FLAGS_fi_node);
   l.fi.oob_port = static_cast<uint16_t>(absl::GetFlag(FLAGS_oob_port));
   l.fi.addr_file = absl::GetFlag(FLAGS_addr_file);
-  l.fi.timeout_ms = l.link_timeout_ms;
-  const std::string connect = absl::GetFlag(FLAGS_connect);
+  if (absl::Status s = SetPeer(absl::GetFlag(FLAGS_connect), &l, &o); !s.ok()) return Fail(s);
   if (layer == "fi") {
-    l.fi.connect = connect;
-    l.fi.devices = l.device;
     if (absl::Status s = PrepareProvider(l.fi.provider); !s.ok()) return Fail(s);
-  } else if (!connect.empty()) {
-    const size_t slash = connect.find('/');
-    auto mac = bypass::driver::MacAddress::Parse(connect.substr(0, slash));
-    if (!mac.ok()) return Fail(mac.status());
-    o.peer_mac = *mac;
-    if (slash != std::string::npos) {
-      auto ip = bypass::driver::Ipv4Address::Parse(connect.substr(slash + 1));
-      if (!ip.ok()) return Fail(ip.status());
-      o.peer_ip = *ip;
-    }
   }
 
   if (absl::GetFlag(FLAGS_server)) {
@@ -154,15 +140,7 @@ int main(int argc, char** argv) {
     const absl::Status s = RunServerSide(l, o);
     return s.ok() ? 0 : Fail(s);
   }
-  LocalPlan plan;
-  pid_t child = -1;
-  if (absl::GetFlag(FLAGS_local)) {
-    auto started = StartLocalServer("bw", &l, &o, &plan);
-    if (!started.ok()) return Fail(started.status());
-    child = *started;
-  }
-  auto result = RunClientSide(l, o);
-  if (child > 0) ReapServerProcess(child, plan);
+  auto result = absl::GetFlag(FLAGS_local) ? RunLocalClient("bw", l, o) : RunClientSide(l, o);
   if (!json) std::fprintf(stderr, "\r\033[K");
   if (!result.ok()) return Fail(result.status());
   const uint32_t window = layer == "raw" ? o.burst : o.window;

@@ -18,9 +18,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -29,23 +29,17 @@
 #include "absl/strings/str_cat.h"
 #include "tools/ping_wire.h"
 #include "tools/pingpong/libfabric.h"
+#include "tools/pingpong/machine.h"
 #include "tools/pingpong/phases.h"
+#include "tools/pingpong/slots.h"
 
 namespace bypass::tools {
 namespace {
 
-constexpr size_t kCtlBytes = 32;     // kReportAsk, kReport and kFin messages
 constexpr uint64_t kTag = 0x6279707370696e67;  // "bypsping": every tagged message
-constexpr uint64_t kReplyTimeoutNs = 5'000'000'000;
 
 // libfabric's entry points; PrepareProvider loaded them before any fi call.
 const Libfabric& Fi() { return **LoadLibfabric(); }
-
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 absl::Status FiError(const char* what, long ret) {
   return absl::UnavailableError(
@@ -340,13 +334,65 @@ absl::StatusOr<std::vector<uint8_t>> FetchAddress(const FiPingOptions& o) {
   return name;
 }
 
-// Operation contexts: libfabric may use each (FI_CONTEXT/FI_CONTEXT2 mode),
-// and the slot index is the offset in the array.
-struct Contexts {
-  std::vector<fi_context2> ctx;
-  explicit Contexts(size_t n) : ctx(n) {}
-  void* of(size_t i) { return &ctx[i]; }
-  size_t index(void* p) const { return static_cast<size_t>(static_cast<fi_context2*>(p) - ctx.data()); }
+// An fi endpoint as the slot transports (slots.h) use it: one peer, and an
+// operation context a slot (libfabric may use each, FI_CONTEXT/FI_CONTEXT2
+// mode), whose offset in the array is the slot's index.
+class FiLink {
+ public:
+  using Peer = fi_addr_t;
+  static constexpr bool kHello = true;
+
+  // slots: the layout's (a client's reply slot is one more). peer: the
+  // server, for a client; a server learns its client from the hello.
+  FiLink(FiEndpoint& ep, uint32_t slots, fi_addr_t peer) : ep_(ep), ctx_(slots + 1), peer_(peer) {}
+
+  absl::StatusOr<bool> PostRecv(uint8_t* buf, size_t len, uint32_t slot) {
+    return Posted(ep_.PostRecv(buf, len, &ctx_[slot]), "fi_recv");
+  }
+  absl::StatusOr<bool> Send(const uint8_t* buf, size_t len, fi_addr_t to, uint32_t slot) {
+    // A reply queued before the client's hello goes once the hello names it.
+    const fi_addr_t dest = to != FI_ADDR_UNSPEC ? to : peer_;
+    if (dest == FI_ADDR_UNSPEC) return false;
+    return Posted(ep_.Send(buf, len, dest, &ctx_[slot]), "fi_send");
+  }
+  absl::StatusOr<size_t> Poll(SlotCompletion<Peer>* out, size_t max) {
+    absl::StatusOr<size_t> n = ep_.Poll(comps_, std::min(max, kMaxPoll));
+    if (!n.ok()) return n.status();
+    for (size_t k = 0; k < *n; ++k) {
+      const auto slot = static_cast<uint32_t>(static_cast<fi_context2*>(comps_[k].op_context) -
+                                              ctx_.data());
+      out[k] = SlotCompletion<Peer>{slot, comps_[k].len, peer_};
+    }
+    return n;
+  }
+  absl::StatusOr<fi_addr_t> Hello(const uint8_t* addr, uint32_t /*len*/) {
+    if (peer_ == FI_ADDR_UNSPEC) {
+      absl::StatusOr<fi_addr_t> a = ep_.Insert(addr);
+      if (!a.ok()) return a.status();
+      peer_ = *a;
+    }
+    return peer_;
+  }
+  std::span<const uint8_t> address() const { return ep_.name; }
+  std::string Cannot(uint64_t size) const {
+    if (PingPayloadBytes(size) <= ep_.max_msg_size()) return "";
+    return absl::StrCat("provider ", ep_.provider, "'s largest message is ", ep_.max_msg_size(),
+                        " B");
+  }
+  std::string Hint() const { return absl::StrCat("--layer=fi --provider=", ep_.provider); }
+
+ private:
+  static constexpr size_t kMaxPoll = 64;
+  static absl::StatusOr<bool> Posted(ssize_t r, const char* what) {
+    if (r == 0) return true;
+    if (r == -FI_EAGAIN) return false;
+    return FiError(what, r);
+  }
+
+  FiEndpoint& ep_;
+  std::vector<fi_context2> ctx_;
+  fi_addr_t peer_;
+  fi_cq_msg_entry comps_[kMaxPoll];
 };
 
 }  // namespace
@@ -390,317 +436,47 @@ absl::Status ProbeProvider(const FiPingOptions& fi) {
 }
 
 absl::Status RunFiServer(const PingOptions& opts, const FiPingOptions& fi) {
-  const size_t bytes = std::max({PingPayloadBytes(opts.MaxSize()), kCtlBytes, kHelloBytes});
-  const uint32_t slots = ServerSlots(std::max<uint32_t>(opts.window, 4), bytes);
-  Region region;
-  region.len = bytes * slots;
+  const SlotLayout layout = SlotLayout::Server(opts, FiLink::kHello);
+  Region region;  // outlives the endpoint, which registers it
+  region.len = layout.region_bytes;
   region.bytes.reset(new uint8_t[region.len]);
-  auto ep_or = OpenEndpoint(fi, region, 2 * slots + 64);
+  auto ep_or = OpenEndpoint(fi, region, 2 * layout.slots + 64);
   if (!ep_or.ok()) return ep_or.status();
   FiEndpoint& ep = **ep_or;
-  if (bytes > ep.max_msg_size()) {
+  if (layout.bytes > ep.max_msg_size()) {
     return absl::InvalidArgumentError(absl::StrCat(opts.MaxSize(), " B is over provider ", fi.provider,
                                                    "'s largest message (", ep.max_msg_size(), " B)"));
   }
-  auto buf = [&](uint32_t i) { return region.bytes.get() + size_t{i} * bytes; };
-  Contexts ctx(slots);
-  // Slots to post, taken last-in first-out, and how many may be posted:
-  // two while the client measures round trips, so they land in two warm
-  // buffers (a ping-pong application reuses its buffer; cycling through
-  // the window's buffers would measure cache misses), all of them once it
-  // sends a kRateStart.
-  std::vector<uint32_t> to_post;
-  uint32_t posted = 0, post_limit = std::min<uint32_t>(2, slots);
-  auto post = [&]() -> absl::Status {
-    while (!to_post.empty() && posted < post_limit) {
-      const uint32_t i = to_post.back();
-      const ssize_t r = ep.PostRecv(buf(i), bytes, ctx.of(i));
-      if (r == -FI_EAGAIN) break;
-      if (r != 0) return FiError("posting a receive", r);
-      to_post.pop_back();
-      ++posted;
-    }
-    return absl::OkStatus();
-  };
-  std::deque<std::pair<uint32_t, size_t>> to_send;  // slot, length
-  for (uint32_t i = slots; i > 0; --i) to_post.push_back(i - 1);
+  FiLink link(ep, layout.slots, FI_ADDR_UNSPEC);
+  SlotServer<FiLink> server(link, region.bytes.get(), layout);
   // Post the receives before the client can learn the address.
-  if (absl::Status s = post(); !s.ok()) return s;
+  if (absl::Status s = server.Flush(); !s.ok()) return s;
   if (absl::Status s = PublishAddress(fi, ep.name); !s.ok()) return s;
-  fi_addr_t client = FI_ADDR_UNSPEC;
-  std::vector<uint8_t> sending(slots, 0);  // the slot's buffer is out as a send, not a receive
-  uint64_t data_count = 0, first_ns = 0, last_ns = 0, fin_at = 0;
-  fi_cq_msg_entry comps[64];
-  for (;;) {
-    if (absl::Status s = post(); !s.ok()) return s;
-    while (!to_send.empty() && client != FI_ADDR_UNSPEC) {
-      const auto [i, len] = to_send.front();
-      const ssize_t r = ep.Send(buf(i), len, client, ctx.of(i));
-      if (r == -FI_EAGAIN) break;
-      if (r != 0) return FiError("sending a reply", r);
-      sending[i] = 1;
-      to_send.pop_front();
-    }
-    auto n = ep.Poll(comps, 64);
-    if (!n.ok()) return n.status();
-    for (size_t k = 0; k < *n; ++k) {
-      const uint32_t i = static_cast<uint32_t>(ctx.index(comps[k].op_context));
-      if (i >= slots) continue;
-      if (sending[i] != 0) {
-        sending[i] = 0;
-        to_post.push_back(i);  // the reply left: the buffer receives again
-        continue;
-      }
-      --posted;
-      PingHeader h{};
-      const size_t len = comps[k].len;
-      if (!ReadPingHeader(buf(i), len, &h)) {
-        to_post.push_back(i);
-        continue;
-      }
-      switch (static_cast<PingKind>(h.kind)) {
-        case PingKind::kHello: {
-          const uint8_t* addr = nullptr;
-          uint32_t addr_len = 0;
-          if (!ReadHello(buf(i), len, &addr, &addr_len)) {
-            to_post.push_back(i);
-            break;
-          }
-          if (client == FI_ADDR_UNSPEC) {
-            auto a = ep.Insert(addr);
-            if (!a.ok()) return a.status();
-            client = *a;
-          }
-          to_send.emplace_back(i, len);
-          break;
-        }
-        case PingKind::kPing:
-          to_send.emplace_back(i, len);
-          break;
-        case PingKind::kRateStart:
-          post_limit = slots;  // posted at the loop's top, before the echo goes
-          to_send.emplace_back(i, len);
-          break;
-        case PingKind::kData:
-          last_ns = NowNs();
-          if (data_count++ == 0) first_ns = last_ns;
-          to_post.push_back(i);
-          break;
-        case PingKind::kReportAsk: {
-          PingHeader r{data_count, static_cast<uint32_t>(PingKind::kReport), kPingMagic};
-          const uint64_t elapsed = last_ns - first_ns;
-          std::memcpy(buf(i), &r, sizeof(r));
-          std::memcpy(buf(i) + sizeof(r), &elapsed, sizeof(elapsed));
-          to_send.emplace_back(i, kCtlBytes);
-          data_count = 0;
-          break;
-        }
-        case PingKind::kFin:
-          if (fin_at == 0) fin_at = NowNs();
-          to_post.push_back(i);
-          break;
-        case PingKind::kReport:
-          to_post.push_back(i);
-          break;
-        default:
-          to_post.push_back(i);
-          break;
-      }
-    }
-    // After the kFin, a moment for the last replies to leave.
-    if (fin_at != 0 && to_send.empty() && NowNs() - fin_at > 50'000'000) return absl::OkStatus();
-  }
+  return Serve(server);
 }
 
 absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptions& fi) {
-  const uint32_t window = std::max<uint32_t>(opts.window, 1);
-  // Slots hold pings and control messages; rate-mode data goes from one
-  // shared buffer.
-  const size_t largest = PingPayloadBytes(opts.MaxSize());
-  const size_t bytes = std::max({opts.latency ? largest : 0, kCtlBytes, kHelloBytes});
-  const size_t data_bytes = opts.rate ? largest : 0;
-  // Layout: window + 1 send slots, the reply buffer, the shared data buffer.
-  const uint32_t nslots = window + 1;
-  Region region;
-  region.len = bytes * (nslots + 1) + data_bytes;
+  const SlotLayout layout = SlotLayout::Client(opts, FiLink::kHello);
+  Region region;  // outlives the endpoint, which registers it
+  region.len = layout.region_bytes;
   region.bytes.reset(new uint8_t[region.len]);
-  uint8_t* const rbuf = region.bytes.get() + bytes * nslots;
-  uint8_t* const dbuf = rbuf + bytes;
-  auto sbuf = [&](uint32_t i) { return region.bytes.get() + size_t{i} * bytes; };
-  auto ep_or = OpenEndpoint(fi, region, 2 * nslots + 64);
+  auto ep_or = OpenEndpoint(fi, region, 2 * layout.slots + 64);
   if (!ep_or.ok()) return ep_or.status();
   FiEndpoint& ep = **ep_or;
   auto server_name = FetchAddress(fi);
   if (!server_name.ok()) return server_name.status();
-  auto server_or = ep.Insert(server_name->data());
-  if (!server_or.ok()) return server_or.status();
-  const fi_addr_t server = *server_or;
+  auto server = ep.Insert(server_name->data());
+  if (!server.ok()) return server.status();
 
   RunResult result;
   result.layer = "fi";
   result.provider = fi.provider;
   result.device = ep.info->domain_attr->name != nullptr ? ep.info->domain_attr->name : "";
-
-  Contexts ctx(nslots + 1);
-  const uint32_t kRecvSlot = nslots;
-  std::vector<uint32_t> free_slots;
-  for (uint32_t i = 0; i < nslots; ++i) free_slots.push_back(i);
-  bool got_reply = false;
-  size_t reply_len = 0;
-  fi_cq_msg_entry comps[64];
-
-  auto pump = [&]() -> absl::Status {
-    auto n = ep.Poll(comps, 64);
-    if (!n.ok()) return n.status();
-    for (size_t k = 0; k < *n; ++k) {
-      const uint32_t i = static_cast<uint32_t>(ctx.index(comps[k].op_context));
-      if (i == kRecvSlot) {
-        got_reply = true;
-        reply_len = comps[k].len;
-      } else if (i < nslots) {
-        free_slots.push_back(i);
-      }
-    }
-    return absl::OkStatus();
-  };
-  SpinCheck spin;
-  auto timed_out = [&](uint64_t t0, const char* what) -> absl::Status {
-    if (!spin.Due() || NowNs() - t0 <= kReplyTimeoutNs) return absl::OkStatus();
-    return absl::DeadlineExceededError(absl::StrCat(
-        what, " for 5 s: is the server running with --layer=fi --provider=", fi.provider, "?"));
-  };
-  // Sends len bytes from a free slot (data from dbuf, written beforehand).
-  // *started, if given, is when the message was written and handed to
-  // libfabric.
-  auto send = [&](const uint8_t* from_or_null, uint64_t seq, PingKind kind, size_t len,
-                  uint64_t* started = nullptr) -> absl::Status {
-    const uint64_t t0 = NowNs();
-    while (free_slots.empty()) {
-      if (absl::Status s = pump(); !s.ok()) return s;
-      if (absl::Status s = timed_out(t0, "sends stay incomplete"); !s.ok()) return s;
-    }
-    const uint32_t slot = free_slots.back();
-    free_slots.pop_back();
-    const uint8_t* from = from_or_null;
-    if (from == nullptr) {
-      WritePing(sbuf(slot), len, seq, kind);
-      from = sbuf(slot);
-    }
-    if (started != nullptr) *started = NowNs();
-    for (;;) {
-      const ssize_t r = ep.Send(from, len, server, ctx.of(slot));
-      if (r == 0) return absl::OkStatus();
-      if (r != -FI_EAGAIN) return FiError("fi_send", r);
-      if (absl::Status s = pump(); !s.ok()) return s;
-      if (absl::Status s = timed_out(t0, "the endpoint refuses sends"); !s.ok()) return s;
-    }
-  };
-  auto drain = [&]() -> absl::Status {
-    const uint64_t t0 = NowNs();
-    while (free_slots.size() < nslots) {
-      if (absl::Status s = pump(); !s.ok()) return s;
-      if (absl::Status s = timed_out(t0, "sends stay incomplete"); !s.ok()) return s;
-    }
-    return absl::OkStatus();
-  };
-  // Posts the reply's receive, sends (from slot buffer `prepared` if
-  // given, else a fresh ping), and waits for the reply.
-  auto round_trip = [&](uint64_t seq, PingKind kind, size_t len,
-                        const uint8_t* prepared) -> absl::StatusOr<uint64_t> {
-    got_reply = false;
-    const uint64_t t0 = NowNs();
-    for (;;) {
-      const ssize_t r = ep.PostRecv(rbuf, bytes, ctx.of(kRecvSlot));
-      if (r == 0) break;
-      if (r != -FI_EAGAIN) return FiError("fi_recv", r);
-      if (absl::Status s = pump(); !s.ok()) return s;
-      if (absl::Status s = timed_out(t0, "the endpoint refuses receives"); !s.ok()) return s;
-    }
-    uint64_t started = 0;  // the clock starts once the ping is written
-    if (absl::Status s = send(prepared, seq, kind, len, &started); !s.ok()) return s;
-    while (!got_reply) {
-      if (absl::Status s = pump(); !s.ok()) return s;
-      if (spin.Due() && NowNs() - t0 > kReplyTimeoutNs) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no reply to message ", seq, " within 5 s: is the server running with --layer=fi --provider=",
-            fi.provider, "?"));
-      }
-    }
-    return NowNs() - started;
-  };
-
-  // Hello: the server learns this endpoint's address and echoes it back.
-  {
-    std::vector<uint8_t> hello(kHelloBytes);
-    WriteHello(hello.data(), ep.name.data(), static_cast<uint32_t>(ep.name.size()));
-    std::memcpy(sbuf(0), hello.data(), hello.size());  // slot 0 is free: nothing was sent yet
-    free_slots.erase(std::find(free_slots.begin(), free_slots.end(), 0u));
-    free_slots.push_back(0);  // taken next by send()
-    auto rt = round_trip(0, PingKind::kHello, kHelloBytes, sbuf(0));
-    if (!rt.ok()) return rt.status();
-    const uint8_t* addr = nullptr;
-    uint32_t addr_len = 0;
-    if (!ReadHello(rbuf, reply_len, &addr, &addr_len) || addr_len != ep.name.size() ||
-        std::memcmp(addr, ep.name.data(), addr_len) != 0) {
-      return absl::DataLossError("the server's answer to the hello is not this endpoint's address");
-    }
-  }
-
-  auto cannot = [&](uint64_t size) -> std::string {
-    if (PingPayloadBytes(size) > ep.max_msg_size()) {
-      return absl::StrCat("provider ", fi.provider, "'s largest message is ", ep.max_msg_size(), " B");
-    }
-    return "";
-  };
-  LatencyOps lat;
-  lat.cannot = cannot;
-  lat.ping = [&](uint64_t size, uint64_t seq) -> absl::StatusOr<uint64_t> {
-    const size_t ping_bytes = PingPayloadBytes(size);
-    auto rtt = round_trip(seq, PingKind::kPing, ping_bytes, nullptr);
-    if (!rtt.ok()) return rtt.status();
-    if (reply_len != ping_bytes || !VerifyPing(rbuf, reply_len, size, seq, PingKind::kPing)) {
-      return absl::DataLossError(absl::StrCat("the reply to ping ", seq, " came back with different bytes"));
-    }
-    return rtt;
-  };
-  RateOps rate;
-  rate.window = window;
-  rate.reliable = true;
-  rate.cannot = cannot;
-  rate.begin = [&]() -> absl::Status {
-    const auto rt = round_trip(kRateStartSeq, PingKind::kRateStart, kCtlBytes, nullptr);
-    return CheckRateStartReply(rt, rbuf, reply_len);
-  };
-  uint64_t seq = 0;
-  uint64_t written = ~uint64_t{0};
-  rate.send = [&](uint64_t size, uint64_t n) -> absl::Status {
-    if (written != size) {
-      WritePing(dbuf, size, 0, PingKind::kData);
-      written = size;
-    }
-    for (uint64_t i = 0; i < n; ++i) {
-      if (absl::Status s = send(dbuf, seq++, PingKind::kData, PingPayloadBytes(size)); !s.ok()) return s;
-    }
-    return absl::OkStatus();
-  };
-  rate.report = [&]() -> absl::StatusOr<Report> {
-    // Every data message completed first, so the ask cannot overtake one.
-    if (absl::Status s = drain(); !s.ok()) return s;
-    auto rt = round_trip(1ull << 62, PingKind::kReportAsk, kCtlBytes, nullptr);
-    if (!rt.ok()) return rt.status();
-    PingHeader h{};
-    if (!ReadPingHeader(rbuf, reply_len, &h) || h.kind != static_cast<uint32_t>(PingKind::kReport) ||
-        reply_len < 24) {
-      return absl::DataLossError("the server's report is malformed");
-    }
-    Report rep;
-    rep.count = h.seq;
-    std::memcpy(&rep.elapsed_ns, rbuf + sizeof(h), sizeof(rep.elapsed_ns));
-    return rep;
-  };
-  if (absl::Status s = RunPhases(opts, lat, rate, &result); !s.ok()) return s;
-  if (absl::Status s = send(nullptr, 0, PingKind::kFin, kCtlBytes); !s.ok()) return s;
-  if (absl::Status s = drain(); !s.ok()) return s;
+  FiLink link(ep, layout.slots, *server);
+  SlotClient<FiLink> transport(link, region.bytes.get(), layout, *server,
+                               std::max<uint32_t>(opts.window, 1), 0);
+  PingClient<SlotClient<FiLink>> client(transport);
+  if (absl::Status s = client.Run(opts, &result); !s.ok()) return s;
   absl::StrAppend(&result.extra_json, ",\"fi_provider\":\"", JsonEscape(ep.info->fabric_attr->prov_name),
                   "\",\"fi_api\":\"", ep.tagged ? "tagged" : "msg", "\"");
   absl::StrAppend(&result.extra_text, "libfabric   provider ", ep.info->fabric_attr->prov_name,

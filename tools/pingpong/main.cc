@@ -11,7 +11,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "driver/device.h"
 #include "tools/histogram.h"
 #include "tools/latency.h"
 #include "tools/ping_wire.h"
@@ -114,18 +113,6 @@ absl::StatusOr<PingOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError("--csv and --plot export one size's round trips: give one --size");
     }
   }
-  const std::string connect = absl::GetFlag(FLAGS_connect);
-  if (!connect.empty() && layer != "fi") {
-    const size_t slash = connect.find('/');
-    auto mac = driver::MacAddress::Parse(connect.substr(0, slash));
-    if (!mac.ok()) return mac.status();
-    o.peer_mac = *mac;
-    if (slash != std::string::npos) {
-      auto ip = driver::Ipv4Address::Parse(connect.substr(slash + 1));
-      if (!ip.ok()) return ip.status();
-      o.peer_ip = *ip;
-    }
-  }
   return o;
 }
 
@@ -144,19 +131,18 @@ LayerOptions LayerFromFlags() {
   l.fi.node = absl::GetFlag(FLAGS_fi_node);
   l.fi.oob_port = static_cast<uint16_t>(absl::GetFlag(FLAGS_oob_port));
   l.fi.addr_file = absl::GetFlag(FLAGS_addr_file);
-  l.fi.connect = l.layer == "fi" ? absl::GetFlag(FLAGS_connect) : "";
-  l.fi.timeout_ms = l.link_timeout_ms;
-  if (l.layer == "fi") l.fi.devices = l.device;
   return l;
 }
 
-int RunClient(const LayerOptions& l, PingOptions o) {
+// The client; with `local`, against a server process it starts from the
+// same binary (session.h: RunLocalClient).
+int RunClient(const LayerOptions& l, PingOptions o, bool local) {
   // Progress on one updating line, for people watching a terminal.
   const bool progress = !absl::GetFlag(FLAGS_json) && isatty(STDERR_FILENO);
   if (progress) {
     o.progress = [](const std::string& line) { std::fprintf(stderr, "\r\033[Kpingpong: %s", line.c_str()); };
   }
-  auto result = RunClientSide(l, o);
+  auto result = local ? RunLocalClient("pingpong", l, o) : RunClientSide(l, o);
   if (progress) std::fprintf(stderr, "\r\033[K");
   if (!result.ok()) return Fail(result.status());
   // --csv and --plot: one latency size (OptionsFromFlags checked it).
@@ -173,17 +159,6 @@ int RunClient(const LayerOptions& l, PingOptions o) {
     PrintText(*result);
   }
   return 0;
-}
-
-// --local: this process is the client; a child started from the same binary
-// serves (session.h: StartLocalServer).
-int RunLocal(PingOptions o, LayerOptions l) {
-  LocalPlan plan;
-  auto child = StartLocalServer("pingpong", &l, &o, &plan);
-  if (!child.ok()) return Fail(child.status());
-  const int rc = RunClient(l, o);
-  ReapServerProcess(*child, plan);
-  return rc;
 }
 
 }  // namespace
@@ -218,17 +193,18 @@ int main(int argc, char** argv) {
     // Before the run, not after it.
     if (absl::Status s = CheckGnuplot(); !s.ok()) return Fail(s);
   }
-  const LayerOptions l = LayerFromFlags();
+  LayerOptions l = LayerFromFlags();
+  if (absl::Status s = SetPeer(absl::GetFlag(FLAGS_connect), &l, &*opts); !s.ok()) return Fail(s);
   if (layer == "fi") {
     if (absl::Status s = PrepareProvider(l.fi.provider); !s.ok()) return Fail(s);
   }
   if (absl::GetFlag(FLAGS_local)) {
     if (absl::GetFlag(FLAGS_server)) return Fail(absl::InvalidArgumentError("--local starts the server itself: drop --server"));
-    return RunLocal(*opts, l);
+    return RunClient(l, *opts, true);
   }
   if (absl::GetFlag(FLAGS_server)) {
     const absl::Status s = RunServerSide(l, *opts);
     return s.ok() ? 0 : Fail(s);
   }
-  return RunClient(l, *opts);
+  return RunClient(l, *opts, false);
 }

@@ -1,7 +1,6 @@
 #include "tools/pingpong/phases.h"
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,12 +8,6 @@
 
 namespace bypass::tools {
 namespace {
-
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 // Warm-up messages of `size`: opts.warmup, but at most 64 MiB of them.
 uint64_t WarmupFor(const PingOptions& opts, uint64_t size) {
@@ -48,28 +41,14 @@ absl::Status CannotAlone(const PingOptions& opts, uint64_t size, const std::stri
 
 }  // namespace
 
-uint32_t ServerSlots(uint32_t window, uint64_t bytes) {
-  const uint64_t fit = kRecvBudgetBytes / std::max<uint64_t>(bytes, 1);
-  return static_cast<uint32_t>(std::max<uint64_t>(2, std::min<uint64_t>(window, fit)));
-}
-
-absl::Status CheckRateStartReply(const absl::StatusOr<uint64_t>& round_trip, const uint8_t* reply,
-                                 size_t len) {
-  if (!round_trip.ok()) return round_trip.status();
-  if (!IsPingHeader(reply, len, kRateStartSeq, PingKind::kRateStart)) {
-    return absl::DataLossError("the server's answer to the rate phase's start is malformed");
-  }
-  return absl::OkStatus();
-}
-
-uint32_t WindowFor(const RateOps& ops, uint64_t size) {
-  if (ops.max_inflight_bytes == 0) return ops.window;
-  const uint64_t fit = ops.max_inflight_bytes / PingPayloadBytes(size);
-  return static_cast<uint32_t>(std::clamp<uint64_t>(fit, 1, std::max<uint32_t>(ops.window, 1)));
+uint32_t WindowFor(uint32_t window, uint64_t max_inflight_bytes, uint64_t size) {
+  if (max_inflight_bytes == 0) return window;
+  const uint64_t fit = max_inflight_bytes / PingPayloadBytes(size);
+  return static_cast<uint32_t>(std::clamp<uint64_t>(fit, 1, std::max<uint32_t>(window, 1)));
 }
 
 absl::StatusOr<std::vector<LatencyResult>> RunLatencyPhases(const PingOptions& opts,
-                                                            const LatencyOps& ops) {
+                                                            PhaseDriver& client) {
   std::vector<LatencyResult> out;
   const std::vector<uint64_t> sizes = opts.Sizes();
   Progress progress(opts, "latency");
@@ -77,7 +56,7 @@ absl::StatusOr<std::vector<LatencyResult>> RunLatencyPhases(const PingOptions& o
   for (size_t k = 0; k < sizes.size(); ++k) {
     LatencyResult r;
     r.size = sizes[k];
-    r.skipped = ops.cannot(r.size);
+    r.skipped = client.Cannot(r.size);
     if (!r.skipped.empty()) {
       if (absl::Status s = CannotAlone(opts, r.size, r.skipped); !s.ok()) return s;
       out.push_back(std::move(r));
@@ -91,14 +70,14 @@ absl::StatusOr<std::vector<LatencyResult>> RunLatencyPhases(const PingOptions& o
         opts.duration_ms == 0 ? ~uint64_t{0}
                               : NowNs() + std::max<uint64_t>(50'000'000, opts.duration_ms * 250'000);
     for (uint64_t i = WarmupFor(opts, r.size); i > 0 && NowNs() < warm_end; --i) {
-      auto rtt = ops.ping(r.size, seq++);
+      auto rtt = client.Ping(r.size, seq++);
       if (!rtt.ok()) return rtt.status();
     }
     const uint64_t end = opts.duration_ms == 0 ? 0 : NowNs() + opts.duration_ms * 1'000'000;
     uint64_t measured_ns = 0;
     r.samples.reserve(opts.duration_ms == 0 ? opts.iters : 1024);
     while (opts.duration_ms == 0 ? r.samples.size() < opts.iters : r.samples.empty() || NowNs() < end) {
-      auto rtt = ops.ping(r.size, seq++);
+      auto rtt = client.Ping(r.size, seq++);
       if (!rtt.ok()) return rtt.status();
       r.samples.push_back(*rtt);
       measured_ns += *rtt;
@@ -113,7 +92,8 @@ absl::StatusOr<std::vector<LatencyResult>> RunLatencyPhases(const PingOptions& o
   return out;
 }
 
-absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts, const RateOps& ops) {
+absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts,
+                                                      PhaseDriver& client) {
   std::vector<RateResult> out;
   const std::vector<uint64_t> sizes = opts.Sizes();
   Progress progress(opts, "rate");
@@ -123,21 +103,21 @@ absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts, c
     RateResult r;
     r.size = size;
     r.wire_bytes = PingPayloadBytes(size);
-    r.window = WindowFor(ops, size);
-    r.skipped = ops.cannot(size);
+    r.window = client.Window(size);
+    r.skipped = client.Cannot(size);
     if (!r.skipped.empty()) {
       if (absl::Status s = CannotAlone(opts, size, r.skipped); !s.ok()) return s;
       out.push_back(r);
       continue;
     }
-    if (!began && ops.begin) {
-      if (absl::Status s = ops.begin(); !s.ok()) return s;
+    if (!began) {
+      if (absl::Status s = client.StartRate(); !s.ok()) return s;
     }
     began = true;
     progress.Report(size, k, sizes.size(), 0, true);
     if (const uint64_t warmup = WarmupFor(opts, size); warmup != 0) {
-      if (absl::Status s = ops.send(size, warmup); !s.ok()) return s;
-      auto rep = ops.report();  // resets the server's count
+      if (absl::Status s = client.SendData(size, warmup); !s.ok()) return s;
+      auto rep = client.AskReport();  // resets the server's count
       if (!rep.ok()) return rep.status();
     }
     // Between clock reads and progress lines: up to 4 MiB of messages.
@@ -145,22 +125,22 @@ absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts, c
     if (opts.duration_ms != 0) {
       const uint64_t end = NowNs() + opts.duration_ms * 1'000'000;
       while (NowNs() < end) {
-        if (absl::Status s = ops.send(size, chunk); !s.ok()) return s;
+        if (absl::Status s = client.SendData(size, chunk); !s.ok()) return s;
         r.sent += chunk;
         progress.Report(size, k, sizes.size(), r.sent, false);
       }
     } else {
       while (r.sent < opts.iters) {
         const uint64_t n = std::min<uint64_t>(chunk, opts.iters - r.sent);
-        if (absl::Status s = ops.send(size, n); !s.ok()) return s;
+        if (absl::Status s = client.SendData(size, n); !s.ok()) return s;
         r.sent += n;
         progress.Report(size, k, sizes.size(), r.sent, false);
       }
     }
-    auto rep = ops.report();
+    auto rep = client.AskReport();
     if (!rep.ok()) return rep.status();
     r.msgs = rep->count;
-    if (ops.reliable && r.msgs != r.sent) {
+    if (client.reliable() && r.msgs != r.sent) {
       return absl::DataLossError(absl::StrCat("the server received ", r.msgs, " of ", r.sent,
                                               " reliable messages of ", size, " B"));
     }
@@ -174,15 +154,14 @@ absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts, c
   return out;
 }
 
-absl::Status RunPhases(const PingOptions& opts, const LatencyOps& lat, const RateOps& rate,
-                       RunResult* result) {
+absl::Status RunPhases(const PingOptions& opts, PhaseDriver& client, RunResult* result) {
   if (opts.latency) {
-    auto l = RunLatencyPhases(opts, lat);
+    auto l = RunLatencyPhases(opts, client);
     if (!l.ok()) return l.status();
     result->latencies = *std::move(l);
   }
   if (opts.rate) {
-    auto r = RunRatePhases(opts, rate);
+    auto r = RunRatePhases(opts, client);
     if (!r.ok()) return r.status();
     result->rates = *std::move(r);
   }

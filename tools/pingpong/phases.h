@@ -7,7 +7,7 @@
 #define BYPASS_TOOLS_PINGPONG_PHASES_H_
 
 #include <cstdint>
-#include <functional>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -30,21 +30,13 @@ class SpinCheck {
   uint32_t turns_ = 0;
 };
 
-// What a layer supplies for the latency phases.
-struct LatencyOps {
-  // Why `size` cannot run on this layer (empty: it can).
-  std::function<std::string(uint64_t size)> cannot;
-  // One round trip: sends a kPing of `size` with `seq`, waits for the
-  // reply, verifies it byte for byte; returns the round trip in ns, from
-  // handing the written ping to the layer to seeing the reply's header.
-  std::function<absl::StatusOr<uint64_t>(uint64_t size, uint64_t seq)> ping;
-};
-
-// Runs opts.Sizes() in turn and returns one result per size. A size the
-// layer cannot carry is skipped with the reason when it is one of a list
-// (--sizes), and is an error when it was asked for alone (--size).
-absl::StatusOr<std::vector<LatencyResult>> RunLatencyPhases(const PingOptions& opts,
-                                                            const LatencyOps& ops);
+// CLOCK_MONOTONIC in ns (through the vDSO), as driver::SteadyClock reads
+// it: the one clock of the ping tools, on every layer.
+inline uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 // The server's answer to a kReportAsk.
 struct Report {
@@ -52,48 +44,51 @@ struct Report {
   uint64_t elapsed_ns = 0;  // first to last of them
 };
 
-// What a layer supplies for the rate phases.
-struct RateOps {
+// The client's side of the ping protocol as the phases drive it, one size
+// at a time; PingClient<Transport> (machine.h) is the one implementation,
+// over every layer. One virtual call per round trip or per chunk of data.
+class PhaseDriver {
+ public:
+  virtual ~PhaseDriver() = default;
   // Why `size` cannot run on this layer (empty: it can).
-  std::function<std::string(uint64_t size)> cannot;
-  // If set, run once before the first rate phase: servers keep two
-  // receives posted for round trips (warm buffers, as a ping-pong
+  virtual std::string Cannot(uint64_t size) const = 0;
+  // One round trip: sends a kPing of `size` with `seq`, waits for the
+  // reply, verifies it byte for byte; returns the round trip in ns, from
+  // handing the written ping to the layer to seeing the reply's header.
+  virtual absl::StatusOr<uint64_t> Ping(uint64_t size, uint64_t seq) = 0;
+  // Runs once before the first rate phase: servers of reliable layers keep
+  // two receives posted for round trips (warm buffers, as a ping-pong
   // application reuses) and post the whole window only when asked.
-  std::function<absl::Status()> begin;
+  virtual absl::Status StartRate() = 0;
   // Sends n kData messages of `size` (waiting for room in the window).
-  std::function<absl::Status(uint64_t size, uint64_t n)> send;
+  virtual absl::Status SendData(uint64_t size, uint64_t n) = 0;
   // Waits until every data message left, sends a kReportAsk, returns the kReport.
-  std::function<absl::StatusOr<Report>()> report;
-  uint32_t window = 0;  // messages outstanding (raw: frames per burst)
-  // Non-zero: fewer messages outstanding when window of them would be
-  // more bytes than this (at least one).
-  uint64_t max_inflight_bytes = 0;
+  virtual absl::StatusOr<Report> AskReport() = 0;
+  // Messages of `size` outstanding in rate mode (raw: frames per burst).
+  virtual uint32_t Window(uint64_t size) const = 0;
   // True when every message must arrive (reliable layers): a shortfall is an error.
-  bool reliable = false;
+  virtual bool reliable() const = 0;
 };
 
-// The kRateStart a reliable layer's RateOps::begin sends as a round trip:
-// its sequence number, and the check that `reply` (len bytes) echoes it.
-inline constexpr uint64_t kRateStartSeq = 1ull << 61;
-absl::Status CheckRateStartReply(const absl::StatusOr<uint64_t>& round_trip, const uint8_t* reply,
-                                 size_t len);
+// Runs opts.Sizes() in turn and returns one result per size. A size the
+// layer cannot carry is skipped with the reason when it is one of a list
+// (--sizes), and is an error when it was asked for alone (--size).
+absl::StatusOr<std::vector<LatencyResult>> RunLatencyPhases(const PingOptions& opts,
+                                                            PhaseDriver& client);
 
-// The window for messages of `size`: ops.window, capped by max_inflight_bytes.
-uint32_t WindowFor(const RateOps& ops, uint64_t size);
+// The window for messages of `size`: `window`, and fewer when
+// max_inflight_bytes is non-zero and window of them would be more bytes
+// than that (at least one).
+uint32_t WindowFor(uint32_t window, uint64_t max_inflight_bytes, uint64_t size);
 
 // Runs opts.Sizes() in turn and returns one result per size; a size the
 // layer cannot carry is skipped or an error as for RunLatencyPhases.
-absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts, const RateOps& ops);
+absl::StatusOr<std::vector<RateResult>> RunRatePhases(const PingOptions& opts,
+                                                      PhaseDriver& client);
 
 // Runs the phases opts asks for (latency first, then rate) into a result
 // that carries layer, provider and device already.
-absl::Status RunPhases(const PingOptions& opts, const LatencyOps& lat, const RateOps& rate,
-                       RunResult* result);
-
-// Receive buffers a server posts: the window, at most kRecvBudgetBytes of
-// them, at least 2.
-inline constexpr uint64_t kRecvBudgetBytes = 256ull << 20;
-uint32_t ServerSlots(uint32_t window, uint64_t bytes);
+absl::Status RunPhases(const PingOptions& opts, PhaseDriver& client, RunResult* result);
 
 }  // namespace bypass::tools
 

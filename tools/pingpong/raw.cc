@@ -3,22 +3,19 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <thread>
-#include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "driver/clock.h"
 #include "driver/net_headers.h"
 #include "tools/ping_wire.h"
-#include "tools/pingpong/phases.h"
+#include "tools/pingpong/machine.h"
 
 namespace bypass::tools {
 namespace {
 
 using driver::Packet;
-
-constexpr uint64_t kResendNs = 200'000'000;  // a lost raw frame is sent again
 
 // The ping payload of a frame (inside p's buffer), or nullptr if the frame is
 // not a well-formed UDP frame to the ping port. Header checks only, like the
@@ -43,12 +40,13 @@ driver::UdpFlow FlowTo(const driver::Device& dev, const PingOptions& opts) {
   return f;
 }
 
-void Fill(Packet* p, const driver::UdpFlow& flow, size_t size, uint64_t seq, PingKind kind) {
-  const size_t payload = PingPayloadBytes(size);
-  // No UDP checksum: the ping pattern is verified end to end instead.
+// Writes the headers of a frame carrying `payload` bytes into p and returns
+// where the payload goes. No UDP checksum: the ping pattern is verified end
+// to end instead.
+uint8_t* Frame(Packet* p, const driver::UdpFlow& flow, size_t payload) {
   p->len = static_cast<uint32_t>(driver::WriteUdpHeaders(flow, payload, {p->data, p->capacity},
                                                          driver::UdpChecksumFill::kNone));
-  WritePing(p->data + driver::kUdpFrameHeaderBytes, size, seq, kind);
+  return p->data + driver::kUdpFrameHeaderBytes;
 }
 
 // Transmits all of pkts, spinning while the ring is full.
@@ -65,6 +63,162 @@ std::string CannotCarry(const driver::Device& dev, uint64_t size) {
                       dev.info().driver, " (MTU ", dev.info().mtu, ", payload up to ", max_payload,
                       " B): use --layer=rdm for larger messages");
 }
+
+// The server's transport (machine.h: Serve) on the raw layer: the frames of
+// the device's queue, echoed in place; what is dropped is freed once a burst.
+class RawServer {
+ public:
+  struct Msg {
+    uint8_t* data;
+    size_t len;
+    Packet* frame;
+  };
+  static constexpr size_t kBurst = 32;
+  static constexpr bool kHello = false;
+  static constexpr uint64_t kFinLingerNs = 0;  // nothing to acknowledge
+
+  explicit RawServer(driver::QueuePair& qp) : qp_(qp) {}
+  RawServer(const RawServer&) = delete;
+  RawServer& operator=(const RawServer&) = delete;
+  ~RawServer() { Flush().IgnoreError(); }
+
+  absl::Status Flush() {
+    if (ndrop_ != 0) qp_.FreeBulk(absl::MakeConstSpan(drop_, ndrop_));
+    if (ntx_ != 0) SendAll(qp_, tx_, ntx_);
+    ndrop_ = ntx_ = 0;
+    return absl::OkStatus();
+  }
+  bool Idle() const { return ntx_ == 0; }
+  absl::StatusOr<size_t> Poll(Msg* out) {
+    Packet* rx[kBurst];
+    const uint16_t n = qp_.RxBurst(absl::MakeSpan(rx));
+    size_t k = 0;
+    for (uint16_t i = 0; i < n; ++i) {
+      size_t len = 0;
+      uint8_t* payload = PingPayload(rx[i], &len);
+      if (payload == nullptr) {
+        drop_[ndrop_++] = rx[i];
+      } else {
+        out[k++] = Msg{payload, len, rx[i]};
+      }
+    }
+    return k;
+  }
+  void Release(Msg& m) { drop_[ndrop_++] = m.frame; }
+  void Reply(Msg& m) {
+    driver::ReverseUdpFrame(m.frame->data);
+    // The payload may have changed (a kReport): no UDP checksum, as the
+    // clients send none.
+    std::memset(m.data - sizeof(driver::UdpHeader) + offsetof(driver::UdpHeader, checksum), 0,
+                sizeof(uint16_t));
+    tx_[ntx_++] = m.frame;
+  }
+  void OpenWindow() {}  // the ring needs no receives posted
+
+ private:
+  driver::QueuePair& qp_;
+  // Flush runs before every Poll, and a Poll's frames are each dropped or sent once.
+  Packet* drop_[kBurst];
+  Packet* tx_[kBurst];
+  uint16_t ndrop_ = 0, ntx_ = 0;
+};
+
+// The client's transport (machine.h: PingClient) on the raw layer: one frame
+// a message, nothing acknowledged. Data frames go a burst at a time, from
+// frames allocated a burst at a time, and the receive ring is drained after
+// each burst so it never backs up.
+class RawClient {
+ public:
+  static constexpr bool kReliable = false;
+  static constexpr bool kHello = false;
+  static constexpr size_t kBurst = 32;
+
+  RawClient(driver::Device& dev, const PingOptions& opts)
+      : dev_(dev), qp_(dev.queue(0)), flow_(FlowTo(dev, opts)), burst_(opts.burst) {}
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+  ~RawClient() {
+    Flush();
+    if (nstash_ != 0) qp_.FreeBulk(absl::MakeConstSpan(stash_, nstash_));
+  }
+
+  std::string Cannot(uint64_t size) const { return CannotCarry(dev_, size); }
+  std::string Hint() const { return "--layer=raw"; }
+  uint32_t window() const { return burst_; }
+  uint64_t max_inflight_bytes() const { return 0; }
+  uint32_t InFlight() const { return 0; }
+  absl::Status Progress() {
+    SendPending(true);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> ArmReply() { return true; }  // frames arrive in the ring
+  uint8_t* Buffer(size_t len) {
+    Packet* p = nullptr;
+    if (!qp_.AllocBulk({&p, 1})) return nullptr;
+    next_ = p;
+    data_ = false;
+    return Frame(p, flow_, len);
+  }
+  bool Data(uint64_t size, uint64_t seq) {
+    if (nstash_ == 0) {
+      if (!qp_.AllocBulk(absl::MakeSpan(stash_, burst_))) return false;
+      nstash_ = burst_;
+    }
+    next_ = stash_[--nstash_];
+    WritePing(Frame(next_, flow_, PingPayloadBytes(size)), size, seq, PingKind::kData);
+    data_ = true;
+    return true;
+  }
+  absl::StatusOr<bool> Send(size_t /*len*/) {
+    pending_[npending_++] = next_;
+    if (!data_) {
+      SendPending(false);  // at once, and the ring keeps its reply
+    } else if (npending_ == burst_) {
+      SendPending(true);
+    }
+    return true;
+  }
+  void Flush() {
+    if (npending_ != 0) SendPending(true);
+  }
+  absl::StatusOr<size_t> Poll(Received* out) {
+    nrx_ = qp_.RxBurst(absl::MakeSpan(rx_));
+    size_t k = 0;
+    for (uint16_t i = 0; i < nrx_; ++i) {
+      size_t len = 0;
+      const uint8_t* payload = PingPayload(rx_[i], &len);
+      if (payload != nullptr) out[k++] = Received{payload, len};
+    }
+    return k;
+  }
+  void Release() {
+    if (nrx_ != 0) qp_.FreeBulk(absl::MakeConstSpan(rx_, nrx_));
+    nrx_ = 0;
+  }
+
+ private:
+  // Transmits what is pending; with `drain`, then frees whatever arrived.
+  void SendPending(bool drain) {
+    SendAll(qp_, pending_, npending_);
+    npending_ = 0;
+    if (!drain) return;
+    const uint16_t r = qp_.RxBurst(absl::MakeSpan(rx_));
+    if (r != 0) qp_.FreeBulk(absl::MakeConstSpan(rx_, r));
+  }
+
+  driver::Device& dev_;
+  driver::QueuePair& qp_;
+  const driver::UdpFlow flow_;
+  const uint32_t burst_;  // 1..32
+  Packet* next_ = nullptr;
+  bool data_ = false;
+  Packet* pending_[kBurst];
+  uint16_t npending_ = 0;
+  Packet* stash_[kBurst];  // allocated data frames not yet written
+  uint32_t nstash_ = 0;
+  Packet* rx_[kBurst];
+  uint16_t nrx_ = 0;
+};
 
 }  // namespace
 
@@ -84,188 +238,17 @@ absl::Status WaitForLink(driver::Device& dev, uint64_t timeout_ms) {
 
 absl::Status RunRawServer(driver::Device& dev, const PingOptions& /*opts*/) {
   // Echoes and counts whatever size arrives: the device's MTU is the limit.
-  driver::QueuePair& qp = dev.queue(0);
-  const auto& clock = driver::SteadyClock::Get();
-  Packet* rx[32];
-  Packet* tx[32];
-  Packet* drop[32];  // freed once per burst
-  uint64_t data_count = 0, first_ns = 0, last_ns = 0;
-  for (;;) {
-    const uint16_t n = qp.RxBurst(absl::MakeSpan(rx));
-    uint16_t ntx = 0;
-    uint16_t ndrop = 0;
-    bool fin = false;
-    for (uint16_t i = 0; i < n; ++i) {
-      Packet* p = rx[i];
-      size_t len = 0;
-      uint8_t* payload = PingPayload(p, &len);
-      PingHeader h{};
-      if (payload == nullptr || !ReadPingHeader(payload, len, &h)) {
-        drop[ndrop++] = p;
-        continue;
-      }
-      switch (static_cast<PingKind>(h.kind)) {
-        case PingKind::kPing:
-          driver::ReverseUdpFrame(p->data);
-          tx[ntx++] = p;
-          break;
-        case PingKind::kData:
-          last_ns = clock.NowNs();
-          if (data_count++ == 0) first_ns = last_ns;
-          drop[ndrop++] = p;
-          break;
-        case PingKind::kReportAsk: {
-          PingHeader r{data_count, static_cast<uint32_t>(PingKind::kReport), kPingMagic};
-          const uint64_t elapsed = last_ns - first_ns;
-          if (len < sizeof(r) + sizeof(elapsed)) {
-            drop[ndrop++] = p;
-            break;
-          }
-          driver::ReverseUdpFrame(p->data);
-          std::memcpy(payload, &r, sizeof(r));
-          std::memcpy(payload + sizeof(r), &elapsed, sizeof(elapsed));
-          // The payload changed: any UDP checksum the ask carried is stale.
-          std::memset(payload - sizeof(driver::UdpHeader) + offsetof(driver::UdpHeader, checksum),
-                      0, sizeof(uint16_t));
-          tx[ntx++] = p;
-          data_count = 0;
-          break;
-        }
-        case PingKind::kFin:
-          fin = true;
-          drop[ndrop++] = p;
-          break;
-        case PingKind::kReport:
-          drop[ndrop++] = p;
-          break;
-        default:
-          drop[ndrop++] = p;
-          break;
-      }
-    }
-    if (ndrop != 0) qp.FreeBulk(absl::MakeConstSpan(drop, ndrop));
-    if (ntx != 0) SendAll(qp, tx, ntx);
-    if (fin) return absl::OkStatus();
-  }
+  RawServer t(dev.queue(0));
+  return Serve(t);
 }
 
 absl::StatusOr<RunResult> RunRawClient(driver::Device& dev, const PingOptions& opts) {
-  driver::QueuePair& qp = dev.queue(0);
-  const auto& clock = driver::SteadyClock::Get();
-  const driver::UdpFlow flow = FlowTo(dev, opts);
   RunResult result;
   result.layer = "raw";
   result.device = dev.info().uri;
-  Packet* rx[32];
-
-  auto alloc_one = [&]() -> absl::StatusOr<Packet*> {
-    Packet* p = nullptr;
-    for (int tries = 0; !qp.AllocBulk({&p, 1}); ++tries) {
-      if (tries > 1000000) {
-        return absl::ResourceExhaustedError("the queue's buffer pool stays empty: buffers leak");
-      }
-    }
-    return p;
-  };
-
-  // Sends `kind` of `size` with `seq` until a verified reply of
-  // `reply_kind` arrives; a kReport's first 24 bytes land in *reply.
-  auto round_trip = [&](uint64_t size, uint64_t seq, PingKind kind, PingKind reply_kind,
-                        uint8_t* reply) -> absl::StatusOr<uint64_t> {
-    // The first frame is written before the clock starts (a resend's
-    // writing counts: the clock runs on).
-    auto first = alloc_one();
-    if (!first.ok()) return first.status();
-    Fill(*first, flow, size, seq, kind);
-    const uint64_t t0 = clock.NowNs();
-    uint64_t sent_at = t0;
-    for (int attempt = 0;; ++attempt) {
-      Packet* p = *first;
-      if (attempt > 0) {
-        auto again = alloc_one();
-        if (!again.ok()) return again.status();
-        p = *again;
-        Fill(p, flow, size, seq, kind);
-      }
-      SendAll(qp, &p, 1);
-      for (SpinCheck spin;;) {
-        const uint16_t n = qp.RxBurst(absl::MakeSpan(rx));
-        uint64_t got_at = 0;
-        for (uint16_t i = 0; i < n; ++i) {
-          size_t len = 0;
-          const uint8_t* payload = PingPayload(rx[i], &len);
-          if (got_at != 0 || payload == nullptr) continue;
-          if (reply_kind == PingKind::kPing) {
-            if (!IsPingHeader(payload, len, seq, PingKind::kPing)) continue;  // stale or foreign
-            got_at = clock.NowNs();  // the pattern is checked off the clock
-            if (!VerifyPing(payload, len, size, seq, PingKind::kPing)) {
-              qp.FreeBulk(absl::MakeConstSpan(rx, n));
-              return absl::DataLossError(
-                  absl::StrCat("the reply to ping ", seq, " came back with different bytes"));
-            }
-          } else {
-            PingHeader h{};
-            if (ReadPingHeader(payload, len, &h) && h.kind == static_cast<uint32_t>(reply_kind) &&
-                len >= 24) {
-              got_at = clock.NowNs();
-              std::memcpy(reply, payload, 24);
-            }
-          }
-        }
-        qp.FreeBulk(absl::MakeConstSpan(rx, n));
-        if (got_at != 0) return got_at - t0;
-        if (spin.Due() && clock.NowNs() - sent_at > kResendNs) break;
-      }
-      if (attempt >= 50) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no reply to message ", seq, " after 50 tries 200 ms apart: is the server running?"));
-      }
-      ++result.resent;
-      sent_at = clock.NowNs();
-    }
-  };
-
-  LatencyOps lat;
-  lat.cannot = [&](uint64_t size) { return CannotCarry(dev, size); };
-  lat.ping = [&](uint64_t size, uint64_t seq) {
-    return round_trip(size, seq, PingKind::kPing, PingKind::kPing, nullptr);
-  };
-
-  std::vector<Packet*> pending(opts.burst);
-  RateOps rate;
-  rate.window = opts.burst;
-  rate.cannot = lat.cannot;
-  uint64_t seq = 0;
-  rate.send = [&](uint64_t size, uint64_t n) -> absl::Status {
-    for (uint64_t done = 0; done < n;) {
-      const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(opts.burst, n - done));
-      while (!qp.AllocBulk(absl::MakeSpan(pending.data(), b))) {
-      }
-      for (uint32_t i = 0; i < b; ++i) Fill(pending[i], flow, size, seq++, PingKind::kData);
-      SendAll(qp, pending.data(), static_cast<uint16_t>(b));
-      done += b;
-      // Drain anything that arrives so the RX ring never backs up.
-      const uint16_t r = qp.RxBurst(absl::MakeSpan(rx));
-      qp.FreeBulk(absl::MakeConstSpan(rx, r));
-    }
-    return absl::OkStatus();
-  };
-  rate.report = [&]() -> absl::StatusOr<Report> {
-    uint8_t reply[24] = {};
-    auto rt = round_trip(32, 1ull << 62, PingKind::kReportAsk, PingKind::kReport, reply);
-    if (!rt.ok()) return rt.status();
-    PingHeader h;
-    Report rep;
-    std::memcpy(&h, reply, sizeof(h));
-    std::memcpy(&rep.elapsed_ns, reply + sizeof(h), sizeof(rep.elapsed_ns));
-    rep.count = h.seq;
-    return rep;
-  };
-  if (absl::Status s = RunPhases(opts, lat, rate, &result); !s.ok()) return s;
-  auto fin = alloc_one();
-  if (!fin.ok()) return fin.status();
-  Fill(*fin, flow, 32, 0, PingKind::kFin);
-  SendAll(qp, &*fin, 1);
+  RawClient t(dev, opts);
+  PingClient<RawClient> client(t);
+  if (absl::Status s = client.Run(opts, &result); !s.ok()) return s;
   return result;
 }
 

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -54,27 +56,15 @@ absl::StatusOr<std::unique_ptr<driver::Device>> OpenForPing(const LayerOptions& 
   return dev;
 }
 
-}  // namespace
-
-absl::Status CheckLayer(const std::string& layer) {
-  if (layer == "raw" || layer == "rdm" || layer == "fi") return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--layer=", layer, " is not a layer: use raw (the driver), rdm (the engine) or fi (libfabric's API)"));
-}
-
-absl::Status RunServerSide(const LayerOptions& l, const PingOptions& o) {
-  if (l.layer == "fi") return RunFiServer(o, l.fi);
-  auto dev = OpenForPing(l, o);
-  if (!dev.ok()) return dev.status();
-  return l.layer == "rdm" ? RunRdmServer(*std::move(dev), o, l.rdm) : RunRawServer(**dev, o);
-}
-
-absl::StatusOr<RunResult> RunClientSide(const LayerOptions& l, const PingOptions& o) {
-  if (l.layer == "fi") return RunFiClient(o, l.fi);
-  auto dev = OpenForPing(l, o);
-  if (!dev.ok()) return dev.status();
-  return l.layer == "rdm" ? RunRdmClient(*std::move(dev), o, l.rdm) : RunRawClient(**dev, o);
-}
+// --local: the addresses and rendezvous both sides use on this host.
+struct LocalPlan {
+  std::string server_device;  // raw, rdm: memif, server role
+  std::string client_device;
+  std::string addr_file;      // fi: the server's address
+  std::string cleanup[3];     // files to remove afterwards
+};
+constexpr char kLocalServerIp[] = "10.79.255.1";
+constexpr char kLocalClientIp[] = "10.79.255.2";
 
 LocalPlan MakeLocalPlan(const std::string& tool) {
   LocalPlan p;
@@ -90,6 +80,8 @@ LocalPlan MakeLocalPlan(const std::string& tool) {
   return p;
 }
 
+// Starts this binary again as the server with args (argv[1..]); it dies
+// with this process.
 absl::StatusOr<pid_t> StartServerProcess(const std::vector<std::string>& args) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -111,6 +103,8 @@ absl::StatusOr<pid_t> StartServerProcess(const std::vector<std::string>& args) {
   return child;
 }
 
+// Starts the server of l's layer, o's sizes and window for --local, and
+// points l and o at it. Returns its process id.
 absl::StatusOr<pid_t> StartLocalServer(const std::string& tool, LayerOptions* l, PingOptions* o,
                                        LocalPlan* plan) {
   *plan = MakeLocalPlan(tool);
@@ -158,6 +152,8 @@ absl::StatusOr<pid_t> StartLocalServer(const std::string& tool, LayerOptions* l,
   return StartServerProcess(args);
 }
 
+// Waits up to 2 s for the server to exit, then kills it; removes the
+// plan's files.
 void ReapServerProcess(pid_t child, const LocalPlan& plan) {
   int status = 0;
   for (int i = 0; i < 200; ++i) {  // the server exits on the client's kFin
@@ -169,6 +165,57 @@ void ReapServerProcess(pid_t child, const LocalPlan& plan) {
     }
   }
   for (const std::string& f : plan.cleanup) unlink(f.c_str());
+}
+
+}  // namespace
+
+absl::Status CheckLayer(const std::string& layer) {
+  if (layer == "raw" || layer == "rdm" || layer == "fi") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--layer=", layer, " is not a layer: use raw (the driver), rdm (the engine) or fi (libfabric's API)"));
+}
+
+absl::Status RunServerSide(const LayerOptions& l, const PingOptions& o) {
+  if (l.layer == "fi") return RunFiServer(o, l.fi);
+  auto dev = OpenForPing(l, o);
+  if (!dev.ok()) return dev.status();
+  return l.layer == "rdm" ? RunRdmServer(*std::move(dev), o, l.rdm) : RunRawServer(**dev, o);
+}
+
+absl::Status SetPeer(const std::string& connect, LayerOptions* l, PingOptions* o) {
+  l->fi.timeout_ms = l->link_timeout_ms;
+  if (l->layer == "fi") {
+    l->fi.connect = connect;
+    l->fi.devices = l->device;
+    return absl::OkStatus();
+  }
+  if (connect.empty()) return absl::OkStatus();
+  const size_t slash = connect.find('/');
+  auto mac = driver::MacAddress::Parse(connect.substr(0, slash));
+  if (!mac.ok()) return mac.status();
+  o->peer_mac = *mac;
+  if (slash != std::string::npos) {
+    auto ip = driver::Ipv4Address::Parse(connect.substr(slash + 1));
+    if (!ip.ok()) return ip.status();
+    o->peer_ip = *ip;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> RunClientSide(const LayerOptions& l, const PingOptions& o) {
+  if (l.layer == "fi") return RunFiClient(o, l.fi);
+  auto dev = OpenForPing(l, o);
+  if (!dev.ok()) return dev.status();
+  return l.layer == "rdm" ? RunRdmClient(*std::move(dev), o, l.rdm) : RunRawClient(**dev, o);
+}
+
+absl::StatusOr<RunResult> RunLocalClient(const std::string& tool, LayerOptions l, PingOptions o) {
+  LocalPlan plan;
+  absl::StatusOr<pid_t> child = StartLocalServer(tool, &l, &o, &plan);
+  if (!child.ok()) return child.status();
+  absl::StatusOr<RunResult> result = RunClientSide(l, o);
+  ReapServerProcess(*child, plan);
+  return result;
 }
 
 }  // namespace bypass::tools
