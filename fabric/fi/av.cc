@@ -12,7 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "driver/clock.h"
-#include "fabric/fi/address.h"
+#include "fabric/fi/address/address.h"
 #include "fabric/fi/objects.h"
 #include "fabric/fi/services.h"
 

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "driver/clock.h"
-#include "fabric/fi/address.h"
+#include "fabric/fi/address/address.h"
 #include "fabric/fi/objects.h"
 #include "fabric/fi/services.h"
 
