@@ -4,15 +4,25 @@
 // builds one Ethernet/IPv4/UDP frame and completes once the device took it;
 // a receive takes the next datagram for the port. The payload is copied
 // into the frame and out of it (one copy each way).
+#include "fabric/fi/dgram.h"
+
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "driver/clock.h"
 #include "driver/net_headers.h"
-#include "fabric/fi/objects.h"
+#include "fabric/fi/av.h"
+#include "fabric/fi/cntr.h"
+#include "fabric/fi/cq.h"
+#include "fabric/fi/domain.h"
+#include "fabric/fi/ep.h"
 #include "fabric/fi/services.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
 namespace {

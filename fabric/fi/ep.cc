@@ -1,6 +1,8 @@
 // Endpoints: opening, binding, enabling (creating the engine endpoint),
 // names, options, cancel, aliases and closing. The data-path calls are in
 // ep_ops.cc.
+#include "fabric/fi/ep.h"
+
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
@@ -11,17 +13,19 @@
 
 #include "driver/clock.h"
 #include "fabric/fi/address/address.h"
-#include "fabric/fi/objects.h"
+#include "fabric/fi/av.h"
+#include "fabric/fi/cntr.h"
+#include "fabric/fi/cq.h"
+#include "fabric/fi/dgram.h"
+#include "fabric/fi/domain.h"
+#include "fabric/fi/eq.h"
+#include "fabric/fi/fabric.h"
+#include "fabric/fi/mr.h"
+#include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
-
-extern fi_ops_msg g_msg_ops;
-extern fi_ops_tagged g_tagged_ops;
-extern fi_ops_rma g_rma_ops;
-extern fi_ops_atomic g_atomic_ops;
-extern fi_ops_collective g_collective_ops;
-
 namespace {
 
 constexpr uint64_t kBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION;
@@ -100,7 +104,7 @@ int EpClose(fid* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   Domain* d = ep->base->domain;
-  DomainGuard g(d);
+  DomainGuard g(d->lock);
   if (ep->obj.refs.load() > 0) return -FI_EBUSY;
   if (ep->base != ep) {  // an alias
     ep->base->obj.refs.fetch_sub(1);
@@ -192,7 +196,7 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
   if (ep->base != ep) return -FI_EINVAL;  // bind the endpoint, not an alias
   if (bfid == nullptr) return -FI_EINVAL;
   Domain* d = ep->domain;
-  DomainGuard g(d);
+  DomainGuard g(d->lock);
   if (Enabled(ep) && bfid->fclass != FI_CLASS_MR) return -FI_EOPBADSTATE;  // enabled
   switch (bfid->fclass) {
     case FI_CLASS_CQ: {
@@ -314,7 +318,7 @@ int Alias(Ep* ep, struct fi_alias* a) {
 int EpControl(fid* f, int command, void* arg) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
-  DomainGuard g(ep->base->domain);
+  DomainGuard g(ep->base->domain->lock);
   switch (command) {
     case FI_ENABLE:
       if (ep->base != ep) return -FI_EINVAL;
@@ -362,7 +366,7 @@ ssize_t EpCancel(fid_t f, void* context) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return DgramCancel(ep, context) ? 0 : -FI_ENOENT;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   // A receive posted with a record is known to the engine by the record.
@@ -380,7 +384,7 @@ int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
   ep = ep->base;
   if (optval == nullptr || optlen == nullptr) return -FI_EINVAL;
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
   if (*optlen < sizeof(size_t)) {
     *optlen = sizeof(size_t);
@@ -401,7 +405,7 @@ int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen)
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
   if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
   if (optlen != sizeof(size_t)) return -FI_EINVAL;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   size_t v;
   std::memcpy(&v, optval, sizeof(v));
   ep->min_multi_recv = v;
@@ -418,7 +422,7 @@ ssize_t RxSizeLeft(fid_ep* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return ep->dgram->max_posted - ep->dgram->posted.size();
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   return ep->rdm->RecvSlotsFree();
@@ -428,7 +432,7 @@ ssize_t TxSizeLeft(fid_ep* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return ep->tx_cq != nullptr ? ep->tx_cq->room() : 1;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   return ep->rdm->SendSlotsFree();
@@ -452,7 +456,7 @@ int GetName(fid_t f, void* addr, size_t* addrlen) {
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
   if (addrlen == nullptr) return -FI_EINVAL;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   rdm::Address a;
   if (ep->rdm != nullptr) {
     a = ep->rdm->address();
@@ -475,7 +479,7 @@ int SetName(fid_t f, void* addr, size_t addrlen) {
   ep = ep->base;
   std::optional<rdm::Address> a = FromSockaddr(addr, addrlen);
   if (!a || addrlen != kAddrLen) return -FI_EINVAL;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (Enabled(ep)) return -FI_EOPBADSTATE;  // before fi_enable only
   const driver::DeviceInfo& info = ep->domain->dev->info();
   if (a->ip.value != 0 && !(a->ip == info.ipv4)) return -FI_EADDRNOTAVAIL;
@@ -520,6 +524,20 @@ uint16_t FreePort(const Domain* d, uint16_t base) {
 
 }  // namespace
 
+int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
+  absl::StatusOr<rdm::PeerId> p = ep->rdm->InsertPeer(a);
+  if (!p.ok()) {
+    BYPASS_FI_WARN(FI_LOG_AV, "%s\n", std::string(p.status().message()).c_str());
+    return FromStatus(p.status());
+  }
+  if (ep->peer_of.size() <= fa) ep->peer_of.resize(fa + 1);
+  ep->peer_of[fa] = *p;
+  const uint32_t slot = p->slot();
+  if (ep->addr_of.size() <= slot) ep->addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
+  ep->addr_of[slot] = fa;
+  return 0;
+}
+
 int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   Domain* d = AsDomain(domain);
   if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
@@ -529,7 +547,7 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM and FI_EP_DGRAM endpoints are implemented\n");
     return -FI_ENOSYS;
   }
-  DomainGuard g(d);
+  DomainGuard g(d->lock);
   auto ep = std::make_unique<Ep>();
   std::memset(&ep->fid, 0, sizeof(ep->fid));
   ep->fid.fid.fclass = FI_CLASS_EP;

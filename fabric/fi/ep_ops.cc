@@ -14,7 +14,11 @@
 #include <cstring>
 #include <vector>
 
-#include "fabric/fi/objects.h"
+#include "fabric/fi/cntr.h"
+#include "fabric/fi/dgram.h"
+#include "fabric/fi/domain.h"
+#include "fabric/fi/ep.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
 namespace {
@@ -115,7 +119,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   Ep* ep = t.ep;
   if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
     return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
@@ -208,7 +212,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if ((a.flags & ~kRecvFlags) != 0) return -FI_EBADFLAGS;
   if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
   if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;
     return DgramRecv(ep, a.iov, a.count, a.context, a.flags);
@@ -271,7 +275,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
   if (a.read && (a.flags & (FI_INJECT | FI_REMOTE_CQ_DATA))) return -FI_EINVAL;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
   if (!PeerOf(ep, a.dest, &r.dest)) return -FI_EINVAL;
