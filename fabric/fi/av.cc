@@ -207,11 +207,11 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
     const fi_addr_t fa = fi_addr[i];
     av->addrs[fa].reset();
     for (Ep* ep : av->eps) {
-      if (ep->rdm == nullptr || fa >= ep->peer_of.size()) continue;
-      const rdm::PeerId p = ep->peer_of[fa];
-      ep->peer_of[fa] = rdm::PeerId{};
+      if (ep->rdm == nullptr || fa >= ep->peers.peer_of.size()) continue;
+      const rdm::PeerId p = ep->peers.peer_of[fa];
+      ep->peers.peer_of[fa] = rdm::PeerId{};
       const uint32_t slot = p.slot();
-      if (slot < ep->addr_of.size()) ep->addr_of[slot] = FI_ADDR_NOTAVAIL;
+      if (slot < ep->peers.addr_of.size()) ep->peers.addr_of[slot] = FI_ADDR_NOTAVAIL;
       if (absl::Status s = ep->rdm->RemovePeer(p); !s.ok()) {
         // The AV forgets it either way; the engine keeps the session.
         BYPASS_FI_WARN(FI_LOG_AV, "the engine kept peer %u: %s\n", p.value,

@@ -40,10 +40,10 @@ struct Cq {
   fi_cq_format format = FI_CQ_FORMAT_CONTEXT;
   size_t entry_size = sizeof(fi_cq_entry);
   size_t capacity = 0;
-  Ring<CqEntry> entries;  // bounded by capacity
-  Ring<CqError> errors;   // bounded by capacity
-  char last_error[160] = {};    // err_data of the last readerr without a buffer
-  std::vector<Ep*> eps;         // progressed by every read
+  Ring<CqEntry> entries;      // bounded by capacity
+  Ring<CqError> errors;       // bounded by capacity
+  char last_error[160] = {};  // err_data of the last readerr without a buffer
+  std::vector<Ep*> eps;       // progressed by every read
   std::atomic<bool> signaled{false};
 
   size_t room() const { return capacity - entries.size(); }

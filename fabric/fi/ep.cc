@@ -39,16 +39,16 @@ void Unbind(Ep* ep) {
     EraseOne(cq->eps, ep);
     cq = nullptr;
   };
-  const bool same = ep->tx_cq == ep->rx_cq;
-  drop_cq(ep->tx_cq);
+  const bool same = ep->cqs.tx == ep->cqs.rx;
+  drop_cq(ep->cqs.tx);
   if (same) {
-    if (ep->rx_cq != nullptr) ep->rx_cq->obj.refs.fetch_sub(1);
-    ep->rx_cq = nullptr;
+    if (ep->cqs.rx != nullptr) ep->cqs.rx->obj.refs.fetch_sub(1);
+    ep->cqs.rx = nullptr;
   } else {
-    drop_cq(ep->rx_cq);
+    drop_cq(ep->cqs.rx);
   }
-  Cntr** cntrs[] = {&ep->send_cntr, &ep->recv_cntr, &ep->read_cntr,
-                    &ep->write_cntr, &ep->rem_read_cntr, &ep->rem_write_cntr};
+  EpCntrs& b = ep->cntrs;
+  Cntr** cntrs[] = {&b.send, &b.recv, &b.read, &b.write, &b.remote_read, &b.remote_write};
   for (Cntr** c : cntrs) {
     if (*c == nullptr) continue;
     (*c)->obj.refs.fetch_sub(1);
@@ -77,7 +77,7 @@ void Unbind(Ep* ep) {
 void Linger(Ep* ep) {
   constexpr uint64_t kQuietNs = 100'000'000;
   constexpr uint64_t kLingerMaxNs = 1'000'000'000;
-  if (ep->addr_of.empty()) return;  // never talked to anyone
+  if (ep->peers.addr_of.empty()) return;  // never talked to anyone
   const driver::Clock& clock = driver::SteadyClock::Get();
   const uint64_t start = clock.NowNs();
   uint64_t last_rx = start;
@@ -92,8 +92,8 @@ void Linger(Ep* ep) {
     if (now - start >= kLingerMaxNs) return;
     if (now - last_rx < kQuietNs || ep->rdm->HasTxWork()) continue;
     bool pending = false;
-    for (size_t i = 0; i < ep->peer_of.size() && !pending; ++i) {
-      std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(ep->peer_of[i]);
+    for (size_t i = 0; i < ep->peers.peer_of.size() && !pending; ++i) {
+      std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(ep->peers.peer_of[i]);
       pending = st && st->established && st->queued_ops > 0;
     }
     if (!pending) return;
@@ -137,8 +137,7 @@ int EpClose(fid* f) {
     Unbind(ep);
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
     ep->drain.reset();
-    ep->drain_error.reset();
-    std::vector<OpRecord>().swap(ep->records);  // its memory too, not just its size
+    ep->records.Release();
     EraseOne(d->eps, ep);
     d->obj.refs.fetch_sub(1);
   }
@@ -150,17 +149,18 @@ int EpClose(fid* f) {
 int BindCq(Ep* ep, Cq* cq, uint64_t flags) {
   if ((flags & ~kBindFlags) != 0) return -FI_EBADFLAGS;
   if (!(flags & (FI_TRANSMIT | FI_RECV))) return -FI_EINVAL;
-  if ((flags & FI_TRANSMIT) && ep->tx_cq != nullptr) return -FI_EINVAL;
-  if ((flags & FI_RECV) && ep->rx_cq != nullptr) return -FI_EINVAL;
-  const bool already = ep->tx_cq == cq || ep->rx_cq == cq;
+  EpCqs& b = ep->cqs;
+  if ((flags & FI_TRANSMIT) && b.tx != nullptr) return -FI_EINVAL;
+  if ((flags & FI_RECV) && b.rx != nullptr) return -FI_EINVAL;
+  const bool already = b.tx == cq || b.rx == cq;
   if (flags & FI_TRANSMIT) {
-    ep->tx_cq = cq;
-    ep->tx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+    b.tx = cq;
+    b.tx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
     cq->obj.refs.fetch_add(1);
   }
   if (flags & FI_RECV) {
-    ep->rx_cq = cq;
-    ep->rx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+    b.rx = cq;
+    b.rx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
     cq->obj.refs.fetch_add(1);
   }
   if (!already) cq->eps.push_back(ep);
@@ -170,14 +170,18 @@ int BindCq(Ep* ep, Cq* cq, uint64_t flags) {
 int BindCntr(Ep* ep, Cntr* c, uint64_t flags) {
   if (flags == 0) return -FI_EINVAL;
   if ((flags & ~kCntrBindFlags) != 0) return -FI_EBADFLAGS;
-  const bool already = ep->send_cntr == c || ep->recv_cntr == c || ep->read_cntr == c ||
-                       ep->write_cntr == c || ep->rem_read_cntr == c || ep->rem_write_cntr == c;
+  EpCntrs& b = ep->cntrs;
+  const bool already = b.send == c || b.recv == c || b.read == c || b.write == c ||
+                       b.remote_read == c || b.remote_write == c;
   struct Slot {
     uint64_t flag;
     Cntr** where;
-  } slots[] = {{FI_SEND, &ep->send_cntr},         {FI_RECV, &ep->recv_cntr},
-               {FI_READ, &ep->read_cntr},         {FI_WRITE, &ep->write_cntr},
-               {FI_REMOTE_READ, &ep->rem_read_cntr}, {FI_REMOTE_WRITE, &ep->rem_write_cntr}};
+  } slots[] = {{FI_SEND, &b.send},
+               {FI_RECV, &b.recv},
+               {FI_READ, &b.read},
+               {FI_WRITE, &b.write},
+               {FI_REMOTE_READ, &b.remote_read},
+               {FI_REMOTE_WRITE, &b.remote_write}};
   for (const Slot& s : slots) {
     if ((flags & s.flag) && *s.where != nullptr) return -FI_EINVAL;
   }
@@ -241,8 +245,8 @@ int Enable(Ep* ep) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
-  if (ep->tx_cq == nullptr && ep->rx_cq == nullptr && ep->send_cntr == nullptr &&
-      ep->recv_cntr == nullptr) {
+  if (ep->cqs.tx == nullptr && ep->cqs.rx == nullptr && ep->cntrs.send == nullptr &&
+      ep->cntrs.recv == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind a CQ or counter first\n");
     return -FI_ENOCQ;
   }
@@ -255,14 +259,12 @@ int Enable(Ep* ep) {
     return FromStatus(r.status());
   }
   ep->rdm = *std::move(r);
-  ep->drain = std::make_unique<rdm::Completion[]>(Ep::kDrainBurst);
-  ep->drain_error = std::make_unique<rdm::ErrorCompletion>();
+  ep->drain = std::make_unique<DrainBuffers>();
   auto fail = [ep](int ret) {
     ep->rdm.reset();
     ep->drain.reset();
-    ep->drain_error.reset();
-    ep->peer_of.clear();
-    ep->addr_of.clear();
+    ep->peers.peer_of.clear();
+    ep->peers.addr_of.clear();
     return ret;
   };
   if (ep->dscp) {
@@ -286,12 +288,7 @@ int Enable(Ep* ep) {
       return fail(ret);
     }
   }
-  const size_t n = ep->config.max_send_ops + ep->config.max_posted_recvs;
-  ep->records.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    ep->records[i].next_free = i + 1 < n ? static_cast<uint32_t>(i + 1) : UINT32_MAX;
-  }
-  ep->free_record = n > 0 ? 0 : UINT32_MAX;
+  ep->records.Init(ep->config.max_send_ops + ep->config.max_posted_recvs);
   BYPASS_FI_INFO(FI_LOG_EP_CTRL, "endpoint %s enabled on %s\n",
                  ep->rdm->address().ToString().c_str(), d->uri.c_str());
   return 0;
@@ -370,7 +367,7 @@ ssize_t EpCancel(fid_t f, void* context) {
   if (ep->dgram != nullptr) return DgramCancel(ep, context) ? 0 : -FI_ENOENT;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   // A receive posted with a record is known to the engine by the record.
-  for (OpRecord& r : ep->records) {
+  for (OpRecord& r : ep->records.slots) {
     if (r.user_context == context && context != nullptr && ep->rdm->CancelRecv(&r)) {
       return 0;
     }
@@ -433,7 +430,7 @@ ssize_t TxSizeLeft(fid_ep* f) {
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
   DomainGuard g(ep->domain->lock);
-  if (ep->dgram != nullptr) return ep->tx_cq != nullptr ? ep->tx_cq->room() : 1;
+  if (ep->dgram != nullptr) return ep->cqs.tx != nullptr ? ep->cqs.tx->room() : 1;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   return ep->rdm->SendSlotsFree();
 }
@@ -530,11 +527,7 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
     BYPASS_FI_WARN(FI_LOG_AV, "%s\n", std::string(p.status().message()).c_str());
     return FromStatus(p.status());
   }
-  if (ep->peer_of.size() <= fa) ep->peer_of.resize(fa + 1);
-  ep->peer_of[fa] = *p;
-  const uint32_t slot = p->slot();
-  if (ep->addr_of.size() <= slot) ep->addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
-  ep->addr_of[slot] = fa;
+  ep->peers.Set(fa, *p);
   return 0;
 }
 

@@ -38,19 +38,10 @@ uint64_t FiFlags(uint64_t f) {
 
 bool TxSide(uint64_t f) { return (f & (rdm::kCompSend | rdm::kCompRead | rdm::kCompWrite)) != 0; }
 
-OpRecord* RecordOf(Ep* ep, void* ctx) {
-  if (ep->records.empty()) return nullptr;
-  const auto p = reinterpret_cast<uintptr_t>(ctx);
-  const auto lo = reinterpret_cast<uintptr_t>(ep->records.data());
-  if (p < lo || p >= lo + ep->records.size() * sizeof(OpRecord)) return nullptr;
-  return static_cast<OpRecord*>(ctx);
-}
-
-
 // The application's view of an engine completion's context, scattering a
 // bounce buffer where there is one. Sets *suppress for CQ-less operations.
 void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
-  OpRecord* r = RecordOf(ep, c.context);
+  OpRecord* r = ep->records.Of(c.context);
   if (r == nullptr) return c.context;
   void* user = r->user_context;
   *suppress = r->suppress;
@@ -63,13 +54,8 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
       if (done == std::min(*len, r->bounce.size())) break;
     }
   }
-  FreeRecord(ep, r);
+  ep->records.Free(r);
   return user;
-}
-
-fi_addr_t SourceOf(const Ep* ep, rdm::PeerId p) {
-  const uint32_t slot = p.slot();
-  return slot < ep->addr_of.size() ? ep->addr_of[slot] : FI_ADDR_NOTAVAIL;
 }
 
 void Count(Cntr* c) {
@@ -81,11 +67,11 @@ void CountError(Cntr* c) {
 
 void CountCompletion(Ep* ep, uint64_t f, bool error) {
   auto count = error ? CountError : Count;
-  if (f & rdm::kCompSend) count(ep->send_cntr);
-  if (f & rdm::kCompRecv) count(ep->recv_cntr);
-  if (f & rdm::kCompRead) count(ep->read_cntr);
-  if (f & rdm::kCompWrite) count(ep->write_cntr);
-  if (f & rdm::kCompRemoteWrite) count(ep->rem_write_cntr);
+  if (f & rdm::kCompSend) count(ep->cntrs.send);
+  if (f & rdm::kCompRecv) count(ep->cntrs.recv);
+  if (f & rdm::kCompRead) count(ep->cntrs.read);
+  if (f & rdm::kCompWrite) count(ep->cntrs.write);
+  if (f & rdm::kCompRemoteWrite) count(ep->cntrs.remote_write);
 }
 
 void Deliver(Ep* ep, const rdm::Completion& c) {
@@ -94,7 +80,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   void* user = Resolve(ep, c, &suppress, &len);
   CountCompletion(ep, c.flags, false);
   const bool tx = TxSide(c.flags);
-  Cq* cq = tx ? ep->tx_cq : ep->rx_cq;
+  Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
   if (cq == nullptr || suppress) return;
   CqEntry e{};
   e.e.op_context = user;
@@ -103,7 +89,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   e.e.buf = c.buf;
   e.e.data = c.data;
   e.e.tag = c.tag;
-  e.src = tx ? FI_ADDR_NOTAVAIL : SourceOf(ep, c.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(c.source);
   cq->entries.push_back(e);
 }
 
@@ -113,7 +99,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   void* user = Resolve(ep, ec.op, &suppress, &len);
   CountCompletion(ep, ec.op.flags, true);
   const bool tx = TxSide(ec.op.flags);
-  Cq* cq = tx ? ep->tx_cq : ep->rx_cq;
+  Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
   BYPASS_FI_DBG(FI_LOG_CQ, "operation failed (errno %d): %s\n", ec.err, ec.message);
   if (cq == nullptr) return;  // errors are reported even for selective operations
   CqError e{};
@@ -126,13 +112,13 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   e.e.olen = ec.olen;
   e.e.err = ec.err == EMSGSIZE && ec.olen > 0 ? FI_ETRUNC : ec.err;
   e.e.prov_errno = ec.err;
-  e.src = tx ? FI_ADDR_NOTAVAIL : SourceOf(ep, ec.op.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(ec.op.source);
   std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
   cq->errors.push_back(e);
 }
 
 size_t RoomFor(const Cq* cq, bool errors) {
-  if (cq == nullptr) return Ep::kDrainBurst;
+  if (cq == nullptr) return DrainBuffers::kBurst;
   return errors ? cq->capacity - cq->errors.size() : cq->room();
 }
 
@@ -144,19 +130,19 @@ void ProgressEp(Ep* ep) {
   // before the application sees the completion and can stop progressing
   // (fi_pingpong does, before exiting).
   ep->rdm->Progress();
-  rdm::Completion* const comps = ep->drain.get();
+  rdm::Completion* const comps = ep->drain->completions;
   // Each completion adds at most one entry to one CQ: the room, read once,
   // only shrinks by what was delivered.
-  size_t room = std::min(RoomFor(ep->tx_cq, false), RoomFor(ep->rx_cq, false));
+  size_t room = std::min(RoomFor(ep->cqs.tx, false), RoomFor(ep->cqs.rx, false));
   while (room > 0) {
-    const size_t want = std::min(Ep::kDrainBurst, room);
+    const size_t want = std::min(DrainBuffers::kBurst, room);
     const size_t n = ep->rdm->PollCompletions({comps, want});
     for (size_t i = 0; i < n; ++i) Deliver(ep, comps[i]);
     if (n < want) break;
     room -= n;
   }
-  rdm::ErrorCompletion* const err = ep->drain_error.get();
-  while (RoomFor(ep->tx_cq, true) > 0 && RoomFor(ep->rx_cq, true) > 0 &&
+  rdm::ErrorCompletion* const err = &ep->drain->error;
+  while (RoomFor(ep->cqs.tx, true) > 0 && RoomFor(ep->cqs.rx, true) > 0 &&
          ep->rdm->PollErrors({err, 1}) == 1) {
     DeliverError(ep, *err);
   }

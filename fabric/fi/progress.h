@@ -5,11 +5,24 @@
 #ifndef BYPASS_FABRIC_FI_PROGRESS_H_
 #define BYPASS_FABRIC_FI_PROGRESS_H_
 
+#include <cstddef>
 #include <vector>
+
+#include "fabric/rdm/rdm.h"
+#include "fabric/rdm/types.h"
 
 namespace bypass::fi {
 
 struct Ep;
+
+// ProgressEp's buffers for draining an endpoint's engine, allocated with
+// the engine endpoint (fi_enable): on ProgressEp's stack they would be
+// zero-initialised on every pass (about 2 KiB per fi_cq_read).
+struct DrainBuffers {
+  static constexpr size_t kBurst = 32;
+  rdm::Completion completions[kBurst];
+  rdm::ErrorCompletion error;
+};
 
 // One engine pass of ep, then its completions into its CQs and counters.
 // REQUIRES: the domain guard is held; ep enabled (FI_EP_RDM).
