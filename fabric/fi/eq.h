@@ -35,7 +35,6 @@ struct Eq {
   std::mutex mu;
   std::deque<EqEvent> events;
   size_t capacity = 0;
-  char last_error[160] = {};
 };
 static_assert(offsetof(Eq, fid) == 0);
 
