@@ -1,33 +1,37 @@
-// Address vectors (map and table) and event queues.
+// Address vectors (map and table): inserts (by address, service or
+// symmetric ranges), removal, lookup, and the FI_AV_COMPLETE events of an
+// AV bound to an EQ. An insert reaches every enabled endpoint on the AV.
+#include "fabric/fi/av.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/numbers.h"
-#include "driver/clock.h"
-#include "fabric/fi/address.h"
-#include "fabric/fi/objects.h"
+#include "fabric/fi/address/address.h"
+#include "fabric/fi/domain.h"
+#include "fabric/fi/ep.h"
+#include "fabric/fi/eq.h"
 #include "fabric/fi/services.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
 namespace {
-
-constexpr size_t kDefaultEqSize = 256;
-
-// ---- address vectors ----
 
 int AvClose(fid* f) {
   Av* av = AsAv(f);
   if (av == nullptr) return BadFid(f, FI_CLASS_AV);
   Domain* d = av->domain;
-  DomainGuard g(d);
+  DomainGuard g(d->lock);
   if (av->obj.refs.load() > 0) return -FI_EBUSY;
   if (av->eq != nullptr) av->eq->obj.refs.fetch_sub(1);
   av->addrs.clear();
@@ -43,7 +47,7 @@ int AvBind(fid* f, fid* bfid, uint64_t flags) {
   Eq* eq = AsEq(bfid);
   if (eq == nullptr) return BadFid(bfid, FI_CLASS_EQ);
   if (flags != 0) return -FI_EBADFLAGS;
-  DomainGuard g(av->domain);
+  DomainGuard g(av->domain->lock);
   if (av->eq != nullptr) return -FI_EINVAL;
   av->eq = eq;
   eq->obj.refs.fetch_add(1);
@@ -114,7 +118,7 @@ int AvInsert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint
   if ((flags & ~static_cast<uint64_t>(FI_MORE | FI_SYNC_ERR)) != 0) return -FI_EBADFLAGS;
   if ((flags & FI_SYNC_ERR) && av->eq != nullptr) return -FI_EINVAL;
   int* errors = (flags & FI_SYNC_ERR) ? static_cast<int*>(context) : nullptr;
-  DomainGuard g(av->domain);
+  DomainGuard g(av->domain->lock);
   size_t ok = 0;
   for (size_t i = 0; i < count; ++i) {
     const auto* bytes = static_cast<const uint8_t*>(addr) + i * kAddrLen;
@@ -156,7 +160,7 @@ int AvInsertSvc(fid_av* f, const char* node, const char* service, fi_addr_t* fi_
   if (node == nullptr || service == nullptr) return -FI_EINVAL;
   if ((flags & ~static_cast<uint64_t>(FI_MORE)) != 0) return -FI_EBADFLAGS;
   std::optional<rdm::Address> a = Resolve(node, service);
-  DomainGuard g(av->domain);
+  DomainGuard g(av->domain->lock);
   int err = FI_EINVAL;
   fi_addr_t fa = a ? InsertOne(av, *a, &err) : FI_ADDR_NOTAVAIL;
   if (fi_addr != nullptr) *fi_addr = fa;
@@ -173,7 +177,7 @@ int AvInsertSym(fid_av* f, const char* node, size_t nodecnt, const char* service
   std::optional<rdm::Address> base = Resolve(node, service);
   if (!base || nodecnt == 0 || svccnt == 0) return -FI_EINVAL;
   if (base->udp_port + svccnt - 1 > 65535) return -FI_EINVAL;
-  DomainGuard g(av->domain);
+  DomainGuard g(av->domain->lock);
   size_t ok = 0, i = 0;
   for (size_t n = 0; n < nodecnt; ++n) {
     for (size_t s = 0; s < svccnt; ++s, ++i) {
@@ -194,7 +198,7 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
   if (av == nullptr) return BadFid(f, FI_CLASS_AV);
   if (fi_addr == nullptr && count > 0) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
-  DomainGuard g(av->domain);
+  DomainGuard g(av->domain->lock);
   for (size_t i = 0; i < count; ++i) {
     if (fi_addr[i] >= av->addrs.size() || !av->addrs[fi_addr[i]]) return -FI_EINVAL;
   }
@@ -203,11 +207,11 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
     const fi_addr_t fa = fi_addr[i];
     av->addrs[fa].reset();
     for (Ep* ep : av->eps) {
-      if (ep->rdm == nullptr || fa >= ep->peer_of.size()) continue;
-      const rdm::PeerId p = ep->peer_of[fa];
-      ep->peer_of[fa] = rdm::PeerId{};
+      if (ep->rdm == nullptr || fa >= ep->peers.peer_of.size()) continue;
+      const rdm::PeerId p = ep->peers.peer_of[fa];
+      ep->peers.peer_of[fa] = rdm::PeerId{};
       const uint32_t slot = p.slot();
-      if (slot < ep->addr_of.size()) ep->addr_of[slot] = FI_ADDR_NOTAVAIL;
+      if (slot < ep->peers.addr_of.size()) ep->peers.addr_of[slot] = FI_ADDR_NOTAVAIL;
       if (absl::Status s = ep->rdm->RemovePeer(p); !s.ok()) {
         // The AV forgets it either way; the engine keeps the session.
         BYPASS_FI_WARN(FI_LOG_AV, "the engine kept peer %u: %s\n", p.value,
@@ -223,7 +227,7 @@ int AvLookup(fid_av* f, fi_addr_t fa, void* addr, size_t* addrlen) {
   Av* av = AsAv(f);
   if (av == nullptr) return BadFid(f, FI_CLASS_AV);
   if (addrlen == nullptr || (addr == nullptr && *addrlen > 0)) return -FI_EINVAL;
-  DomainGuard g(av->domain);
+  DomainGuard g(av->domain->lock);
   if (fa >= av->addrs.size() || !av->addrs[fa]) return -FI_EINVAL;
   const sockaddr_in s = ToSockaddr(*av->addrs[fa]);
   std::memcpy(addr, &s, std::min(*addrlen, kAddrLen));
@@ -260,127 +264,7 @@ fi_ops_av g_av_ops = {
     .av_set = AvSet,
 };
 
-// ---- event queues ----
-
-int EqClose(fid* f) {
-  Eq* eq = AsEq(f);
-  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
-  if (eq->obj.refs.load() > 0) return -FI_EBUSY;
-  {
-    std::lock_guard<std::mutex> lock(eq->mu);
-    eq->events.clear();
-  }
-  eq->fabric->obj.refs.fetch_sub(1);
-  eq->obj.magic = Obj::kDead;
-  Retire(eq);
-  return 0;
-}
-
-int EqControl(fid* f, int, void*) {
-  if (AsEq(f) == nullptr) return BadFid(f, FI_CLASS_EQ);
-  return -FI_ENOSYS;
-}
-
-int NoBind(fid*, fid*, uint64_t) { return -FI_ENOSYS; }
-
-fi_ops g_eq_fi_ops = {
-    .size = sizeof(fi_ops),
-    .close = EqClose,
-    .bind = NoBind,
-    .control = EqControl,
-    .ops_open = NoSysOpsOpen,
-    .tostr = NoSysTostr,
-    .ops_set = NoSysOpsSet,
-};
-
-ssize_t EqRead(fid_eq* f, uint32_t* event, void* buf, size_t len, uint64_t flags) {
-  Eq* eq = AsEq(f);
-  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
-  if (event == nullptr || (buf == nullptr && len > 0)) return -FI_EINVAL;
-  if ((flags & ~static_cast<uint64_t>(FI_PEEK)) != 0) return -FI_EBADFLAGS;
-  std::lock_guard<std::mutex> lock(eq->mu);
-  if (eq->events.empty()) return -FI_EAGAIN;
-  const EqEvent& ev = eq->events.front();
-  if (ev.error) return -FI_EAVAIL;
-  if (len < ev.bytes.size()) return -FI_ETOOSMALL;
-  *event = ev.event;
-  std::memcpy(buf, ev.bytes.data(), ev.bytes.size());
-  const auto n = static_cast<ssize_t>(ev.bytes.size());
-  if (!(flags & FI_PEEK)) eq->events.pop_front();
-  return n;
-}
-
-ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* buf, uint64_t flags) {
-  Eq* eq = AsEq(f);
-  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
-  if (buf == nullptr) return -FI_EINVAL;
-  if ((flags & ~static_cast<uint64_t>(FI_PEEK)) != 0) return -FI_EBADFLAGS;
-  std::lock_guard<std::mutex> lock(eq->mu);
-  if (eq->events.empty() || !eq->events.front().error) return -FI_EAGAIN;
-  *buf = eq->events.front().err;
-  if (!(flags & FI_PEEK)) eq->events.pop_front();
-  return sizeof(*buf);
-}
-
-ssize_t EqWrite(fid_eq* f, uint32_t event, const void* buf, size_t len, uint64_t flags) {
-  Eq* eq = AsEq(f);
-  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
-  if (buf == nullptr && len > 0) return -FI_EINVAL;
-  if (flags != 0) return -FI_EBADFLAGS;
-  EqEvent ev;
-  ev.event = event;
-  ev.bytes.assign(static_cast<const uint8_t*>(buf), static_cast<const uint8_t*>(buf) + len);
-  if (!EqPush(eq, std::move(ev))) return -FI_EAGAIN;
-  return static_cast<ssize_t>(len);
-}
-
-ssize_t EqSRead(fid_eq* f, uint32_t* event, void* buf, size_t len, int timeout, uint64_t flags) {
-  const driver::Clock& clock = driver::SteadyClock::Get();
-  const uint64_t deadline =
-      timeout < 0 ? UINT64_MAX : clock.NowNs() + static_cast<uint64_t>(timeout) * 1'000'000;
-  for (;;) {
-    const ssize_t ret = EqRead(f, event, buf, len, flags);
-    if (ret != -FI_EAGAIN) return ret;
-    if (clock.NowNs() >= deadline) return -FI_EAGAIN;
-    sched_yield();
-  }
-}
-
-const char* EqStrerror(fid_eq*, int prov_errno, const void* err_data, char* buf, size_t len) {
-  return ErrorText(prov_errno, err_data, buf, len);
-}
-
-fi_ops_eq g_eq_ops = {
-    .size = sizeof(fi_ops_eq),
-    .read = EqRead,
-    .readerr = EqReadErr,
-    .write = EqWrite,
-    .sread = EqSRead,
-    .strerror = EqStrerror,
-};
-
 }  // namespace
-
-bool EqPush(Eq* eq, EqEvent ev) {
-  std::lock_guard<std::mutex> lock(eq->mu);
-  if (eq->events.size() >= eq->capacity) return false;
-  eq->events.push_back(std::move(ev));
-  return true;
-}
-
-int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
-  absl::StatusOr<rdm::PeerId> p = ep->rdm->InsertPeer(a);
-  if (!p.ok()) {
-    BYPASS_FI_WARN(FI_LOG_AV, "%s\n", std::string(p.status().message()).c_str());
-    return FromStatus(p.status());
-  }
-  if (ep->peer_of.size() <= fa) ep->peer_of.resize(fa + 1);
-  ep->peer_of[fa] = *p;
-  const uint32_t slot = p->slot();
-  if (ep->addr_of.size() <= slot) ep->addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
-  ep->addr_of[slot] = fa;
-  return 0;
-}
 
 int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
   Domain* d = AsDomain(domain);
@@ -403,28 +287,6 @@ int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
   av->addrs.reserve(attr->count);
   d->obj.refs.fetch_add(1);
   *out = &av.release()->fid;
-  return 0;
-}
-
-int OpenEq(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** out, void* context) {
-  Fabric* fab = AsFabric(fabric);
-  if (fab == nullptr) return BadFid(fabric, FI_CLASS_FABRIC);
-  if (attr == nullptr || out == nullptr) return -FI_EINVAL;
-  if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC &&
-      attr->wait_obj != FI_WAIT_YIELD) {
-    return -FI_ENOSYS;
-  }
-  if ((attr->flags & ~static_cast<uint64_t>(FI_WRITE)) != 0) return -FI_EBADFLAGS;
-  auto eq = std::make_unique<Eq>();
-  std::memset(&eq->fid, 0, sizeof(eq->fid));
-  eq->fid.fid.fclass = FI_CLASS_EQ;
-  eq->fid.fid.context = context;
-  eq->fid.fid.ops = &g_eq_fi_ops;
-  eq->fid.ops = &g_eq_ops;
-  eq->fabric = fab;
-  eq->capacity = attr->size == 0 ? kDefaultEqSize : attr->size;
-  fab->obj.refs.fetch_add(1);
-  *out = &eq.release()->fid;
   return 0;
 }
 

@@ -4,15 +4,25 @@
 // builds one Ethernet/IPv4/UDP frame and completes once the device took it;
 // a receive takes the next datagram for the port. The payload is copied
 // into the frame and out of it (one copy each way).
+#include "fabric/fi/dgram.h"
+
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "driver/clock.h"
 #include "driver/net_headers.h"
-#include "fabric/fi/objects.h"
+#include "fabric/fi/av.h"
+#include "fabric/fi/cntr.h"
+#include "fabric/fi/cq.h"
+#include "fabric/fi/domain.h"
+#include "fabric/fi/ep.h"
 #include "fabric/fi/services.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
 namespace {
@@ -57,10 +67,10 @@ void Deliver(Ep* ep, const driver::ParsedUdpFrame& f) {
     done += k;
     if (done == n) break;
   }
-  if (ep->recv_cntr != nullptr) {
-    (f.payload.size() > room ? ep->recv_cntr->errors : ep->recv_cntr->value).fetch_add(1);
+  if (ep->cntrs.recv != nullptr) {
+    (f.payload.size() > room ? ep->cntrs.recv->errors : ep->cntrs.recv->value).fetch_add(1);
   }
-  Cq* cq = ep->rx_cq;
+  Cq* cq = ep->cqs.rx;
   if (cq == nullptr) return;
   const fi_addr_t src = SourceOf(ep, f.flow);
   if (f.payload.size() > room) {
@@ -109,7 +119,8 @@ void ProgressDgram(Ep* ep) {
   port.Poll(kRxBurst);
   driver::Packet* pkts[kRxBurst];
   // Only as many as the receive CQ can take: the rest wait in the inbox.
-  const size_t room = ep->rx_cq != nullptr ? std::min<size_t>(ep->rx_cq->room(), kRxBurst) : kRxBurst;
+  const size_t room =
+      ep->cqs.rx != nullptr ? std::min<size_t>(ep->cqs.rx->room(), kRxBurst) : kRxBurst;
   const uint32_t n = ep->dgram->inbox.Pop({pkts, room});
   for (uint32_t i = 0; i < n; ++i) {
     std::optional<driver::ParsedUdpFrame> f = driver::ParseUdpFrame({pkts[i]->data, pkts[i]->len});
@@ -131,8 +142,8 @@ ssize_t DgramSend(Ep* ep, const iovec* iov, size_t count, fi_addr_t dest, void* 
   for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
   const driver::DeviceInfo& info = ep->domain->port->info();
   if (len > info.mtu - sizeof(driver::Ipv4Header) - sizeof(driver::UdpHeader)) return -FI_EMSGSIZE;
-  const bool suppress = inject || (ep->tx_selective && !(flags & FI_COMPLETION));
-  if (!suppress && ep->tx_cq != nullptr && ep->tx_cq->room() == 0) return -FI_EAGAIN;
+  const bool suppress = inject || (ep->cqs.tx_selective && !(flags & FI_COMPLETION));
+  if (!suppress && ep->cqs.tx != nullptr && ep->cqs.tx->room() == 0) return -FI_EAGAIN;
   driver::QueuePair& qp = ep->domain->port->qp();
   driver::Packet* pkt = nullptr;
   if (!qp.AllocBulk({&pkt, 1})) return -FI_EAGAIN;
@@ -158,8 +169,10 @@ ssize_t DgramSend(Ep* ep, const iovec* iov, size_t count, fi_addr_t dest, void* 
     return frame == 0 ? -FI_EMSGSIZE : -FI_EAGAIN;
   }
   ep->domain->last_dgram_tx_ns = driver::SteadyClock::Get().NowNs();
-  if (ep->send_cntr != nullptr) ep->send_cntr->value.fetch_add(1);
-  if (!suppress && ep->tx_cq != nullptr) Complete(ep->tx_cq, context, FI_SEND | FI_MSG, len, nullptr, FI_ADDR_NOTAVAIL);
+  if (ep->cntrs.send != nullptr) ep->cntrs.send->value.fetch_add(1);
+  if (!suppress && ep->cqs.tx != nullptr) {
+    Complete(ep->cqs.tx, context, FI_SEND | FI_MSG, len, nullptr, FI_ADDR_NOTAVAIL);
+  }
   return 0;
 }
 
@@ -170,7 +183,7 @@ ssize_t DgramRecv(Ep* ep, const iovec* iov, size_t count, void* context, uint64_
   DgramPosted r;
   r.iov.assign(iov, iov + count);
   r.context = context;
-  r.suppress = ep->rx_selective && !(flags & FI_COMPLETION);
+  r.suppress = ep->cqs.rx_selective && !(flags & FI_COMPLETION);
   s.posted.push_back(std::move(r));
   return 0;
 }
@@ -179,7 +192,7 @@ bool DgramCancel(Ep* ep, void* context) {
   DgramState& s = *ep->dgram;
   for (auto it = s.posted.begin(); it != s.posted.end(); ++it) {
     if (it->context != context) continue;
-    if (ep->rx_cq != nullptr) {
+    if (ep->cqs.rx != nullptr) {
       CqError e{};
       e.e.op_context = context;
       e.e.flags = FI_RECV | FI_MSG;
@@ -187,7 +200,7 @@ bool DgramCancel(Ep* ep, void* context) {
       e.e.prov_errno = FI_ECANCELED;
       e.src = FI_ADDR_NOTAVAIL;
       std::snprintf(e.message, sizeof(e.message), "receive canceled");
-      ep->rx_cq->errors.push_back(e);
+      ep->cqs.rx->errors.push_back(e);
     }
     s.posted.erase(it);
     return true;

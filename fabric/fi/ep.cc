@@ -1,6 +1,8 @@
 // Endpoints: opening, binding, enabling (creating the engine endpoint),
 // names, options, cancel, aliases and closing. The data-path calls are in
 // ep_ops.cc.
+#include "fabric/fi/ep.h"
+
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
@@ -10,18 +12,20 @@
 #include <memory>
 
 #include "driver/clock.h"
-#include "fabric/fi/address.h"
-#include "fabric/fi/objects.h"
+#include "fabric/fi/address/address.h"
+#include "fabric/fi/av.h"
+#include "fabric/fi/cntr.h"
+#include "fabric/fi/cq.h"
+#include "fabric/fi/dgram.h"
+#include "fabric/fi/domain.h"
+#include "fabric/fi/eq.h"
+#include "fabric/fi/fabric.h"
+#include "fabric/fi/mr.h"
+#include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
-
-extern fi_ops_msg g_msg_ops;
-extern fi_ops_tagged g_tagged_ops;
-extern fi_ops_rma g_rma_ops;
-extern fi_ops_atomic g_atomic_ops;
-extern fi_ops_collective g_collective_ops;
-
 namespace {
 
 constexpr uint64_t kBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION;
@@ -35,16 +39,16 @@ void Unbind(Ep* ep) {
     EraseOne(cq->eps, ep);
     cq = nullptr;
   };
-  const bool same = ep->tx_cq == ep->rx_cq;
-  drop_cq(ep->tx_cq);
+  const bool same = ep->cqs.tx == ep->cqs.rx;
+  drop_cq(ep->cqs.tx);
   if (same) {
-    if (ep->rx_cq != nullptr) ep->rx_cq->obj.refs.fetch_sub(1);
-    ep->rx_cq = nullptr;
+    if (ep->cqs.rx != nullptr) ep->cqs.rx->obj.refs.fetch_sub(1);
+    ep->cqs.rx = nullptr;
   } else {
-    drop_cq(ep->rx_cq);
+    drop_cq(ep->cqs.rx);
   }
-  Cntr** cntrs[] = {&ep->send_cntr, &ep->recv_cntr, &ep->read_cntr,
-                    &ep->write_cntr, &ep->rem_read_cntr, &ep->rem_write_cntr};
+  EpCntrs& b = ep->cntrs;
+  Cntr** cntrs[] = {&b.send, &b.recv, &b.read, &b.write, &b.remote_read, &b.remote_write};
   for (Cntr** c : cntrs) {
     if (*c == nullptr) continue;
     (*c)->obj.refs.fetch_sub(1);
@@ -73,7 +77,7 @@ void Unbind(Ep* ep) {
 void Linger(Ep* ep) {
   constexpr uint64_t kQuietNs = 100'000'000;
   constexpr uint64_t kLingerMaxNs = 1'000'000'000;
-  if (ep->addr_of.empty()) return;  // never talked to anyone
+  if (ep->peers.addr_of.empty()) return;  // never talked to anyone
   const driver::Clock& clock = driver::SteadyClock::Get();
   const uint64_t start = clock.NowNs();
   uint64_t last_rx = start;
@@ -88,8 +92,8 @@ void Linger(Ep* ep) {
     if (now - start >= kLingerMaxNs) return;
     if (now - last_rx < kQuietNs || ep->rdm->HasTxWork()) continue;
     bool pending = false;
-    for (size_t i = 0; i < ep->peer_of.size() && !pending; ++i) {
-      std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(ep->peer_of[i]);
+    for (size_t i = 0; i < ep->peers.peer_of.size() && !pending; ++i) {
+      std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(ep->peers.peer_of[i]);
       pending = st && st->established && st->queued_ops > 0;
     }
     if (!pending) return;
@@ -100,7 +104,7 @@ int EpClose(fid* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   Domain* d = ep->base->domain;
-  DomainGuard g(d);
+  DomainGuard g(d->lock);
   if (ep->obj.refs.load() > 0) return -FI_EBUSY;
   if (ep->base != ep) {  // an alias
     ep->base->obj.refs.fetch_sub(1);
@@ -133,8 +137,7 @@ int EpClose(fid* f) {
     Unbind(ep);
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
     ep->drain.reset();
-    ep->drain_error.reset();
-    std::vector<OpRecord>().swap(ep->records);  // its memory too, not just its size
+    ep->records.Release();
     EraseOne(d->eps, ep);
     d->obj.refs.fetch_sub(1);
   }
@@ -146,17 +149,18 @@ int EpClose(fid* f) {
 int BindCq(Ep* ep, Cq* cq, uint64_t flags) {
   if ((flags & ~kBindFlags) != 0) return -FI_EBADFLAGS;
   if (!(flags & (FI_TRANSMIT | FI_RECV))) return -FI_EINVAL;
-  if ((flags & FI_TRANSMIT) && ep->tx_cq != nullptr) return -FI_EINVAL;
-  if ((flags & FI_RECV) && ep->rx_cq != nullptr) return -FI_EINVAL;
-  const bool already = ep->tx_cq == cq || ep->rx_cq == cq;
+  EpCqs& b = ep->cqs;
+  if ((flags & FI_TRANSMIT) && b.tx != nullptr) return -FI_EINVAL;
+  if ((flags & FI_RECV) && b.rx != nullptr) return -FI_EINVAL;
+  const bool already = b.tx == cq || b.rx == cq;
   if (flags & FI_TRANSMIT) {
-    ep->tx_cq = cq;
-    ep->tx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+    b.tx = cq;
+    b.tx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
     cq->obj.refs.fetch_add(1);
   }
   if (flags & FI_RECV) {
-    ep->rx_cq = cq;
-    ep->rx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+    b.rx = cq;
+    b.rx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
     cq->obj.refs.fetch_add(1);
   }
   if (!already) cq->eps.push_back(ep);
@@ -166,14 +170,18 @@ int BindCq(Ep* ep, Cq* cq, uint64_t flags) {
 int BindCntr(Ep* ep, Cntr* c, uint64_t flags) {
   if (flags == 0) return -FI_EINVAL;
   if ((flags & ~kCntrBindFlags) != 0) return -FI_EBADFLAGS;
-  const bool already = ep->send_cntr == c || ep->recv_cntr == c || ep->read_cntr == c ||
-                       ep->write_cntr == c || ep->rem_read_cntr == c || ep->rem_write_cntr == c;
+  EpCntrs& b = ep->cntrs;
+  const bool already = b.send == c || b.recv == c || b.read == c || b.write == c ||
+                       b.remote_read == c || b.remote_write == c;
   struct Slot {
     uint64_t flag;
     Cntr** where;
-  } slots[] = {{FI_SEND, &ep->send_cntr},         {FI_RECV, &ep->recv_cntr},
-               {FI_READ, &ep->read_cntr},         {FI_WRITE, &ep->write_cntr},
-               {FI_REMOTE_READ, &ep->rem_read_cntr}, {FI_REMOTE_WRITE, &ep->rem_write_cntr}};
+  } slots[] = {{FI_SEND, &b.send},
+               {FI_RECV, &b.recv},
+               {FI_READ, &b.read},
+               {FI_WRITE, &b.write},
+               {FI_REMOTE_READ, &b.remote_read},
+               {FI_REMOTE_WRITE, &b.remote_write}};
   for (const Slot& s : slots) {
     if ((flags & s.flag) && *s.where != nullptr) return -FI_EINVAL;
   }
@@ -192,7 +200,7 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
   if (ep->base != ep) return -FI_EINVAL;  // bind the endpoint, not an alias
   if (bfid == nullptr) return -FI_EINVAL;
   Domain* d = ep->domain;
-  DomainGuard g(d);
+  DomainGuard g(d->lock);
   if (Enabled(ep) && bfid->fclass != FI_CLASS_MR) return -FI_EOPBADSTATE;  // enabled
   switch (bfid->fclass) {
     case FI_CLASS_CQ: {
@@ -237,8 +245,8 @@ int Enable(Ep* ep) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
-  if (ep->tx_cq == nullptr && ep->rx_cq == nullptr && ep->send_cntr == nullptr &&
-      ep->recv_cntr == nullptr) {
+  if (ep->cqs.tx == nullptr && ep->cqs.rx == nullptr && ep->cntrs.send == nullptr &&
+      ep->cntrs.recv == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind a CQ or counter first\n");
     return -FI_ENOCQ;
   }
@@ -251,14 +259,12 @@ int Enable(Ep* ep) {
     return FromStatus(r.status());
   }
   ep->rdm = *std::move(r);
-  ep->drain = std::make_unique<rdm::Completion[]>(Ep::kDrainBurst);
-  ep->drain_error = std::make_unique<rdm::ErrorCompletion>();
+  ep->drain = std::make_unique<DrainBuffers>();
   auto fail = [ep](int ret) {
     ep->rdm.reset();
     ep->drain.reset();
-    ep->drain_error.reset();
-    ep->peer_of.clear();
-    ep->addr_of.clear();
+    ep->peers.peer_of.clear();
+    ep->peers.addr_of.clear();
     return ret;
   };
   if (ep->dscp) {
@@ -282,12 +288,7 @@ int Enable(Ep* ep) {
       return fail(ret);
     }
   }
-  const size_t n = ep->config.max_send_ops + ep->config.max_posted_recvs;
-  ep->records.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    ep->records[i].next_free = i + 1 < n ? static_cast<uint32_t>(i + 1) : UINT32_MAX;
-  }
-  ep->free_record = n > 0 ? 0 : UINT32_MAX;
+  ep->records.Init(ep->config.max_send_ops + ep->config.max_posted_recvs);
   BYPASS_FI_INFO(FI_LOG_EP_CTRL, "endpoint %s enabled on %s\n",
                  ep->rdm->address().ToString().c_str(), d->uri.c_str());
   return 0;
@@ -314,7 +315,7 @@ int Alias(Ep* ep, struct fi_alias* a) {
 int EpControl(fid* f, int command, void* arg) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
-  DomainGuard g(ep->base->domain);
+  DomainGuard g(ep->base->domain->lock);
   switch (command) {
     case FI_ENABLE:
       if (ep->base != ep) return -FI_EINVAL;
@@ -362,11 +363,11 @@ ssize_t EpCancel(fid_t f, void* context) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return DgramCancel(ep, context) ? 0 : -FI_ENOENT;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   // A receive posted with a record is known to the engine by the record.
-  for (OpRecord& r : ep->records) {
+  for (OpRecord& r : ep->records.slots) {
     if (r.user_context == context && context != nullptr && ep->rdm->CancelRecv(&r)) {
       return 0;
     }
@@ -380,7 +381,7 @@ int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
   ep = ep->base;
   if (optval == nullptr || optlen == nullptr) return -FI_EINVAL;
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
   if (*optlen < sizeof(size_t)) {
     *optlen = sizeof(size_t);
@@ -401,7 +402,7 @@ int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen)
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
   if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
   if (optlen != sizeof(size_t)) return -FI_EINVAL;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   size_t v;
   std::memcpy(&v, optval, sizeof(v));
   ep->min_multi_recv = v;
@@ -418,7 +419,7 @@ ssize_t RxSizeLeft(fid_ep* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return ep->dgram->max_posted - ep->dgram->posted.size();
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   return ep->rdm->RecvSlotsFree();
@@ -428,8 +429,8 @@ ssize_t TxSizeLeft(fid_ep* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
-  DomainGuard g(ep->domain);
-  if (ep->dgram != nullptr) return ep->tx_cq != nullptr ? ep->tx_cq->room() : 1;
+  DomainGuard g(ep->domain->lock);
+  if (ep->dgram != nullptr) return ep->cqs.tx != nullptr ? ep->cqs.tx->room() : 1;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   return ep->rdm->SendSlotsFree();
 }
@@ -452,7 +453,7 @@ int GetName(fid_t f, void* addr, size_t* addrlen) {
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
   if (addrlen == nullptr) return -FI_EINVAL;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   rdm::Address a;
   if (ep->rdm != nullptr) {
     a = ep->rdm->address();
@@ -475,7 +476,7 @@ int SetName(fid_t f, void* addr, size_t addrlen) {
   ep = ep->base;
   std::optional<rdm::Address> a = FromSockaddr(addr, addrlen);
   if (!a || addrlen != kAddrLen) return -FI_EINVAL;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (Enabled(ep)) return -FI_EOPBADSTATE;  // before fi_enable only
   const driver::DeviceInfo& info = ep->domain->dev->info();
   if (a->ip.value != 0 && !(a->ip == info.ipv4)) return -FI_EADDRNOTAVAIL;
@@ -520,6 +521,16 @@ uint16_t FreePort(const Domain* d, uint16_t base) {
 
 }  // namespace
 
+int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
+  absl::StatusOr<rdm::PeerId> p = ep->rdm->InsertPeer(a);
+  if (!p.ok()) {
+    BYPASS_FI_WARN(FI_LOG_AV, "%s\n", std::string(p.status().message()).c_str());
+    return FromStatus(p.status());
+  }
+  ep->peers.Set(fa, *p);
+  return 0;
+}
+
 int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   Domain* d = AsDomain(domain);
   if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
@@ -529,7 +540,7 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM and FI_EP_DGRAM endpoints are implemented\n");
     return -FI_ENOSYS;
   }
-  DomainGuard g(d);
+  DomainGuard g(d->lock);
   auto ep = std::make_unique<Ep>();
   std::memset(&ep->fid, 0, sizeof(ep->fid));
   ep->fid.fid.fclass = FI_CLASS_EP;

@@ -14,7 +14,11 @@
 #include <cstring>
 #include <vector>
 
-#include "fabric/fi/objects.h"
+#include "fabric/fi/cntr.h"
+#include "fabric/fi/dgram.h"
+#include "fabric/fi/domain.h"
+#include "fabric/fi/ep.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
 namespace {
@@ -59,21 +63,6 @@ Target Resolve(fid_ep* f) {
   return t;
 }
 
-bool PeerOf(const Ep* ep, fi_addr_t a, rdm::PeerId* out) {
-  if (a >= ep->peer_of.size() || ep->peer_of[a].value == UINT32_MAX) return false;
-  *out = ep->peer_of[a];
-  return true;
-}
-
-OpRecord* AllocRecord(Ep* ep) {
-  if (ep->free_record == UINT32_MAX) return nullptr;
-  OpRecord* r = &ep->records[ep->free_record];
-  ep->free_record = r->next_free;
-  r->next_free = UINT32_MAX;
-  return r;
-}
-
-
 size_t TotalLen(const iovec* iov, size_t count) {
   size_t n = 0;
   for (size_t i = 0; i < count; ++i) n += iov[i].iov_len;
@@ -115,13 +104,13 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   Ep* ep = t.ep;
   if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
     return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
   }
   rdm::SendRequest r;
-  if (!PeerOf(ep, a.dest, &r.dest)) return -FI_EINVAL;
+  if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
   r.tag = a.tag;
   r.data = a.data;
   r.context = a.context;
@@ -143,12 +132,12 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Send(r);
-    if (res == rdm::Result::kOk && ep->send_cntr != nullptr) {
-      ep->send_cntr->value.fetch_add(1, std::memory_order_relaxed);
+    if (res == rdm::Result::kOk && ep->cntrs.send != nullptr) {
+      ep->cntrs.send->value.fetch_add(1, std::memory_order_relaxed);
     }
     return Map(res);
   }
-  const bool suppress = ep->tx_selective && !(a.flags & FI_COMPLETION);
+  const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
   // The completion level. Without FI_TRANSMIT_COMPLETE or
   // FI_DELIVERY_COMPLETE, a send of at most inject_size bytes is buffered:
   // the engine copies it and it completes at once (FI_INJECT_COMPLETE),
@@ -168,7 +157,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   OpRecord* rec = nullptr;
   if (suppress || copy) {
     if ((a.flags & FI_INJECT) && len > ep->config.inject_size) return -FI_EMSGSIZE;
-    rec = AllocRecord(ep);
+    rec = ep->records.Alloc();
     if (rec == nullptr) return -FI_EAGAIN;
     rec->user_context = a.context;
     rec->suppress = suppress;
@@ -186,7 +175,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   }
   r.len = len;
   const rdm::Result res = ep->rdm->Send(r);
-  if (res != rdm::Result::kOk && rec != nullptr) FreeRecord(ep, rec);
+  if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
 }
 
@@ -208,7 +197,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if ((a.flags & ~kRecvFlags) != 0) return -FI_EBADFLAGS;
   if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
   if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;
     return DgramRecv(ep, a.iov, a.count, a.context, a.flags);
@@ -216,7 +205,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   rdm::RecvRequest r;
   r.source = rdm::kAnyPeer;
   if ((ep->caps & FI_DIRECTED_RECV) && a.src != FI_ADDR_UNSPEC) {
-    if (!PeerOf(ep, a.src, &r.source)) return -FI_EINVAL;
+    if (!ep->peers.Find(a.src, &r.source)) return -FI_EINVAL;
   }
   r.context = a.context;
   r.tagged = a.tagged;
@@ -228,12 +217,12 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (a.flags & FI_DISCARD) r.flags |= rdm::kRecvDiscard;
   const size_t len = TotalLen(a.iov, a.count);
   const bool peek_or_claim = (a.flags & (FI_PEEK | FI_CLAIM)) != 0;
-  const bool suppress = ep->rx_selective && !(a.flags & FI_COMPLETION) && !peek_or_claim &&
+  const bool suppress = ep->cqs.rx_selective && !(a.flags & FI_COMPLETION) && !peek_or_claim &&
                         !(a.flags & FI_MULTI_RECV);
   const bool scatter = a.count > 1 && !peek_or_claim;
   OpRecord* rec = nullptr;
   if (suppress || scatter) {
-    rec = AllocRecord(ep);
+    rec = ep->records.Alloc();
     if (rec == nullptr) return -FI_EAGAIN;
     rec->user_context = a.context;
     rec->suppress = suppress;
@@ -248,7 +237,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   }
   r.len = len;
   const rdm::Result res = ep->rdm->PostRecv(r);
-  if (res != rdm::Result::kOk && rec != nullptr) FreeRecord(ep, rec);
+  if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
 }
 
@@ -271,10 +260,10 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
   if (a.read && (a.flags & (FI_INJECT | FI_REMOTE_CQ_DATA))) return -FI_EINVAL;
-  DomainGuard g(ep->domain);
+  DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
-  if (!PeerOf(ep, a.dest, &r.dest)) return -FI_EINVAL;
+  if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
   r.addr = a.addr;
   r.key = a.key;
   r.data = a.data;
@@ -294,16 +283,16 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Write(r);
-    if (res == rdm::Result::kOk && ep->write_cntr != nullptr) {
-      ep->write_cntr->value.fetch_add(1, std::memory_order_relaxed);
+    if (res == rdm::Result::kOk && ep->cntrs.write != nullptr) {
+      ep->cntrs.write->value.fetch_add(1, std::memory_order_relaxed);
     }
     return Map(res);
   }
-  const bool suppress = ep->tx_selective && !(a.flags & FI_COMPLETION);
+  const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
   const bool copy = a.count > 1 || (a.flags & FI_INJECT);
   OpRecord* rec = nullptr;
   if (suppress || copy) {
-    rec = AllocRecord(ep);
+    rec = ep->records.Alloc();
     if (rec == nullptr) return -FI_EAGAIN;
     rec->user_context = a.context;
     rec->suppress = suppress;
@@ -322,7 +311,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   }
   r.len = len;
   const rdm::Result res = a.read ? ep->rdm->Read(r) : ep->rdm->Write(r);
-  if (res != rdm::Result::kOk && rec != nullptr) FreeRecord(ep, rec);
+  if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
 }
 

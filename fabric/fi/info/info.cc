@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "fabric/fi/address.h"
+#include "fabric/fi/address/address.h"
 #include "fabric/fi/info/resolve.h"
 #include "fabric/rdm/types.h"
 

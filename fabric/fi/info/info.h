@@ -83,7 +83,7 @@ struct DomainOffer {
 // Builds the candidate fi_info entries of every offer (FI_EP_RDM over the
 // engine and FI_EP_DGRAM straight onto the driver), filters them by hints,
 // trims caps to what was asked, resolves node/service (and FI_SOURCE) into
-// src_addr/dest_addr (FI_SOCKADDR_IN, fabric/fi/address.h). Returns 0 and a
+// src_addr/dest_addr (FI_SOCKADDR_IN, fabric/fi/address/address.h). Returns 0 and a
 // list allocated with calloc/malloc/strdup only (libfabric's fi_freeinfo
 // frees it with free()), or a negative fi_errno: -FI_ENODATA when nothing
 // matches (why: LastMismatch()), -FI_EINVAL / -FI_ENOMEM etc.

@@ -4,8 +4,8 @@
 // first six bytes of sin_zero; all zeros there means "not known", and the
 // facade finds it (kernel neighbour table, or an exchange on the port) when
 // the address is inserted into an AV.
-#ifndef BYPASS_FABRIC_FI_ADDRESS_H_
-#define BYPASS_FABRIC_FI_ADDRESS_H_
+#ifndef BYPASS_FABRIC_FI_ADDRESS_ADDRESS_H_
+#define BYPASS_FABRIC_FI_ADDRESS_ADDRESS_H_
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -50,4 +50,4 @@ inline std::optional<rdm::Address> FromSockaddr(const void* bytes, size_t len) {
 
 }  // namespace bypass::fi
 
-#endif  // BYPASS_FABRIC_FI_ADDRESS_H_
+#endif  // BYPASS_FABRIC_FI_ADDRESS_ADDRESS_H_

@@ -1,0 +1,40 @@
+// The counter (fi_cntr(3)): completions and errors counted by the progress
+// path (progress.h) and datagram endpoints; reading or waiting progresses
+// every endpoint bound to it.
+#ifndef BYPASS_FABRIC_FI_CNTR_H_
+#define BYPASS_FABRIC_FI_CNTR_H_
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "fabric/fi/common.h"
+
+namespace bypass::fi {
+
+struct Domain;
+struct Ep;
+
+// A counter of one domain.
+struct Cntr {
+  fid_cntr fid;
+  Obj obj;
+  Domain* domain = nullptr;
+  std::atomic<uint64_t> value{0};
+  std::atomic<uint64_t> errors{0};
+  std::vector<Ep*> eps;  // progressed by every read and wait
+};
+static_assert(offsetof(Cntr, fid) == 0);
+
+inline Cntr* AsCntr(const void* f) { return As<Cntr>(f, FI_CLASS_CNTR); }
+
+// fi_cntr_open.
+int OpenCntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** cntr, void* context);
+
+}  // namespace bypass::fi
+
+#endif  // BYPASS_FABRIC_FI_CNTR_H_

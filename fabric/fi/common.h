@@ -1,0 +1,149 @@
+// What every fi_* object of the bypass provider shares: each embeds its
+// libfabric struct first (checked by static_assert beside it), points at a
+// static ops table, carries an Obj after that struct, and counts the objects
+// that depend on it so fi_close answers -FI_EBUSY while any do. Also the
+// small helpers all objects use. Internal to fabric/fi; applications see only
+// the libfabric structs.
+#ifndef BYPASS_FABRIC_FI_COMMON_H_
+#define BYPASS_FABRIC_FI_COMMON_H_
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace bypass::fi {
+
+// What every object has after its libfabric struct: a liveness mark checked
+// on every call (a closed object answers -FI_EBADF instead of crashing: its
+// shell stays allocated, see Retire) and its dependents.
+struct Obj {
+  static constexpr uint32_t kLive = 0xb1fa'b71c;
+  static constexpr uint32_t kDead = 0xdead'0b1c;
+  uint32_t magic = kLive;
+  std::atomic<int> refs{0};  // objects that depend on this one
+};
+
+// Keeps the shell of a closed object (marked kDead, its heavy parts freed)
+// until the provider is cleaned up (libfabric's fi_fini, before it unloads
+// the provider; never with the static library), so a call through a stale
+// handle answers -FI_EBADF instead of touching freed memory. A few hundred
+// bytes per close.
+void RetireShell(void* shell, void (*destroy)(void*));
+template <class T>
+void Retire(T* shell) {
+  RetireShell(shell, [](void* p) { delete static_cast<T*>(p); });
+}
+// Frees every retired shell (the provider's cleanup: no call can reach one
+// again).
+void FreeRetiredShells();
+
+// The object behind a fid of class C, or null (null fid, another class, or
+// closed: the caller answers -FI_EINVAL or -FI_EBADF, see BadFid).
+template <class T>
+T* As(const void* fid, size_t fclass) {
+  if (fid == nullptr) return nullptr;
+  auto* f = static_cast<const ::fid*>(fid);
+  if (f->fclass != fclass) return nullptr;
+  T* t = const_cast<T*>(reinterpret_cast<const T*>(fid));
+  return t->obj.magic == Obj::kLive ? t : nullptr;
+}
+// -FI_EINVAL for a null or foreign fid, -FI_EBADF for a closed one.
+int BadFid(const void* fid, size_t fclass);
+
+// A domain's lock. FI_THREAD_SAFE (and FID/ENDPOINT) take it in every call
+// (DomainGuard); other threading levels take nothing.
+struct DomainLock {
+  bool thread_safe = false;
+  std::recursive_mutex mu;
+};
+
+// Takes the domain lock only in FI_THREAD_SAFE mode.
+class DomainGuard {
+ public:
+  explicit DomainGuard(DomainLock& l) : mu_(l.thread_safe ? &l.mu : nullptr) {
+    if (mu_ != nullptr) mu_->lock();
+  }
+  ~DomainGuard() {
+    if (mu_ != nullptr) mu_->unlock();
+  }
+  DomainGuard(const DomainGuard&) = delete;
+  DomainGuard& operator=(const DomainGuard&) = delete;
+
+ private:
+  std::recursive_mutex* mu_;
+};
+
+// A FIFO on a power-of-two ring that grows on demand (callers bound it): an
+// O(1) size for the room checks of every progress pass, which std::deque
+// computes from its node map.
+template <class T>
+class Ring {
+ public:
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T& front() { return buf_[head_]; }
+  void pop_front() {
+    head_ = (head_ + 1) & (buf_.size() - 1);
+    --n_;
+  }
+  void push_back(const T& v) {
+    if (n_ == buf_.size()) Grow();
+    buf_[(head_ + n_) & (buf_.size() - 1)] = v;
+    ++n_;
+  }
+  void clear() {
+    std::vector<T>().swap(buf_);
+    head_ = 0;
+    n_ = 0;
+  }
+
+ private:
+  void Grow() {
+    std::vector<T> b(buf_.empty() ? 16 : 2 * buf_.size());
+    for (size_t i = 0; i < n_; ++i) b[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+    buf_.swap(b);
+    head_ = 0;
+  }
+  std::vector<T> buf_;
+  size_t head_ = 0;
+  size_t n_ = 0;
+};
+
+// Removes one x from v (its order is not kept).
+template <class T>
+void EraseOne(std::vector<T>& v, T x) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == x) {
+      v[i] = v.back();
+      v.pop_back();
+      return;
+    }
+  }
+}
+
+// Engine results and statuses as negative fi_errno values.
+int FromStatus(const absl::Status& s);
+
+// Whether a CQ or counter can wait the only way here: busy polling.
+inline bool BusyPollWait(fi_wait_obj w) {
+  return w == FI_WAIT_NONE || w == FI_WAIT_UNSPEC || w == FI_WAIT_YIELD;
+}
+
+// Unsupported calls, with the signatures of the ops tables they fill.
+int NoSysOpsOpen(fid*, const char*, uint64_t, void**, void*);
+int NoSysOpsSet(fid*, const char*, uint64_t, void*, void*);
+int NoSysTostr(const fid*, char*, size_t);
+int NoSysBind(fid*, fid*, uint64_t);
+
+}  // namespace bypass::fi
+
+#endif  // BYPASS_FABRIC_FI_COMMON_H_

@@ -1,0 +1,60 @@
+// The completion queue (fi_cq(3)): the entries the progress path
+// (progress.h) and datagram endpoints (dgram.h) deliver, read in the
+// application's format; reading progresses every endpoint bound to it.
+#ifndef BYPASS_FABRIC_FI_CQ_H_
+#define BYPASS_FABRIC_FI_CQ_H_
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+
+#include <atomic>
+#include <cstddef>
+#include <vector>
+
+#include "fabric/fi/common.h"
+
+namespace bypass::fi {
+
+struct Domain;
+struct Ep;
+
+// A completion as the CQ stores it: the widest format plus its source.
+struct CqEntry {
+  fi_cq_tagged_entry e;
+  fi_addr_t src;
+};
+// A failed operation as the CQ stores it, with the one-line message that
+// fi_cq_readerr hands out as err_data.
+struct CqError {
+  fi_cq_err_entry e;
+  fi_addr_t src;
+  char message[160];
+};
+
+// A completion queue of one domain.
+struct Cq {
+  fid_cq fid;
+  Obj obj;
+  Domain* domain = nullptr;
+  fi_cq_format format = FI_CQ_FORMAT_CONTEXT;
+  size_t entry_size = sizeof(fi_cq_entry);
+  size_t capacity = 0;
+  Ring<CqEntry> entries;      // bounded by capacity
+  Ring<CqError> errors;       // bounded by capacity
+  char last_error[160] = {};  // err_data of the last readerr without a buffer
+  std::vector<Ep*> eps;       // progressed by every read
+  std::atomic<bool> signaled{false};
+
+  size_t room() const { return capacity - entries.size(); }
+};
+static_assert(offsetof(Cq, fid) == 0);
+
+inline Cq* AsCq(const void* f) { return As<Cq>(f, FI_CLASS_CQ); }
+
+// fi_cq_open.
+int OpenCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context);
+
+}  // namespace bypass::fi
+
+#endif  // BYPASS_FABRIC_FI_CQ_H_

@@ -1,0 +1,53 @@
+// The domain (fi_domain(3)): one device and its queue 0, shared by the
+// endpoints opened on it.
+#ifndef BYPASS_FABRIC_FI_DOMAIN_H_
+#define BYPASS_FABRIC_FI_DOMAIN_H_
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "driver/device.h"
+#include "fabric/fi/common.h"
+#include "fabric/rdm/rdm.h"
+
+namespace bypass::fi {
+
+struct Fabric;
+struct Eq;
+struct Ep;
+struct Mr;
+
+// One device (port) and the endpoints on its queue 0.
+struct Domain {
+  fid_domain fid;
+  Obj obj;
+  Fabric* fabric = nullptr;
+  std::string uri;
+  std::unique_ptr<driver::Device> dev;
+  std::unique_ptr<rdm::Port> port;
+  DomainLock lock;  // FI_THREAD_SAFE: every call takes it (DomainGuard)
+  uint64_t mr_mode = 0;
+  fi_av_type av_type = FI_AV_UNSPEC;
+  uint64_t caps = 0;
+  Eq* eq = nullptr;  // fi_domain_bind: asynchronous events
+  std::vector<Ep*> eps;
+  std::vector<Mr*> mrs;
+  void* hmem_override = nullptr;  // FI_SET_OPS_HMEM_OVERRIDE (host memory only)
+  uint64_t last_dgram_tx_ns = 0;  // when a datagram endpoint last sent
+};
+static_assert(offsetof(Domain, fid) == 0);
+
+inline Domain* AsDomain(const void* f) { return As<Domain>(f, FI_CLASS_DOMAIN); }
+
+// fi_domain: opens the device the info names (or the fabric's first).
+int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* context);
+
+}  // namespace bypass::fi
+
+#endif  // BYPASS_FABRIC_FI_DOMAIN_H_

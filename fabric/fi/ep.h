@@ -1,0 +1,197 @@
+// The endpoint (fi_endpoint(3)): an rdm::Endpoint with its own UDP port on
+// its domain's queue (FI_EP_RDM), or plain datagrams on that port
+// (FI_EP_DGRAM, dgram.h); the CQs, counters, AV and EQ bound to it; and
+// aliases (fi_ep_alias) that share it with other default flags. Control
+// calls, enable and close are in ep.cc; the data calls in ep_ops.cc.
+#ifndef BYPASS_FABRIC_FI_EP_H_
+#define BYPASS_FABRIC_FI_EP_H_
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_collective.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "fabric/fi/common.h"
+#include "fabric/rdm/config.h"
+#include "fabric/rdm/rdm.h"
+#include "fabric/rdm/types.h"
+
+namespace bypass::fi {
+
+struct Domain;
+struct Cq;
+struct Cntr;
+struct Av;
+struct Eq;
+struct Mr;
+struct DgramState;
+struct DrainBuffers;
+
+// A send or receive that needs more than the application's context: an
+// operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
+// of several buffers (gathered into, or scattered from, `bounce`: a copy).
+struct OpRecord {
+  void* user_context = nullptr;
+  bool suppress = false;  // no CQ entry (counters still count it)
+  std::vector<uint8_t> bounce;
+  std::vector<iovec> scatter;  // receive: where the bounce goes on completion
+  uint32_t next_free = UINT32_MAX;
+};
+
+// An endpoint's OpRecords, one for every send and receive the engine can
+// hold (sized at fi_enable), and their free list. The engine is handed a
+// record as an operation's context: a completion's context that points
+// into `slots` is a record, any other is the application's own.
+struct OpRecords {
+  std::vector<OpRecord> slots;
+  uint32_t free = UINT32_MAX;
+
+  // n records, all free (fi_enable).
+  void Init(size_t n) {
+    slots.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      slots[i].next_free = i + 1 < n ? static_cast<uint32_t>(i + 1) : UINT32_MAX;
+    }
+    free = n > 0 ? 0 : UINT32_MAX;
+  }
+  // A free record, or null when every one is in use.
+  OpRecord* Alloc() {
+    if (free == UINT32_MAX) return nullptr;
+    OpRecord* r = &slots[free];
+    free = r->next_free;
+    r->next_free = UINT32_MAX;
+    return r;
+  }
+  // Returns a record to the free list.
+  void Free(OpRecord* r) {
+    r->bounce.clear();
+    r->scatter.clear();
+    r->user_context = nullptr;
+    r->suppress = false;
+    r->next_free = free;
+    free = static_cast<uint32_t>(r - slots.data());
+  }
+  // The record an engine context is, or null for the application's own.
+  OpRecord* Of(void* ctx) {
+    if (slots.empty()) return nullptr;
+    const auto p = reinterpret_cast<uintptr_t>(ctx);
+    const auto lo = reinterpret_cast<uintptr_t>(slots.data());
+    if (p < lo || p >= lo + slots.size() * sizeof(OpRecord)) return nullptr;
+    return static_cast<OpRecord*>(ctx);
+  }
+  // Frees the records' memory, not just their size (fi_close).
+  void Release() { std::vector<OpRecord>().swap(slots); }
+};
+
+// The CQs an endpoint's completions go to (fi_ep_bind with FI_TRANSMIT,
+// FI_RECV), each with whether only operations that ask for a completion
+// get one (FI_SELECTIVE_COMPLETION).
+struct EpCqs {
+  Cq* tx = nullptr;
+  Cq* rx = nullptr;
+  bool tx_selective = false;
+  bool rx_selective = false;
+};
+
+// The counters bound to an endpoint (fi_ep_bind with FI_SEND, FI_RECV,
+// ...), one per kind of event; one counter may count several kinds.
+struct EpCntrs {
+  Cntr* send = nullptr;
+  Cntr* recv = nullptr;
+  Cntr* read = nullptr;
+  Cntr* write = nullptr;
+  Cntr* remote_read = nullptr;
+  Cntr* remote_write = nullptr;
+};
+
+// fi_addr_t to engine peer and back, filled from the bound AV once the
+// engine exists: the data path maps a destination, the progress path a
+// completion's source.
+struct PeerMap {
+  std::vector<rdm::PeerId> peer_of;  // by fi_addr
+  std::vector<fi_addr_t> addr_of;    // by PeerId.slot()
+
+  // The peer of an fi_addr; false if it has none (not inserted, removed).
+  bool Find(fi_addr_t a, rdm::PeerId* out) const {
+    if (a >= peer_of.size() || peer_of[a].value == UINT32_MAX) return false;
+    *out = peer_of[a];
+    return true;
+  }
+  // The fi_addr of a peer, or FI_ADDR_NOTAVAIL.
+  fi_addr_t AddrOf(rdm::PeerId p) const {
+    const uint32_t slot = p.slot();
+    return slot < addr_of.size() ? addr_of[slot] : FI_ADDR_NOTAVAIL;
+  }
+  void Set(fi_addr_t fa, rdm::PeerId p) {
+    if (peer_of.size() <= fa) peer_of.resize(fa + 1);
+    peer_of[fa] = p;
+    const uint32_t slot = p.slot();
+    if (addr_of.size() <= slot) addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
+    addr_of[slot] = fa;
+  }
+};
+
+// An endpoint, or an alias of one (`base` says which).
+struct Ep {
+  fid_ep fid;
+  Obj obj;
+  Ep* base = this;  // an alias (fi_ep_alias) points at the endpoint it aliases
+  uint64_t tx_op_flags = 0;
+  uint64_t rx_op_flags = 0;
+  // Everything below lives in the base endpoint only.
+  Domain* domain = nullptr;
+  fi_ep_type type = FI_EP_RDM;
+  uint64_t caps = 0;
+  uint16_t udp_port = 0;
+  // What fi_enable creates the engine endpoint with, and the options set
+  // before it (applied to the engine then).
+  rdm::EndpointConfig config;
+  std::optional<uint8_t> dscp;
+  size_t min_multi_recv = 0;
+  bool min_multi_recv_set = false;
+  // Bound objects (fi_ep_bind, before fi_enable; MRs with FI_MR_ENDPOINT).
+  EpCqs cqs;
+  EpCntrs cntrs;
+  Av* av = nullptr;
+  Eq* eq = nullptr;
+  std::vector<Mr*> mrs;  // FI_MR_ENDPOINT regions bound here
+  // After fi_enable, FI_EP_RDM: the engine endpoint and what the facade
+  // keeps beside it.
+  std::unique_ptr<rdm::Endpoint> rdm;
+  std::unique_ptr<DrainBuffers> drain;  // progress.h
+  PeerMap peers;
+  OpRecords records;
+  // After fi_enable, FI_EP_DGRAM: datagrams with no engine.
+  std::unique_ptr<DgramState> dgram;
+};
+static_assert(offsetof(Ep, fid) == 0);
+
+inline Ep* AsEp(const void* f) { return As<Ep>(f, FI_CLASS_EP); }
+
+inline bool Enabled(const Ep* ep) { return ep->rdm != nullptr || ep->dgram != nullptr; }
+
+// fi_endpoint (FI_EP_RDM or FI_EP_DGRAM).
+int OpenEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
+// Wires an AV entry into an enabled endpoint's engine.
+int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a);
+
+// The data-path tables every endpoint points at (ep_ops.cc).
+extern fi_ops_msg g_msg_ops;
+extern fi_ops_tagged g_tagged_ops;
+extern fi_ops_rma g_rma_ops;
+extern fi_ops_atomic g_atomic_ops;
+extern fi_ops_collective g_collective_ops;
+
+}  // namespace bypass::fi
+
+#endif  // BYPASS_FABRIC_FI_EP_H_

@@ -1,0 +1,50 @@
+// The event queue (fi_eq(3)): events written by the application or by
+// asynchronous AV inserts (FI_AV_COMPLETE), read with fi_eq_read.
+#ifndef BYPASS_FABRIC_FI_EQ_H_
+#define BYPASS_FABRIC_FI_EQ_H_
+
+#include <rdma/fabric.h>
+#include <rdma/fi_eq.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "fabric/fi/common.h"
+
+namespace bypass::fi {
+
+struct Fabric;
+
+// One event as fi_eq_read hands it out.
+struct EqEvent {
+  uint32_t event = 0;
+  std::vector<uint8_t> bytes;
+  bool error = false;
+  fi_eq_err_entry err{};
+};
+
+// An event queue; its own mutex, since it belongs to the fabric, not to a
+// domain.
+struct Eq {
+  fid_eq fid;
+  Obj obj;
+  Fabric* fabric = nullptr;
+  std::mutex mu;
+  std::deque<EqEvent> events;
+  size_t capacity = 0;
+};
+static_assert(offsetof(Eq, fid) == 0);
+
+inline Eq* AsEq(const void* f) { return As<Eq>(f, FI_CLASS_EQ); }
+
+// fi_eq_open.
+int OpenEq(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** eq, void* context);
+// Adds an event to eq (cold path); false when it is full.
+bool EqPush(Eq* eq, EqEvent ev);
+
+}  // namespace bypass::fi
+
+#endif  // BYPASS_FABRIC_FI_EQ_H_

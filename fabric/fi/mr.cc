@@ -1,0 +1,210 @@
+// Memory regions: registration (the domain's fi_mr_* calls), keys, and the
+// engine registrations of regions open to remote access.
+#include "fabric/fi/mr.h"
+
+#include <rdma/fi_domain.h>
+#include <rdma/fi_errno.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "fabric/fi/domain.h"
+#include "fabric/fi/ep.h"
+#include "fabric/fi/services.h"
+#include "fabric/rdm/rdm.h"
+
+namespace bypass::fi {
+namespace {
+
+constexpr uint64_t kAccessBits = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ |
+                                 FI_REMOTE_WRITE;
+
+bool RemoteAccess(const Mr* mr) { return (mr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0; }
+
+int MrClose(fid* f) {
+  Mr* mr = AsMr(f);
+  if (mr == nullptr) return BadFid(f, FI_CLASS_MR);
+  Domain* d = mr->domain;
+  DomainGuard g(d->lock);
+  if (mr->obj.refs.load() > 0) return -FI_EBUSY;
+  while (!mr->registered.empty()) DeregisterMrFromEp(mr, mr->registered.back());
+  if (mr->bound != nullptr) {
+    EraseOne(mr->bound->mrs, mr);
+    mr->bound->obj.refs.fetch_sub(1);
+  }
+  EraseOne(d->mrs, mr);
+  d->obj.refs.fetch_sub(1);
+  mr->obj.magic = Obj::kDead;
+  Retire(mr);
+  return 0;
+}
+
+int MrBind(fid* f, fid* bfid, uint64_t flags) {
+  Mr* mr = AsMr(f);
+  if (mr == nullptr) return BadFid(f, FI_CLASS_MR);
+  if (!(mr->domain->mr_mode & FI_MR_ENDPOINT)) return -FI_EINVAL;  // only with FI_MR_ENDPOINT
+  Ep* ep = AsEp(bfid);
+  if (ep == nullptr) return BadFid(bfid, FI_CLASS_EP);
+  if (flags != 0) return -FI_EBADFLAGS;
+  ep = ep->base;
+  if (ep->domain != mr->domain) return -FI_EINVAL;
+  DomainGuard g(mr->domain->lock);
+  if (mr->bound != nullptr || mr->enabled) return -FI_EINVAL;
+  mr->bound = ep;
+  ep->mrs.push_back(mr);
+  ep->obj.refs.fetch_add(1);
+  return 0;
+}
+
+int MrControl(fid* f, int command, void* arg) {
+  Mr* mr = AsMr(f);
+  if (mr == nullptr) return BadFid(f, FI_CLASS_MR);
+  if (command != FI_ENABLE) return -FI_ENOSYS;
+  (void)arg;
+  DomainGuard g(mr->domain->lock);
+  if (!(mr->domain->mr_mode & FI_MR_ENDPOINT)) return 0;  // enabled at registration
+  if (mr->bound == nullptr) return -FI_EINVAL;              // fi_mr_bind first
+  if (mr->enabled) return 0;
+  if (RemoteAccess(mr) && mr->bound->rdm != nullptr) {
+    if (int ret = RegisterMrWithEp(mr, mr->bound); ret != 0) return ret;
+  }
+  mr->enabled = true;
+  return 0;
+}
+
+fi_ops g_mr_fi_ops = {
+    .size = sizeof(fi_ops),
+    .close = MrClose,
+    .bind = MrBind,
+    .control = MrControl,
+    .ops_open = NoSysOpsOpen,
+    .tostr = NoSysTostr,
+    .ops_set = NoSysOpsSet,
+};
+
+uint64_t RandomKey() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+int MrReg(fid* f, const void* buf, size_t len, uint64_t access, uint64_t offset,
+          uint64_t requested_key, uint64_t flags, fid_mr** mr, void* context) {
+  iovec iov{const_cast<void*>(buf), len};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = access;
+  attr.offset = offset;
+  attr.requested_key = requested_key;
+  attr.context = context;
+  return RegMr(f, &attr, flags, mr);
+}
+
+int MrRegv(fid* f, const iovec* iov, size_t count, uint64_t access, uint64_t offset,
+           uint64_t requested_key, uint64_t flags, fid_mr** mr, void* context) {
+  fi_mr_attr attr{};
+  attr.mr_iov = iov;
+  attr.iov_count = count;
+  attr.access = access;
+  attr.offset = offset;
+  attr.requested_key = requested_key;
+  attr.context = context;
+  return RegMr(f, &attr, flags, mr);
+}
+
+int MrRegattr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
+  return RegMr(f, attr, flags, mr);
+}
+
+}  // namespace
+
+fi_ops_mr g_mr_ops = {
+    .size = sizeof(fi_ops_mr),
+    .reg = MrReg,
+    .regv = MrRegv,
+    .regattr = MrRegattr,
+};
+
+int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
+  Domain* d = AsDomain(f);
+  if (d == nullptr) return BadFid(f, FI_CLASS_DOMAIN);
+  if (attr == nullptr || out == nullptr) return -FI_EINVAL;
+  if (attr->iov_count > 1) return -FI_EINVAL;  // mr_iov_limit is 1
+  if (attr->iov_count == 1 && attr->mr_iov == nullptr) return -FI_EINVAL;
+  if ((attr->access & ~kAccessBits) != 0) return -FI_EINVAL;
+  if (attr->iface != FI_HMEM_SYSTEM) return -FI_ENOSYS;  // host memory only
+  if (flags != 0 && flags != FI_RMA_EVENT) return -FI_EBADFLAGS;
+  void* addr = attr->iov_count == 1 ? attr->mr_iov[0].iov_base : nullptr;
+  const size_t len = attr->iov_count == 1 ? attr->mr_iov[0].iov_len : 0;
+  if (addr == nullptr && len > 0) return -FI_EINVAL;
+  DomainGuard g(d->lock);
+  uint64_t key;
+  if (d->mr_mode & FI_MR_PROV_KEY) {
+    key = RandomKey();
+  } else {
+    key = attr->requested_key;
+    for (const Mr* other : d->mrs) {
+      if (other->fid.key == key) return -FI_ENOKEY;  // keys are unique per domain
+    }
+  }
+  auto mr = std::make_unique<Mr>();
+  std::memset(&mr->fid, 0, sizeof(mr->fid));
+  mr->fid.fid.fclass = FI_CLASS_MR;
+  mr->fid.fid.context = attr->context;
+  mr->fid.fid.ops = &g_mr_fi_ops;
+  mr->fid.key = key;
+  mr->domain = d;
+  mr->addr = addr;
+  mr->len = len;
+  mr->access = attr->access == 0 ? kAccessBits : attr->access;
+  mr->offset = attr->offset;
+  mr->context = attr->context;
+  mr->fid.mem_desc = mr.get();  // fi_mr_desc: the region itself
+  if (!(d->mr_mode & FI_MR_ENDPOINT)) {
+    mr->enabled = true;
+    if (RemoteAccess(mr.get())) {
+      for (Ep* ep : d->eps) {
+        if (ep->rdm == nullptr) continue;
+        if (int ret = RegisterMrWithEp(mr.get(), ep); ret != 0) {
+          while (!mr->registered.empty()) DeregisterMrFromEp(mr.get(), mr->registered.back());
+          return ret;
+        }
+      }
+    }
+  }
+  d->mrs.push_back(mr.get());
+  d->obj.refs.fetch_add(1);
+  *out = &mr.release()->fid;
+  return 0;
+}
+
+int RegisterMrWithEp(Mr* mr, Ep* ep) {
+  rdm::RegionRequest r;
+  r.addr = mr->addr;
+  r.len = mr->len;
+  if (mr->access & FI_REMOTE_READ) r.access |= rdm::kAccessRemoteRead;
+  if (mr->access & FI_REMOTE_WRITE) r.access |= rdm::kAccessRemoteWrite;
+  // FI_MR_VIRT_ADDR: peers name bytes by virtual address; otherwise by
+  // offset, starting at the registration's offset.
+  r.base = (mr->domain->mr_mode & FI_MR_VIRT_ADDR) ? reinterpret_cast<uint64_t>(mr->addr)
+                                                   : mr->offset;
+  r.key = mr->fid.key;
+  r.context = mr->context;
+  absl::StatusOr<uint64_t> key = ep->rdm->RegisterRegion(r);
+  if (!key.ok()) {
+    BYPASS_FI_WARN(FI_LOG_MR, "cannot register a region for remote access: %s\n",
+                   std::string(key.status().message()).c_str());
+    return FromStatus(key.status());
+  }
+  mr->registered.push_back(ep);
+  return 0;
+}
+
+void DeregisterMrFromEp(Mr* mr, Ep* ep) {
+  if (ep->rdm != nullptr) (void)ep->rdm->DeregisterRegion(mr->fid.key);
+  EraseOne(mr->registered, ep);
+}
+
+}  // namespace bypass::fi

@@ -1,0 +1,161 @@
+// Manual progress: a pass of an endpoint's engine, then its completions
+// into its CQs and counters. The completion's context is the application's,
+// or an OpRecord of the endpoint (ep.h) whose bounce buffer is scattered
+// and which is freed here.
+#include "fabric/fi/progress.h"
+
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "fabric/fi/cntr.h"
+#include "fabric/fi/cq.h"
+#include "fabric/fi/dgram.h"
+#include "fabric/fi/ep.h"
+#include "fabric/fi/services.h"
+#include "fabric/rdm/rdm.h"
+
+namespace bypass::fi {
+namespace {
+
+uint64_t FiFlags(uint64_t f) {
+  uint64_t out = 0;
+  if (f & rdm::kCompSend) out |= FI_SEND;
+  if (f & rdm::kCompRecv) out |= FI_RECV;
+  if (f & rdm::kCompMsg) out |= FI_MSG;
+  if (f & rdm::kCompTagged) out |= FI_TAGGED;
+  if (f & rdm::kCompRemoteData) out |= FI_REMOTE_CQ_DATA;
+  if (f & rdm::kCompRma) out |= FI_RMA;
+  if (f & rdm::kCompRead) out |= FI_READ;
+  if (f & rdm::kCompWrite) out |= FI_WRITE;
+  if (f & rdm::kCompRemoteWrite) out |= FI_REMOTE_WRITE;
+  if (f & rdm::kCompMultiRecv) out |= FI_MULTI_RECV;
+  return out;
+}
+
+bool TxSide(uint64_t f) { return (f & (rdm::kCompSend | rdm::kCompRead | rdm::kCompWrite)) != 0; }
+
+// The application's view of an engine completion's context, scattering a
+// bounce buffer where there is one. Sets *suppress for CQ-less operations.
+void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
+  OpRecord* r = ep->records.Of(c.context);
+  if (r == nullptr) return c.context;
+  void* user = r->user_context;
+  *suppress = r->suppress;
+  if (!r->scatter.empty()) {
+    size_t done = 0;
+    for (const iovec& v : r->scatter) {
+      const size_t n = std::min(v.iov_len, std::min(*len, r->bounce.size()) - done);
+      std::memcpy(v.iov_base, r->bounce.data() + done, n);
+      done += n;
+      if (done == std::min(*len, r->bounce.size())) break;
+    }
+  }
+  ep->records.Free(r);
+  return user;
+}
+
+void Count(Cntr* c) {
+  if (c != nullptr) c->value.fetch_add(1, std::memory_order_relaxed);
+}
+void CountError(Cntr* c) {
+  if (c != nullptr) c->errors.fetch_add(1, std::memory_order_relaxed);
+}
+
+void CountCompletion(Ep* ep, uint64_t f, bool error) {
+  auto count = error ? CountError : Count;
+  if (f & rdm::kCompSend) count(ep->cntrs.send);
+  if (f & rdm::kCompRecv) count(ep->cntrs.recv);
+  if (f & rdm::kCompRead) count(ep->cntrs.read);
+  if (f & rdm::kCompWrite) count(ep->cntrs.write);
+  if (f & rdm::kCompRemoteWrite) count(ep->cntrs.remote_write);
+}
+
+void Deliver(Ep* ep, const rdm::Completion& c) {
+  bool suppress = false;
+  size_t len = c.len;
+  void* user = Resolve(ep, c, &suppress, &len);
+  CountCompletion(ep, c.flags, false);
+  const bool tx = TxSide(c.flags);
+  Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
+  if (cq == nullptr || suppress) return;
+  CqEntry e{};
+  e.e.op_context = user;
+  e.e.flags = FiFlags(c.flags);
+  e.e.len = c.len;
+  e.e.buf = c.buf;
+  e.e.data = c.data;
+  e.e.tag = c.tag;
+  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(c.source);
+  cq->entries.push_back(e);
+}
+
+void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
+  bool suppress = false;
+  size_t len = ec.op.len;
+  void* user = Resolve(ep, ec.op, &suppress, &len);
+  CountCompletion(ep, ec.op.flags, true);
+  const bool tx = TxSide(ec.op.flags);
+  Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
+  BYPASS_FI_DBG(FI_LOG_CQ, "operation failed (errno %d): %s\n", ec.err, ec.message);
+  if (cq == nullptr) return;  // errors are reported even for selective operations
+  CqError e{};
+  e.e.op_context = user;
+  e.e.flags = FiFlags(ec.op.flags);
+  e.e.len = ec.op.len;
+  e.e.buf = ec.op.buf;
+  e.e.data = ec.op.data;
+  e.e.tag = ec.op.tag;
+  e.e.olen = ec.olen;
+  e.e.err = ec.err == EMSGSIZE && ec.olen > 0 ? FI_ETRUNC : ec.err;
+  e.e.prov_errno = ec.err;
+  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(ec.op.source);
+  std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
+  cq->errors.push_back(e);
+}
+
+size_t RoomFor(const Cq* cq, bool errors) {
+  if (cq == nullptr) return DrainBuffers::kBurst;
+  return errors ? cq->capacity - cq->errors.size() : cq->room();
+}
+
+}  // namespace
+
+void ProgressEp(Ep* ep) {
+  // One pass. What a peer waits for to complete a send is acknowledged in
+  // the same pass (its last packet asks, see ep_ops.cc), so that ACK is out
+  // before the application sees the completion and can stop progressing
+  // (fi_pingpong does, before exiting).
+  ep->rdm->Progress();
+  rdm::Completion* const comps = ep->drain->completions;
+  // Each completion adds at most one entry to one CQ: the room, read once,
+  // only shrinks by what was delivered.
+  size_t room = std::min(RoomFor(ep->cqs.tx, false), RoomFor(ep->cqs.rx, false));
+  while (room > 0) {
+    const size_t want = std::min(DrainBuffers::kBurst, room);
+    const size_t n = ep->rdm->PollCompletions({comps, want});
+    for (size_t i = 0; i < n; ++i) Deliver(ep, comps[i]);
+    if (n < want) break;
+    room -= n;
+  }
+  rdm::ErrorCompletion* const err = &ep->drain->error;
+  while (RoomFor(ep->cqs.tx, true) > 0 && RoomFor(ep->cqs.rx, true) > 0 &&
+         ep->rdm->PollErrors({err, 1}) == 1) {
+    DeliverError(ep, *err);
+  }
+}
+
+void ProgressAll(const std::vector<Ep*>& eps) {
+  for (Ep* ep : eps) {
+    if (ep->rdm != nullptr) {
+      ProgressEp(ep);
+    } else if (ep->dgram != nullptr) {
+      ProgressDgram(ep);
+    }
+  }
+}
+
+}  // namespace bypass::fi
