@@ -81,7 +81,7 @@ fi_addr_t InsertOne(Av* av, rdm::Address a, int* err) {
   const fi_addr_t fa = av->addrs.size();
   av->addrs.push_back(a);
   for (Ep* ep : av->eps) {
-    if (ep->rdm == nullptr) continue;
+    if (!Enabled(ep)) continue;
     if (int ret = AddPeerToEp(ep, fa, a); ret != 0) {
       av->addrs.back().reset();
       *err = -ret;
@@ -207,12 +207,14 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
     const fi_addr_t fa = fi_addr[i];
     av->addrs[fa].reset();
     for (Ep* ep : av->eps) {
-      if (ep->rdm == nullptr || fa >= ep->peers.peer_of.size()) continue;
+      if (!Enabled(ep) || fa >= ep->peers.peer_of.size()) continue;
       const rdm::PeerId p = ep->peers.peer_of[fa];
       ep->peers.peer_of[fa] = rdm::PeerId{};
       const uint32_t slot = p.slot();
       if (slot < ep->peers.addr_of.size()) ep->peers.addr_of[slot] = FI_ADDR_NOTAVAIL;
-      if (absl::Status s = ep->rdm->RemovePeer(p); !s.ok()) {
+      const absl::Status s =
+          ep->rdm != nullptr ? ep->rdm->RemovePeer(p) : ep->dgram->RemovePeer(p);
+      if (!s.ok()) {
         // The AV forgets it either way; the engine keeps the session.
         BYPASS_FI_WARN(FI_LOG_AV, "the engine kept peer %u: %s\n", p.value,
                        std::string(s.message()).c_str());

@@ -1,5 +1,5 @@
 // The counter (fi_cntr(3)): completions and errors counted by the progress
-// path (progress.h) and datagram endpoints; reading or waiting progresses
+// path (progress.h) and the operations that have no completion; reading or waiting progresses
 // every endpoint bound to it.
 #ifndef BYPASS_FABRIC_FI_CNTR_H_
 #define BYPASS_FABRIC_FI_CNTR_H_
@@ -31,6 +31,14 @@ struct Cntr {
 static_assert(offsetof(Cntr, fid) == 0);
 
 inline Cntr* AsCntr(const void* f) { return As<Cntr>(f, FI_CLASS_CNTR); }
+
+// One event, or one error, on c (none bound: nothing).
+inline void CountEvent(Cntr* c) {
+  if (c != nullptr) c->value.fetch_add(1, std::memory_order_relaxed);
+}
+inline void CountErrorEvent(Cntr* c) {
+  if (c != nullptr) c->errors.fetch_add(1, std::memory_order_relaxed);
+}
 
 // fi_cntr_open.
 int OpenCntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** cntr, void* context);

@@ -1,7 +1,8 @@
-// FI_EP_DGRAM endpoints: plain UDP datagrams straight onto the device
-// queue, with no engine in between (dgram.cc says how). An endpoint of type
-// FI_EP_DGRAM holds a DgramState once enabled; ep.cc and ep_ops.cc hand it
-// its calls.
+// FI_EP_DGRAM endpoints: an rdm::DatagramEndpoint on the domain's port,
+// beside the reliable endpoints on its demultiplexer and with the same
+// completion records, so receives, cancel, progress and delivery into CQs
+// and counters are the FI_EP_RDM paths (ep_ops.cc, ep.cc, progress.cc);
+// this file makes the endpoint and sends on it.
 #ifndef BYPASS_FABRIC_FI_DGRAM_H_
 #define BYPASS_FABRIC_FI_DGRAM_H_
 
@@ -10,40 +11,22 @@
 #include <sys/uio.h>
 
 #include <cstdint>
-#include <deque>
-#include <vector>
+#include <memory>
 
-#include "fabric/rdm/inbox.h"
+#include "absl/status/statusor.h"
+#include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
 
 struct Ep;
 
-// A posted datagram receive.
-struct DgramPosted {
-  std::vector<iovec> iov;
-  void* context = nullptr;
-  bool suppress = false;
-};
-
-// An FI_EP_DGRAM endpoint's state: datagrams straight onto the device
-// queue, no engine (no reliability, no order).
-struct DgramState {
-  rdm::Inbox inbox{1024};
-  std::deque<DgramPosted> posted;
-  bool attached = false;
-  uint32_t max_posted = 0;
-  uint64_t dropped = 0;  // arrivals with no posted receive, or malformed
-};
-
-// REQUIRES (all): the domain guard is held.
-int EnableDgram(Ep* ep);
-void CloseDgram(Ep* ep);
-void ProgressDgram(Ep* ep);
+// The datagram endpoint of ep (its UDP port, sizes and DSCP from ep).
+absl::StatusOr<std::unique_ptr<rdm::DatagramEndpoint>> CreateDgram(Ep* ep);
+// One datagram of the bytes of iov to dest. REQUIRES: the domain guard is held.
 ssize_t DgramSend(Ep* ep, const iovec* iov, size_t count, fi_addr_t dest, void* context,
-                  uint64_t flags, bool inject);
-ssize_t DgramRecv(Ep* ep, const iovec* iov, size_t count, void* context, uint64_t flags);
-bool DgramCancel(Ep* ep, void* context);
+                  uint64_t flags, bool inject_call);
+// Logs what the endpoint dropped and closes it.
+void CloseDgram(Ep* ep);
 
 }  // namespace bypass::fi
 

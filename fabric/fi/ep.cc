@@ -251,35 +251,43 @@ int Enable(Ep* ep) {
     return -FI_ENOCQ;
   }
   Domain* d = ep->domain;
-  if (ep->type == FI_EP_DGRAM) return EnableDgram(ep);
-  absl::StatusOr<std::unique_ptr<rdm::Endpoint>> r =
-      rdm::Endpoint::Create(*d->port, driver::SteadyClock::Get(), ep->config);
-  if (!r.ok()) {
-    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(r.status().message()).c_str());
-    return FromStatus(r.status());
+  absl::Status made;
+  if (ep->type == FI_EP_DGRAM) {
+    absl::StatusOr<std::unique_ptr<rdm::DatagramEndpoint>> r = CreateDgram(ep);
+    if (r.ok()) ep->dgram = *std::move(r);
+    made = r.status();
+  } else {
+    absl::StatusOr<std::unique_ptr<rdm::Endpoint>> r =
+        rdm::Endpoint::Create(*d->port, driver::SteadyClock::Get(), ep->config);
+    if (r.ok()) ep->rdm = *std::move(r);
+    made = r.status();
   }
-  ep->rdm = *std::move(r);
+  if (!made.ok()) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(made.message()).c_str());
+    return FromStatus(made);
+  }
   ep->drain = std::make_unique<DrainBuffers>();
   auto fail = [ep](int ret) {
     ep->rdm.reset();
+    ep->dgram.reset();
     ep->drain.reset();
     ep->peers.peer_of.clear();
     ep->peers.addr_of.clear();
     return ret;
   };
-  if (ep->dscp) {
+  if (ep->dscp && ep->rdm != nullptr) {
     if (absl::Status s = ep->rdm->SetDscp(*ep->dscp); !s.ok()) {
       BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: DSCP %u: %s\n", *ep->dscp,
                      std::string(s.message()).c_str());
       return fail(FromStatus(s));
     }
   }
-  if (ep->min_multi_recv_set) ep->rdm->SetMinMultiRecv(ep->min_multi_recv);
+  if (ep->min_multi_recv_set && ep->rdm != nullptr) ep->rdm->SetMinMultiRecv(ep->min_multi_recv);
   for (fi_addr_t fa = 0; fa < ep->av->addrs.size(); ++fa) {
     if (!ep->av->addrs[fa]) continue;
     if (int ret = AddPeerToEp(ep, fa, *ep->av->addrs[fa]); ret != 0) return fail(ret);
   }
-  for (Mr* mr : d->mrs) {
+  for (Mr* mr : ep->rdm != nullptr ? d->mrs : std::vector<Mr*>{}) {  // no RMA on datagrams
     const bool remote = (mr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0;
     const bool mine = (d->mr_mode & FI_MR_ENDPOINT) ? (mr->bound == ep && mr->enabled) : true;
     if (!remote || !mine) continue;
@@ -289,8 +297,9 @@ int Enable(Ep* ep) {
     }
   }
   ep->records.Init(ep->config.max_send_ops + ep->config.max_posted_recvs);
-  BYPASS_FI_INFO(FI_LOG_EP_CTRL, "endpoint %s enabled on %s\n",
-                 ep->rdm->address().ToString().c_str(), d->uri.c_str());
+  const rdm::Address self = ep->rdm != nullptr ? ep->rdm->address() : ep->dgram->address();
+  BYPASS_FI_INFO(FI_LOG_EP_CTRL, "%s endpoint %s enabled on %s\n",
+                 ep->rdm != nullptr ? "RDM" : "datagram", self.ToString().c_str(), d->uri.c_str());
   return 0;
 }
 
@@ -364,15 +373,15 @@ ssize_t EpCancel(fid_t f, void* context) {
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
   DomainGuard g(ep->domain->lock);
-  if (ep->dgram != nullptr) return DgramCancel(ep, context) ? 0 : -FI_ENOENT;
-  if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
+  if (!Enabled(ep)) return -FI_EOPBADSTATE;
+  const auto cancel = [ep](void* ctx) {
+    return ep->dgram != nullptr ? ep->dgram->CancelRecv(ctx) : ep->rdm->CancelRecv(ctx);
+  };
   // A receive posted with a record is known to the engine by the record.
   for (OpRecord& r : ep->records.slots) {
-    if (r.user_context == context && context != nullptr && ep->rdm->CancelRecv(&r)) {
-      return 0;
-    }
+    if (r.user_context == context && context != nullptr && cancel(&r)) return 0;
   }
-  return ep->rdm->CancelRecv(context) ? 0 : -FI_ENOENT;
+  return cancel(context) ? 0 : -FI_ENOENT;
 }
 
 int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
@@ -420,7 +429,7 @@ ssize_t RxSizeLeft(fid_ep* f) {
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
   DomainGuard g(ep->domain->lock);
-  if (ep->dgram != nullptr) return ep->dgram->max_posted - ep->dgram->posted.size();
+  if (ep->dgram != nullptr) return ep->dgram->RecvSlotsFree();
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   return ep->rdm->RecvSlotsFree();
 }
@@ -522,7 +531,8 @@ uint16_t FreePort(const Domain* d, uint16_t base) {
 }  // namespace
 
 int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
-  absl::StatusOr<rdm::PeerId> p = ep->rdm->InsertPeer(a);
+  absl::StatusOr<rdm::PeerId> p =
+      ep->rdm != nullptr ? ep->rdm->InsertPeer(a) : ep->dgram->InsertPeer(a);
   if (!p.ok()) {
     BYPASS_FI_WARN(FI_LOG_AV, "%s\n", std::string(p.status().message()).c_str());
     return FromStatus(p.status());

@@ -1,6 +1,6 @@
 // The endpoint (fi_endpoint(3)): an rdm::Endpoint with its own UDP port on
 // its domain's queue (FI_EP_RDM), or plain datagrams on that port
-// (FI_EP_DGRAM, dgram.h); the CQs, counters, AV and EQ bound to it; and
+// (FI_EP_DGRAM: an rdm::DatagramEndpoint, dgram.h); the CQs, counters, AV and EQ bound to it; and
 // aliases (fi_ep_alias) that share it with other default flags. Control
 // calls, enable and close are in ep.cc; the data calls in ep_ops.cc.
 #ifndef BYPASS_FABRIC_FI_EP_H_
@@ -34,7 +34,6 @@ struct Cntr;
 struct Av;
 struct Eq;
 struct Mr;
-struct DgramState;
 struct DrainBuffers;
 
 // A send or receive that needs more than the application's context: an
@@ -165,14 +164,13 @@ struct Ep {
   Av* av = nullptr;
   Eq* eq = nullptr;
   std::vector<Mr*> mrs;  // FI_MR_ENDPOINT regions bound here
-  // After fi_enable, FI_EP_RDM: the engine endpoint and what the facade
-  // keeps beside it.
+  // After fi_enable: the engine's endpoint (rdm for FI_EP_RDM, dgram for
+  // FI_EP_DGRAM) and what the facade keeps beside it, the same for both.
   std::unique_ptr<rdm::Endpoint> rdm;
+  std::unique_ptr<rdm::DatagramEndpoint> dgram;
   std::unique_ptr<DrainBuffers> drain;  // progress.h
   PeerMap peers;
   OpRecords records;
-  // After fi_enable, FI_EP_DGRAM: datagrams with no engine.
-  std::unique_ptr<DgramState> dgram;
 };
 static_assert(offsetof(Ep, fid) == 0);
 

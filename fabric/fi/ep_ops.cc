@@ -132,9 +132,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Send(r);
-    if (res == rdm::Result::kOk && ep->cntrs.send != nullptr) {
-      ep->cntrs.send->value.fetch_add(1, std::memory_order_relaxed);
-    }
+    if (res == rdm::Result::kOk) CountEvent(ep->cntrs.send);
     return Map(res);
   }
   const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
@@ -199,12 +197,12 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
   DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) {
-    if (a.tagged) return -FI_ENOSYS;
-    return DgramRecv(ep, a.iov, a.count, a.context, a.flags);
+    if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
+    if (a.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD)) return -FI_EINVAL;
   }
   rdm::RecvRequest r;
   r.source = rdm::kAnyPeer;
-  if ((ep->caps & FI_DIRECTED_RECV) && a.src != FI_ADDR_UNSPEC) {
+  if ((ep->caps & FI_DIRECTED_RECV) && a.src != FI_ADDR_UNSPEC && ep->rdm != nullptr) {
     if (!ep->peers.Find(a.src, &r.source)) return -FI_EINVAL;
   }
   r.context = a.context;
@@ -236,7 +234,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
     r.buf = a.count >= 1 ? a.iov[0].iov_base : nullptr;
   }
   r.len = len;
-  const rdm::Result res = ep->rdm->PostRecv(r);
+  const rdm::Result res = ep->dgram != nullptr ? ep->dgram->PostRecv(r) : ep->rdm->PostRecv(r);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
 }
@@ -283,9 +281,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Write(r);
-    if (res == rdm::Result::kOk && ep->cntrs.write != nullptr) {
-      ep->cntrs.write->value.fetch_add(1, std::memory_order_relaxed);
-    }
+    if (res == rdm::Result::kOk) CountEvent(ep->cntrs.write);
     return Map(res);
   }
   const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);

@@ -13,7 +13,6 @@
 
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
-#include "fabric/fi/dgram.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/services.h"
 #include "fabric/rdm/rdm.h"
@@ -58,15 +57,8 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
   return user;
 }
 
-void Count(Cntr* c) {
-  if (c != nullptr) c->value.fetch_add(1, std::memory_order_relaxed);
-}
-void CountError(Cntr* c) {
-  if (c != nullptr) c->errors.fetch_add(1, std::memory_order_relaxed);
-}
-
 void CountCompletion(Ep* ep, uint64_t f, bool error) {
-  auto count = error ? CountError : Count;
+  auto count = error ? CountErrorEvent : CountEvent;
   if (f & rdm::kCompSend) count(ep->cntrs.send);
   if (f & rdm::kCompRecv) count(ep->cntrs.recv);
   if (f & rdm::kCompRead) count(ep->cntrs.read);
@@ -124,38 +116,47 @@ size_t RoomFor(const Cq* cq, bool errors) {
 
 }  // namespace
 
-void ProgressEp(Ep* ep) {
+namespace {
+
+// One pass of endpoint e (an rdm::Endpoint or rdm::DatagramEndpoint: the
+// same completion records), then its completions into ep's CQs and counters.
+template <class E>
+void ProgressAndDrain(Ep* ep, E& e) {
   // One pass. What a peer waits for to complete a send is acknowledged in
   // the same pass (its last packet asks, see ep_ops.cc), so that ACK is out
   // before the application sees the completion and can stop progressing
   // (fi_pingpong does, before exiting).
-  ep->rdm->Progress();
+  e.Progress();
   rdm::Completion* const comps = ep->drain->completions;
   // Each completion adds at most one entry to one CQ: the room, read once,
   // only shrinks by what was delivered.
   size_t room = std::min(RoomFor(ep->cqs.tx, false), RoomFor(ep->cqs.rx, false));
   while (room > 0) {
     const size_t want = std::min(DrainBuffers::kBurst, room);
-    const size_t n = ep->rdm->PollCompletions({comps, want});
+    const size_t n = e.PollCompletions({comps, want});
     for (size_t i = 0; i < n; ++i) Deliver(ep, comps[i]);
     if (n < want) break;
     room -= n;
   }
   rdm::ErrorCompletion* const err = &ep->drain->error;
   while (RoomFor(ep->cqs.tx, true) > 0 && RoomFor(ep->cqs.rx, true) > 0 &&
-         ep->rdm->PollErrors({err, 1}) == 1) {
+         e.PollErrors({err, 1}) == 1) {
     DeliverError(ep, *err);
   }
 }
 
-void ProgressAll(const std::vector<Ep*>& eps) {
-  for (Ep* ep : eps) {
-    if (ep->rdm != nullptr) {
-      ProgressEp(ep);
-    } else if (ep->dgram != nullptr) {
-      ProgressDgram(ep);
-    }
+}  // namespace
+
+void ProgressEp(Ep* ep) {
+  if (ep->rdm != nullptr) {
+    ProgressAndDrain(ep, *ep->rdm);
+  } else if (ep->dgram != nullptr) {
+    ProgressAndDrain(ep, *ep->dgram);
   }
+}
+
+void ProgressAll(const std::vector<Ep*>& eps) {
+  for (Ep* ep : eps) ProgressEp(ep);
 }
 
 }  // namespace bypass::fi

@@ -24,8 +24,8 @@ struct DrainBuffers {
   rdm::ErrorCompletion error;
 };
 
-// One engine pass of ep, then its completions into its CQs and counters.
-// REQUIRES: the domain guard is held; ep enabled (FI_EP_RDM).
+// One engine pass of ep, then its completions into its CQs and counters
+// (nothing if it is not enabled). REQUIRES: the domain guard is held.
 void ProgressEp(Ep* ep);
 // Progresses every enabled endpoint of eps (FI_EP_RDM or FI_EP_DGRAM).
 // REQUIRES: the domain guard is held.

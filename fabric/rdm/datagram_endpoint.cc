@@ -141,10 +141,20 @@ absl::Status DatagramEndpoint::SetDscp(uint8_t dscp) {
 }
 
 Result DatagramEndpoint::Send(const SendRequest& r) {
+  const iovec one{const_cast<void*>(r.buf), r.len};
+  if (r.len > 0 && r.buf == nullptr) return Result::kInvalid;
+  return SendV(r, {&one, r.len > 0 ? 1u : 0u});
+}
+
+Result DatagramEndpoint::SendV(const SendRequest& r, absl::Span<const iovec> iov) {
   DatagramPath& p = *path_;
   if (!p.peers.Valid(r.dest) || (r.flags & ~kSendInject) != 0) return Result::kInvalid;
-  if (r.len > 0 && r.buf == nullptr) return Result::kInvalid;
-  if (r.len > max_payload()) return Result::kTooLong;
+  size_t len = 0;
+  for (const iovec& v : iov) {
+    if (v.iov_len > 0 && v.iov_base == nullptr) return Result::kInvalid;
+    if (v.iov_len > max_payload() - len) return Result::kTooLong;  // also no overflow
+    len += v.iov_len;
+  }
   const bool report = (r.flags & kSendInject) == 0;
   if (report && !p.completions.Reserve()) return Result::kAgain;
   driver::QueuePair& qp = port_.qp();
@@ -154,6 +164,11 @@ Result DatagramEndpoint::Send(const SendRequest& r) {
     if (report) p.completions.Unreserve();
     return Result::kAgain;
   }
+  if (driver::kUdpFrameHeaderBytes + len > pkt->capacity) {  // a buffer smaller than the MTU
+    qp.FreeBulk({&pkt, 1});
+    if (report) p.completions.Unreserve();
+    return Result::kTooLong;
+  }
   const Address& to = p.peers.address(r.dest.slot());
   const driver::UdpFlow flow{p.info.mac,
                              to.mac == driver::MacAddress{} ? driver::kBroadcastMac : to.mac,
@@ -162,10 +177,14 @@ Result DatagramEndpoint::Send(const SendRequest& r) {
                              p.config.udp_port,
                              to.udp_port,
                              p.config.dscp};
-  if (r.len > 0) std::memcpy(pkt->data + driver::kUdpFrameHeaderBytes, r.buf, r.len);
+  uint8_t* at = pkt->data + driver::kUdpFrameHeaderBytes;
+  for (const iovec& v : iov) {
+    if (v.iov_len > 0) std::memcpy(at, v.iov_base, v.iov_len);
+    at += v.iov_len;
+  }
   // UDP checksums on: receivers may be ordinary sockets.
   pkt->len = static_cast<uint32_t>(driver::WriteUdpHeaders(
-      flow, r.len, {pkt->data, pkt->capacity}, driver::UdpChecksumFill::kCompute));
+      flow, len, {pkt->data, pkt->capacity}, driver::UdpChecksumFill::kCompute));
   const bool built = pkt->len != 0;
   if (!built || qp.TxBurst({&pkt, 1}) != 1) {
     qp.FreeBulk({&pkt, 1});
@@ -179,7 +198,7 @@ Result DatagramEndpoint::Send(const SendRequest& r) {
     Completion c;
     c.context = r.context;
     c.flags = kCompSend | kCompMsg;
-    c.len = r.len;
+    c.len = len;
     c.source = r.dest;
     p.completions.Push(c);
   }

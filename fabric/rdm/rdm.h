@@ -12,6 +12,8 @@
 #ifndef BYPASS_FABRIC_RDM_RDM_H_
 #define BYPASS_FABRIC_RDM_RDM_H_
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -196,6 +198,9 @@ class DatagramEndpoint {
   // for the completion, no buffer, or the TX ring is full (retry);
   // kTooLong: more than max_payload().
   Result Send(const SendRequest& r);
+  // The same with the bytes of iov gathered into the datagram (r.buf and
+  // r.len are not used): one copy, into the frame.
+  Result SendV(const SendRequest& r, absl::Span<const iovec> iov);
   // r.flags: 0 (datagrams have no tags, peeks or multi-receive buffers).
   Result PostRecv(const RecvRequest& r);
   bool CancelRecv(void* context);
