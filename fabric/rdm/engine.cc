@@ -14,13 +14,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace bypass::rdm {
-namespace {
-
-// Room in the released packets beyond the held budget: the largest batch
-// HandleRx takes.
-constexpr uint32_t kReleaseSlack = 1024;
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const DeviceParams& dev,
                                                        const EndpointConfig& config) {
@@ -59,14 +52,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const DeviceParams& dev,
 Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t max_datagram,
                uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation)
     : config_(config),
-      ctx_(config_, dev, max_datagram, incarnation, seed, held_budget + kReleaseSlack),
-      session_(ctx_, config_.max_peers),
-      completions_(ctx_.counters, session_.peers(), config_.max_send_ops + config_.max_posted_recvs,
-                   config_.max_send_ops),
-      ops_(ctx_, config_.max_send_ops, config_.max_rma_ops, config_.inject_size),
-      reliability_(ctx_, session_, ops_, completions_, ring_size, held_budget),
-      messaging_(ctx_, session_, ops_, completions_, reliability_),
-      rma_(ctx_, session_, ops_, completions_, reliability_) {}
+      stages_(config_, dev, max_datagram, ring_size, held_budget, seed, incarnation) {}
 
 Engine::~Engine() = default;
 
@@ -74,12 +60,6 @@ Engine::~Engine() = default;
 
 Address Engine::address() const {
   return Address{ctx_.dev.mac, ctx_.dev.ip, config_.udp_port, ctx_.incarnation};
-}
-
-void Engine::AddPeer(uint32_t pi) {
-  reliability_.AddPeer(pi);
-  messaging_.AddPeer(pi);
-  rma_.AddPeer(pi);
 }
 
 absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
@@ -94,7 +74,7 @@ absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
         "InsertPeer(", addr.ToString(), "): the peer table is full (max_peers=", config_.max_peers,
         "); create the endpoint with a larger max_peers"));
   }
-  if (added) AddPeer(pi);
+  if (added) stages_.AddPeer(pi);
   return session_.peers().Id(pi);
 }
 
@@ -236,7 +216,7 @@ void Engine::OnHello(uint32_t pi, const wire::View& v) {
     bool added = false;
     pi = session_.AddFromHello(v, &added);
     if (pi == kNone) return;
-    AddPeer(pi);
+    stages_.AddPeer(pi);
   }
   switch (session_.ClassifyHello(pi, v)) {
     case SessionEvent::kStale:

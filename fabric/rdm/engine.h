@@ -16,14 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "driver/packet.h"
-#include "fabric/rdm/completions.h"
 #include "fabric/rdm/config.h"
-#include "fabric/rdm/context.h"
-#include "fabric/rdm/messaging.h"
-#include "fabric/rdm/ops.h"
-#include "fabric/rdm/reliability.h"
-#include "fabric/rdm/rma.h"
-#include "fabric/rdm/session.h"
+#include "fabric/rdm/stages.h"
 #include "fabric/rdm/types.h"
 #include "fabric/rdm/wire.h"
 
@@ -90,8 +84,6 @@ class Engine {
   Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t max_datagram,
          uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation);
 
-  // A new peer in slot pi: every stage's state for it starts fresh.
-  void AddPeer(uint32_t pi);
   // After every call that may free receive resources: refused peers retry.
   void AfterFreeing() {
     if (ctx_.TakeFreed()) reliability_.RetryRefused();
@@ -123,13 +115,15 @@ class Engine {
   void FailOp(uint32_t o, int err, const char* why);
 
   const EndpointConfig config_;
-  Context ctx_;
-  Session session_;
-  Completions completions_;
-  OpTable ops_;
-  Reliability reliability_;
-  Messaging messaging_;
-  Rma rma_;
+  Stages stages_;
+  // The stages by name.
+  Context& ctx_ = stages_.ctx;
+  Session& session_ = stages_.session;
+  Completions& completions_ = stages_.completions;
+  OpTable& ops_ = stages_.ops;
+  Reliability& reliability_ = stages_.reliability;
+  Messaging& messaging_ = stages_.messaging;
+  Rma& rma_ = stages_.rma;
 };
 
 }  // namespace bypass::rdm

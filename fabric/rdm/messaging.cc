@@ -590,10 +590,8 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
 
 void Messaging::ConsumePulledData(uint32_t pi, const wire::RmaFields& r,
                                   absl::Span<const uint8_t> payload) {
-  const uint32_t o = ops_.FromRmaId(r.rma_id);
-  if (o == kNone || ops_[o].kind != OpKind::kPull || ops_[o].state != OpState::kWaiting ||
-      ops_[o].peer != pi || r.key != ops_[o].rma.key || r.total_length != ops_[o].len ||
-      r.offset != ops_[o].rx_done) {
+  const uint32_t o = ops_.Answered(pi, r, OpKind::kPull);
+  if (o == kNone) {
     ++ctx_.counters.protocol_errors;
     return;
   }
@@ -619,9 +617,8 @@ void Messaging::ConsumePullResponse(uint32_t pi, const wire::RmaFields& r) {
     return;
   }
   // A refusal of our pull: it echoes the pull's key (the msg_id) and length.
-  const uint32_t o = ops_.FromRmaId(r.rma_id);
-  if (o == kNone || ops_[o].kind != OpKind::kPull || ops_[o].state != OpState::kWaiting ||
-      ops_[o].peer != pi || r.key != ops_[o].rma.key || r.total_length != ops_[o].len) {
+  const uint32_t o = ops_.Answered(pi, r, OpKind::kPull);
+  if (o == kNone) {
     ++ctx_.counters.protocol_errors;
     return;
   }

@@ -167,6 +167,19 @@ class OpTable {
     if (o >= uint64_t{user_slots_} + engine_slots_) return kNone;
     return rma_id >> kRmaIdSlotBits == gen_[o] ? o : kNone;
   }
+  // The op of `kind` that answer r from peer pi is for: alive (by its
+  // generation), of pi, waiting for an answer, and echoed with the key and
+  // length it asked with (a READ_DATA also at the next offset); else kNone
+  // (a stale, misdirected or forged answer).
+  uint32_t Answered(uint32_t pi, const wire::RmaFields& r, OpKind kind) const {
+    const uint32_t o = FromRmaId(r.rma_id);
+    if (o == kNone) return kNone;
+    const SendOp& op = ops_[o];
+    const bool ok = op.kind == kind && op.state == OpState::kWaiting && op.peer == pi &&
+                    r.key == op.rma.key && r.total_length == op.len &&
+                    (r.op != wire::RmaOp::kReadData || r.offset == op.rx_done);
+    return ok ? o : kNone;
+  }
 
  private:
   Context& ctx_;

@@ -358,10 +358,8 @@ bool Rma::ConsumeReadRequest(uint32_t pi, const wire::RmaFields& r) {
 
 void Rma::ConsumeReadData(uint32_t pi, const wire::RmaFields& r,
                           absl::Span<const uint8_t> payload) {
-  const uint32_t o = ops_.FromRmaId(r.rma_id);
-  if (o == kNone || ops_[o].kind != OpKind::kRead || ops_[o].state != OpState::kWaiting ||
-      ops_[o].peer != pi || r.key != ops_[o].rma.key || r.total_length != ops_[o].len ||
-      r.offset != ops_[o].rx_done) {
+  const uint32_t o = ops_.Answered(pi, r, OpKind::kRead);
+  if (o == kNone) {
     ++ctx_.counters.protocol_errors;
     return;
   }
@@ -376,11 +374,10 @@ void Rma::ConsumeReadData(uint32_t pi, const wire::RmaFields& r,
 
 void Rma::ConsumeResponse(uint32_t pi, const wire::RmaFields& r) {
   // A write's verdict, or the refusal of a read. It echoes the op's key and length.
-  const uint32_t o = ops_.FromRmaId(r.rma_id);
   const bool refusal = r.status != wire::RmaStatus::kOk;
-  if (o == kNone || ops_[o].state != OpState::kWaiting || ops_[o].peer != pi ||
-      r.key != ops_[o].rma.key || r.total_length != ops_[o].len ||
-      !(ops_[o].kind == OpKind::kWrite || (ops_[o].kind == OpKind::kRead && refusal))) {
+  uint32_t o = ops_.Answered(pi, r, OpKind::kWrite);
+  if (o == kNone && refusal) o = ops_.Answered(pi, r, OpKind::kRead);
+  if (o == kNone) {
     ++ctx_.counters.protocol_errors;
     return;
   }

@@ -10,14 +10,8 @@
 #include <vector>
 
 #include "driver/packet.h"
-#include "fabric/rdm/completions.h"
 #include "fabric/rdm/config.h"
-#include "fabric/rdm/context.h"
-#include "fabric/rdm/messaging.h"
-#include "fabric/rdm/ops.h"
-#include "fabric/rdm/reliability.h"
-#include "fabric/rdm/rma.h"
-#include "fabric/rdm/session.h"
+#include "fabric/rdm/stages.h"
 #include "fabric/rdm/wire.h"
 
 namespace bypass::rdm::testing {
@@ -45,15 +39,7 @@ struct StageRig {
   }
 
   explicit StageRig(const EndpointConfig& c = DefaultConfig(), uint32_t held_budget = 512)
-      : config(c),
-        ctx(config, Device(), 1472, kOurIncarnation, 7, held_budget + 1024),
-        session(ctx, config.max_peers),
-        completions(ctx.counters, session.peers(), config.max_send_ops + config.max_posted_recvs,
-                    config.max_send_ops),
-        ops(ctx, config.max_send_ops, config.max_rma_ops, config.inject_size),
-        reliability(ctx, session, ops, completions, kRingSize, held_budget),
-        messaging(ctx, session, ops, completions, reliability),
-        rma(ctx, session, ops, completions, reliability) {}
+      : config(c), stages(config, Device(), 1472, kRingSize, held_budget, 7, kOurIncarnation) {}
 
   // The peer's address.
   static Address PeerAddress() {
@@ -67,9 +53,7 @@ struct StageRig {
   uint32_t AddPeer() {
     bool added = false;
     const uint32_t pi = session.Insert(PeerAddress(), &added);
-    reliability.AddPeer(pi);
-    messaging.AddPeer(pi);
-    rma.AddPeer(pi);
+    stages.AddPeer(pi);
     return pi;
   }
   // Inserts the peer and completes the handshake both ways: the peer's
@@ -121,13 +105,15 @@ struct StageRig {
   }
 
   EndpointConfig config;
-  Context ctx;
-  Session session;
-  Completions completions;
-  OpTable ops;
-  Reliability reliability;
-  Messaging messaging;
-  Rma rma;
+  Stages stages;
+  // The stages by name.
+  Context& ctx = stages.ctx;
+  Session& session = stages.session;
+  Completions& completions = stages.completions;
+  OpTable& ops = stages.ops;
+  Reliability& reliability = stages.reliability;
+  Messaging& messaging = stages.messaging;
+  Rma& rma = stages.rma;
 
  private:
   std::vector<std::unique_ptr<uint8_t[]>> storage_;
