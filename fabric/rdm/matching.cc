@@ -33,7 +33,7 @@ void MatchQueues::QueueRecv(uint32_t slot) {
 }
 
 uint32_t MatchQueues::MatchPosted(bool tagged, PeerId source, uint64_t tag, uint64_t total,
-                                  bool allow_multi, uint64_t* base) {
+                                  Multi multi, uint64_t* base) {
   IndexList<RecvSlot>& q = posted_[tagged];
   for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
     RecvSlot& slot = recvs_[s];
@@ -44,7 +44,8 @@ uint32_t MatchQueues::MatchPosted(bool tagged, PeerId source, uint64_t tag, uint
       return s;
     }
     // A message that does not fit what is left goes to the next receive.
-    if (!allow_multi || total > slot.req.len - slot.used) continue;
+    if (multi == Multi::kSkip || total > slot.req.len - slot.used) continue;
+    if (multi == Multi::kBlock) return kBlocked;
     const uint64_t at = TakeMulti(s, total);
     if (base != nullptr) *base = at;
     return s;
@@ -174,10 +175,11 @@ void MatchQueues::Append(uint32_t e, absl::Span<const uint8_t> payload) {
   }
 }
 
-uint32_t MatchQueues::FindUnexpected(const RecvRequest& r, uint64_t max_total,
-                                     bool eager_only) const {
+uint32_t MatchQueues::FindUnexpected(const RecvRequest& r, uint64_t max_total, bool eager_only,
+                                     uint32_t after) const {
   const IndexList<UnexpectedMsg>& q = unexpected_[r.tagged];
-  for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
+  for (uint32_t e = after == kNone ? q.front() : msgs_[after].next; e != kNone;
+       e = msgs_[e].next) {
     const UnexpectedMsg& m = msgs_[e];
     if (m.claimed || m.total > max_total || (eager_only && m.rendezvous)) continue;
     if (Matches(r, m.tagged, m.source, m.tag)) return e;

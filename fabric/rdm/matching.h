@@ -74,12 +74,17 @@ class MatchQueues {
   uint32_t AllocRecv(const RecvRequest& r);
   void QueueRecv(uint32_t slot);  // at the tail of its kind's queue
   // The first queued receive that takes the message of `total` bytes,
-  // removed from its queue. A multi-receive takes it only if allow_multi
-  // and it fits the space left: it then hands out that space (*base: where
+  // removed from its queue. A multi-receive takes it if it fits the space
+  // left and `multi` is kTake: it then hands out that space (*base: where
   // in its buffer), counts the message active, and leaves its queue
-  // (released) once less than min_multi_recv, or nothing, is left.
+  // (released) once less than min_multi_recv, or nothing, is left. With
+  // kSkip multi-receives are passed over; with kBlock (no completion room
+  // for another message) the one that would take it makes the answer
+  // kBlocked, so that no later receive takes the message out of its order.
+  enum class Multi : uint8_t { kSkip, kTake, kBlock };
+  static constexpr uint32_t kBlocked = kNone - 1;
   uint32_t MatchPosted(bool tagged, PeerId source, uint64_t tag, uint64_t total = 0,
-                       bool allow_multi = false, uint64_t* base = nullptr);
+                       Multi multi = Multi::kSkip, uint64_t* base = nullptr);
   // Whether MatchPosted(tagged, source, tag) would find a receive; takes none.
   bool HasPosted(bool tagged, PeerId source, uint64_t tag) const;
   // Hands out `total` bytes of multi-receive `slot` as MatchPosted does; the
@@ -108,9 +113,10 @@ class MatchQueues {
   // Appends the next segment. REQUIRES: received + payload.size() <= total.
   void Append(uint32_t e, absl::Span<const uint8_t> payload);
   // The first queued message `r` takes (complete or not, not claimed, at
-  // most max_total bytes, not a rendezvous one if eager_only), left queued.
+  // most max_total bytes, not a rendezvous one if eager_only), after
+  // `after` if given, left queued.
   uint32_t FindUnexpected(const RecvRequest& r, uint64_t max_total = UINT64_MAX,
-                          bool eager_only = false) const;
+                          bool eager_only = false, uint32_t after = kNone) const;
   // The message claimed for `context`, left queued; kNone.
   uint32_t FindClaimed(void* context) const;
   // A queued message from `source` (claimed or not); kNone.

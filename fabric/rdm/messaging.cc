@@ -137,19 +137,32 @@ void Messaging::DeliverUnexpected(uint32_t e, const RecvRequest& r) {
 
 Result Messaging::PostMulti(const RecvRequest& r) {
   // REQUIRES: a completion reserved (for the buffer's release or cancel).
+  // Messages already waiting that it takes, in order, as far as they fit
+  // before it is released (rendezvous messages are pulled into plain
+  // receives only): each needs a completion too, and it takes all of them
+  // or is not posted, so that no later message can overtake one left waiting.
+  uint32_t take = 0;
+  uint64_t used = 0;
+  for (uint32_t e = matcher_.FindUnexpected(r, r.len, /*eager_only=*/true); e != kNone;
+       e = matcher_.FindUnexpected(r, r.len - used, /*eager_only=*/true, e)) {
+    ++take;
+    used += matcher_.unexpected(e).total;
+    if (r.len - used == 0 || r.len - used < matcher_.min_multi_recv()) break;
+  }
+  for (uint32_t i = 0; i < take; ++i) {
+    if (completions_.Reserve()) continue;
+    for (uint32_t k = 0; k <= i; ++k) completions_.Unreserve();
+    return Result::kAgain;
+  }
   const uint32_t slot = matcher_.AllocRecv(r);
   if (slot == kNone) {
-    completions_.Unreserve();
+    for (uint32_t k = 0; k <= take; ++k) completions_.Unreserve();
     return Result::kAgain;
   }
   matcher_.QueueRecv(slot);
-  // Messages already waiting, in order, as long as they fit and the
-  // completion queue has room for their records. Rendezvous messages are
-  // pulled into plain receives only.
-  RecvSlot& s = matcher_.slot(slot);
-  while (!s.released) {
+  for (uint32_t i = 0; i < take; ++i) {
+    const RecvSlot& s = matcher_.slot(slot);
     const uint32_t e = matcher_.FindUnexpected(r, r.len - s.used, /*eager_only=*/true);
-    if (e == kNone || !completions_.Reserve()) break;
     const UnexpectedMsg& m = matcher_.unexpected(e);
     const uint64_t base = matcher_.TakeMulti(slot, m.total);
     if (!m.complete) {
@@ -164,7 +177,6 @@ Result Messaging::PostMulti(const RecvRequest& r) {
     uint64_t flags = 0;
     const RecvRequest landed = EndRecvSlot(slot, info.total, base, &flags);
     completions_.Received(src, landed, info, flags);
-    if (flags != 0) break;  // released and freed
   }
   ctx_.NoteFreed();
   return Result::kOk;
@@ -367,10 +379,16 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
     }
     if (m.protocol == wire::MsgProtocol::kRendezvous) return ConsumeRequestToSend(pi, m);
     const bool tagged = (m.msg_flags & wire::kMsgTagged) != 0;
-    // A multi-receive needs a completion of its own for each message.
+    // A multi-receive needs a completion of its own for each message;
+    // without room for one the message waits (refused) rather than go to
+    // a later receive or the unexpected queue ahead of its order.
     const bool cq_room = completions_.Reserve();
     uint64_t base = 0;
-    uint32_t index = matcher_.MatchPosted(tagged, src, m.tag, m.total_length, cq_room, &base);
+    uint32_t index = matcher_.MatchPosted(tagged, src, m.tag, m.total_length,
+                                          cq_room ? MatchQueues::Multi::kTake
+                                                  : MatchQueues::Multi::kBlock,
+                                          &base);
+    if (index == MatchQueues::kBlocked) return false;
     if (cq_room && (index == kNone || (matcher_.recv(index).flags & kRecvMulti) == 0)) {
       completions_.Unreserve();
     }
