@@ -1,0 +1,1399 @@
+// The Messaging stage's own tests: its calls made directly on the stages the
+// engine builds (stage_rig.h), with the peer's messages fed as the engine
+// would hand them over in order, and the results read from the completion
+// queue and the peer's stream. End to end behaviour is endpoint_test,
+// recv_features_test and rendezvous_test.
+#include "fabric/rdm/messaging.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "fabric/rdm/stage_rig.h"
+#include "gtest/gtest.h"
+
+namespace bypass::rdm {
+namespace {
+
+using testing::StageRig;
+
+// A DATA payload at the rig's MTU (1472-byte datagrams).
+constexpr size_t kSeg = wire::MaxDataPayload(1472);
+// A READ_DATA payload at the same MTU.
+constexpr size_t kRmaSeg = wire::MaxRmaPayload(1472);
+
+// n bytes that differ from message to message (seed).
+std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
+  return b;
+}
+
+// The header of the peer's message msg_id: eager, untagged unless flags say.
+wire::MsgFields Msg(uint32_t msg_id, uint64_t total, uint16_t flags = 0, uint64_t tag = 0,
+                    uint64_t data = 0) {
+  wire::MsgFields m;
+  m.msg_id = msg_id;
+  m.msg_flags = flags;
+  m.total_length = total;
+  m.tag = tag;
+  m.data = data;
+  return m;
+}
+
+// The peer's request to send message msg_id of `total` bytes (rendezvous).
+wire::MsgFields RequestToSend(uint32_t msg_id, uint64_t total) {
+  wire::MsgFields m = Msg(msg_id, total);
+  m.protocol = wire::MsgProtocol::kRendezvous;
+  return m;
+}
+
+// Feeds the peer's message m with `bytes`, in segments as it would send them
+// (from segment `from` on); false if a segment was refused.
+bool Feed(StageRig& rig, uint32_t pi, wire::MsgFields m, const std::vector<uint8_t>& bytes,
+          size_t from = 0) {
+  if (bytes.empty()) return rig.messaging.ConsumeData(pi, m, {});
+  for (size_t off = from * kSeg; off < bytes.size(); off += kSeg) {
+    m.offset = off;
+    const size_t n = std::min(kSeg, bytes.size() - off);
+    if (!rig.messaging.ConsumeData(pi, m, absl::MakeConstSpan(bytes).subspan(off, n))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Segment `index` alone of message m.
+bool FeedSegment(StageRig& rig, uint32_t pi, wire::MsgFields m, const std::vector<uint8_t>& bytes,
+                 size_t index) {
+  m.offset = index * kSeg;
+  const size_t n = std::min(kSeg, bytes.size() - m.offset);
+  return rig.messaging.ConsumeData(pi, m, absl::MakeConstSpan(bytes).subspan(m.offset, n));
+}
+
+std::vector<Completion> Drain(StageRig& rig) {
+  std::vector<Completion> out(rig.completions.ready());
+  out.resize(rig.completions.Poll(absl::MakeSpan(out)));
+  return out;
+}
+
+std::vector<ErrorCompletion> DrainErrors(StageRig& rig) {
+  std::vector<ErrorCompletion> out(rig.completions.errors_ready());
+  out.resize(rig.completions.PollErrors(absl::MakeSpan(out)));
+  return out;
+}
+
+// The ops on the peer's stream, oldest first.
+std::vector<uint32_t> Queued(StageRig& rig, uint32_t pi) {
+  std::vector<uint32_t> out;
+  for (uint32_t o = rig.reliability.tx(pi).ops.front(); o != kNone; o = rig.ops[o].next) {
+    out.push_back(o);
+  }
+  return out;
+}
+
+// The first op of `kind` on the peer's stream; kNone.
+uint32_t QueuedOf(StageRig& rig, uint32_t pi, OpKind kind) {
+  for (uint32_t o : Queued(rig, pi)) {
+    if (rig.ops[o].kind == kind) return o;
+  }
+  return kNone;
+}
+
+// Builds what the stream has to send (at most n packets), parsed.
+std::vector<wire::View> BuildPackets(StageRig& rig, uint32_t pi, size_t n = 16) {
+  std::vector<driver::Packet*> bufs = rig.Buffers(n);
+  bool probe = false;
+  const size_t built = rig.reliability.Build(pi, &probe, bufs);
+  std::vector<wire::View> out;
+  for (size_t i = 0; i < built; ++i) out.push_back(StageRig::Parse(bufs[i]));
+  return out;
+}
+
+// The peer acknowledges everything we sent.
+void AckAll(StageRig& rig, uint32_t pi) {
+  wire::Common c = rig.FromPeer(wire::PacketType::kAck, Psn(1000)).common;
+  c.flags = wire::kFlagAckValid;
+  c.ack_psn = rig.reliability.tx(pi).next_psn;
+  c.credit = 64;
+  rig.reliability.OnAck(pi, c, nullptr);
+}
+
+// Free room in the completion queue (each post reserves its record): what
+// leaks a reservation shows here.
+uint32_t Room(StageRig& rig) {
+  uint32_t n = 0;
+  while (rig.completions.Reserve()) ++n;
+  for (uint32_t i = 0; i < n; ++i) rig.completions.Unreserve();
+  return n;
+}
+
+// The READ_DATA header the peer answers pull o with, at offset.
+wire::RmaFields PullData(StageRig& rig, uint32_t o, uint64_t offset) {
+  wire::RmaFields r;
+  r.op = wire::RmaOp::kReadData;
+  r.flags = wire::kRmaFlagMessage;
+  r.rma_id = rig.ops.RmaId(o);
+  r.key = rig.ops[o].rma.key;
+  r.total_length = rig.ops[o].len;
+  r.offset = offset;
+  return r;
+}
+
+// The peer answers pull o with `bytes` (at most the pull's length), in segments.
+void AnswerPull(StageRig& rig, uint32_t pi, uint32_t o, const std::vector<uint8_t>& bytes) {
+  const uint64_t len = rig.ops[o].len;
+  if (len == 0) rig.messaging.ConsumePulledData(pi, PullData(rig, o, 0), {});
+  for (uint64_t off = 0; off < len; off += kRmaSeg) {
+    const size_t n = std::min<uint64_t>(kRmaSeg, len - off);
+    rig.messaging.ConsumePulledData(pi, PullData(rig, o, off),
+                                    absl::MakeConstSpan(bytes).subspan(off, n));
+  }
+}
+
+// A second peer (10.0.0.3:7000), set up as the rig sets up its own.
+uint32_t AddOtherPeer(StageRig& rig) {
+  Address a = StageRig::PeerAddress();
+  a.ip.value = 0x0a000003;
+  a.udp_port = 7000;
+  bool added = false;
+  const uint32_t pi = rig.session.Insert(a, &added);
+  rig.reliability.AddPeer(pi);
+  rig.messaging.AddPeer(pi);
+  rig.rma.AddPeer(pi);
+  return pi;
+}
+
+RecvRequest Recv(std::vector<uint8_t>* buf, void* context, PeerId source = kAnyPeer) {
+  return RecvRequest{.source = source, .buf = buf->data(), .len = buf->size(), .context = context};
+}
+
+RecvRequest TaggedRecv(std::vector<uint8_t>* buf, void* context, uint64_t tag, uint64_t ignore = 0,
+                       PeerId source = kAnyPeer) {
+  return RecvRequest{.source = source,
+                     .buf = buf->data(),
+                     .len = buf->size(),
+                     .context = context,
+                     .tagged = true,
+                     .tag = tag,
+                     .ignore = ignore};
+}
+
+// ---- PostSend.
+
+// Sends to no peer, of no bytes, or longer than inject_size (inject, buffered)
+// or max_msg_size are refused before anything is queued.
+TEST(PostSendTest, RefusesAnUnknownPeerANullBufferAndWhatIsTooLong) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_msg_size = 1 << 20;
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  std::vector<uint8_t> big(c.max_msg_size + 1);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = PeerId{}, .buf = big.data(), .len = 10}),
+            Result::kInvalid);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = PeerId{5}, .buf = big.data(), .len = 10}),
+            Result::kInvalid)
+      << "a slot with no peer";
+  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = nullptr, .len = 1}), Result::kInvalid);
+  EXPECT_EQ(rig.messaging.PostSend(
+                {.dest = peer, .buf = big.data(), .len = c.inject_size + 1, .flags = kSendInject}),
+            Result::kTooLong);
+  EXPECT_EQ(
+      rig.messaging.PostSend(
+          {.dest = peer, .buf = big.data(), .len = c.inject_size + 1, .flags = kSendBuffered}),
+      Result::kTooLong);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = big.data(), .len = big.size()}),
+            Result::kTooLong);
+  EXPECT_TRUE(rig.reliability.tx(pi).ops.empty());
+  EXPECT_EQ(rig.ops.user_free(), c.max_send_ops);
+  // What is allowed: no bytes from no buffer, and exactly the limits.
+  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = nullptr, .len = 0}), Result::kOk);
+  EXPECT_EQ(rig.messaging.PostSend(
+                {.dest = peer, .buf = big.data(), .len = c.inject_size, .flags = kSendInject}),
+            Result::kOk);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = big.data(), .len = c.max_msg_size}),
+            Result::kOk);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = PeerId{}, .buf = nullptr, .len = 0}), Result::kInvalid);
+}
+
+// Each send takes one of max_send_ops slots until it completes: the next
+// send is kAgain, and the slots come back when the sends are acknowledged.
+TEST(PostSendTest, ReturnsAgainWhenTheSendSlotsRunOut) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_send_ops = 2;
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  const std::vector<uint8_t> b = Bytes(10, 1);
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}),
+            Result::kAgain);
+  EXPECT_EQ(rig.messaging.PostSend(
+                {.dest = peer, .buf = b.data(), .len = b.size(), .flags = kSendInject}),
+            Result::kAgain)
+      << "an inject takes a slot too";
+  EXPECT_EQ(Queued(rig, pi).size(), 2u);
+  ASSERT_EQ(BuildPackets(rig, pi).size(), 2u);
+  AckAll(rig, pi);
+  EXPECT_EQ(Drain(rig).size(), 2u);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
+  EXPECT_EQ(rig.ops[Queued(rig, pi)[0]].msg.msg_id, 2u) << "the refused sends spent no number";
+}
+
+// A send reserves its completion when posted: with the completion queue full
+// it is kAgain (an inject, which has none, still goes) and spends nothing.
+TEST(PostSendTest, ReturnsAgainWhenTheCompletionQueueIsFullButAnInjectGoes) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_send_ops = 4;
+  c.max_posted_recvs = 1;  // room for 5 records
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  // Peeks that find nothing fill the queue with unread errors.
+  int peek;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(rig.messaging.PostRecv({.context = &peek, .flags = kRecvPeek}), Result::kOk);
+  }
+  const std::vector<uint8_t> b = Bytes(10, 1);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}),
+            Result::kAgain);
+  EXPECT_EQ(rig.messaging.PostSend(
+                {.dest = peer, .buf = b.data(), .len = b.size(), .flags = kSendBuffered}),
+            Result::kAgain)
+      << "a buffered send completes at once: it needs the room now";
+  EXPECT_EQ(rig.ops.user_free(), 4u);
+  EXPECT_EQ(rig.messaging.PostSend(
+                {.dest = peer, .buf = b.data(), .len = b.size(), .flags = kSendInject}),
+            Result::kOk);
+  ErrorCompletion one[1];
+  ASSERT_EQ(rig.completions.PollErrors(one), 1u);
+  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
+  const std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(rig.ops[q[0]].msg.msg_id, 0u);
+  EXPECT_EQ(rig.ops[q[1]].msg.msg_id, 1u);
+}
+
+// Each send queues one eager op on the peer's stream, numbered 0, 1, 2... in
+// post order, with the tag only when tagged and the data only with kSendRemoteData.
+TEST(PostSendTest, QueuesOneOpPerMessageNumberedInPostOrder) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  const std::vector<uint8_t> b = Bytes(100, 1);
+  int c0, c1, c2;
+  ASSERT_EQ(rig.messaging.PostSend(
+                {.dest = peer, .buf = b.data(), .len = 100, .context = &c0, .tag = 99, .data = 5}),
+            Result::kOk);
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer,
+                                    .buf = b.data(),
+                                    .len = 50,
+                                    .context = &c1,
+                                    .tag = 0x1234,
+                                    .flags = kSendTagged}),
+            Result::kOk);
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer,
+                                    .buf = b.data(),
+                                    .len = 0,
+                                    .context = &c2,
+                                    .data = 77,
+                                    .flags = kSendRemoteData}),
+            Result::kOk);
+  const std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(q.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    const SendOp& op = rig.ops[q[i]];
+    EXPECT_EQ(op.kind, OpKind::kMsg) << i;
+    EXPECT_EQ(op.type, wire::PacketType::kData) << i;
+    EXPECT_EQ(op.msg.msg_id, i);
+    EXPECT_EQ(op.msg.protocol, wire::MsgProtocol::kEager) << i;
+    EXPECT_EQ(op.peer, pi);
+  }
+  const SendOp& plain = rig.ops[q[0]];
+  EXPECT_EQ(plain.context, &c0);
+  EXPECT_EQ(plain.msg.msg_flags, 0u);
+  EXPECT_EQ(plain.msg.tag, 0u) << "an untagged send carries no tag";
+  EXPECT_EQ(plain.msg.data, 0u) << "nor data without kSendRemoteData";
+  EXPECT_EQ(plain.msg.total_length, 100u);
+  EXPECT_EQ(plain.wire_len, 100u);
+  EXPECT_EQ(plain.src, b.data()) << "not copied: the caller keeps the buffer";
+  EXPECT_EQ(plain.comp_flags, kCompSend | kCompMsg);
+  const SendOp& tagged = rig.ops[q[1]];
+  EXPECT_EQ(tagged.msg.msg_flags, wire::kMsgTagged);
+  EXPECT_EQ(tagged.msg.tag, 0x1234u);
+  EXPECT_EQ(tagged.comp_flags, kCompSend | kCompMsg | kCompTagged);
+  const SendOp& with_data = rig.ops[q[2]];
+  EXPECT_EQ(with_data.msg.msg_flags, wire::kMsgRemoteData);
+  EXPECT_EQ(with_data.msg.data, 77u);
+  EXPECT_EQ(with_data.msg.total_length, 0u);
+  // The numbers go on the wire in that order.
+  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  ASSERT_EQ(sent.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(sent[i].common.type, wire::PacketType::kData);
+    EXPECT_EQ(sent[i].msg.msg_id, i);
+  }
+  EXPECT_EQ(sent[1].msg.tag, 0x1234u);
+  EXPECT_EQ(sent[2].msg.data, 77u);
+}
+
+// A buffered send (kSendBuffered) completes at once, and what goes on the
+// wire is the bytes it had then: the caller may reuse its buffer at once.
+TEST(PostSendTest, ABufferedSendCompletesAtOnceAndSendsTheBytesItCopied) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  std::vector<uint8_t> b = Bytes(100, 3);
+  const std::vector<uint8_t> original = b;
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer,
+                                    .buf = b.data(),
+                                    .len = b.size(),
+                                    .context = &ctx,
+                                    .flags = kSendBuffered}),
+            Result::kOk);
+  const std::vector<Completion> done = Drain(rig);
+  ASSERT_EQ(done.size(), 1u) << "complete before anything is sent";
+  EXPECT_EQ(done[0].context, &ctx);
+  EXPECT_EQ(done[0].flags, kCompSend | kCompMsg);
+  EXPECT_EQ(done[0].len, 100u);
+  std::memset(b.data(), 0xee, b.size());
+  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  ASSERT_EQ(sent.size(), 1u);
+  ASSERT_EQ(sent[0].common.type, wire::PacketType::kData);
+  EXPECT_EQ(std::vector<uint8_t>(sent[0].payload.begin(), sent[0].payload.end()), original);
+  AckAll(rig, pi);
+  EXPECT_EQ(rig.completions.ready(), 0u) << "no second completion when acknowledged";
+  EXPECT_TRUE(rig.reliability.tx(pi).ops.empty());
+  EXPECT_EQ(rig.ops.user_free(), rig.config.max_send_ops);
+}
+
+// Above rendezvous_threshold a send is a request to send: one DATA packet,
+// protocol RENDEZVOUS, no payload, the message's length; at it, eager.
+TEST(PostSendTest, AboveTheRendezvousThresholdItQueuesARequestToSend) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.rendezvous_threshold = 4096;
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  const std::vector<uint8_t> b = Bytes(5000, 4);
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = 4096}), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = 5000}), Result::kOk);
+  const std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(rig.ops[q[0]].kind, OpKind::kMsg) << "at the threshold: eager";
+  const SendOp& op = rig.ops[q[1]];
+  EXPECT_EQ(op.kind, OpKind::kRndvRequest);
+  EXPECT_EQ(op.msg.protocol, wire::MsgProtocol::kRendezvous);
+  EXPECT_EQ(op.msg.msg_id, 1u);
+  EXPECT_EQ(op.msg.total_length, 5000u);
+  EXPECT_EQ(op.wire_len, 0u);
+  EXPECT_EQ(op.len, 5000u);
+  EXPECT_EQ(rig.ctx.counters.rendezvous_sent, 1u);
+  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  ASSERT_EQ(sent.size(), 4u) << "three segments of the eager one, then the request";
+  EXPECT_EQ(sent[3].common.type, wire::PacketType::kData);
+  EXPECT_EQ(sent[3].msg.protocol, wire::MsgProtocol::kRendezvous);
+  EXPECT_EQ(sent[3].msg.total_length, 5000u);
+  EXPECT_TRUE(sent[3].payload.empty());
+}
+
+// ---- Matching.
+
+// A message takes the first posted receive of its kind whose source is the
+// sender or any and whose tag equals its own outside the ignore mask.
+TEST(MatchingTest, AMessageTakesTheFirstReceiveBySourceAndTagUnderTheMask) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  const PeerId other = rig.session.peers().Id(AddOtherPeer(rig));
+  std::vector<uint8_t> b0(100), b1(100), b2(100), b3(100);
+  int c0, c1, c2, c3;
+  ASSERT_EQ(rig.messaging.PostRecv(TaggedRecv(&b0, &c0, 0x10ab, 0, other)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b1, &c1)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(TaggedRecv(&b2, &c2, 0x1000, 0xff)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(TaggedRecv(&b3, &c3, 0x10ab, 0, peer)), Result::kOk);
+  const std::vector<uint8_t> m = Bytes(100, 1);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 100, wire::kMsgTagged, 0x10ab), m));
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 100, wire::kMsgTagged, 0x10ab), m));
+  ASSERT_TRUE(Feed(rig, pi, Msg(2, 100, wire::kMsgTagged, 0x20ab), m));
+  ASSERT_TRUE(Feed(rig, pi, Msg(3, 100), m));
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].context, &c2) << "the receive directed to another peer is passed over";
+  EXPECT_EQ(got[0].tag, 0x10abu);
+  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg | kCompTagged);
+  EXPECT_EQ(got[0].source, peer);
+  EXPECT_EQ(got[0].buf, b2.data());
+  EXPECT_EQ(got[1].context, &c3);
+  EXPECT_EQ(got[1].source, peer);
+  EXPECT_EQ(got[2].context, &c1) << "an untagged message takes the untagged receive";
+  EXPECT_EQ(got[2].flags, kCompRecv | kCompMsg);
+  EXPECT_EQ(b1, m);
+  EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u) << "tag 0x20ab matched nothing";
+  EXPECT_TRUE(rig.messaging.CancelRecv(&c0)) << "still waiting for the other peer";
+  EXPECT_EQ(DrainErrors(rig).size(), 1u);
+}
+
+// Tagged and untagged messages are matched in separate queues: an untagged
+// message never takes a tagged receive, even one that ignores every tag bit.
+TEST(MatchingTest, AnUntaggedMessageNeverMatchesATaggedReceive) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> tb(100), ub(100);
+  int tagged_ctx, untagged_ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(TaggedRecv(&tb, &tagged_ctx, 0, ~uint64_t{0})), Result::kOk);
+  const std::vector<uint8_t> m0 = Bytes(40, 1), m1 = Bytes(60, 2);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 40), m0));
+  EXPECT_EQ(rig.completions.ready(), 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u);
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 60, wire::kMsgTagged, 0x55), m1));
+  std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &tagged_ctx) << "the tagged message took it";
+  EXPECT_EQ(got[0].len, 60u);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&ub, &untagged_ctx)), Result::kOk);
+  got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &untagged_ctx);
+  EXPECT_EQ(got[0].len, 40u);
+  EXPECT_TRUE(std::equal(m0.begin(), m0.end(), ub.begin()));
+}
+
+// Segments of one message land one after another in the receive buffer; the
+// receive completes with the last.
+TEST(MatchingTest, SegmentsReassembleAcrossCallsIntoTheReceiveBuffer) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> buf(3000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  const std::vector<uint8_t> m = Bytes(3000, 5);  // three segments
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 0));
+  EXPECT_TRUE(rig.messaging.Receiving(pi));
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 1));
+  EXPECT_EQ(rig.completions.ready(), 0u) << "not before the last segment";
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 2));
+  EXPECT_FALSE(rig.messaging.Receiving(pi));
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &ctx);
+  EXPECT_EQ(got[0].len, 3000u);
+  EXPECT_EQ(got[0].buf, buf.data());
+  EXPECT_EQ(buf, m);
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+}
+
+// A message longer than its receive fills the buffer, writes nothing past
+// it, and completes as an EMSGSIZE error with the overflow in olen.
+TEST(MatchingTest, AMessageLongerThanTheBufferCompletesTruncated) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> buf(3000, 0x5a);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv({.buf = buf.data(), .len = 1500, .context = &ctx}), Result::kOk);
+  const std::vector<uint8_t> m = Bytes(2500, 6);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 2500), m));
+  EXPECT_EQ(rig.completions.ready(), 0u);
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, EMSGSIZE);
+  EXPECT_EQ(err[0].olen, 1000u);
+  EXPECT_EQ(err[0].op.len, 1500u);
+  EXPECT_EQ(err[0].op.context, &ctx);
+  EXPECT_TRUE(std::equal(m.begin(), m.begin() + 1500, buf.begin()));
+  for (size_t i = 1500; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0x5a) << "written past the receive";
+  EXPECT_EQ(rig.ctx.counters.truncated, 1u);
+}
+
+// A message with no receive waits in the unexpected queue; a receive posted
+// later takes it at once.
+TEST(MatchingTest, AMessageWithNoReceiveWaitsUnexpectedForALaterReceive) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const std::vector<uint8_t> m = Bytes(2000, 7);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 2000, wire::kMsgRemoteData, 0, 99), m));
+  EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_bytes, rig.config.unexpected_chunk_bytes);
+  EXPECT_EQ(rig.completions.ready(), 0u);
+  std::vector<uint8_t> buf(2000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u) << "at once";
+  EXPECT_EQ(got[0].context, &ctx);
+  EXPECT_EQ(got[0].len, 2000u);
+  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg | kCompRemoteData);
+  EXPECT_EQ(got[0].data, 99u);
+  EXPECT_EQ(got[0].source, rig.session.peers().Id(pi));
+  EXPECT_EQ(buf, m);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_bytes, 0u);
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+}
+
+// A receive posted while an unexpected message is still arriving takes what
+// came so far and the rest lands in its buffer directly.
+TEST(MatchingTest, AReceivePostedMidMessageTakesTheRestDirectly) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const std::vector<uint8_t> m = Bytes(3000, 8);
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 0));
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
+  std::vector<uint8_t> buf(3000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  EXPECT_EQ(rig.completions.ready(), 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u) << "it left the unexpected queue";
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 3000), m, /*from=*/1));
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &ctx);
+  EXPECT_EQ(buf, m);
+}
+
+// With the unexpected queue full a message is refused (false: not consumed,
+// no number spent) and is taken when it comes again once there is room.
+TEST(MatchingTest, AFullUnexpectedQueueRefusesAMessageUntilThereIsRoom) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_unexpected_msgs = 2;
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const std::vector<uint8_t> m0 = Bytes(100, 0), m1 = Bytes(100, 1), m2 = Bytes(100, 2);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 100), m0));
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m1));
+  rig.ctx.TakeFreed();
+  EXPECT_FALSE(Feed(rig, pi, Msg(2, 100), m2));
+  EXPECT_FALSE(Feed(rig, pi, Msg(2, 100), m2)) << "again: still no room";
+  EXPECT_FALSE(rig.messaging.Receiving(pi));
+  EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 2u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 2u);
+  std::vector<uint8_t> b0(100), b1(100), b2(100);
+  int c0, c1, c2;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b0, &c0)), Result::kOk);
+  EXPECT_TRUE(rig.ctx.TakeFreed()) << "the refused peer may come again";
+  EXPECT_TRUE(Feed(rig, pi, Msg(2, 100), m2));
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u) << "msg_id 2 was still the next one";
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b1, &c1)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b2, &c2)), Result::kOk);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(b0, m0);
+  EXPECT_EQ(b1, m1);
+  EXPECT_EQ(b2, m2);
+}
+
+// ---- Framing.
+
+// A segment of another message while one is in progress aborts it (EPROTO
+// for its receive, a protocol error) and is taken as the next message.
+TEST(FramingTest, AnotherMessagesSegmentAbortsTheOneInProgressAndStartsTheNext) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> a(3000), b(3000);
+  int ca, cb;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  const std::vector<uint8_t> m0 = Bytes(3000, 1), m1 = Bytes(500, 2);
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m0, 0));
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 500), m1));
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, EPROTO);
+  EXPECT_EQ(err[0].op.context, &ca);
+  EXPECT_EQ(err[0].op.len, kSeg) << "what had landed";
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &cb);
+  EXPECT_EQ(got[0].len, 500u);
+  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), b.begin()));
+}
+
+// A segment of the message in progress at the wrong offset aborts it; the
+// message's number is spent, so the next message is received normally.
+TEST(FramingTest, ASegmentAtTheWrongOffsetAbortsTheMessageInProgress) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> a(5000), b(100);
+  int ca, cb;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  const std::vector<uint8_t> m0 = Bytes(5000, 1), m1 = Bytes(100, 2);
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 5000), m0, 0));
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 5000), m0, 2)) << "segment 1 skipped";
+  EXPECT_FALSE(rig.messaging.Receiving(pi));
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, EPROTO);
+  EXPECT_EQ(err[0].op.context, &ca);
+  EXPECT_EQ(err[0].op.len, kSeg);
+  EXPECT_GE(rig.ctx.counters.protocol_errors, 1u);
+  EXPECT_EQ(rig.ctx.counters.ops_failed, 1u);
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m1));
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &cb);
+  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), b.begin()));
+}
+
+// An ABANDONED first segment spends its message's number and delivers
+// nothing; the rest of that message is dropped quietly, and the next message
+// takes the receive. An ABANDONED segment of any other message is a
+// protocol error.
+TEST(FramingTest, AnAbandonedMessageSpendsItsNumber) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> buf(100);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, Msg(0, 5000, wire::kMsgAbandoned), {}));
+  wire::MsgFields rest = Msg(0, 5000, wire::kMsgAbandoned);
+  rest.offset = kSeg;
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, rest, {}));
+  rest.msg_flags = 0;
+  rest.offset = 2 * kSeg;
+  const std::vector<uint8_t> seg = Bytes(kSeg, 3);
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, rest, seg)) << "a plain segment held before";
+  EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 0u);
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u);
+  const std::vector<uint8_t> m1 = Bytes(100, 4);
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m1));
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &ctx);
+  EXPECT_EQ(buf, m1);
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, Msg(7, 100, wire::kMsgAbandoned), {}));
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u) << "not the next message";
+}
+
+// An ABANDONED segment of the message being received ends its receive with
+// ECANCELED; the message's other segments are dropped, the next one is received.
+TEST(FramingTest, AnAbandonedSegmentOfTheMessageInProgressCancelsItsReceive) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> a(5000), b(100);
+  int ca, cb;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  const std::vector<uint8_t> m0 = Bytes(5000, 1), m1 = Bytes(100, 2);
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 5000), m0, 0));
+  wire::MsgFields gone = Msg(0, 5000, wire::kMsgAbandoned);
+  gone.offset = kSeg;
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, gone, {}));
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, ECANCELED);
+  EXPECT_EQ(err[0].op.context, &ca);
+  EXPECT_EQ(err[0].op.len, kSeg);
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 5000), m0, 2)) << "a copy sent before the give-up";
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m1));
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &cb);
+  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), b.begin()));
+}
+
+// ---- Multi-receive.
+
+// Messages land one after another in a multi-receive buffer, each with its
+// own completion; the one that leaves less than min_multi_recv carries
+// kCompMultiRecv and the buffer takes no more.
+TEST(MultiRecvTest, MessagesLandOneAfterAnotherUntilTheBufferIsReleased) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const uint32_t room = Room(rig);
+  ASSERT_EQ(rig.messaging.min_multi_recv(), 1024u);
+  std::vector<uint8_t> big(4096);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(
+                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
+            Result::kOk);
+  std::vector<std::vector<uint8_t>> m;
+  for (uint32_t i = 0; i < 5; ++i) {
+    m.push_back(Bytes(1000, static_cast<uint8_t>(i)));
+    ASSERT_TRUE(Feed(rig, pi, Msg(i, 1000), m[i]));
+  }
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 4u) << "4096 - 4000 is under min_multi_recv";
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(got[i].context, &ctx);
+    EXPECT_EQ(got[i].buf, big.data() + 1000 * i);
+    EXPECT_EQ(got[i].len, 1000u);
+    EXPECT_EQ(got[i].flags, kCompRecv | kCompMsg | (i == 3 ? kCompMultiRecv : 0)) << i;
+    EXPECT_TRUE(std::equal(m[i].begin(), m[i].end(), big.begin() + 1000 * i)) << i;
+  }
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u) << "the fifth found the buffer released";
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+  EXPECT_FALSE(rig.messaging.CancelRecv(&ctx));
+  EXPECT_EQ(Room(rig), room) << "the buffer's own reservation went with its release";
+}
+
+// A multi-receive posted after messages arrived takes those that fit, in
+// order, until it is released.
+TEST(MultiRecvTest, APostedBufferTakesTheMessagesWaitingUnexpected) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<std::vector<uint8_t>> m;
+  for (uint32_t i = 0; i < 3; ++i) {
+    m.push_back(Bytes(1000, static_cast<uint8_t>(i)));
+    ASSERT_TRUE(Feed(rig, pi, Msg(i, 1000), m[i]));
+  }
+  std::vector<uint8_t> big(2500);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(
+                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
+            Result::kOk);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].buf, big.data());
+  EXPECT_EQ(got[0].flags & kCompMultiRecv, 0u);
+  EXPECT_EQ(got[1].buf, big.data() + 1000);
+  EXPECT_EQ(got[1].flags & kCompMultiRecv, kCompMultiRecv) << "500 bytes left";
+  EXPECT_TRUE(std::equal(m[0].begin(), m[0].end(), big.begin()));
+  EXPECT_TRUE(std::equal(m[1].begin(), m[1].end(), big.begin() + 1000));
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
+}
+
+// A multi-receive posted while a message is still arriving takes it: the
+// rest lands in the buffer directly, and the release comes with it.
+TEST(MultiRecvTest, APostedBufferTakesAMessageStillArriving) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const uint32_t room = Room(rig);
+  const std::vector<uint8_t> m = Bytes(3000, 1);
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 0));
+  std::vector<uint8_t> big(4000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(
+                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
+            Result::kOk);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 3000), m, /*from=*/1));
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].buf, big.data());
+  EXPECT_EQ(got[0].len, 3000u);
+  EXPECT_EQ(got[0].flags & kCompMultiRecv, kCompMultiRecv) << "1000 bytes left";
+  EXPECT_TRUE(std::equal(m.begin(), m.end(), big.begin()));
+  EXPECT_EQ(Room(rig), room) << "every reservation is given back";
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+}
+
+// Canceling a multi-receive a message is arriving into only stops it taking
+// more: no error, and that message's completion releases the buffer.
+TEST(MultiRecvTest, CancelWithAMessageArrivingReleasesTheBufferWithIt) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const uint32_t room = Room(rig);
+  std::vector<uint8_t> big(10000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(
+                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
+            Result::kOk);
+  const std::vector<uint8_t> m = Bytes(3000, 1);
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 0));
+  ASSERT_TRUE(rig.messaging.CancelRecv(&ctx));
+  EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 3000), m, /*from=*/1));
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &ctx);
+  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg | kCompMultiRecv);
+  EXPECT_TRUE(std::equal(m.begin(), m.end(), big.begin()));
+  EXPECT_EQ(Room(rig), room);
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 30), Bytes(30, 2)));
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u) << "the buffer takes no more";
+}
+
+// BUG (Messaging::ConsumeData, cq_room): a message whose only matching
+// receive is a multi-receive, arriving while the completion queue has no
+// room for its record, is queued unexpected instead of being refused; the
+// next message, once the application has read its completions, lands in
+// that multi-receive first, so the two complete out of send order (message
+// 2 waits for some later receive). Expected: it is refused (false, comes
+// again) or otherwise kept ahead of later messages. PostMulti's loop has the
+// same flaw when Reserve fails for a waiting message.
+TEST(MultiRecvTest, DISABLED_MessagesLandInSendOrderWhenTheCompletionQueueWasFull) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_send_ops = 1;
+  c.max_posted_recvs = 2;  // room for 3 records: the buffer's and two messages'
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> big(100000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(
+                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
+            Result::kOk);
+  std::vector<std::vector<uint8_t>> m;
+  for (uint32_t i = 0; i < 4; ++i) m.push_back(Bytes(100, static_cast<uint8_t>(i + 1)));
+  std::vector<Completion> got;
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 100), m[0]));
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m[1]));
+  const bool taken = Feed(rig, pi, Msg(2, 100), m[2]);      // the queue is full of unread records
+  for (const Completion& k : Drain(rig)) got.push_back(k);  // the application reads them
+  if (!taken) {
+    ASSERT_TRUE(Feed(rig, pi, Msg(2, 100), m[2])) << "refused, it comes again";
+  }
+  ASSERT_TRUE(Feed(rig, pi, Msg(3, 100), m[3]));
+  for (const Completion& k : Drain(rig)) got.push_back(k);
+  ASSERT_EQ(got.size(), 4u) << "message 2 waits unexpected with its receive posted";
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(got[i].buf, big.data() + 100 * i) << i;
+    EXPECT_TRUE(std::equal(m[i].begin(), m[i].end(), big.begin() + 100 * i)) << i;
+  }
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
+}
+
+// ---- Peek, claim, discard.
+
+// A peek with no matching message completes as an ENOMSG error.
+TEST(PeekTest, APeekWithNothingArrivedReportsEnomsg) {
+  StageRig rig;
+  rig.AddEstablishedPeer();
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv({.context = &ctx, .flags = kRecvPeek}), Result::kOk);
+  EXPECT_EQ(rig.completions.ready(), 0u);
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, ENOMSG);
+  EXPECT_EQ(err[0].op.context, &ctx);
+}
+
+// A peek describes the first matching unexpected message (length, tag, data,
+// source; no buffer) and leaves it for a receive.
+TEST(PeekTest, APeekReportsAMessageWithoutTakingIt) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const std::vector<uint8_t> m = Bytes(120, 1);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 120, wire::kMsgTagged | wire::kMsgRemoteData, 42, 7), m));
+  int peek;
+  ASSERT_EQ(
+      rig.messaging.PostRecv({.context = &peek, .tagged = true, .tag = 42, .flags = kRecvPeek}),
+      Result::kOk);
+  std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &peek);
+  EXPECT_EQ(got[0].len, 120u);
+  EXPECT_EQ(got[0].tag, 42u);
+  EXPECT_EQ(got[0].data, 7u);
+  EXPECT_EQ(got[0].source, rig.session.peers().Id(pi));
+  EXPECT_EQ(got[0].buf, nullptr);
+  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg | kCompTagged | kCompRemoteData);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
+  std::vector<uint8_t> buf(120);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(TaggedRecv(&buf, &ctx, 42)), Result::kOk);
+  got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &ctx);
+  EXPECT_EQ(buf, m);
+}
+
+// A claiming peek reserves the message: receives pass it over, and a claim
+// with the same context receives it (source and tag do not apply).
+TEST(PeekTest, AClaimingPeekReservesTheMessageForTheClaim) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const std::vector<uint8_t> m = Bytes(200, 2);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 200), m));
+  int claim;
+  ASSERT_EQ(rig.messaging.PostRecv({.context = &claim, .flags = kRecvPeek | kRecvClaim}),
+            Result::kOk);
+  std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].len, 200u);
+  std::vector<uint8_t> other(200), buf(200);
+  int other_ctx, nobody;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&other, &other_ctx)), Result::kOk);
+  EXPECT_EQ(rig.completions.ready(), 0u) << "a plain receive does not take a claimed message";
+  EXPECT_EQ(rig.messaging.PostRecv(
+                {.buf = buf.data(), .len = buf.size(), .context = &nobody, .flags = kRecvClaim}),
+            Result::kInvalid)
+      << "no peek claimed a message for that context";
+  ASSERT_EQ(rig.messaging.PostRecv({.source = PeerId{12345},
+                                    .buf = buf.data(),
+                                    .len = buf.size(),
+                                    .context = &claim,
+                                    .tagged = true,
+                                    .tag = 9,
+                                    .flags = kRecvClaim}),
+            Result::kOk);
+  got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &claim);
+  EXPECT_EQ(got[0].len, 200u);
+  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg) << "the message's kind, not the request's";
+  EXPECT_EQ(buf, m);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
+  EXPECT_TRUE(rig.messaging.CancelRecv(&other_ctx)) << "still posted";
+}
+
+// A discarding peek, or a discarding claim, drops the message: a completion
+// with length 0, and nothing left to receive.
+TEST(PeekTest, ADiscardingPeekOrClaimDropsTheMessage) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 300), Bytes(300, 1)));
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 400), Bytes(400, 2)));
+  int drop;
+  ASSERT_EQ(rig.messaging.PostRecv({.context = &drop, .flags = kRecvPeek | kRecvDiscard}),
+            Result::kOk);
+  std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &drop);
+  EXPECT_EQ(got[0].len, 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
+  int claim;
+  ASSERT_EQ(rig.messaging.PostRecv({.context = &claim, .flags = kRecvPeek | kRecvClaim}),
+            Result::kOk);
+  got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].len, 400u) << "the second message: the first is gone";
+  ASSERT_EQ(rig.messaging.PostRecv({.context = &claim, .flags = kRecvClaim | kRecvDiscard}),
+            Result::kOk);
+  got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &claim);
+  EXPECT_EQ(got[0].len, 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_bytes, 0u);
+  int peek;
+  ASSERT_EQ(rig.messaging.PostRecv({.context = &peek, .flags = kRecvPeek}), Result::kOk);
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, ENOMSG);
+}
+
+// ---- Cancel.
+
+// CancelRecv completes the posted receive with its context as an ECANCELED
+// error and frees its slot; with no such receive it returns false.
+TEST(CancelRecvTest, CancelCompletesTheReceiveWithEcanceled) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> buf(100);
+  const uint32_t room = Room(rig);
+  int ctx, other;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  EXPECT_FALSE(rig.messaging.CancelRecv(&other));
+  EXPECT_EQ(rig.completions.errors_ready(), 0u);
+  ASSERT_TRUE(rig.messaging.CancelRecv(&ctx));
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, ECANCELED);
+  EXPECT_EQ(err[0].op.context, &ctx);
+  EXPECT_EQ(err[0].op.flags & kCompRecv, kCompRecv);
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+  EXPECT_FALSE(rig.messaging.CancelRecv(&ctx)) << "once";
+  EXPECT_EQ(Room(rig), room);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 100), Bytes(100, 1)));
+  EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u) << "the canceled receive takes nothing";
+}
+
+// ---- Rendezvous, receiving.
+
+// A request to send that finds a receive queues a pull: a READ_REQ with
+// MESSAGE, key = the msg_id, of min(message, receive) bytes, named by its rma_id.
+TEST(RendezvousTest, ARequestToSendWithAReceivePostedQueuesAPull) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> buf(4000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 50), Bytes(50, 1)));  // an eager one first
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(1, 10000), {}));
+  EXPECT_FALSE(rig.messaging.Receiving(pi)) << "one packet";
+  const std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(q.size(), 1u);
+  const SendOp& pull = rig.ops[q[0]];
+  EXPECT_EQ(pull.kind, OpKind::kPull);
+  EXPECT_EQ(pull.type, wire::PacketType::kRma);
+  EXPECT_EQ(pull.rma.op, wire::RmaOp::kReadReq);
+  EXPECT_EQ(pull.rma.flags, wire::kRmaFlagMessage);
+  EXPECT_EQ(pull.rma.key, 1u);
+  EXPECT_EQ(pull.rma.total_length, 4000u) << "the receive is shorter";
+  EXPECT_EQ(pull.rma.rma_id, rig.ops.RmaId(q[0]));
+  EXPECT_EQ(pull.wire_len, 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 0u);
+  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].common.type, wire::PacketType::kRma);
+  EXPECT_EQ(sent[0].rma.op, wire::RmaOp::kReadReq);
+  EXPECT_EQ(sent[0].rma.key, 1u);
+  EXPECT_EQ(sent[0].rma.total_length, 4000u);
+}
+
+// A request to send with no receive waits unexpected (no bytes) and is
+// answered with a RESPONSE MESSAGE status OK naming it; a receive posted
+// later starts its pull.
+TEST(RendezvousTest, ARequestToSendWithNoReceiveWaitsAndIsAnsweredQueued) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 10000), {}));
+  EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_bytes, 0u) << "the sender keeps the bytes";
+  std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(q.size(), 1u);
+  const SendOp& queued = rig.ops[q[0]];
+  EXPECT_EQ(queued.kind, OpKind::kResponse);
+  EXPECT_EQ(queued.rma.op, wire::RmaOp::kResponse);
+  EXPECT_EQ(queued.rma.flags, wire::kRmaFlagMessage);
+  EXPECT_EQ(queued.rma.status, wire::RmaStatus::kOk);
+  EXPECT_EQ(queued.rma.key, 0u);
+  EXPECT_EQ(queued.rma.total_length, 10000u);
+  std::vector<uint8_t> buf(10000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  EXPECT_EQ(rig.completions.ready(), 0u) << "not before its bytes are pulled";
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
+  const uint32_t pull = QueuedOf(rig, pi, OpKind::kPull);
+  ASSERT_NE(pull, kNone);
+  EXPECT_EQ(rig.ops[pull].rma.key, 0u);
+  EXPECT_EQ(rig.ops[pull].rma.total_length, 10000u);
+}
+
+// The pulled READ_DATA land in the receive buffer in order; the last one
+// completes the receive (EMSGSIZE if the message is longer) and ends the pull.
+TEST(RendezvousTest, PulledDataFillsTheReceiveAndCompletesIt) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> buf(4000, 0);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 10000), {}));
+  const uint32_t o = QueuedOf(rig, pi, OpKind::kPull);
+  ASSERT_NE(o, kNone);
+  ASSERT_EQ(BuildPackets(rig, pi).size(), 1u);
+  AckAll(rig, pi);
+  ASSERT_EQ(rig.reliability.tx(pi).waiting.front(), o) << "it waits for the bytes";
+  const std::vector<uint8_t> m = Bytes(4000, 9);
+  wire::RmaFields r;
+  r.op = wire::RmaOp::kReadData;
+  r.flags = wire::kRmaFlagMessage;
+  r.rma_id = rig.ops.RmaId(o);
+  r.key = 0;
+  r.total_length = 4000;
+  // A segment at the wrong offset is a protocol error and lands nowhere.
+  r.offset = kRmaSeg;
+  rig.messaging.ConsumePulledData(pi, r, absl::MakeConstSpan(m).subspan(kRmaSeg, kRmaSeg));
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u);
+  EXPECT_EQ(buf[kRmaSeg], 0u);
+  for (uint64_t off = 0; off < m.size(); off += kRmaSeg) {
+    EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
+    r.offset = off;
+    const size_t n = std::min<size_t>(kRmaSeg, m.size() - off);
+    rig.messaging.ConsumePulledData(pi, r, absl::MakeConstSpan(m).subspan(off, n));
+  }
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, EMSGSIZE);
+  EXPECT_EQ(err[0].olen, 6000u);
+  EXPECT_EQ(err[0].op.len, 4000u);
+  EXPECT_EQ(err[0].op.context, &ctx);
+  EXPECT_EQ(buf, m);
+  EXPECT_EQ(rig.ctx.counters.rendezvous_pulled, 1u);
+  EXPECT_EQ(rig.ops.live(OpKind::kPull), 0u);
+  EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+  // A pull that ended is not named again.
+  rig.messaging.ConsumePulledData(pi, r, {});
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 2u);
+}
+
+// A discarding peek of a request to send pulls none of its bytes (so that
+// its sender completes): the peek's completion is the only one, and the pull
+// ends silently when the empty READ_DATA comes.
+TEST(RendezvousTest, ADiscardingPeekOfARequestToSendPullsNothingAndEndsSilently) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const uint32_t room = Room(rig);
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 10000), {}));
+  int drop;
+  ASSERT_EQ(rig.messaging.PostRecv({.context = &drop, .flags = kRecvPeek | kRecvDiscard}),
+            Result::kOk);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &drop);
+  EXPECT_EQ(got[0].len, 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
+  const uint32_t o = QueuedOf(rig, pi, OpKind::kPull);
+  ASSERT_NE(o, kNone);
+  EXPECT_EQ(rig.ops[o].rma.key, 0u);
+  EXPECT_EQ(rig.ops[o].rma.total_length, 0u);
+  ASSERT_FALSE(BuildPackets(rig, pi).empty());
+  AckAll(rig, pi);
+  AnswerPull(rig, pi, o, {});
+  EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
+  EXPECT_EQ(rig.ops.live(OpKind::kPull), 0u);
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u);
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+  EXPECT_EQ(Room(rig), room);
+}
+
+// A claim of a request to send a peek reserved pulls it into the claiming
+// receive, which completes with the claim's context.
+TEST(RendezvousTest, AClaimOfARequestToSendPullsItIntoTheClaimingReceive) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const uint32_t room = Room(rig);
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 3000), {}));
+  int claim;
+  ASSERT_EQ(rig.messaging.PostRecv({.context = &claim, .flags = kRecvPeek | kRecvClaim}),
+            Result::kOk);
+  ASSERT_EQ(Drain(rig).size(), 1u);
+  EXPECT_EQ(QueuedOf(rig, pi, OpKind::kPull), kNone) << "a peek pulls nothing";
+  std::vector<uint8_t> buf(3000);
+  ASSERT_EQ(rig.messaging.PostRecv(
+                {.buf = buf.data(), .len = buf.size(), .context = &claim, .flags = kRecvClaim}),
+            Result::kOk);
+  const uint32_t o = QueuedOf(rig, pi, OpKind::kPull);
+  ASSERT_NE(o, kNone);
+  ASSERT_FALSE(BuildPackets(rig, pi).empty());
+  AckAll(rig, pi);
+  const std::vector<uint8_t> m = Bytes(3000, 1);
+  AnswerPull(rig, pi, o, m);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &claim);
+  EXPECT_EQ(got[0].len, 3000u);
+  EXPECT_EQ(buf, m);
+  EXPECT_EQ(Room(rig), room);
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
+}
+
+// ---- Rendezvous, sending.
+
+// A pull naming our request that waits for its answer turns it into the
+// message's bytes: READ_DATA with the pull's rma_id, ahead of later sends;
+// the send completes when they are acknowledged.
+TEST(RendezvousTest, APullOfAWaitingRequestStreamsTheMessageAsReadData) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.rendezvous_threshold = 4096;
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  const std::vector<uint8_t> m = Bytes(5000, 3);
+  int ctx, later;
+  ASSERT_EQ(
+      rig.messaging.PostSend({.dest = peer, .buf = m.data(), .len = m.size(), .context = &ctx}),
+      Result::kOk);
+  const uint32_t o = Queued(rig, pi)[0];
+  ASSERT_EQ(BuildPackets(rig, pi).size(), 1u);
+  AckAll(rig, pi);
+  ASSERT_EQ(rig.reliability.tx(pi).waiting.front(), o);
+  EXPECT_EQ(rig.ops[o].state, OpState::kWaiting);
+  EXPECT_TRUE(rig.reliability.tx(pi).hold) << "later sends wait for the answer";
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = m.data(), .len = 10, .context = &later}),
+            Result::kOk);
+  EXPECT_TRUE(BuildPackets(rig, pi).empty()) << "held";
+  wire::RmaFields pull;
+  pull.op = wire::RmaOp::kReadReq;
+  pull.flags = wire::kRmaFlagMessage;
+  pull.rma_id = 0x77;
+  pull.key = 0;
+  pull.total_length = 5000;
+  ASSERT_TRUE(rig.messaging.ConsumePullRequest(pi, pull));
+  EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
+  EXPECT_FALSE(rig.reliability.tx(pi).hold);
+  const std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0], o) << "ahead of the later send";
+  const SendOp& op = rig.ops[o];
+  EXPECT_EQ(op.kind, OpKind::kRndvData);
+  EXPECT_EQ(op.rma.op, wire::RmaOp::kReadData);
+  EXPECT_EQ(op.rma.flags, wire::kRmaFlagMessage);
+  EXPECT_EQ(op.rma.rma_id, 0x77u);
+  EXPECT_EQ(op.rma.key, 0u);
+  EXPECT_EQ(op.rma.total_length, 5000u);
+  EXPECT_EQ(op.wire_len, 5000u);
+  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  ASSERT_EQ(sent.size(), 5u) << "four READ_DATA, then the later send";
+  std::vector<uint8_t> streamed;
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(sent[i].common.type, wire::PacketType::kRma) << i;
+    EXPECT_EQ(sent[i].rma.op, wire::RmaOp::kReadData);
+    EXPECT_EQ(sent[i].rma.rma_id, 0x77u);
+    EXPECT_EQ(sent[i].rma.offset, streamed.size());
+    streamed.insert(streamed.end(), sent[i].payload.begin(), sent[i].payload.end());
+  }
+  EXPECT_EQ(streamed, m);
+  EXPECT_EQ(sent[4].common.type, wire::PacketType::kData);
+  EXPECT_EQ(sent[4].msg.msg_id, 1u);
+  AckAll(rig, pi);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].context, &ctx);
+  EXPECT_EQ(got[0].len, 5000u);
+  EXPECT_EQ(got[1].context, &later);
+}
+
+// A pull naming no message of ours that waits to be pulled (another msg_id,
+// or more bytes than it has) is answered RESPONSE NO_MESSAGE and counted.
+TEST(RendezvousTest, APullNamingNoWaitingMessageIsAnsweredNoMessage) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.rendezvous_threshold = 4096;
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  const std::vector<uint8_t> m = Bytes(5000, 3);
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = m.data(), .len = m.size()}), Result::kOk);
+  const uint32_t request = Queued(rig, pi)[0];
+  ASSERT_EQ(BuildPackets(rig, pi).size(), 1u);
+  AckAll(rig, pi);
+  wire::RmaFields pull;
+  pull.op = wire::RmaOp::kReadReq;
+  pull.flags = wire::kRmaFlagMessage;
+  pull.rma_id = 0x55;
+  pull.key = 3;
+  pull.total_length = 100;
+  ASSERT_TRUE(rig.messaging.ConsumePullRequest(pi, pull));
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u);
+  std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(q.size(), 1u);
+  const SendOp& answer = rig.ops[q[0]];
+  EXPECT_EQ(answer.kind, OpKind::kResponse);
+  EXPECT_EQ(answer.rma.op, wire::RmaOp::kResponse);
+  EXPECT_EQ(answer.rma.flags, wire::kRmaFlagMessage);
+  EXPECT_EQ(answer.rma.status, wire::RmaStatus::kNoMessage);
+  EXPECT_EQ(answer.rma.rma_id, 0x55u);
+  EXPECT_EQ(answer.rma.key, 3u);
+  EXPECT_EQ(answer.rma.total_length, 100u);
+  pull.key = 0;
+  pull.total_length = 5001;
+  ASSERT_TRUE(rig.messaging.ConsumePullRequest(pi, pull));
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 2u) << "longer than the message";
+  EXPECT_EQ(rig.reliability.tx(pi).waiting.front(), request) << "the request still waits";
+  EXPECT_EQ(rig.ops[request].kind, OpKind::kRndvRequest);
+}
+
+// ---- Sessions and peers.
+
+// When the peer's session ends, the message arriving from it completes in
+// error, and its next message is numbered from 0 again.
+TEST(EndSessionTest, TheMessageInProgressCompletesInError) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  std::vector<uint8_t> a(3000), b(100);
+  int ca, cb;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 10), Bytes(10, 0)));  // takes a
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
+  Drain(rig);
+  ASSERT_TRUE(FeedSegment(rig, pi, Msg(1, 3000), Bytes(3000, 1), 0));
+  rig.messaging.EndSession(pi, ECONNRESET, "restarted; operation aborted");
+  EXPECT_FALSE(rig.messaging.Receiving(pi));
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, ECONNRESET);
+  EXPECT_EQ(err[0].op.context, &cb) << "b was next in line";
+  EXPECT_EQ(err[0].op.len, 100u) << "what had landed, up to the buffer";
+  EXPECT_NE(std::string(err[0].message).find("restarted"), std::string::npos);
+  const std::vector<uint8_t> m = Bytes(100, 2);
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 100), m));
+  EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u) << "msg_id 0 opens the new session";
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].context, &ca);
+}
+
+// Requests to send from the peer waiting unexpected are dropped with its
+// session (rendezvous_lost): no receive takes them; its eager messages stay.
+TEST(EndSessionTest, UnexpectedRendezvousRequestsAreLost) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 10000), {}));
+  const std::vector<uint8_t> m = Bytes(100, 1);
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m));
+  ASSERT_EQ(rig.ctx.counters.unexpected_depth, 2u);
+  rig.messaging.EndSession(pi, ECONNRESET, "restarted; operation aborted");
+  EXPECT_EQ(rig.ctx.counters.rendezvous_lost, 1u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
+  std::vector<uint8_t> buf(10000);
+  int ctx;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
+  EXPECT_EQ(QueuedOf(rig, pi, OpKind::kPull), kNone) << "nothing is pulled";
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].len, 100u) << "the eager message, whose bytes are here";
+  EXPECT_TRUE(std::equal(m.begin(), m.end(), buf.begin()));
+}
+
+// Our messages still queued (none of their packets sent; the engine failed
+// the others) open the next session: renumbered from msg_id 0, in order.
+TEST(EndSessionTest, QueuedMessagesAreRenumberedFromZero) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  const std::vector<uint8_t> b = Bytes(10, 1);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}),
+              Result::kOk);
+  }
+  ASSERT_EQ(BuildPackets(rig, pi, 2).size(), 2u);  // 0 and 1 go out
+  // As Engine::FailPeer does: what went out fails.
+  for (uint32_t o : Queued(rig, pi)) {
+    if (!rig.ops[o].started) continue;
+    rig.reliability.Unqueue(pi, o);
+    rig.completions.OpFailed(rig.ops[o], ECONNRESET, "restarted");
+    rig.ops.Free(o);
+  }
+  ASSERT_EQ(Queued(rig, pi).size(), 2u);
+  rig.messaging.EndSession(pi, ECONNRESET, "restarted; operation aborted");
+  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
+  const std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(q.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(rig.ops[q[i]].msg.msg_id, i);
+}
+
+// A removed peer's directed receives complete ECANCELED (others stay
+// posted), and what it sent that nobody took is dropped.
+TEST(RemovePeerTest, DirectedReceivesAreCanceledAndUnexpectedMessagesDropped) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const PeerId peer = rig.session.peers().Id(pi);
+  const PeerId other = rig.session.peers().Id(AddOtherPeer(rig));
+  ASSERT_TRUE(Feed(rig, pi, Msg(0, 300, wire::kMsgTagged, 1), Bytes(300, 1)));
+  ASSERT_TRUE(Feed(rig, pi, Msg(1, 300, wire::kMsgTagged, 2), Bytes(300, 2)));
+  int claim;
+  ASSERT_EQ(rig.messaging.PostRecv(
+                {.context = &claim, .tagged = true, .tag = 2, .flags = kRecvPeek | kRecvClaim}),
+            Result::kOk);
+  Drain(rig);
+  std::vector<uint8_t> b(100);
+  int directed, any, elsewhere;
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &directed, peer)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &any)), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &elsewhere, other)), Result::kOk);
+  rig.messaging.RemovePeer(pi);
+  const std::vector<ErrorCompletion> err = DrainErrors(rig);
+  ASSERT_EQ(err.size(), 1u);
+  EXPECT_EQ(err[0].err, ECANCELED);
+  EXPECT_EQ(err[0].op.context, &directed);
+  EXPECT_EQ(rig.completions.ready(), 0u);
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u) << "the claimed one too";
+  EXPECT_EQ(rig.ctx.counters.unexpected_bytes, 0u);
+  EXPECT_FALSE(rig.messaging.CancelRecv(&directed));
+  EXPECT_TRUE(rig.messaging.CancelRecv(&any));
+  EXPECT_TRUE(rig.messaging.CancelRecv(&elsewhere));
+  std::vector<uint8_t> buf(300);
+  EXPECT_EQ(rig.messaging.PostRecv(
+                {.buf = buf.data(), .len = buf.size(), .context = &claim, .flags = kRecvClaim}),
+            Result::kInvalid);
+}
+
+}  // namespace
+}  // namespace bypass::rdm
