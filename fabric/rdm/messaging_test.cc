@@ -816,15 +816,10 @@ TEST(MultiRecvTest, CancelWithAMessageArrivingReleasesTheBufferWithIt) {
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u) << "the buffer takes no more";
 }
 
-// BUG (Messaging::ConsumeData, cq_room): a message whose only matching
-// receive is a multi-receive, arriving while the completion queue has no
-// room for its record, is queued unexpected instead of being refused; the
-// next message, once the application has read its completions, lands in
-// that multi-receive first, so the two complete out of send order (message
-// 2 waits for some later receive). Expected: it is refused (false, comes
-// again) or otherwise kept ahead of later messages. PostMulti's loop has the
-// same flaw when Reserve fails for a waiting message.
-TEST(MultiRecvTest, DISABLED_MessagesLandInSendOrderWhenTheCompletionQueueWasFull) {
+// A message a multi-receive would take, arriving while the completion queue
+// has no room for its record, is refused (it comes again) rather than queued
+// unexpected, so the next message cannot land in that buffer ahead of it.
+TEST(MultiRecvTest, MessagesLandInSendOrderWhenTheCompletionQueueWasFull) {
   EndpointConfig c = StageRig::DefaultConfig();
   c.max_send_ops = 1;
   c.max_posted_recvs = 2;  // room for 3 records: the buffer's and two messages'
@@ -852,6 +847,40 @@ TEST(MultiRecvTest, DISABLED_MessagesLandInSendOrderWhenTheCompletionQueueWasFul
     EXPECT_EQ(got[i].buf, big.data() + 100 * i) << i;
     EXPECT_TRUE(std::equal(m[i].begin(), m[i].end(), big.begin() + 100 * i)) << i;
   }
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
+}
+
+// A multi-receive posted over waiting messages takes every one it will
+// take, or is not posted (kAgain) when the completion queue lacks room for
+// them all: none is left waiting for a later message to overtake.
+TEST(MultiRecvTest, APostedBufferTakesAllItsWaitingMessagesOrNone) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_send_ops = 1;
+  c.max_posted_recvs = 2;  // room for 3 records
+  StageRig rig(c);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  for (uint32_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Feed(rig, pi, Msg(i, 100), Bytes(100, static_cast<uint8_t>(i + 1))));
+  }
+  ASSERT_EQ(rig.ctx.counters.unexpected_depth, 3u);
+  std::vector<uint8_t> big(100000);
+  const RecvRequest multi{.buf = big.data(), .len = big.size(), .flags = kRecvMulti};
+  EXPECT_EQ(rig.messaging.PostRecv(multi), Result::kAgain)
+      << "the buffer's record and three messages' do not fit in three";
+  EXPECT_EQ(rig.ctx.counters.unexpected_depth, 3u) << "nothing taken";
+  EXPECT_EQ(rig.messaging.RecvSlotsFree(), 2u) << "nothing posted";
+  // With one message read by a plain receive, the other two fit.
+  std::vector<uint8_t> one(100);
+  ASSERT_EQ(rig.messaging.PostRecv({.buf = one.data(), .len = one.size()}), Result::kOk);
+  ASSERT_EQ(Drain(rig).size(), 1u);
+  ASSERT_EQ(rig.messaging.PostRecv(multi), Result::kOk);
+  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].buf, big.data());
+  EXPECT_EQ(got[1].buf, big.data() + 100);
+  const std::vector<uint8_t> m1 = Bytes(100, 2), m2 = Bytes(100, 3);
+  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), big.begin())) << "message 1 first";
+  EXPECT_TRUE(std::equal(m2.begin(), m2.end(), big.begin() + 100));
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
 }
 
