@@ -28,7 +28,7 @@ void Completions::OpDone(const SendOp& op) {
 void Completions::PushOpError(const SendOp& op, const ErrorCompletion& ec) {
   ++counters_.ops_failed;
   if (op.inject) {
-    // No reservation (and nobody's context): reported while there is room.
+    // No reservation was taken for it: reported while there is extra room.
     if (!cq_.PushUnreservedError(ec)) ++counters_.inject_errors_dropped;
   } else {
     cq_.PushError(ec);

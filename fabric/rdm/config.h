@@ -64,7 +64,9 @@ struct EndpointConfig {
   // full) this long completes in error (ENOSPC); the session goes on.
   uint64_t rnr_give_up_ns = 5'000'000'000;
   uint64_t peer_timeout_ns = 2'000'000'000;  // silence with work pending: fail it
-  uint64_t reset_interval_ns = 100'000;      // at most one RESET per source per interval
+  // At most one RESET per source per interval (for up to 32 sources drawing
+  // RESETs at once; more are each answered as if new).
+  uint64_t reset_interval_ns = 100'000;
 
   // Bursts per progress pass.
   uint16_t rx_burst = 32;

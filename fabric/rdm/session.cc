@@ -28,11 +28,12 @@ void Session::Init(uint32_t pi, const Address& addr) {
 
 uint32_t Session::Insert(const Address& addr, bool* added) {
   uint32_t pi = peers_.Find(addr.ip.value, addr.udp_port);
-  *added = pi == kNone;
+  *added = false;
   if (pi == kNone) {
     pi = peers_.Add(addr);
     if (pi == kNone) return kNone;
     Init(pi, addr);
+    *added = true;
   }
   state_[pi].inserted = true;
   return pi;
@@ -166,6 +167,7 @@ void Session::EndSession(uint32_t pi, bool more_to_send) {
   s.hello_tries = 0;
   s.hello_wanted = more_to_send;
   s.hello_due_ns = ctx_.now;
+  s.probe_owed = false;  // a probe asks about the session that ended
   if (more_to_send) {
     s.activity_ns = ctx_.now;
     ctx_.Enqueue(pi);
@@ -229,12 +231,24 @@ void Session::RunTimers(uint32_t pi, bool probe, uint64_t* next) {
 void Session::QueueReset(const wire::View& v, wire::ResetReason reason) {
   if (v.common.type == wire::PacketType::kReset) return;  // never answer a RESET
   const uint64_t key = uint64_t{v.flow.src_ip.value} << 16 | v.flow.src_port;
-  ResetSent& last = reset_cache_[(key * 0x9e3779b97f4a7c15ull) >> 60];
-  if (last.valid && last.key == key && ctx_.now - last.at_ns < ctx_.config.reset_interval_ns) {
+  // At most one RESET per source per interval: the sources that had one
+  // lately are remembered, the least recent forgotten first, so the limit
+  // holds for every source while at most kResetCacheSize draw RESETs at
+  // once. (A cold path: only stale or stray packets come here.)
+  ResetSent* last = &reset_cache_[0];
+  for (ResetSent& r : reset_cache_) {
+    if (r.valid && r.key == key) {
+      last = &r;
+      break;
+    }
+    if (!r.valid || (last->valid && r.at_ns < last->at_ns)) last = &r;
+  }
+  if (last->valid && last->key == key &&
+      ctx_.now - last->at_ns < ctx_.config.reset_interval_ns) {
     return;
   }
   if (reset_count_ == kMaxPendingResets) return;
-  last = ResetSent{true, key, ctx_.now};
+  *last = ResetSent{true, key, ctx_.now};
   PendingReset& r = resets_[(reset_head_ + reset_count_) % kMaxPendingResets];
   ++reset_count_;
   r.flow = driver::UdpFlow{ctx_.dev.mac,          v.flow.src_mac,  ctx_.dev.ip, v.flow.src_ip,

@@ -148,7 +148,7 @@ class Session {
     uint64_t at_ns = 0;
   };
   static constexpr uint32_t kMaxPendingResets = 16;
-  static constexpr uint32_t kResetCacheSize = 16;
+  static constexpr uint32_t kResetCacheSize = 32;
 
   void Init(uint32_t pi, const Address& addr);
   void MaybeEstablished(SessionPeer& s);

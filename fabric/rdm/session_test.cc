@@ -1,0 +1,676 @@
+// The Session stage on its own: the peer table, the handshake (HELLO and
+// HELLO_ACK), what a HELLO or RESET means, RESETs owed and their rate limit,
+// the HELLO and probe timers, and the end of a session.
+#include "fabric/rdm/session.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "fabric/rdm/stage_rig.h"
+#include "gtest/gtest.h"
+
+namespace bypass::rdm {
+namespace {
+
+using testing::StageRig;
+
+// A HELLO (or HELLO_ACK) of the peer's session starting at isn.
+wire::View Hello(const StageRig& rig, Psn isn, wire::PacketType type = wire::PacketType::kHello) {
+  wire::View v = rig.FromPeer(type, isn);
+  v.hello.max_datagram = 1472;
+  return v;
+}
+
+// A RESET from the peer's incarnation src, about our `about` incarnation of it.
+wire::View Reset(const StageRig& rig, uint32_t src, wire::ResetReason reason, uint32_t about,
+                 Psn psn = Psn(0)) {
+  wire::View v = rig.FromPeer(wire::PacketType::kReset, psn);
+  v.common.src_incarnation = src;
+  v.reset.reason = reason;
+  v.reset.incarnation = about;
+  return v;
+}
+
+// Empties the FIFO of peers with work (AddEstablishedPeer queues the peer).
+void DrainQueue(StageRig& rig) {
+  while (rig.ctx.queued_peers() > 0) rig.ctx.Dequeue();
+}
+
+// ---- Peers.
+
+// Insert gives a new peer a slot marked inserted, and the same slot again
+// for the same IPv4 and port (whatever the MAC), without resetting its session.
+TEST(SessionTest, InsertMarksThePeerInsertedAndFindsItAgainByIpAndPort) {
+  StageRig rig;
+  bool added = false;
+  const uint32_t pi = rig.session.Insert(StageRig::PeerAddress(), &added);
+  ASSERT_NE(pi, kNone);
+  EXPECT_TRUE(added);
+  EXPECT_TRUE(rig.session[pi].inserted);
+  rig.reliability.AddPeer(pi);
+  rig.session.Accept(pi, Hello(rig, Psn(1000)));
+  rig.session.TxReady(pi);
+  const Psn isn = rig.session[pi].tx_isn;
+
+  Address same = StageRig::PeerAddress();
+  same.mac = driver::MacAddress{{{2, 0, 0, 0, 0, 9}}};
+  EXPECT_EQ(rig.session.Insert(same, &added), pi);
+  EXPECT_FALSE(added);
+  EXPECT_TRUE(rig.session[pi].established()) << "inserting it again keeps its session";
+  EXPECT_EQ(rig.session[pi].tx_isn.value(), isn.value());
+  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+
+  Address other = StageRig::PeerAddress();
+  other.udp_port = 6001;
+  const uint32_t pj = rig.session.Insert(other, &added);
+  EXPECT_NE(pj, pi);
+  EXPECT_TRUE(added);
+}
+
+// A peer first learned from its HELLO is not inserted until the application
+// inserts it; then it keeps its slot.
+TEST(SessionTest, APeerLearnedFromAHelloBecomesInsertedWhenTheApplicationInsertsIt) {
+  StageRig rig;
+  bool added = false;
+  const uint32_t pi = rig.session.AddFromHello(Hello(rig, Psn(1000)), &added);
+  ASSERT_NE(pi, kNone);
+  EXPECT_TRUE(added);
+  EXPECT_FALSE(rig.session[pi].inserted);
+  EXPECT_EQ(rig.session.address(pi).ip, StageRig::PeerAddress().ip);
+  EXPECT_EQ(rig.session.address(pi).udp_port, 6000);
+  EXPECT_EQ(rig.session.address(pi).mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.address(pi).incarnation, 0u) << "known once Accept takes it";
+  EXPECT_EQ(rig.session.Insert(StageRig::PeerAddress(), &added), pi);
+  EXPECT_FALSE(added);
+  EXPECT_TRUE(rig.session[pi].inserted);
+}
+
+// Inserted without a MAC, a peer is sent to at the broadcast MAC until a
+// HELLO (or HELLO_ACK) from it teaches its MAC; DATA does not.
+TEST(SessionTest, APeerInsertedWithoutAMacIsBroadcastToUntilAHelloTeachesIt) {
+  StageRig rig;
+  Address a = StageRig::PeerAddress();
+  a.mac = driver::MacAddress{};
+  bool added = false;
+  const uint32_t pi = rig.session.Insert(a, &added);
+  ASSERT_NE(pi, kNone);
+  EXPECT_TRUE(rig.session[pi].mac_unknown);
+  EXPECT_EQ(rig.session[pi].flow.dst_mac, driver::kBroadcastMac);
+
+  rig.ctx.now = 10;
+  rig.session.Heard(pi, rig.FromPeer(wire::PacketType::kData, Psn(5)));
+  EXPECT_EQ(rig.session[pi].activity_ns, 10u) << "DATA counts for liveness";
+  EXPECT_EQ(rig.session[pi].flow.dst_mac, driver::kBroadcastMac) << "but teaches no MAC";
+  EXPECT_TRUE(rig.session[pi].mac_unknown);
+
+  rig.ctx.now = 20;
+  rig.session.Heard(pi, Hello(rig, Psn(5)));
+  EXPECT_FALSE(rig.session[pi].mac_unknown);
+  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.address(pi).mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session[pi].activity_ns, 20u);
+}
+
+// A HELLO_ACK teaches the MAC as a HELLO does.
+TEST(SessionTest, AHelloAckTeachesTheMacToo) {
+  StageRig rig;
+  Address a = StageRig::PeerAddress();
+  a.mac = driver::MacAddress{};
+  bool added = false;
+  const uint32_t pi = rig.session.Insert(a, &added);
+  rig.session.Heard(pi, Hello(rig, Psn(5), wire::PacketType::kHelloAck));
+  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+}
+
+// A peer inserted with a MAC keeps it whatever MAC its HELLOs come from.
+TEST(SessionTest, APeerInsertedWithAMacKeepsIt) {
+  StageRig rig;
+  const uint32_t pi = rig.AddPeer();
+  wire::View v = Hello(rig, Psn(5));
+  v.flow.src_mac = driver::MacAddress{{{2, 0, 0, 0, 0, 0x77}}};
+  rig.session.Heard(pi, v);
+  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.address(pi).mac, StageRig::PeerAddress().mac);
+}
+
+// AddFromHello with every slot taken counts peer_table_full and adds nothing.
+TEST(SessionTest, AddFromHelloCountsPeerTableFullWhenTheTableIsFull) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_peers = 1;
+  StageRig rig(c);
+  rig.AddPeer();
+  wire::View v = Hello(rig, Psn(5));
+  v.flow.src_port = 7000;
+  bool added = true;
+  EXPECT_EQ(rig.session.AddFromHello(v, &added), kNone);
+  EXPECT_FALSE(added);
+  EXPECT_EQ(rig.ctx.counters.peer_table_full, 1u);
+}
+
+// ---- What a HELLO means.
+
+// A HELLO from a retired incarnation of the peer is stale.
+TEST(SessionTest, AHelloFromARetiredIncarnationIsStale) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  rig.session.Retire(pi, 0x3333);
+  wire::View v = Hello(rig, Psn(1000));
+  v.common.src_incarnation = 0x3333;
+  EXPECT_EQ(rig.session.ClassifyHello(pi, v), SessionEvent::kStale);
+  EXPECT_EQ(rig.ctx.counters.stale_dropped, 1u);
+  EXPECT_EQ(rig.ctx.counters.peer_restarts, 0u);
+}
+
+// A HELLO or HELLO_ACK from another incarnation than the known one is a restart.
+TEST(SessionTest, AHelloFromAnotherIncarnationIsARestart) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  wire::View v = Hello(rig, Psn(1000));
+  v.common.src_incarnation = 0x4444;
+  EXPECT_EQ(rig.session.ClassifyHello(pi, v), SessionEvent::kRestarted);
+  v.common.type = wire::PacketType::kHelloAck;
+  EXPECT_EQ(rig.session.ClassifyHello(pi, v), SessionEvent::kRestarted);
+  EXPECT_EQ(rig.ctx.counters.peer_restarts, 2u);
+  EXPECT_EQ(rig.ctx.counters.stale_dropped, 0u);
+}
+
+// A HELLO of the known incarnation with another initial PSN is a reset.
+TEST(SessionTest, AHelloWithANewInitialPsnIsAReset) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer(Psn(1000));
+  EXPECT_EQ(rig.session.ClassifyHello(pi, Hello(rig, Psn(2000))), SessionEvent::kReset);
+  EXPECT_EQ(rig.ctx.counters.peer_resets, 1u);
+  EXPECT_EQ(rig.ctx.counters.peer_restarts, 0u);
+}
+
+// A repeated HELLO of the current session, or a first contact, is current.
+TEST(SessionTest, AHelloOfTheCurrentSessionOrAFirstContactIsCurrent) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer(Psn(1000));
+  EXPECT_EQ(rig.session.ClassifyHello(pi, Hello(rig, Psn(1000))), SessionEvent::kCurrent);
+  Address other = StageRig::PeerAddress();
+  other.udp_port = 6001;
+  bool added = false;
+  const uint32_t fresh = rig.session.Insert(other, &added);
+  wire::View v = Hello(rig, Psn(77));
+  v.common.src_incarnation = 0x9999;
+  EXPECT_EQ(rig.session.ClassifyHello(fresh, v), SessionEvent::kCurrent);
+  EXPECT_EQ(rig.ctx.counters.stale_dropped + rig.ctx.counters.peer_restarts +
+                rig.ctx.counters.peer_resets,
+            0u);
+}
+
+// ---- The handshake.
+
+// Accept takes the peer's incarnation, initial PSN and max_datagram once;
+// a second HELLO of another session changes nothing.
+TEST(SessionTest, AcceptTakesTheIncarnationAndInitialPsnOnce) {
+  StageRig rig;
+  const uint32_t pi = rig.AddPeer();
+  wire::View v = Hello(rig, Psn(1000));
+  v.hello.max_datagram = 1400;
+  EXPECT_TRUE(rig.session.Accept(pi, v));
+  EXPECT_EQ(rig.session.address(pi).incarnation, StageRig::kPeerIncarnation);
+  EXPECT_TRUE(rig.session[pi].rx_known);
+  EXPECT_EQ(rig.session[pi].rx_isn.value(), 1000u);
+  EXPECT_EQ(rig.session[pi].max_datagram, 1400);
+
+  wire::View again = Hello(rig, Psn(2000));
+  again.common.src_incarnation = 0x4444;
+  EXPECT_FALSE(rig.session.Accept(pi, again));
+  EXPECT_EQ(rig.session.address(pi).incarnation, StageRig::kPeerIncarnation);
+  EXPECT_EQ(rig.session[pi].rx_isn.value(), 1000u);
+  EXPECT_EQ(rig.session[pi].max_datagram, 1400);
+}
+
+// A handshake counts once, when both directions are ready, in either order.
+TEST(SessionTest, AHandshakeCountsOnceBothDirectionsAreReady) {
+  StageRig rig;
+  const uint32_t pi = rig.AddPeer();
+  rig.session.Accept(pi, Hello(rig, Psn(1000)));
+  EXPECT_FALSE(rig.session[pi].established());
+  EXPECT_EQ(rig.ctx.counters.handshakes, 0u) << "only its direction is known";
+  rig.session.TxReady(pi);
+  EXPECT_TRUE(rig.session[pi].established());
+  EXPECT_EQ(rig.ctx.counters.handshakes, 1u);
+  rig.session.TxReady(pi);
+  EXPECT_EQ(rig.ctx.counters.handshakes, 1u) << "counted once";
+
+  Address other = StageRig::PeerAddress();
+  other.udp_port = 6001;
+  bool added = false;
+  const uint32_t pj = rig.session.Insert(other, &added);
+  rig.session.TxReady(pj);
+  EXPECT_EQ(rig.ctx.counters.handshakes, 1u) << "only our direction is ready";
+  rig.session.Accept(pj, Hello(rig, Psn(5)));
+  EXPECT_EQ(rig.ctx.counters.handshakes, 2u);
+}
+
+// WantHello makes a HELLO owed at once; it carries our initial PSN, the
+// credit and our max_datagram, to the peer's address.
+TEST(SessionTest, WantHelloBuildsAHelloWithOurInitialPsnAndMaxDatagram) {
+  StageRig rig;
+  const uint32_t pi = rig.AddPeer();
+  rig.ctx.now = 100;
+  EXPECT_FALSE(rig.session.HandshakeOwed(pi));
+  rig.session.WantHello(pi);
+  EXPECT_TRUE(rig.session.HandshakeOwed(pi));
+  EXPECT_TRUE(rig.session.HasWork(pi));
+  const std::vector<driver::Packet*> bufs = rig.Buffers(2);
+  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
+  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 1u);
+  const wire::View v = StageRig::Parse(bufs[0]);
+  EXPECT_EQ(v.common.type, wire::PacketType::kHello);
+  EXPECT_EQ(v.common.psn.value(), rig.session[pi].tx_isn.value());
+  EXPECT_EQ(v.common.credit, 64);
+  EXPECT_EQ(v.hello.max_datagram, 1472);
+  EXPECT_EQ(v.common.src_incarnation, StageRig::kOurIncarnation);
+  EXPECT_EQ(v.common.dst_incarnation, 0u) << "the peer's incarnation is not known yet";
+  EXPECT_EQ(v.flow.dst_ip, StageRig::PeerAddress().ip);
+  EXPECT_EQ(v.flow.dst_port, 6000);
+  EXPECT_EQ(v.flow.src_port, 5000);
+  EXPECT_EQ(rig.ctx.counters.tx_packets, 1u);
+  EXPECT_EQ(rig.session[pi].hello_tries, 1u);
+}
+
+// An unanswered HELLO goes again at its retry time, not before.
+TEST(SessionTest, AnUnansweredHelloGoesAgainAtItsRetryTimeNotBefore) {
+  StageRig rig;
+  const uint32_t pi = rig.AddPeer();
+  rig.ctx.now = 100;
+  rig.session.WantHello(pi);
+  const std::vector<driver::Packet*> bufs = rig.Buffers(2);
+  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
+  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 1u);
+  EXPECT_EQ(rig.session[pi].hello_due_ns, 1100u);
+  EXPECT_EQ(rig.ctx.next_timer_ns, 1100u) << "the retry is a timer";
+  EXPECT_FALSE(rig.session.HandshakeOwed(pi));
+  EXPECT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 0u);
+  rig.ctx.now = 1099;
+  EXPECT_FALSE(rig.session.HandshakeOwed(pi));
+  EXPECT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 0u);
+  rig.ctx.now = 1100;
+  EXPECT_TRUE(rig.session.HandshakeOwed(pi));
+  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 2000, bufs), 1u);
+  EXPECT_EQ(StageRig::Parse(bufs[0]).common.type, wire::PacketType::kHello);
+  EXPECT_EQ(rig.session[pi].hello_tries, 2u);
+  EXPECT_EQ(rig.session[pi].hello_due_ns, 3100u);
+}
+
+// Once our direction is ready no HELLO is wanted.
+TEST(SessionTest, WantHelloDoesNothingOnceOurDirectionIsReady) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  rig.session.WantHello(pi);
+  EXPECT_FALSE(rig.session[pi].hello_wanted);
+  EXPECT_FALSE(rig.session.HandshakeOwed(pi));
+}
+
+// A HELLO_ACK goes when one is owed (a HELLO came), once, with our initial PSN.
+TEST(SessionTest, AHelloAckGoesOnceWhenOwed) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  rig.session[pi].hello_ack_owed = true;  // as the engine sets it for a HELLO
+  EXPECT_TRUE(rig.session.HandshakeOwed(pi));
+  const std::vector<driver::Packet*> bufs = rig.Buffers(2);
+  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
+  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 32, 1000, bufs), 1u);
+  const wire::View v = StageRig::Parse(bufs[0]);
+  EXPECT_EQ(v.common.type, wire::PacketType::kHelloAck);
+  EXPECT_EQ(v.common.psn.value(), rig.session[pi].tx_isn.value());
+  EXPECT_EQ(v.common.dst_incarnation, StageRig::kPeerIncarnation);
+  EXPECT_EQ(v.hello.max_datagram, 1472);
+  EXPECT_FALSE(rig.session[pi].hello_ack_owed);
+  EXPECT_FALSE(rig.session.HandshakeOwed(pi));
+  EXPECT_EQ(rig.session.BuildHandshake(pi, c, 32, 1000, bufs), 0u);
+}
+
+// A HELLO and a HELLO_ACK both owed go HELLO first; with room for one, the
+// HELLO_ACK stays owed.
+TEST(SessionTest, AHelloGoesBeforeAHelloAckAndWhatDoesNotFitStaysOwed) {
+  StageRig rig;
+  const uint32_t pi = rig.AddPeer();
+  rig.session.WantHello(pi);
+  rig.session[pi].hello_ack_owed = true;
+  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
+  const std::vector<driver::Packet*> one = rig.Buffers(1);
+  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, one), 1u);
+  EXPECT_EQ(StageRig::Parse(one[0]).common.type, wire::PacketType::kHello);
+  EXPECT_TRUE(rig.session[pi].hello_ack_owed);
+  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, one), 1u);
+  EXPECT_EQ(StageRig::Parse(one[0]).common.type, wire::PacketType::kHelloAck);
+
+  StageRig rig2;
+  const uint32_t p2 = rig2.AddPeer();
+  rig2.session.WantHello(p2);
+  rig2.session[p2].hello_ack_owed = true;
+  const std::vector<driver::Packet*> two = rig2.Buffers(2);
+  const wire::Common c2 = rig2.reliability.Header(p2, wire::PacketType::kHello, 0);
+  ASSERT_EQ(rig2.session.BuildHandshake(p2, c2, 64, 1000, two), 2u);
+  EXPECT_EQ(StageRig::Parse(two[0]).common.type, wire::PacketType::kHello);
+  EXPECT_EQ(StageRig::Parse(two[1]).common.type, wire::PacketType::kHelloAck);
+}
+
+// ---- What a RESET means.
+
+// A RESET about a peer whose incarnation we do not know, or from a retired
+// incarnation, is stale.
+TEST(SessionTest, AResetFromAnUnknownOrRetiredIncarnationIsStale) {
+  StageRig rig;
+  const uint32_t fresh = rig.AddPeer();
+  EXPECT_EQ(rig.session.ClassifyReset(
+                fresh, Reset(rig, 0x5555, wire::ResetReason::kUnknownIncarnation, 0), true),
+            SessionEvent::kStale);
+  Address other = StageRig::PeerAddress();
+  other.udp_port = 6001;
+  bool added = false;
+  const uint32_t pi = rig.session.Insert(other, &added);
+  rig.session.Accept(pi, Hello(rig, Psn(1000)));
+  rig.session.TxReady(pi);
+  rig.session.Retire(pi, 0x3333);
+  EXPECT_EQ(rig.session.ClassifyReset(
+                pi, Reset(rig, 0x3333, wire::ResetReason::kUnknownIncarnation, 0x2222), true),
+            SessionEvent::kStale);
+  EXPECT_EQ(rig.ctx.counters.stale_dropped, 2u);
+  EXPECT_EQ(rig.ctx.counters.peer_restarts, 0u);
+}
+
+// UNKNOWN_INCARNATION from a new incarnation about the one we believe
+// current is a restart.
+TEST(SessionTest, AResetUnknownIncarnationAboutTheCurrentIncarnationIsARestart) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  EXPECT_EQ(rig.session.ClassifyReset(pi,
+                                      Reset(rig, 0x5555, wire::ResetReason::kUnknownIncarnation,
+                                            StageRig::kPeerIncarnation),
+                                      false),
+            SessionEvent::kRestarted);
+  EXPECT_EQ(rig.ctx.counters.peer_restarts, 1u);
+}
+
+// UNKNOWN_INCARNATION about another incarnation than the current one, or
+// from the current one itself, is stale.
+TEST(SessionTest, AResetUnknownIncarnationAboutAnotherIncarnationIsStale) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  EXPECT_EQ(rig.session.ClassifyReset(
+                pi, Reset(rig, 0x5555, wire::ResetReason::kUnknownIncarnation, 0x9999), true),
+            SessionEvent::kStale);
+  EXPECT_EQ(rig.session.ClassifyReset(
+                pi,
+                Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kUnknownIncarnation,
+                      StageRig::kPeerIncarnation),
+                true),
+            SessionEvent::kStale);
+  EXPECT_EQ(rig.ctx.counters.stale_dropped, 2u);
+  EXPECT_EQ(rig.ctx.counters.peer_restarts, 0u);
+}
+
+// NO_SESSION from the current incarnation, with our direction ready and a
+// PSN inside our session, is a reset.
+TEST(SessionTest, AResetNoSessionInsideOurSessionIsAReset) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const wire::View v = Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kNoSession,
+                             StageRig::kOurIncarnation);
+  EXPECT_EQ(rig.session.ClassifyReset(pi, v, /*in_session=*/true), SessionEvent::kReset);
+  EXPECT_EQ(rig.ctx.counters.peer_resets, 1u);
+}
+
+// NO_SESSION with a PSN outside our session is stale.
+TEST(SessionTest, AResetNoSessionOutsideOurSessionIsStale) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const wire::View v = Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kNoSession,
+                             StageRig::kOurIncarnation);
+  EXPECT_EQ(rig.session.ClassifyReset(pi, v, /*in_session=*/false), SessionEvent::kStale);
+  EXPECT_EQ(rig.ctx.counters.stale_dropped, 1u);
+  EXPECT_EQ(rig.ctx.counters.peer_resets, 0u);
+}
+
+// NO_SESSION before our direction is ready is stale.
+TEST(SessionTest, AResetNoSessionBeforeOurDirectionIsReadyIsStale) {
+  StageRig rig;
+  const uint32_t pi = rig.AddPeer();
+  rig.session.Accept(pi, Hello(rig, Psn(1000)));
+  ASSERT_FALSE(rig.session[pi].tx_ready);
+  const wire::View v = Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kNoSession,
+                             StageRig::kOurIncarnation);
+  EXPECT_EQ(rig.session.ClassifyReset(pi, v, /*in_session=*/true), SessionEvent::kStale);
+  EXPECT_EQ(rig.ctx.counters.peer_resets, 0u);
+}
+
+// NO_SESSION from another incarnation than the current one is stale.
+TEST(SessionTest, AResetNoSessionFromAnotherIncarnationIsStale) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  const wire::View v = Reset(rig, 0x5555, wire::ResetReason::kNoSession, StageRig::kOurIncarnation);
+  EXPECT_EQ(rig.session.ClassifyReset(pi, v, /*in_session=*/true), SessionEvent::kStale);
+  EXPECT_EQ(rig.ctx.counters.peer_resets, 0u);
+}
+
+// ---- RESETs we owe.
+
+// A RESET is never answered with a RESET.
+TEST(SessionTest, QueueResetNeverAnswersAReset) {
+  StageRig rig;
+  rig.session.QueueReset(
+      Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kNoSession, 0x9999),
+      wire::ResetReason::kUnknownIncarnation);
+  EXPECT_FALSE(rig.session.HasResets());
+}
+
+// BuildResets builds a parseable RESET back to the source, naming its
+// incarnation, the PSN and the incarnation its packet was addressed to.
+TEST(SessionTest, BuildResetsBuildsAParseableResetToTheSource) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.auth_key = 0xabcd;
+  StageRig rig(c);
+  wire::View v = rig.FromPeer(wire::PacketType::kData, Psn(777));
+  v.common.dst_incarnation = 0x9999;  // an earlier life of ours
+  rig.session.QueueReset(v, wire::ResetReason::kUnknownIncarnation);
+  ASSERT_TRUE(rig.session.HasResets());
+  const std::vector<driver::Packet*> bufs = rig.Buffers(4);
+  ASSERT_EQ(rig.session.BuildResets(bufs), 1u);
+  EXPECT_FALSE(rig.session.HasResets());
+  const wire::View r = StageRig::Parse(bufs[0]);
+  ASSERT_EQ(r.common.type, wire::PacketType::kReset);
+  EXPECT_EQ(r.flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(r.flow.dst_ip, StageRig::PeerAddress().ip);
+  EXPECT_EQ(r.flow.dst_port, 6000);
+  EXPECT_EQ(r.flow.src_ip, StageRig::Device().ip);
+  EXPECT_EQ(r.flow.src_port, 5000);
+  EXPECT_EQ(r.common.src_incarnation, StageRig::kOurIncarnation);
+  EXPECT_EQ(r.common.dst_incarnation, StageRig::kPeerIncarnation);
+  EXPECT_EQ(r.common.auth_key, 0xabcdu);
+  EXPECT_EQ(r.common.psn.value(), 777u);
+  EXPECT_EQ(r.reset.reason, wire::ResetReason::kUnknownIncarnation);
+  EXPECT_EQ(r.reset.incarnation, 0x9999u);
+  EXPECT_EQ(rig.ctx.counters.resets_sent, 1u);
+  EXPECT_EQ(rig.ctx.counters.tx_packets, 1u);
+}
+
+// At most one RESET per source per reset_interval_ns; other sources are
+// not held back by it.
+TEST(SessionTest, ResetsAreRateLimitedPerSource) {
+  StageRig rig;
+  const uint64_t interval = rig.config.reset_interval_ns;
+  const std::vector<driver::Packet*> bufs = rig.Buffers(4);
+  const wire::View v = rig.FromPeer(wire::PacketType::kData, Psn(1));
+  rig.ctx.now = 1'000'000;
+  rig.session.QueueReset(v, wire::ResetReason::kNoSession);
+  ASSERT_EQ(rig.session.BuildResets(bufs), 1u);
+  rig.ctx.now += interval - 1;
+  rig.session.QueueReset(v, wire::ResetReason::kNoSession);
+  EXPECT_FALSE(rig.session.HasResets()) << "the same source within the interval";
+  wire::View other = v;
+  other.flow.src_port = 6001;
+  rig.session.QueueReset(other, wire::ResetReason::kNoSession);
+  EXPECT_TRUE(rig.session.HasResets()) << "another source";
+  ASSERT_EQ(rig.session.BuildResets(bufs), 1u);
+  EXPECT_EQ(StageRig::Parse(bufs[0]).flow.dst_port, 6001);
+  rig.ctx.now = 1'000'000 + interval;
+  rig.session.QueueReset(v, wire::ResetReason::kNoSession);
+  EXPECT_TRUE(rig.session.HasResets()) << "the interval has passed";
+  EXPECT_EQ(rig.session.BuildResets(bufs), 1u);
+  EXPECT_EQ(rig.ctx.counters.resets_sent, 3u);
+}
+
+// The limit holds for every source of many: 17 sources whose stale packets
+// arrive interleaved within one interval get one RESET each.
+TEST(SessionTest, ResetsAreRateLimitedForEverySourceOfMany) {
+  StageRig rig;
+  const std::vector<driver::Packet*> bufs = rig.Buffers(32);
+  wire::View v = rig.FromPeer(wire::PacketType::kData, Psn(1));
+  rig.ctx.now = 1'000'000;
+  size_t resets = 0;
+  for (int round = 0; round < 4; ++round) {
+    for (uint16_t i = 0; i < 17; ++i) {
+      v.flow.src_port = static_cast<uint16_t>(7000 + i);
+      rig.session.QueueReset(v, wire::ResetReason::kNoSession);
+      resets += rig.session.BuildResets(bufs);  // as each pass of the engine does
+    }
+    rig.ctx.now += rig.config.reset_interval_ns / 8;
+  }
+  EXPECT_EQ(resets, 17u) << "a source got more than one RESET in the interval";
+}
+
+// Pending RESETs are bounded; one that found no room can be queued later.
+TEST(SessionTest, PendingResetsAreBoundedAndBuiltInOrder) {
+  StageRig rig;
+  wire::View v = rig.FromPeer(wire::PacketType::kData, Psn(1));
+  for (uint16_t i = 0; i < 20; ++i) {
+    v.flow.src_port = static_cast<uint16_t>(7000 + i);
+    rig.session.QueueReset(v, wire::ResetReason::kNoSession);
+  }
+  const std::vector<driver::Packet*> bufs = rig.Buffers(32);
+  ASSERT_EQ(rig.session.BuildResets(bufs), 16u);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(StageRig::Parse(bufs[i]).flow.dst_port, 7000 + i);
+  v.flow.src_port = 7019;  // found the queue full: not rate-limited
+  rig.session.QueueReset(v, wire::ResetReason::kNoSession);
+  EXPECT_TRUE(rig.session.HasResets());
+}
+
+// ---- Timers.
+
+// A HELLO that is due enqueues its peer; one not yet due sets the next timer.
+TEST(SessionTest, ADueHelloEnqueuesThePeer) {
+  StageRig rig;
+  const uint32_t pi = rig.AddPeer();
+  rig.ctx.now = 500;
+  rig.session.WantHello(pi);
+  ASSERT_EQ(rig.ctx.queued_peers(), 0u);
+  uint64_t next = UINT64_MAX;
+  rig.session.RunTimers(pi, false, &next);
+  EXPECT_EQ(rig.ctx.queued_peers(), 1u);
+  EXPECT_EQ(next, 500u);
+  DrainQueue(rig);
+
+  const std::vector<driver::Packet*> bufs = rig.Buffers(1);
+  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
+  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 1u);
+  rig.ctx.now = 1000;
+  next = UINT64_MAX;
+  rig.session.RunTimers(pi, false, &next);
+  EXPECT_EQ(rig.ctx.queued_peers(), 0u) << "the retry is not due";
+  EXPECT_EQ(next, 1500u);
+  rig.ctx.now = 1500;
+  rig.session.RunTimers(pi, false, &next);
+  EXPECT_EQ(rig.ctx.queued_peers(), 1u);
+}
+
+// Asked for (only waiting), a probe is owed at the last activity plus a
+// quarter of peer_timeout, not before; the next one a quarter later.
+TEST(SessionTest, AProbeIsOwedAQuarterOfThePeerTimeoutAfterTheLastActivity) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.peer_timeout_ns = 4'000'000;
+  StageRig rig(c);
+  const uint64_t quarter = 1'000'000;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  DrainQueue(rig);
+  rig.ctx.now = 2000;
+  rig.session.Heard(pi, rig.FromPeer(wire::PacketType::kAck, Psn(1000)));
+
+  rig.ctx.now = 2000 + quarter - 1;
+  uint64_t next = UINT64_MAX;
+  rig.session.RunTimers(pi, /*probe=*/true, &next);
+  EXPECT_FALSE(rig.session[pi].probe_owed);
+  EXPECT_FALSE(rig.session.HasWork(pi));
+  EXPECT_EQ(rig.ctx.queued_peers(), 0u);
+  EXPECT_EQ(next, 2000 + quarter);
+
+  rig.ctx.now = 2000 + quarter;
+  next = UINT64_MAX;
+  rig.session.RunTimers(pi, /*probe=*/true, &next);
+  EXPECT_TRUE(rig.session[pi].probe_owed);
+  EXPECT_TRUE(rig.session.HasWork(pi));
+  EXPECT_EQ(rig.ctx.queued_peers(), 1u);
+  EXPECT_EQ(next, rig.ctx.now + quarter);
+  DrainQueue(rig);
+
+  rig.session[pi].probe_owed = false;  // sent; the peer stays silent
+  rig.ctx.now += quarter - 1;
+  rig.session.RunTimers(pi, /*probe=*/true, &next);
+  EXPECT_FALSE(rig.session[pi].probe_owed) << "not again before its interval";
+  rig.ctx.now += 1;
+  rig.session.RunTimers(pi, /*probe=*/true, &next);
+  EXPECT_TRUE(rig.session[pi].probe_owed);
+}
+
+// Not asked for (something in flight, or nothing waiting), no probe is owed.
+TEST(SessionTest, NoProbeIsOwedUnlessAskedFor) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  DrainQueue(rig);
+  rig.ctx.now = 10 * rig.config.peer_timeout_ns;
+  uint64_t next = UINT64_MAX;
+  rig.session.RunTimers(pi, /*probe=*/false, &next);
+  EXPECT_FALSE(rig.session[pi].probe_owed);
+  EXPECT_EQ(rig.ctx.queued_peers(), 0u);
+  EXPECT_EQ(next, UINT64_MAX);
+}
+
+// ---- The end of a session.
+
+// EndSession forgets both directions' handshake and draws a new initial
+// PSN; the next handshake counts again.
+TEST(SessionTest, EndSessionForgetsTheHandshakeAndDrawsANewTxIsn) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  DrainQueue(rig);
+  rig.session[pi].hello_ack_owed = true;
+  const Psn old_isn = rig.session[pi].tx_isn;
+  rig.session.EndSession(pi, /*more_to_send=*/false);
+  const SessionPeer& s = rig.session[pi];
+  EXPECT_NE(s.tx_isn.value(), old_isn.value());
+  EXPECT_FALSE(s.rx_known);
+  EXPECT_FALSE(s.tx_ready);
+  EXPECT_FALSE(s.established());
+  EXPECT_FALSE(s.hello_ack_owed);
+  EXPECT_FALSE(s.hello_wanted);
+  EXPECT_FALSE(rig.session.HandshakeOwed(pi));
+  EXPECT_EQ(rig.ctx.queued_peers(), 0u);
+
+  EXPECT_TRUE(rig.session.Accept(pi, Hello(rig, Psn(5000)))) << "a new session is taken";
+  rig.session.TxReady(pi);
+  EXPECT_EQ(rig.ctx.counters.handshakes, 2u);
+}
+
+// With more to send, the ended session wants a HELLO at once and the
+// peer's silence counts from now.
+TEST(SessionTest, EndSessionWithMoreToSendWantsAHelloAtOnce) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  DrainQueue(rig);
+  rig.ctx.now = 5000;
+  rig.session.EndSession(pi, /*more_to_send=*/true);
+  EXPECT_TRUE(rig.session[pi].hello_wanted);
+  EXPECT_EQ(rig.session[pi].hello_due_ns, 5000u);
+  EXPECT_EQ(rig.session[pi].activity_ns, 5000u);
+  EXPECT_TRUE(rig.session.HandshakeOwed(pi));
+  EXPECT_EQ(rig.ctx.queued_peers(), 1u);
+}
+
+}  // namespace
+}  // namespace bypass::rdm
