@@ -11,20 +11,6 @@ Completions::Completions(Counters& counters, const PeerTable& peers, uint32_t ca
                          uint32_t extra_errors)
     : counters_(counters), peers_(peers), cq_(capacity, extra_errors) {}
 
-Completion Completions::RecordOf(const SendOp& op) const {
-  Completion c;
-  c.context = op.context;
-  c.flags = op.comp_flags;
-  c.len = op.len;
-  c.source = peers_.Id(op.peer);
-  return c;
-}
-
-void Completions::OpDone(const SendOp& op) {
-  if (op.inject || op.abandoned) return;
-  cq_.Push(RecordOf(op));
-}
-
 void Completions::PushOpError(const SendOp& op, const ErrorCompletion& ec) {
   ++counters_.ops_failed;
   if (op.inject) {

@@ -39,7 +39,9 @@ class Completions {
 
   // The application's send, write or read ended well (nothing for an inject
   // or an abandoned send, which reported already).
-  void OpDone(const SendOp& op);
+  void OpDone(const SendOp& op) {
+    if (!op.inject && !op.abandoned) cq_.Push(RecordOf(op));
+  }
   // ... or failed: "peer <address> (incarnation ..) <why>".
   void OpFailed(const SendOp& op, int err, const char* why);
   // ... or failed with a message of its own.
@@ -64,7 +66,14 @@ class Completions {
   uint32_t errors_ready() const { return cq_.errors_ready(); }
 
  private:
-  Completion RecordOf(const SendOp& op) const;
+  Completion RecordOf(const SendOp& op) const {
+    Completion c;
+    c.context = op.context;
+    c.flags = op.comp_flags;
+    c.len = op.len;
+    c.source = peers_.Id(op.peer);
+    return c;
+  }
   void PushOpError(const SendOp& op, const ErrorCompletion& ec);
 
   Counters& counters_;

@@ -37,7 +37,6 @@ inline uint64_t SplitMix64(uint64_t* state) {
 // The stages' shared surroundings. Single-threaded, like the engine.
 class Context {
  public:
-  // REQUIRES: config outlives the context.
   Context(const EndpointConfig& c, const DeviceParams& d, uint32_t max_datagram_bytes,
           uint32_t own_incarnation, uint64_t seed, uint32_t released_capacity)
       : config(c),
@@ -52,7 +51,7 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
-  const EndpointConfig& config;
+  const EndpointConfig config;
   const DeviceParams dev;
   const uint32_t max_datagram;  // the largest UDP payload this end sends or takes
   const uint32_t incarnation;   // this endpoint's

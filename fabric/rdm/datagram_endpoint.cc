@@ -25,21 +25,18 @@ class DatagramPath {
         info(i),
         inbox(Endpoint::kInboxSize),
         peers(c.max_peers),
-        completions(unused_counters_, peers, c.max_posted_recvs + c.max_unread_sends,
+        completions(completion_counters, peers, c.max_posted_recvs + c.max_unread_sends,
                     /*extra_errors=*/0),
         posted(new RecvRequest[c.max_posted_recvs]) {}
 
- private:
-  // The reliable endpoint's counters, which Completions keeps too; the
-  // datagram ones are DatagramCounters.
-  Counters unused_counters_;
-
- public:
   DatagramConfig config;
   const driver::DeviceInfo info;
   Inbox inbox;
   bool attached = false;
   PeerTable peers;
+  // What Completions counts as it would for a reliable endpoint; this
+  // endpoint reports its own DatagramCounters.
+  Counters completion_counters;
   Completions completions;
   DatagramCounters counters;
   std::unique_ptr<RecvRequest[]> posted;  // ring of max_posted_recvs

@@ -51,15 +51,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const DeviceParams& dev,
 
 Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t max_datagram,
                uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation)
-    : config_(config),
-      stages_(config_, dev, max_datagram, ring_size, held_budget, seed, incarnation) {}
+    : Stages(config, dev, max_datagram, ring_size, held_budget, seed, incarnation) {}
 
 Engine::~Engine() = default;
 
 // ---- Peers.
 
 Address Engine::address() const {
-  return Address{ctx_.dev.mac, ctx_.dev.ip, config_.udp_port, ctx_.incarnation};
+  return Address{ctx.dev.mac, ctx.dev.ip, ctx.config.udp_port, ctx.incarnation};
 }
 
 absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
@@ -68,48 +67,48 @@ absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
         absl::StrCat("InsertPeer(", addr.ToString(), "): the address needs an IPv4 and a port"));
   }
   bool added = false;
-  const uint32_t pi = session_.Insert(addr, &added);
+  const uint32_t pi = session.Insert(addr, &added);
   if (pi == kNone) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "InsertPeer(", addr.ToString(), "): the peer table is full (max_peers=", config_.max_peers,
+        "InsertPeer(", addr.ToString(), "): the peer table is full (max_peers=", ctx.config.max_peers,
         "); create the endpoint with a larger max_peers"));
   }
-  if (added) stages_.AddPeer(pi);
-  return session_.peers().Id(pi);
+  if (added) AddPeer(pi);
+  return session.peers().Id(pi);
 }
 
 absl::Status Engine::RemovePeer(PeerId id) {
-  if (!session_.peers().Valid(id)) {
+  if (!session.peers().Valid(id)) {
     return absl::NotFoundError(absl::StrCat(
         "RemovePeer(", id.value, "): no such peer (never inserted, or already removed)"));
   }
   const uint32_t pi = id.slot();
   FailPeer(pi, ECANCELED, "was removed; operation canceled", /*keep_unsent=*/false);
-  messaging_.RemovePeer(pi);
-  session_.Remove(pi);
+  messaging.RemovePeer(pi);
+  session.Remove(pi);
   AfterFreeing();
   return absl::OkStatus();
 }
 
 std::optional<Address> Engine::PeerAddress(PeerId id) const {
-  if (!session_.peers().Valid(id)) return std::nullopt;
-  return session_.address(id.slot());
+  if (!session.peers().Valid(id)) return std::nullopt;
+  return session.address(id.slot());
 }
 
 std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
-  if (!session_.peers().Valid(id)) return std::nullopt;
+  if (!session.peers().Valid(id)) return std::nullopt;
   const uint32_t pi = id.slot();
-  const TxStream& t = reliability_.tx(pi);
+  const TxStream& t = reliability.tx(pi);
   PeerStats s;
-  s.established = session_[pi].established();
-  s.incarnation = session_.address(pi).incarnation;
+  s.established = session[pi].established();
+  s.incarnation = session.address(pi).incarnation;
   s.srtt_ns = t.rtt.srtt();
   s.rttvar_ns = t.rtt.rttvar();
   s.rto_ns = t.rtt.rto(t.backoff);
   s.inflight = t.inflight();
   s.send_window = static_cast<uint32_t>(t.window_end - t.snd_una);
   s.queued_ops = t.ops.size();
-  s.held_packets = reliability_.rx(pi).held_count;
+  s.held_packets = reliability.rx(pi).held_count;
   return s;
 }
 
@@ -118,24 +117,24 @@ absl::Status Engine::SetDscp(uint8_t dscp) {
     return absl::InvalidArgumentError(
         absl::StrCat("SetDscp(", dscp, "): a DSCP is 6 bits; use 0..63 (e.g. 46 for EF)"));
   }
-  ctx_.dscp = dscp;
-  for (uint32_t pi = 0; pi < session_.peers().size(); ++pi) session_[pi].flow.dscp = dscp;
+  ctx.dscp = dscp;
+  for (uint32_t pi = 0; pi < session.peers().size(); ++pi) session[pi].flow.dscp = dscp;
   return absl::OkStatus();
 }
 
 // ---- Posting.
 
-Result Engine::PostSend(const SendRequest& r) { return messaging_.PostSend(r); }
+Result Engine::PostSend(const SendRequest& r) { return messaging.PostSend(r); }
 
 Result Engine::PostRecv(const RecvRequest& r) {
-  const Result res = messaging_.PostRecv(r);
+  const Result res = messaging.PostRecv(r);
   AfterFreeing();
   return res;
 }
 
-Result Engine::PostWrite(const RmaRequest& r) { return rma_.PostWrite(r); }
+Result Engine::PostWrite(const RmaRequest& r) { return rma.PostWrite(r); }
 
-Result Engine::PostRead(const RmaRequest& r) { return rma_.PostRead(r); }
+Result Engine::PostRead(const RmaRequest& r) { return rma.PostRead(r); }
 
 // ---- Receiving.
 
@@ -145,7 +144,7 @@ void Engine::HandleRx(absl::Span<driver::Packet* const> pkts) {
 }
 
 void Engine::HandleFrame(driver::Packet* pkt) {
-  Counters& counters = ctx_.counters;
+  Counters& counters = ctx.counters;
   ++counters.rx_packets;
   wire::View v;
   const wire::ParseStatus status = wire::Parse({pkt->data, pkt->len}, &v);
@@ -155,36 +154,36 @@ void Engine::HandleFrame(driver::Packet* pkt) {
     } else {
       ++counters.malformed_dropped;
     }
-    ctx_.Release(pkt);
+    ctx.Release(pkt);
     return;
   }
   const wire::Common& c = v.common;
-  if (v.flow.dst_ip != ctx_.dev.ip || v.flow.dst_port != config_.udp_port) {
+  if (v.flow.dst_ip != ctx.dev.ip || v.flow.dst_port != ctx.config.udp_port) {
     ++counters.not_for_us_dropped;
-    ctx_.Release(pkt);
+    ctx.Release(pkt);
     return;
   }
-  if (c.auth_key != config_.auth_key) {
+  if (c.auth_key != ctx.config.auth_key) {
     ++counters.auth_dropped;
-    ctx_.Release(pkt);
+    ctx.Release(pkt);
     return;
   }
-  if (c.dst_incarnation != ctx_.incarnation) {
+  if (c.dst_incarnation != ctx.incarnation) {
     if (c.dst_incarnation != 0) {
       // Sent to an earlier life of this endpoint: say so, so the sender
       // learns of the restart now rather than after its timeout.
       ++counters.stale_dropped;
-      session_.QueueReset(v, wire::ResetReason::kUnknownIncarnation);
-      ctx_.Release(pkt);
+      session.QueueReset(v, wire::ResetReason::kUnknownIncarnation);
+      ctx.Release(pkt);
       return;
     }
     if (c.type != wire::PacketType::kHello) {
       ++counters.malformed_dropped;
-      ctx_.Release(pkt);
+      ctx.Release(pkt);
       return;
     }
   }
-  const uint32_t pi = session_.peers().Find(v.flow.src_ip.value, v.flow.src_port);
+  const uint32_t pi = session.peers().Find(v.flow.src_ip.value, v.flow.src_port);
   bool held = false;
   // The dispatcher: the one switch over packet types in the engine.
   switch (c.type) {
@@ -203,28 +202,28 @@ void Engine::HandleFrame(driver::Packet* pkt) {
       held = OnSequenced(pi, v, pkt);
       break;
   }
-  if (!held) ctx_.Release(pkt);
+  if (!held) ctx.Release(pkt);
 }
 
 void Engine::OnHello(uint32_t pi, const wire::View& v) {
   const bool hello = v.common.type == wire::PacketType::kHello;
   if (pi == kNone) {
     if (!hello) {  // an answer to a HELLO we never sent (or of a peer removed since)
-      ++ctx_.counters.stale_dropped;
+      ++ctx.counters.stale_dropped;
       return;
     }
     bool added = false;
-    pi = session_.AddFromHello(v, &added);
+    pi = session.AddFromHello(v, &added);
     if (pi == kNone) return;
-    stages_.AddPeer(pi);
+    AddPeer(pi);
   }
-  switch (session_.ClassifyHello(pi, v)) {
+  switch (session.ClassifyHello(pi, v)) {
     case SessionEvent::kStale:
       return;
     case SessionEvent::kRestarted: {
-      const uint32_t old = session_.address(pi).incarnation;
+      const uint32_t old = session.address(pi).incarnation;
       FailPeer(pi, ECONNRESET, "restarted; operation aborted", /*keep_unsent=*/true);
-      session_.Retire(pi, old);
+      session.Retire(pi, old);
       break;
     }
     case SessionEvent::kReset:
@@ -233,29 +232,29 @@ void Engine::OnHello(uint32_t pi, const wire::View& v) {
     case SessionEvent::kCurrent:
       break;
   }
-  session_.Heard(pi, v);
-  if (session_.Accept(pi, v)) reliability_.StartRx(pi, v.common.credit);
-  if (hello) session_[pi].hello_ack_owed = true;
-  reliability_.OnAck(pi, v.common, nullptr);
-  if (hello || HasWork(pi)) ctx_.Enqueue(pi);
+  session.Heard(pi, v);
+  if (session.Accept(pi, v)) reliability.StartRx(pi, v.common.credit);
+  if (hello) session[pi].hello_ack_owed = true;
+  reliability.OnAck(pi, v.common, nullptr);
+  if (hello || HasWork(pi)) ctx.Enqueue(pi);
 }
 
 void Engine::OnReset(uint32_t pi, const wire::View& v) {
   if (pi == kNone) {
-    ++ctx_.counters.stale_dropped;
+    ++ctx.counters.stale_dropped;
     return;
   }
-  const TxStream& t = reliability_.tx(pi);
+  const TxStream& t = reliability.tx(pi);
   const bool in_session = !v.common.psn.Before(t.snd_una) && v.common.psn.Before(t.next_psn);
-  switch (session_.ClassifyReset(pi, v, in_session)) {
+  switch (session.ClassifyReset(pi, v, in_session)) {
     case SessionEvent::kStale:
     case SessionEvent::kCurrent:
       return;
     case SessionEvent::kRestarted: {
-      const uint32_t old = session_.address(pi).incarnation;
+      const uint32_t old = session.address(pi).incarnation;
       FailPeer(pi, ECONNRESET, "restarted; operation aborted", /*keep_unsent=*/true);
-      session_.Retire(pi, old);
-      session_.peers().address(pi).incarnation = v.common.src_incarnation;
+      session.Retire(pi, old);
+      session.peers().address(pi).incarnation = v.common.src_incarnation;
       break;
     }
     case SessionEvent::kReset:
@@ -263,42 +262,42 @@ void Engine::OnReset(uint32_t pi, const wire::View& v) {
                /*keep_unsent=*/true);
       break;
   }
-  if (HasWork(pi)) ctx_.Enqueue(pi);
+  if (HasWork(pi)) ctx.Enqueue(pi);
 }
 
 void Engine::OnAck(uint32_t pi, const wire::View& v) {
   if (pi == kNone) {
-    ++ctx_.counters.stale_dropped;
+    ++ctx.counters.stale_dropped;
     return;
   }
-  const uint32_t inc = session_.address(pi).incarnation;
-  if (inc == 0 || v.common.src_incarnation != inc || !session_[pi].rx_known) {
-    ++ctx_.counters.stale_dropped;
+  const uint32_t inc = session.address(pi).incarnation;
+  if (inc == 0 || v.common.src_incarnation != inc || !session[pi].rx_known) {
+    ++ctx.counters.stale_dropped;
     return;
   }
-  session_.Heard(pi, v);
-  if (v.common.flags & wire::kFlagAckReq) reliability_.AckRequested(pi);  // a probe: answer it
-  reliability_.OnAck(pi, v.common, &v.ack);
+  session.Heard(pi, v);
+  if (v.common.flags & wire::kFlagAckReq) reliability.AckRequested(pi);  // a probe: answer it
+  reliability.OnAck(pi, v.common, &v.ack);
 }
 
 bool Engine::OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
   if (pi == kNone) {
-    ++ctx_.counters.stale_dropped;
+    ++ctx.counters.stale_dropped;
     return false;
   }
-  const uint32_t inc = session_.address(pi).incarnation;
+  const uint32_t inc = session.address(pi).incarnation;
   if (inc == 0 || v.common.src_incarnation != inc) {
-    ++ctx_.counters.stale_dropped;
+    ++ctx.counters.stale_dropped;
     return false;
   }
-  if (!session_[pi].rx_known) {
-    ++ctx_.counters.stale_dropped;
-    session_.QueueReset(v, wire::ResetReason::kNoSession);
+  if (!session[pi].rx_known) {
+    ++ctx.counters.stale_dropped;
+    session.QueueReset(v, wire::ResetReason::kNoSession);
     return false;
   }
-  session_.Heard(pi, v);
-  reliability_.OnAck(pi, v.common, nullptr);
-  switch (reliability_.Arrive(pi, v, pkt)) {
+  session.Heard(pi, v);
+  reliability.OnAck(pi, v.common, nullptr);
+  switch (reliability.Arrive(pi, v, pkt)) {
     case Arrival::kDropped:
       return false;
     case Arrival::kHeld:
@@ -307,53 +306,53 @@ bool Engine::OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt) 
       break;
   }
   if (!Consume(pi, v.common.type, v.msg, v.rma, v.payload)) {
-    reliability_.Refused(pi);
+    reliability.Refused(pi);
     return false;
   }
-  reliability_.Consumed(pi);
+  reliability.Consumed(pi);
   // What was held behind it, as far as it is contiguous. Taken or refused,
   // a held copy goes: a refused one is sent again.
-  for (HeldPacket* h = reliability_.NextHeld(pi); h != nullptr; h = reliability_.NextHeld(pi)) {
+  for (HeldPacket* h = reliability.NextHeld(pi); h != nullptr; h = reliability.NextHeld(pi)) {
     const bool taken = Consume(pi, h->type, h->msg, h->rma, h->payload());
-    reliability_.DropHeld(pi, h);
+    reliability.DropHeld(pi, h);
     if (!taken) {
-      reliability_.Refused(pi);
+      reliability.Refused(pi);
       break;
     }
-    reliability_.Consumed(pi);
+    reliability.Consumed(pi);
   }
-  reliability_.AfterReceive(pi, v.common.flags);
+  reliability.AfterReceive(pi, v.common.flags);
   return false;
 }
 
 bool Engine::Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& m,
                      const wire::RmaFields& r, absl::Span<const uint8_t> payload) {
-  if (type == wire::PacketType::kData) return messaging_.ConsumeData(pi, m, payload);
-  if (messaging_.Receiving(pi)) {
+  if (type == wire::PacketType::kData) return messaging.ConsumeData(pi, m, payload);
+  if (messaging.Receiving(pi)) {
     // Ops never interleave in a stream: a message's segments are
     // consecutive. That one will never end; this packet is the next op.
-    ++ctx_.counters.protocol_errors;
-    messaging_.AbortReceive(pi, EPROTO, "broke its message framing; receive aborted");
+    ++ctx.counters.protocol_errors;
+    messaging.AbortReceive(pi, EPROTO, "broke its message framing; receive aborted");
   }
   // A rendezvous pull is Messaging's; other RMA is the Rma stage's.
   const bool message = (r.flags & wire::kRmaFlagMessage) != 0;
   switch (r.op) {
     case wire::RmaOp::kWrite:
-      return rma_.ConsumeWrite(pi, r, payload);
+      return rma.ConsumeWrite(pi, r, payload);
     case wire::RmaOp::kReadReq:
-      return message ? messaging_.ConsumePullRequest(pi, r) : rma_.ConsumeReadRequest(pi, r);
+      return message ? messaging.ConsumePullRequest(pi, r) : rma.ConsumeReadRequest(pi, r);
     case wire::RmaOp::kReadData:
       if (message) {
-        messaging_.ConsumePulledData(pi, r, payload);
+        messaging.ConsumePulledData(pi, r, payload);
       } else {
-        rma_.ConsumeReadData(pi, r, payload);
+        rma.ConsumeReadData(pi, r, payload);
       }
       return true;
     case wire::RmaOp::kResponse:
       if (message) {
-        messaging_.ConsumePullResponse(pi, r);
+        messaging.ConsumePullResponse(pi, r);
       } else {
-        rma_.ConsumeResponse(pi, r);
+        rma.ConsumeResponse(pi, r);
       }
       return true;
   }
@@ -363,57 +362,57 @@ bool Engine::Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& 
 // ---- Timers.
 
 bool Engine::Busy(uint32_t pi) const {
-  return reliability_.Busy(pi) || messaging_.Receiving(pi) || rma_.Receiving(pi) ||
-         session_[pi].hello_wanted;
+  return reliability.Busy(pi) || messaging.Receiving(pi) || rma.Receiving(pi) ||
+         session[pi].hello_wanted;
 }
 
 void Engine::RunTimers() {
-  if (ctx_.now < ctx_.next_timer_ns) return;
+  if (ctx.now < ctx.next_timer_ns) return;
   // Deadlines the stages set while this runs count too (ArmTimer).
-  ctx_.next_timer_ns = UINT64_MAX;
+  ctx.next_timer_ns = UINT64_MAX;
   uint64_t next = UINT64_MAX;
-  for (uint32_t pi = 0; pi < session_.peers().size(); ++pi) {
-    if (!session_.peers().in_use(pi)) continue;
-    reliability_.RunTimers(pi, &next);
-    session_.RunTimers(pi, reliability_.OnlyWaiting(pi) && session_[pi].established(), &next);
-    const uint64_t silent_until = session_[pi].activity_ns + config_.peer_timeout_ns;
-    if (Busy(pi) && silent_until <= ctx_.now) {
-      ++ctx_.counters.peer_timeouts;
+  for (uint32_t pi = 0; pi < session.peers().size(); ++pi) {
+    if (!session.peers().in_use(pi)) continue;
+    reliability.RunTimers(pi, &next);
+    session.RunTimers(pi, reliability.OnlyWaiting(pi) && session[pi].established(), &next);
+    const uint64_t silent_until = session[pi].activity_ns + ctx.config.peer_timeout_ns;
+    if (Busy(pi) && silent_until <= ctx.now) {
+      ++ctx.counters.peer_timeouts;
       char why[96];
       std::snprintf(why, sizeof(why), "did not answer for %.3f s; operation timed out",
-                    static_cast<double>(config_.peer_timeout_ns) / 1e9);
+                    static_cast<double>(ctx.config.peer_timeout_ns) / 1e9);
       FailPeer(pi, ETIMEDOUT, why, /*keep_unsent=*/false);
     }
-    if (Busy(pi)) next = std::min(next, session_[pi].activity_ns + config_.peer_timeout_ns);
+    if (Busy(pi)) next = std::min(next, session[pi].activity_ns + ctx.config.peer_timeout_ns);
   }
-  ctx_.next_timer_ns = std::min(ctx_.next_timer_ns, next);
+  ctx.next_timer_ns = std::min(ctx.next_timer_ns, next);
   AfterFreeing();
 }
 
 // ---- Transmitting.
 
 size_t Engine::BuildTx(absl::Span<driver::Packet* const> bufs) {
-  size_t n = session_.BuildResets(bufs);
+  size_t n = session.HasResets() ? session.BuildResets(bufs) : 0;
   // Each peer queued now gets one turn of up to kPacketsPerTurn packets.
-  for (uint32_t turns = ctx_.queued_peers(); turns > 0 && n < bufs.size(); --turns) {
-    const uint32_t pi = ctx_.Dequeue();
-    if (!session_.peers().in_use(pi)) continue;  // removed since it was queued
+  for (uint32_t turns = ctx.queued_peers(); turns > 0 && n < bufs.size(); --turns) {
+    const uint32_t pi = ctx.Dequeue();
+    if (!session.peers().in_use(pi)) continue;  // removed since it was queued
     const size_t room = std::min<size_t>(bufs.size() - n, kPacketsPerTurn);
     n += BuildForPeer(pi, bufs.subspan(n, room));
-    if (HasWork(pi)) ctx_.Enqueue(pi);
+    if (HasWork(pi)) ctx.Enqueue(pi);
   }
   return n;
 }
 
 size_t Engine::BuildForPeer(uint32_t pi, absl::Span<driver::Packet* const> bufs) {
   size_t n = 0;
-  if (session_.HandshakeOwed(pi)) {
-    const wire::Common c = reliability_.Header(pi, wire::PacketType::kHello, 0);
-    const uint64_t retry = reliability_.tx(pi).rtt.rto(session_[pi].hello_tries);
-    n = session_.BuildHandshake(pi, c, reliability_.Grant(pi), retry, bufs);
-    if (n > 0) reliability_.NoteAckSent(pi, /*standalone=*/false);
+  if (session.HandshakeOwed(pi)) {
+    const wire::Common c = reliability.Header(pi, wire::PacketType::kHello, 0);
+    const uint64_t retry = reliability.tx(pi).rtt.rto(session[pi].hello_tries);
+    n = session.BuildHandshake(pi, c, reliability.Grant(pi), retry, bufs);
+    if (n > 0) reliability.NoteAckSent(pi, /*standalone=*/false);
   }
-  return n + reliability_.Build(pi, &session_[pi].probe_owed, bufs.subspan(n));
+  return n + reliability.Build(pi, &session[pi].probe_owed, bufs.subspan(n));
 }
 
 // ---- Failure.
@@ -422,41 +421,41 @@ void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
   // Send operations: those that put anything on the wire of this session
   // fail (and the engine's own: answers and pulls belong to the session);
   // the others wait for the next session if keep_unsent.
-  const TxStream& t = reliability_.tx(pi);
+  const TxStream& t = reliability.tx(pi);
   for (uint32_t o = t.ops.front(); o != kNone;) {
-    const uint32_t next = ops_[o].next;
-    if (!keep_unsent || ops_[o].started || !ops_.IsUser(o)) {
-      reliability_.Unqueue(pi, o);
+    const uint32_t next = ops[o].next;
+    if (!keep_unsent || ops[o].started || !ops.IsUser(o)) {
+      reliability.Unqueue(pi, o);
       FailOp(o, err, why);
     }
     o = next;
   }
   while (!t.waiting.empty()) {  // RMA and rendezvous waiting for its answer
     const uint32_t o = t.waiting.front();
-    reliability_.Unpark(pi, o);
+    reliability.Unpark(pi, o);
     FailOp(o, err, why);
   }
-  rma_.EndSession(pi);
-  messaging_.EndSession(pi, err, why);
-  reliability_.ResetRx(pi);
+  rma.EndSession(pi);
+  messaging.EndSession(pi, err, why);
+  reliability.ResetRx(pi);
   // A fresh session, to be shaken hands again when there is something to send.
-  session_.EndSession(pi, /*more_to_send=*/!t.ops.empty());
-  reliability_.RestartTx(pi);
+  session.EndSession(pi, /*more_to_send=*/!t.ops.empty());
+  reliability.RestartTx(pi);
 }
 
 void Engine::FailOp(uint32_t o, int err, const char* why) {
-  const SendOp& op = ops_[o];
+  const SendOp& op = ops[o];
   switch (Traits(op.kind).on_fail) {
     case OnFail::kReport:
-      if (!op.abandoned) completions_.OpFailed(op, err, why);  // an abandoned one has had its error
+      if (!op.abandoned) completions.OpFailed(op, err, why);  // an abandoned one has had its error
       break;
     case OnFail::kFailReceive:
-      messaging_.PullFailed(o, err, why);
+      messaging.PullFailed(o, err, why);
       break;
     case OnFail::kDrop:
       break;
   }
-  ops_.Free(o);
+  ops.Free(o);
 }
 
 }  // namespace bypass::rdm

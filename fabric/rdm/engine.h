@@ -23,9 +23,9 @@
 
 namespace bypass::rdm {
 
-// The stages of one endpoint, composed. Single-threaded: one owner calls
-// everything (FI_THREAD_DOMAIN).
-class Engine {
+// The stages of one endpoint (it is its Stages), composed and run.
+// Single-threaded: one owner calls everything (FI_THREAD_DOMAIN).
+class Engine : private Stages {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const DeviceParams& dev,
                                                         const EndpointConfig& config);
@@ -35,48 +35,48 @@ class Engine {
 
   // Cold path (rdm.h says what each does).
   Address address() const;
-  const EndpointConfig& config() const { return config_; }
-  uint32_t max_segment() const { return wire::MaxDataPayload(ctx_.max_datagram); }
+  const EndpointConfig& config() const { return ctx.config; }
+  uint32_t max_segment() const { return wire::MaxDataPayload(ctx.max_datagram); }
   absl::StatusOr<PeerId> InsertPeer(const Address& addr);
   absl::Status RemovePeer(PeerId id);
   std::optional<Address> PeerAddress(PeerId id) const;
   std::optional<PeerStats> peer_stats(PeerId id) const;
   absl::StatusOr<uint64_t> RegisterRegion(const RegionRequest& r) {
-    return rma_.RegisterRegion(r);
+    return rma.RegisterRegion(r);
   }
-  absl::Status DeregisterRegion(uint64_t key) { return rma_.DeregisterRegion(key); }
+  absl::Status DeregisterRegion(uint64_t key) { return rma.DeregisterRegion(key); }
   absl::Status SetDscp(uint8_t dscp);
-  void SetMinMultiRecv(size_t bytes) { messaging_.SetMinMultiRecv(bytes); }
-  size_t min_multi_recv() const { return messaging_.min_multi_recv(); }
-  uint32_t SendSlotsFree() const { return ops_.user_free(); }
-  uint32_t RecvSlotsFree() const { return messaging_.RecvSlotsFree(); }
-  const Counters& counters() const { return ctx_.counters; }
-  Counters& mutable_counters() { return ctx_.counters; }
+  void SetMinMultiRecv(size_t bytes) { messaging.SetMinMultiRecv(bytes); }
+  size_t min_multi_recv() const { return messaging.min_multi_recv(); }
+  uint32_t SendSlotsFree() const { return ops.user_free(); }
+  uint32_t RecvSlotsFree() const { return messaging.RecvSlotsFree(); }
+  const Counters& counters() const { return ctx.counters; }
+  Counters& mutable_counters() { return ctx.counters; }
 
   // Hot path. The time for everything until the next SetNow.
-  void SetNow(uint64_t now_ns) { ctx_.now = now_ns; }
-  uint64_t now() const { return ctx_.now; }
+  void SetNow(uint64_t now_ns) { ctx.now = now_ns; }
+  uint64_t now() const { return ctx.now; }
   Result PostSend(const SendRequest& r);
   Result PostRecv(const RecvRequest& r);
   Result PostWrite(const RmaRequest& r);
   Result PostRead(const RmaRequest& r);
-  bool CancelRecv(void* context) { return messaging_.CancelRecv(context); }
+  bool CancelRecv(void* context) { return messaging.CancelRecv(context); }
   // Takes the packets; those it does not hold go to released().
   void HandleRx(absl::Span<driver::Packet* const> pkts);
   // Delayed ACKs, retransmit timers, RNR retries, handshake retries, probes
   // and peer timeouts.
   void RunTimers();
-  bool HasTxWork() const { return ctx_.queued_peers() > 0 || session_.HasResets(); }
+  bool HasTxWork() const { return ctx.queued_peers() > 0 || session.HasResets(); }
   // Builds frames into bufs[0, n) (setting their len) and returns n.
   size_t BuildTx(absl::Span<driver::Packet* const> bufs);
   // Packets to give back to the device's pool, then ClearReleased.
-  absl::Span<driver::Packet* const> released() const { return ctx_.released(); }
-  void ClearReleased() { ctx_.ClearReleased(); }
+  absl::Span<driver::Packet* const> released() const { return ctx.released(); }
+  void ClearReleased() { ctx.ClearReleased(); }
   // Hands every held packet to released() (before closing).
-  void ReleaseAll() { reliability_.ReleaseAll(); }
+  void ReleaseAll() { reliability.ReleaseAll(); }
 
-  size_t PollCompletions(absl::Span<Completion> out) { return completions_.Poll(out); }
-  size_t PollErrors(absl::Span<ErrorCompletion> out) { return completions_.PollErrors(out); }
+  size_t PollCompletions(absl::Span<Completion> out) { return completions.Poll(out); }
+  size_t PollErrors(absl::Span<ErrorCompletion> out) { return completions.PollErrors(out); }
 
  private:
   static constexpr uint32_t kPacketsPerTurn = 16;
@@ -86,7 +86,7 @@ class Engine {
 
   // After every call that may free receive resources: refused peers retry.
   void AfterFreeing() {
-    if (ctx_.TakeFreed()) reliability_.RetryRefused();
+    if (ctx.TakeFreed()) reliability.RetryRefused();
   }
 
   // The dispatcher: the one switch over packet types.
@@ -103,7 +103,7 @@ class Engine {
   // Something of ours to or from pi is unfinished (its silence times it out).
   bool Busy(uint32_t pi) const;
   bool HasWork(uint32_t pi) const {
-    return session_.HasWork(pi) || reliability_.HasWork(pi);
+    return session.HasWork(pi) || reliability.HasWork(pi);
   }
   size_t BuildForPeer(uint32_t pi, absl::Span<driver::Packet* const> bufs);
 
@@ -113,17 +113,6 @@ class Engine {
   void FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent);
   // Ends op o (in no list) because its session ended (kOpTraits' on_fail).
   void FailOp(uint32_t o, int err, const char* why);
-
-  const EndpointConfig config_;
-  Stages stages_;
-  // The stages by name.
-  Context& ctx_ = stages_.ctx;
-  Session& session_ = stages_.session;
-  Completions& completions_ = stages_.completions;
-  OpTable& ops_ = stages_.ops;
-  Reliability& reliability_ = stages_.reliability;
-  Messaging& messaging_ = stages_.messaging;
-  Rma& rma_ = stages_.rma;
 };
 
 }  // namespace bypass::rdm

@@ -140,12 +140,38 @@ class OpTable {
   OpTable& operator=(const OpTable&) = delete;
 
   // A fresh op of `kind` (user kinds from the user slots), or kNone.
-  uint32_t Alloc(OpKind kind);
+  uint32_t Alloc(OpKind kind) {
+    const bool user = Traits(kind).user;
+    FreeSlots& pool = user ? free_user_ : free_engine_;
+    if (pool.empty()) return kNone;
+    const uint32_t o = user ? pool.Pop() : user_slots_ + pool.Pop();
+    std::construct_at(&ops_[o]);  // in place: no temporary copied over it
+    ops_[o].kind = kind;
+    ++live_[static_cast<size_t>(kind)];
+    return o;
+  }
   // Ends op o: its generation moves on, its ref is released; a freed
   // engine op is noted (Context::NoteFreed).
-  void Free(uint32_t o);
+  void Free(uint32_t o) {
+    SendOp& op = ops_[o];
+    --live_[static_cast<size_t>(op.kind)];
+    if (op.ref != nullptr) --*op.ref;
+    op.ref = nullptr;
+    op.state = OpState::kIdle;
+    gen_[o] = static_cast<uint16_t>((gen_[o] + 1) & ((1u << (32 - kRmaIdSlotBits)) - 1));
+    if (IsUser(o)) {
+      free_user_.Push(o);
+    } else {
+      free_engine_.Push(o - user_slots_);
+      ctx_.NoteFreed();  // a peer we refused for lack of one may retry now
+    }
+  }
   // Changes the kind of a live op (a pulled rendezvous request).
-  void SetKind(uint32_t o, OpKind kind);
+  void SetKind(uint32_t o, OpKind kind) {
+    --live_[static_cast<size_t>(ops_[o].kind)];
+    ops_[o].kind = kind;
+    ++live_[static_cast<size_t>(kind)];
+  }
 
   SendOp& operator[](uint32_t o) { return ops_[o]; }
   const SendOp& operator[](uint32_t o) const { return ops_[o]; }

@@ -77,19 +77,16 @@ SessionEvent Session::ClassifyHello(uint32_t pi, const wire::View& v) {
   return SessionEvent::kCurrent;
 }
 
-void Session::Heard(uint32_t pi, const wire::View& v) {
-  SessionPeer& s = state_[pi];
-  s.activity_ns = ctx_.now;
-  ctx_.ArmTimer(ctx_.now + ctx_.config.peer_timeout_ns);
-  const bool hello =
-      v.common.type == wire::PacketType::kHello || v.common.type == wire::PacketType::kHelloAck;
-  if (s.mac_unknown && hello) {
-    // Inserted without a MAC: this HELLO or HELLO_ACK passed the CRC and
-    // the session checks, so its source MAC is the peer's (or its router's).
-    s.mac_unknown = false;
-    peers_.address(pi).mac = v.flow.src_mac;
-    s.flow.dst_mac = v.flow.src_mac;
+void Session::LearnMac(uint32_t pi, const wire::View& v) {
+  // Inserted without a MAC: a HELLO or HELLO_ACK that passed the CRC and the
+  // session checks has the peer's MAC (or its router's) as its source.
+  if (v.common.type != wire::PacketType::kHello && v.common.type != wire::PacketType::kHelloAck) {
+    return;
   }
+  SessionPeer& s = state_[pi];
+  s.mac_unknown = false;
+  peers_.address(pi).mac = v.flow.src_mac;
+  s.flow.dst_mac = v.flow.src_mac;
 }
 
 void Session::Retire(uint32_t pi, uint32_t incarnation) {
@@ -122,14 +119,6 @@ void Session::MaybeEstablished(SessionPeer& s) {
     s.counted_established = true;
     ++ctx_.counters.handshakes;
   }
-}
-
-void Session::WantHello(uint32_t pi) {
-  SessionPeer& s = state_[pi];
-  if (s.tx_ready || s.hello_wanted) return;
-  s.hello_wanted = true;
-  s.hello_due_ns = ctx_.now;
-  s.hello_tries = 0;
 }
 
 SessionEvent Session::ClassifyReset(uint32_t pi, const wire::View& v, bool in_session) {
@@ -205,7 +194,7 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
   return n;
 }
 
-void Session::RunTimers(uint32_t pi, bool probe, uint64_t* next) {
+void Session::RunDueTimers(uint32_t pi, bool probe, uint64_t* next) {
   SessionPeer& s = state_[pi];
   const uint64_t now = ctx_.now;
   if (s.hello_wanted && !s.tx_ready) {

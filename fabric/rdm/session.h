@@ -90,7 +90,12 @@ class Session {
   SessionEvent ClassifyHello(uint32_t pi, const wire::View& v);
   // Heard from peer pi: its liveness, and (inserted without a MAC) its MAC
   // from a HELLO or HELLO_ACK that passed every check.
-  void Heard(uint32_t pi, const wire::View& v);
+  void Heard(uint32_t pi, const wire::View& v) {
+    SessionPeer& s = state_[pi];
+    s.activity_ns = ctx_.now;
+    ctx_.ArmTimer(ctx_.now + ctx_.config.peer_timeout_ns);
+    if (s.mac_unknown) LearnMac(pi, v);
+  }
   // A restarted peer's old incarnation is retired: its packets are stale.
   void Retire(uint32_t pi, uint32_t incarnation);
   // Takes the peer's incarnation and initial PSN from its HELLO(_ACK);
@@ -99,7 +104,13 @@ class Session {
   // It acknowledged our initial PSN: our direction is ready.
   void TxReady(uint32_t pi);
   // We have something to send: a HELLO goes unless the session is up.
-  void WantHello(uint32_t pi);
+  void WantHello(uint32_t pi) {
+    SessionPeer& s = state_[pi];
+    if (s.tx_ready || s.hello_wanted) return;
+    s.hello_wanted = true;
+    s.hello_due_ns = ctx_.now;
+    s.hello_tries = 0;
+  }
   // What a RESET from peer pi means; in_session: its psn is one we sent and
   // it has not acknowledged.
   SessionEvent ClassifyReset(uint32_t pi, const wire::View& v, bool in_session);
@@ -124,7 +135,9 @@ class Session {
   // The HELLO timer and the liveness probe of peer pi (probe: it has ops
   // waiting for answers and nothing in flight); *next: the earliest of its
   // deadlines still ahead.
-  void RunTimers(uint32_t pi, bool probe, uint64_t* next);
+  void RunTimers(uint32_t pi, bool probe, uint64_t* next) {
+    if (probe || (state_[pi].hello_wanted && !state_[pi].tx_ready)) RunDueTimers(pi, probe, next);
+  }
 
   // RESETs owed to sources that have no session with us (rate-limited per
   // source).
@@ -151,7 +164,9 @@ class Session {
   static constexpr uint32_t kResetCacheSize = 32;
 
   void Init(uint32_t pi, const Address& addr);
+  void LearnMac(uint32_t pi, const wire::View& v);
   void MaybeEstablished(SessionPeer& s);
+  void RunDueTimers(uint32_t pi, bool probe, uint64_t* next);
 
   Context& ctx_;
   PeerTable peers_;

@@ -39,7 +39,7 @@ struct StageRig {
   }
 
   explicit StageRig(const EndpointConfig& c = DefaultConfig(), uint32_t held_budget = 512)
-      : config(c), stages(config, Device(), 1472, kRingSize, held_budget, 7, kOurIncarnation) {}
+      : config(c), stages(c, Device(), 1472, kRingSize, held_budget, 7, kOurIncarnation) {}
 
   // The peer's address.
   static Address PeerAddress() {

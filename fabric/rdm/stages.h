@@ -19,8 +19,7 @@ namespace bypass::rdm {
 
 // Every stage of one endpoint, each holding references to those below it.
 struct Stages {
-  // REQUIRES: config outlives the stages; ring_size a power of two at least
-  // config.window_packets.
+  // REQUIRES: ring_size a power of two at least config.window_packets.
   Stages(const EndpointConfig& config, const DeviceParams& dev, uint32_t max_datagram,
          uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation)
       : ctx(config, dev, max_datagram, incarnation, seed, held_budget + kReleaseSlack),
