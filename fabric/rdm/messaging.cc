@@ -519,6 +519,7 @@ void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const Mes
   op.total = m.total;
   op.len = std::min<uint64_t>(m.total, matcher_.recv(slot).len);  // a shorter receive truncates
   op.slot = slot;
+  op.dst = static_cast<uint8_t*>(matcher_.recv(slot).buf);
   // What the message's completion reports, kept until the bytes are in.
   op.msg.msg_flags = msg_flags;
   op.msg.tag = m.tag;
@@ -614,10 +615,7 @@ void Messaging::ConsumePulledData(uint32_t pi, const wire::RmaFields& r,
     return;
   }
   SendOp& op = ops_[o];
-  auto* dst = static_cast<uint8_t*>(matcher_.recv(op.slot).buf);
-  if (!payload.empty()) std::memcpy(dst + r.offset, payload.data(), payload.size());
-  op.rx_done += payload.size();
-  if (op.rx_done < op.len) return;
+  if (!LandReadData(op, r, payload)) return;
   reliability_.Unpark(pi, o);
   uint64_t flags = 0;
   const RecvRequest q = EndRecvSlot(op.slot, op.total, 0, &flags);

@@ -364,9 +364,7 @@ void Rma::ConsumeReadData(uint32_t pi, const wire::RmaFields& r,
     return;
   }
   SendOp& op = ops_[o];
-  if (!payload.empty()) std::memcpy(op.dst + r.offset, payload.data(), payload.size());
-  op.rx_done += payload.size();
-  if (op.rx_done < op.len) return;
+  if (!LandReadData(op, r, payload)) return;
   reliability_.Unpark(pi, o);
   completions_.OpDone(op);
   ops_.Free(o);
