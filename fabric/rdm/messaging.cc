@@ -609,14 +609,9 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
 
 void Messaging::ConsumePulledData(uint32_t pi, const wire::RmaFields& r,
                                   absl::Span<const uint8_t> payload) {
-  const uint32_t o = ops_.Answered(pi, r, OpKind::kPull);
-  if (o == kNone) {
-    ++ctx_.counters.protocol_errors;
-    return;
-  }
-  SendOp& op = ops_[o];
-  if (!LandReadData(op, r, payload)) return;
-  reliability_.Unpark(pi, o);
+  const uint32_t o = reliability_.LandReadData(pi, r, payload, OpKind::kPull);
+  if (o == kNone) return;
+  const SendOp& op = ops_[o];
   uint64_t flags = 0;
   const RecvRequest q = EndRecvSlot(op.slot, op.total, 0, &flags);
   completions_.Received(session_.peers().Id(pi), q,

@@ -6,10 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
-
-#include "absl/types/span.h"
 
 #include "fabric/rdm/context.h"
 #include "fabric/rdm/index_list.h"
@@ -117,15 +114,6 @@ struct SendOp {
   uint32_t prev = kNone;
   uint32_t next = kNone;
 };
-
-// Lands READ_DATA r (its payload, at r.offset) at op.dst, the buffer an
-// answered read or pull (OpTable::Answered) waits to fill; true once every
-// byte of it is in.
-inline bool LandReadData(SendOp& op, const wire::RmaFields& r, absl::Span<const uint8_t> payload) {
-  if (!payload.empty()) std::memcpy(op.dst + r.offset, payload.data(), payload.size());
-  op.rx_done += payload.size();
-  return op.rx_done == op.len;
-}
 
 // Sets op up as a RESPONSE (kResponse) naming the initiator's rma_id, key,
 // addr and length, with the target's verdict.

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 namespace bypass::rdm {
 
@@ -472,6 +473,21 @@ bool Reliability::GiveUpRefused(uint32_t pi) {
   ArmRto(t);
   ctx_.Enqueue(pi);
   return true;
+}
+
+uint32_t Reliability::LandReadData(uint32_t pi, const wire::RmaFields& r,
+                                   absl::Span<const uint8_t> payload, OpKind kind) {
+  const uint32_t o = ops_.Answered(pi, r, kind);
+  if (o == kNone) {
+    ++ctx_.counters.protocol_errors;
+    return kNone;
+  }
+  SendOp& op = ops_[o];
+  if (!payload.empty()) std::memcpy(op.dst + r.offset, payload.data(), payload.size());
+  op.rx_done += payload.size();
+  if (op.rx_done < op.len) return kNone;
+  Unpark(pi, o);
+  return o;
 }
 
 // ---- Receiving.

@@ -150,6 +150,12 @@ class Reliability {
     tx_[pi].waiting.Remove(ops_.base(), o);
     ops_[o].state = OpState::kIdle;
   }
+  // READ_DATA r from pi for a waiting op of `kind` (a read, a pull): lands
+  // its payload at the op's dst; returns the op once every byte is in
+  // (unparked: the caller ends it), else kNone. An answer no live op waits
+  // for (stale, misdirected, forged) counts a protocol error.
+  uint32_t LandReadData(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload,
+                        OpKind kind);
   // Takes op o off the stream (FailPeer). REQUIRES: queued on pi.
   void Unqueue(uint32_t pi, uint32_t o) {
     tx_[pi].ops.Remove(ops_.base(), o);

@@ -358,15 +358,9 @@ bool Rma::ConsumeReadRequest(uint32_t pi, const wire::RmaFields& r) {
 
 void Rma::ConsumeReadData(uint32_t pi, const wire::RmaFields& r,
                           absl::Span<const uint8_t> payload) {
-  const uint32_t o = ops_.Answered(pi, r, OpKind::kRead);
-  if (o == kNone) {
-    ++ctx_.counters.protocol_errors;
-    return;
-  }
-  SendOp& op = ops_[o];
-  if (!LandReadData(op, r, payload)) return;
-  reliability_.Unpark(pi, o);
-  completions_.OpDone(op);
+  const uint32_t o = reliability_.LandReadData(pi, r, payload, OpKind::kRead);
+  if (o == kNone) return;
+  completions_.OpDone(ops_[o]);
   ops_.Free(o);
 }
 
