@@ -272,9 +272,12 @@ int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
   Domain* d = AsDomain(domain);
   if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
-  fi_av_type type = attr->type;
+  const int raw_type = RawEnum(attr->type);
+  if (raw_type != FI_AV_UNSPEC && raw_type != FI_AV_MAP && raw_type != FI_AV_TABLE) {
+    return -FI_EINVAL;
+  }
+  fi_av_type type = static_cast<fi_av_type>(raw_type);
   if (type == FI_AV_UNSPEC) type = d->av_type == FI_AV_UNSPEC ? FI_AV_TABLE : d->av_type;
-  if (type != FI_AV_MAP && type != FI_AV_TABLE) return -FI_EINVAL;
   if (d->av_type != FI_AV_UNSPEC && type != d->av_type) return -FI_EINVAL;
   if (attr->rx_ctx_bits != 0 || attr->name != nullptr) return -FI_ENOSYS;  // no shared/scalable AVs
   if ((attr->flags & ~static_cast<uint64_t>(FI_EVENT)) != 0) return -FI_EBADFLAGS;

@@ -125,7 +125,7 @@ int OpenCntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** out, void* conte
   if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
   if (out == nullptr) return -FI_EINVAL;
   if (attr != nullptr) {
-    if (attr->events != FI_CNTR_EVENTS_COMP) return -FI_ENOSYS;
+    if (RawEnum(attr->events) != FI_CNTR_EVENTS_COMP) return -FI_ENOSYS;
     if (!BusyPollWait(attr->wait_obj)) return -FI_ENOSYS;
     if (attr->flags != 0) return -FI_EBADFLAGS;
   }

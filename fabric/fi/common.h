@@ -15,10 +15,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "fabric/fi/info/raw_enum.h"
 
 namespace bypass::fi {
 
@@ -134,8 +136,9 @@ void EraseOne(std::vector<T>& v, T x) {
 int FromStatus(const absl::Status& s);
 
 // Whether a CQ or counter can wait the only way here: busy polling.
-inline bool BusyPollWait(fi_wait_obj w) {
-  return w == FI_WAIT_NONE || w == FI_WAIT_UNSPEC || w == FI_WAIT_YIELD;
+inline bool BusyPollWait(const fi_wait_obj& w) {
+  const int v = RawEnum(w);
+  return v == FI_WAIT_NONE || v == FI_WAIT_UNSPEC || v == FI_WAIT_YIELD;
 }
 
 // Unsupported calls, with the signatures of the ops tables they fill.

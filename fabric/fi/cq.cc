@@ -167,7 +167,11 @@ int OpenCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context) {
   if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
   size_t entry_size;
-  fi_cq_format format = attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format;
+  const int raw_format = RawEnum(attr->format);
+  if (raw_format < FI_CQ_FORMAT_UNSPEC || raw_format > FI_CQ_FORMAT_TAGGED) return -FI_ENOSYS;
+  const fi_cq_format format = raw_format == FI_CQ_FORMAT_UNSPEC
+                                  ? FI_CQ_FORMAT_CONTEXT
+                                  : static_cast<fi_cq_format>(raw_format);
   switch (format) {
     case FI_CQ_FORMAT_CONTEXT:
       entry_size = sizeof(fi_cq_entry);

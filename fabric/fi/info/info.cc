@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fabric/fi/address/address.h"
+#include "fabric/fi/info/raw_enum.h"
 #include "fabric/fi/info/resolve.h"
 #include "fabric/rdm/types.h"
 
@@ -184,7 +185,7 @@ void CheckDomain(uint32_t version, const fi_domain_attr* h, const fi_domain_attr
   if (h->name != nullptr && std::strcmp(h->name, o.name) != 0) {
     c->Fail("domain \"%s\" is not \"%s\"", h->name, o.name);
   }
-  switch (h->threading) {
+  switch (RawEnum(h->threading)) {
     case FI_THREAD_UNSPEC:
     case FI_THREAD_SAFE:
     case FI_THREAD_FID:
@@ -193,9 +194,9 @@ void CheckDomain(uint32_t version, const fi_domain_attr* h, const fi_domain_attr
     case FI_THREAD_ENDPOINT:
       break;
     default:
-      c->Fail("threading %d is not a libfabric threading model", static_cast<int>(h->threading));
+      c->Fail("threading %d is not a libfabric threading model", RawEnum(h->threading));
   }
-  const fi_progress progress[2] = {h->control_progress, h->data_progress};
+  const int progress[2] = {RawEnum(h->control_progress), RawEnum(h->data_progress)};
   const char* names[2] = {"control_progress", "data_progress"};
   for (int i = 0; i < 2; ++i) {
     if (progress[i] == FI_PROGRESS_AUTO) {
@@ -204,15 +205,16 @@ void CheckDomain(uint32_t version, const fi_domain_attr* h, const fi_domain_attr
           "(FI_PROGRESS_MANUAL) and starts no threads",
           names[i]);
     } else if (progress[i] != FI_PROGRESS_UNSPEC && progress[i] != FI_PROGRESS_MANUAL) {
-      c->Fail("%s %d is not a libfabric progress model", names[i], static_cast<int>(progress[i]));
+      c->Fail("%s %d is not a libfabric progress model", names[i], progress[i]);
     }
   }
-  if (h->resource_mgmt != FI_RM_UNSPEC && h->resource_mgmt != FI_RM_ENABLED &&
-      h->resource_mgmt != FI_RM_DISABLED) {
-    c->Fail("resource_mgmt %d is not a libfabric value", static_cast<int>(h->resource_mgmt));
+  const int rm = RawEnum(h->resource_mgmt);
+  if (rm != FI_RM_UNSPEC && rm != FI_RM_ENABLED && rm != FI_RM_DISABLED) {
+    c->Fail("resource_mgmt %d is not a libfabric value", rm);
   }
-  if (h->av_type != FI_AV_UNSPEC && h->av_type != FI_AV_MAP && h->av_type != FI_AV_TABLE) {
-    c->Fail("av_type %d is not FI_AV_MAP or FI_AV_TABLE", static_cast<int>(h->av_type));
+  const int av_type = RawEnum(h->av_type);
+  if (av_type != FI_AV_UNSPEC && av_type != FI_AV_MAP && av_type != FI_AV_TABLE) {
+    c->Fail("av_type %d is not FI_AV_MAP or FI_AV_TABLE", av_type);
   }
   c->AtMost("mr_key_size", h->mr_key_size, o.mr_key_size);
   c->AtMost("cq_data_size", h->cq_data_size, o.cq_data_size);
@@ -240,8 +242,8 @@ void CheckDomain(uint32_t version, const fi_domain_attr* h, const fi_domain_attr
 void CheckEp(uint32_t version, const fi_ep_attr* h, const fi_ep_attr& o, size_t max_ctx,
              Checker* c) {
   if (h == nullptr) return;
-  if (h->type != FI_EP_UNSPEC && h->type != o.type) {
-    c->Fail("endpoint type %d is not %s", static_cast<int>(h->type), EpName(o.type));
+  if (RawEnum(h->type) != FI_EP_UNSPEC && RawEnum(h->type) != o.type) {
+    c->Fail("endpoint type %d is not %s", RawEnum(h->type), EpName(o.type));
   }
   if (h->protocol != FI_PROTO_UNSPEC && h->protocol != o.protocol) {
     c->Fail("protocol 0x%x is not 0x%x", h->protocol, o.protocol);
