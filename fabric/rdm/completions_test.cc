@@ -12,6 +12,7 @@
 namespace bypass::rdm {
 namespace {
 
+using testing::RigWithPeer;
 using testing::StageRig;
 
 // Room for max_send_ops + max_posted_recvs = 4 records, and max_send_ops = 2
@@ -43,37 +44,26 @@ SendOp Inject(uint32_t pi) {
   return op;
 }
 
-// Takes every reservation left; returns how many there were.
-uint32_t ReserveAll(Completions& c) {
-  uint32_t n = 0;
-  while (c.Reserve()) ++n;
-  return n;
-}
-
 // ---- Operations.
 
 // A finished operation reports its context, flags, length and peer.
 TEST(CompletionsTest, OpDoneReportsContextFlagsLengthAndSource) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   int context;
   ASSERT_TRUE(rig.completions.Reserve());
   rig.completions.OpDone(Send(pi, &context, 100));
   EXPECT_EQ(rig.completions.ready(), 1u);
-  Completion c[2];
-  ASSERT_EQ(rig.completions.Poll(c), 1u);
-  EXPECT_EQ(c[0].context, &context);
-  EXPECT_EQ(c[0].flags, kCompSend | kCompMsg);
-  EXPECT_EQ(c[0].len, 100u);
-  EXPECT_EQ(c[0].source, rig.session.peers().Id(pi));
+  const Completion c = rig.ExpectOneCompletion(&context);
+  EXPECT_EQ(c.flags, kCompSend | kCompMsg);
+  EXPECT_EQ(c.len, 100u);
+  EXPECT_EQ(c.source, rig.Id(pi));
   EXPECT_EQ(rig.completions.errors_ready(), 0u);
 }
 
 // An inject reports nothing when done; neither does an abandoned send,
 // which reported its error already.
 TEST(CompletionsTest, OpDoneReportsNothingForAnInjectOrAnAbandonedOp) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   rig.completions.OpDone(Inject(pi));
   int context;
   SendOp abandoned = Send(pi, &context, 10);
@@ -81,54 +71,46 @@ TEST(CompletionsTest, OpDoneReportsNothingForAnInjectOrAnAbandonedOp) {
   rig.completions.OpDone(abandoned);
   EXPECT_EQ(rig.completions.ready(), 0u);
   EXPECT_EQ(rig.completions.errors_ready(), 0u);
-  EXPECT_EQ(ReserveAll(rig.completions), kCapacity) << "no room was used";
+  EXPECT_EQ(rig.ReserveAll(), kCapacity) << "no room was used";
 }
 
 // A failed operation's error names the peer, its incarnation and why, with
 // the op's context and flags and no length; it counts in ops_failed.
 TEST(CompletionsTest, OpFailedNamesThePeerAndCountsTheFailure) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   int context;
   ASSERT_TRUE(rig.completions.Reserve());
   rig.completions.OpFailed(Send(pi, &context, 100), ETIMEDOUT, "did not answer");
   EXPECT_EQ(rig.completions.ready(), 0u);
-  ErrorCompletion e[2];
-  ASSERT_EQ(rig.completions.PollErrors(e), 1u);
-  EXPECT_EQ(e[0].err, ETIMEDOUT);
-  EXPECT_STREQ(e[0].message, "peer 10.0.0.2:6000 (incarnation 0x00002222) did not answer");
-  EXPECT_EQ(e[0].op.context, &context);
-  EXPECT_EQ(e[0].op.flags, kCompSend | kCompMsg);
-  EXPECT_EQ(e[0].op.len, 0u);
-  EXPECT_EQ(e[0].op.source, rig.session.peers().Id(pi));
+  const ErrorCompletion e = rig.ExpectOneError(ETIMEDOUT, &context);
+  EXPECT_STREQ(e.message, "peer 10.0.0.2:6000 (incarnation 0x00002222) did not answer");
+  EXPECT_EQ(e.op.flags, kCompSend | kCompMsg);
+  EXPECT_EQ(e.op.len, 0u);
+  EXPECT_EQ(e.op.source, rig.Id(pi));
   EXPECT_EQ(rig.ctx.counters.ops_failed, 1u);
 }
 
 // OpFailedWith reports the caller's message as it is, and counts too.
 TEST(CompletionsTest, OpFailedWithKeepsItsMessage) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   ASSERT_TRUE(rig.completions.Reserve());
   rig.completions.OpFailedWith(Send(pi, nullptr, 5), EACCES, "refused by someone");
-  ErrorCompletion e[2];
-  ASSERT_EQ(rig.completions.PollErrors(e), 1u);
-  EXPECT_EQ(e[0].err, EACCES);
-  EXPECT_STREQ(e[0].message, "refused by someone");
-  EXPECT_EQ(e[0].op.len, 0u);
+  const ErrorCompletion e = rig.ExpectOneError(EACCES, nullptr);
+  EXPECT_STREQ(e.message, "refused by someone");
+  EXPECT_EQ(e.op.len, 0u);
   EXPECT_EQ(rig.ctx.counters.ops_failed, 1u);
 }
 
 // An inject's error needs no reservation: it goes while there is extra
 // room, and is counted as dropped when there is none; polling makes room.
 TEST(CompletionsTest, AnInjectErrorGoesWithoutAReservationWhileThereIsExtraRoom) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   for (uint32_t i = 0; i < kExtraErrors; ++i) {
     rig.completions.OpFailed(Inject(pi), ECONNRESET, "restarted");
   }
   EXPECT_EQ(rig.completions.errors_ready(), kExtraErrors);
   EXPECT_EQ(rig.ctx.counters.inject_errors_dropped, 0u);
-  EXPECT_EQ(ReserveAll(rig.completions), kCapacity) << "inject errors take no reserved room";
+  EXPECT_EQ(rig.ReserveAll(), kCapacity) << "inject errors take no reserved room";
 
   rig.completions.OpFailed(Inject(pi), ECONNRESET, "restarted");
   EXPECT_EQ(rig.completions.errors_ready(), kExtraErrors);
@@ -149,57 +131,49 @@ TEST(CompletionsTest, AnInjectErrorGoesWithoutAReservationWhileThereIsExtraRoom)
 // A message that fits reports receive, tags, remote data and the extra
 // flags, its length, buffer, data, tag and source.
 TEST(CompletionsTest, ReceivedReportsTheMessage) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   uint8_t buf[64];
   int context;
   ASSERT_TRUE(rig.completions.Reserve());
   const RecvRequest r{.buf = buf, .len = sizeof(buf), .context = &context, .tagged = true};
   const MessageInfo m{.total = 40, .tag = 0x77, .data = 0x99, .remote_data = true};
-  rig.completions.Received(rig.session.peers().Id(pi), r, m, kCompMultiRecv);
-  Completion c[2];
-  ASSERT_EQ(rig.completions.Poll(c), 1u);
-  EXPECT_EQ(c[0].context, &context);
-  EXPECT_EQ(c[0].flags, kCompRecv | kCompMsg | kCompTagged | kCompRemoteData | kCompMultiRecv);
-  EXPECT_EQ(c[0].len, 40u);
-  EXPECT_EQ(c[0].buf, buf);
-  EXPECT_EQ(c[0].data, 0x99u);
-  EXPECT_EQ(c[0].tag, 0x77u);
-  EXPECT_EQ(c[0].source, rig.session.peers().Id(pi));
+  rig.completions.Received(rig.Id(pi), r, m, kCompMultiRecv);
+  const Completion c = rig.ExpectOneCompletion(&context);
+  EXPECT_EQ(c.flags, kCompRecv | kCompMsg | kCompTagged | kCompRemoteData | kCompMultiRecv);
+  EXPECT_EQ(c.len, 40u);
+  EXPECT_EQ(c.buf, buf);
+  EXPECT_EQ(c.data, 0x99u);
+  EXPECT_EQ(c.tag, 0x77u);
+  EXPECT_EQ(c.source, rig.Id(pi));
   EXPECT_EQ(rig.ctx.counters.truncated, 0u);
 }
 
 // A message longer than the receive is reported truncated: EMSGSIZE, the
 // bytes received, and olen the bytes that did not fit.
 TEST(CompletionsTest, ReceivedTruncatesALongerMessage) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   uint8_t buf[10];
   int context;
   ASSERT_TRUE(rig.completions.Reserve());
   const RecvRequest r{.buf = buf, .len = sizeof(buf), .context = &context};
-  rig.completions.Received(rig.session.peers().Id(pi), r, MessageInfo{.total = 25}, 0);
+  rig.completions.Received(rig.Id(pi), r, MessageInfo{.total = 25}, 0);
   EXPECT_EQ(rig.completions.ready(), 0u);
-  ErrorCompletion e[2];
-  ASSERT_EQ(rig.completions.PollErrors(e), 1u);
-  EXPECT_EQ(e[0].err, EMSGSIZE);
-  EXPECT_EQ(e[0].olen, 15u);
-  EXPECT_EQ(e[0].op.len, 10u);
-  EXPECT_EQ(e[0].op.context, &context);
-  EXPECT_EQ(e[0].op.buf, buf);
-  EXPECT_EQ(e[0].op.source, rig.session.peers().Id(pi));
-  EXPECT_NE(std::string(e[0].message).find("25 bytes"), std::string::npos) << e[0].message;
+  const ErrorCompletion e = rig.ExpectOneError(EMSGSIZE, &context);
+  EXPECT_EQ(e.olen, 15u);
+  EXPECT_EQ(e.op.len, 10u);
+  EXPECT_EQ(e.op.buf, buf);
+  EXPECT_EQ(e.op.source, rig.Id(pi));
+  EXPECT_NE(std::string(e.message).find("25 bytes"), std::string::npos) << e.message;
   EXPECT_EQ(rig.ctx.counters.truncated, 1u);
   EXPECT_EQ(rig.ctx.counters.ops_failed, 0u) << "a truncation is no failure";
 }
 
 // A discarding receive reports nothing and gives its reservation back.
 TEST(CompletionsTest, ADiscardingReceiveGivesItsReservationBackAndReportsNothing) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
-  ASSERT_EQ(ReserveAll(rig.completions), kCapacity);
+  auto [rig, pi] = RigWithPeer(SmallConfig());
+  ASSERT_EQ(rig.ReserveAll(), kCapacity);
   const RecvRequest r{.context = &rig, .flags = kRecvPeek | kRecvDiscard};
-  rig.completions.Received(rig.session.peers().Id(pi), r, MessageInfo{.total = 1u << 20}, 0);
+  rig.completions.Received(rig.Id(pi), r, MessageInfo{.total = 1u << 20}, 0);
   EXPECT_EQ(rig.completions.ready(), 0u);
   EXPECT_EQ(rig.completions.errors_ready(), 0u);
   EXPECT_EQ(rig.ctx.counters.truncated, 0u);
@@ -210,15 +184,14 @@ TEST(CompletionsTest, ADiscardingReceiveGivesItsReservationBackAndReportsNothing
 // A failed receive reports the bytes that landed; only a failure (not a
 // cancel) counts in ops_failed.
 TEST(CompletionsTest, ReceiveFailedCountsOnlyFailures) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   uint8_t buf[64];
   int context;
   ASSERT_TRUE(rig.completions.Reserve());
   ASSERT_TRUE(rig.completions.Reserve());
   const RecvRequest r{.buf = buf, .len = sizeof(buf), .context = &context, .tagged = true};
   const MessageInfo m{.total = 64, .tag = 3};
-  const PeerId src = rig.session.peers().Id(pi);
+  const PeerId src = rig.Id(pi);
   rig.completions.ReceiveFailed(src, r, m, 20, 0, ECONNRESET, "restarted", /*failure=*/true);
   rig.completions.ReceiveFailed(src, r, m, 0, 0, ECANCELED, "canceled", /*failure=*/false);
   ErrorCompletion e[3];
@@ -238,19 +211,16 @@ TEST(CompletionsTest, ReceiveFailedCountsOnlyFailures) {
 // Reserve fails once capacity records are reserved or unread; polling a
 // record (or an error) frees its room.
 TEST(CompletionsTest, ReserveFailsAtCapacityAndPollingFreesTheRoom) {
-  StageRig rig(SmallConfig());
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(SmallConfig());
   for (uint32_t i = 0; i < kCapacity; ++i) ASSERT_TRUE(rig.completions.Reserve()) << i;
   EXPECT_FALSE(rig.completions.Reserve());
   rig.completions.OpDone(Send(pi, nullptr, 1));
   rig.completions.OpFailed(Send(pi, nullptr, 1), ECONNRESET, "restarted");
   EXPECT_FALSE(rig.completions.Reserve()) << "an unread record still holds its room";
-  Completion c[4];
-  ASSERT_EQ(rig.completions.Poll(c), 1u);
+  ASSERT_EQ(rig.Drain().size(), 1u);
   EXPECT_TRUE(rig.completions.Reserve());
   EXPECT_FALSE(rig.completions.Reserve());
-  ErrorCompletion e[4];
-  ASSERT_EQ(rig.completions.PollErrors(e), 1u);
+  ASSERT_EQ(rig.DrainErrors().size(), 1u);
   EXPECT_TRUE(rig.completions.Reserve());
   EXPECT_FALSE(rig.completions.Reserve());
   rig.completions.Unreserve();

@@ -19,37 +19,19 @@
 namespace bypass::rdm {
 namespace {
 
+using testing::Bytes;
+using testing::RigWithPeer;
 using testing::StageRig;
-
-// A DATA payload at the rig's MTU (1472-byte datagrams).
-constexpr size_t kSeg = wire::MaxDataPayload(1472);
-// A READ_DATA payload at the same MTU.
-constexpr size_t kRmaSeg = wire::MaxRmaPayload(1472);
-
-// n bytes that differ from message to message (seed).
-std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
-  std::vector<uint8_t> b(n);
-  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
-  return b;
-}
 
 // The header of the peer's message msg_id: eager, untagged unless flags say.
 wire::MsgFields Msg(uint32_t msg_id, uint64_t total, uint16_t flags = 0, uint64_t tag = 0,
                     uint64_t data = 0) {
-  wire::MsgFields m;
-  m.msg_id = msg_id;
-  m.msg_flags = flags;
-  m.total_length = total;
-  m.tag = tag;
-  m.data = data;
-  return m;
+  return {.msg_id = msg_id, .msg_flags = flags, .total_length = total, .tag = tag, .data = data};
 }
 
 // The peer's request to send message msg_id of `total` bytes (rendezvous).
 wire::MsgFields RequestToSend(uint32_t msg_id, uint64_t total) {
-  wire::MsgFields m = Msg(msg_id, total);
-  m.protocol = wire::MsgProtocol::kRendezvous;
-  return m;
+  return {.msg_id = msg_id, .protocol = wire::MsgProtocol::kRendezvous, .total_length = total};
 }
 
 // Feeds the peer's message m with `bytes`, in segments as it would send them
@@ -57,9 +39,9 @@ wire::MsgFields RequestToSend(uint32_t msg_id, uint64_t total) {
 bool Feed(StageRig& rig, uint32_t pi, wire::MsgFields m, const std::vector<uint8_t>& bytes,
           size_t from = 0) {
   if (bytes.empty()) return rig.messaging.ConsumeData(pi, m, {});
-  for (size_t off = from * kSeg; off < bytes.size(); off += kSeg) {
+  for (size_t off = from * StageRig::kSeg; off < bytes.size(); off += StageRig::kSeg) {
     m.offset = off;
-    const size_t n = std::min(kSeg, bytes.size() - off);
+    const size_t n = std::min<size_t>(StageRig::kSeg, bytes.size() - off);
     if (!rig.messaging.ConsumeData(pi, m, absl::MakeConstSpan(bytes).subspan(off, n))) {
       return false;
     }
@@ -70,108 +52,54 @@ bool Feed(StageRig& rig, uint32_t pi, wire::MsgFields m, const std::vector<uint8
 // Segment `index` alone of message m.
 bool FeedSegment(StageRig& rig, uint32_t pi, wire::MsgFields m, const std::vector<uint8_t>& bytes,
                  size_t index) {
-  m.offset = index * kSeg;
-  const size_t n = std::min(kSeg, bytes.size() - m.offset);
+  m.offset = index * StageRig::kSeg;
+  const size_t n = std::min<size_t>(StageRig::kSeg, bytes.size() - m.offset);
   return rig.messaging.ConsumeData(pi, m, absl::MakeConstSpan(bytes).subspan(m.offset, n));
-}
-
-std::vector<Completion> Drain(StageRig& rig) {
-  std::vector<Completion> out(rig.completions.ready());
-  out.resize(rig.completions.Poll(absl::MakeSpan(out)));
-  return out;
-}
-
-std::vector<ErrorCompletion> DrainErrors(StageRig& rig) {
-  std::vector<ErrorCompletion> out(rig.completions.errors_ready());
-  out.resize(rig.completions.PollErrors(absl::MakeSpan(out)));
-  return out;
-}
-
-// The ops on the peer's stream, oldest first.
-std::vector<uint32_t> Queued(StageRig& rig, uint32_t pi) {
-  std::vector<uint32_t> out;
-  for (uint32_t o = rig.reliability.tx(pi).ops.front(); o != kNone; o = rig.ops[o].next) {
-    out.push_back(o);
-  }
-  return out;
 }
 
 // The first op of `kind` on the peer's stream; kNone.
 uint32_t QueuedOf(StageRig& rig, uint32_t pi, OpKind kind) {
-  for (uint32_t o : Queued(rig, pi)) {
+  for (uint32_t o : rig.Queued(pi)) {
     if (rig.ops[o].kind == kind) return o;
   }
   return kNone;
 }
 
-// Builds what the stream has to send (at most n packets), parsed.
-std::vector<wire::View> BuildPackets(StageRig& rig, uint32_t pi, size_t n = 16) {
-  std::vector<driver::Packet*> bufs = rig.Buffers(n);
-  bool probe = false;
-  const size_t built = rig.reliability.Build(pi, &probe, bufs);
-  std::vector<wire::View> out;
-  for (size_t i = 0; i < built; ++i) out.push_back(StageRig::Parse(bufs[i]));
-  return out;
-}
-
-// The peer acknowledges everything we sent.
-void AckAll(StageRig& rig, uint32_t pi) {
-  wire::Common c = rig.FromPeer(wire::PacketType::kAck, Psn(1000)).common;
-  c.flags = wire::kFlagAckValid;
-  c.ack_psn = rig.reliability.tx(pi).next_psn;
-  c.credit = 64;
-  rig.reliability.OnAck(pi, c, nullptr);
-}
-
-// Free room in the completion queue (each post reserves its record): what
-// leaks a reservation shows here.
-uint32_t Room(StageRig& rig) {
-  uint32_t n = 0;
-  while (rig.completions.Reserve()) ++n;
-  for (uint32_t i = 0; i < n; ++i) rig.completions.Unreserve();
-  return n;
+// The RMA header of a rendezvous message's pull (READ_REQ) or its bytes
+// (READ_DATA at offset): MESSAGE, the pull's rma_id, the msg_id as key.
+wire::RmaFields MsgRma(wire::RmaOp op, uint32_t rma_id, uint64_t msg_id, uint64_t total,
+                       uint64_t offset = 0) {
+  return {.op = op,
+          .flags = wire::kRmaFlagMessage,
+          .rma_id = rma_id,
+          .key = msg_id,
+          .total_length = total,
+          .offset = offset};
 }
 
 // The READ_DATA header the peer answers pull o with, at offset.
 wire::RmaFields PullData(StageRig& rig, uint32_t o, uint64_t offset) {
-  wire::RmaFields r;
-  r.op = wire::RmaOp::kReadData;
-  r.flags = wire::kRmaFlagMessage;
-  r.rma_id = rig.ops.RmaId(o);
-  r.key = rig.ops[o].rma.key;
-  r.total_length = rig.ops[o].len;
-  r.offset = offset;
-  return r;
+  return MsgRma(wire::RmaOp::kReadData, rig.ops.RmaId(o), rig.ops[o].rma.key, rig.ops[o].len,
+                offset);
 }
 
 // The peer answers pull o with `bytes` (at most the pull's length), in segments.
 void AnswerPull(StageRig& rig, uint32_t pi, uint32_t o, const std::vector<uint8_t>& bytes) {
   const uint64_t len = rig.ops[o].len;
   if (len == 0) rig.messaging.ConsumePulledData(pi, PullData(rig, o, 0), {});
-  for (uint64_t off = 0; off < len; off += kRmaSeg) {
-    const size_t n = std::min<uint64_t>(kRmaSeg, len - off);
+  for (uint64_t off = 0; off < len; off += StageRig::kRmaSeg) {
+    const size_t n = std::min<uint64_t>(StageRig::kRmaSeg, len - off);
     rig.messaging.ConsumePulledData(pi, PullData(rig, o, off),
                                     absl::MakeConstSpan(bytes).subspan(off, n));
   }
 }
 
-// A second peer (10.0.0.3:7000), set up as the rig sets up its own.
-uint32_t AddOtherPeer(StageRig& rig) {
-  Address a = StageRig::PeerAddress();
-  a.ip.value = 0x0a000003;
-  a.udp_port = 7000;
-  bool added = false;
-  const uint32_t pi = rig.session.Insert(a, &added);
-  rig.reliability.AddPeer(pi);
-  rig.messaging.AddPeer(pi);
-  rig.rma.AddPeer(pi);
-  return pi;
-}
-
+// A plain receive into buf.
 RecvRequest Recv(std::vector<uint8_t>* buf, void* context, PeerId source = kAnyPeer) {
   return RecvRequest{.source = source, .buf = buf->data(), .len = buf->size(), .context = context};
 }
 
+// A tagged receive into buf.
 RecvRequest TaggedRecv(std::vector<uint8_t>* buf, void* context, uint64_t tag, uint64_t ignore = 0,
                        PeerId source = kAnyPeer) {
   return RecvRequest{.source = source,
@@ -183,6 +111,96 @@ RecvRequest TaggedRecv(std::vector<uint8_t>* buf, void* context, uint64_t tag, u
                      .ignore = ignore};
 }
 
+// A peek (kRecvPeek with `also`: kRecvClaim, kRecvDiscard) at any untagged
+// message.
+RecvRequest Peek(void* context, uint32_t also = 0) {
+  return RecvRequest{.context = context, .flags = kRecvPeek | also};
+}
+
+// A multi-receive into buf.
+RecvRequest MultiRecv(std::vector<uint8_t>* buf, void* context) {
+  return RecvRequest{
+      .buf = buf->data(), .len = buf->size(), .context = context, .flags = kRecvMulti};
+}
+
+// A claim, into buf, of the message a peek with the same context claimed.
+RecvRequest ClaimRecv(std::vector<uint8_t>* buf, void* context) {
+  return RecvRequest{
+      .buf = buf->data(), .len = buf->size(), .context = context, .flags = kRecvClaim};
+}
+
+// Posts a send of b to peer pi.
+Result Send(StageRig& rig, uint32_t pi, const std::vector<uint8_t>& b, uint32_t flags = 0) {
+  return rig.messaging.PostSend(
+      {.dest = rig.Id(pi), .buf = b.data(), .len = b.size(), .flags = flags});
+}
+
+// The msg_ids of the ops on the peer's stream, oldest first.
+std::vector<uint32_t> QueuedMsgIds(StageRig& rig, uint32_t pi) {
+  std::vector<uint32_t> ids;
+  for (uint32_t o : rig.Queued(pi)) ids.push_back(rig.ops[o].msg.msg_id);
+  return ids;
+}
+
+// Expects exactly one completion ready: the receive `context` took message
+// m whole into buf, which starts with m's bytes (why: the failure's note).
+Completion ExpectReceived(StageRig& rig, const void* context, const std::vector<uint8_t>& m,
+                          const std::vector<uint8_t>& buf, const char* why = "") {
+  const Completion got = rig.ExpectOneCompletion(context, why);
+  EXPECT_EQ(got.len, m.size()) << why;
+  EXPECT_EQ(got.buf, buf.data()) << why;
+  EXPECT_TRUE(buf.size() >= m.size() && std::equal(m.begin(), m.end(), buf.begin()))
+      << "the message's bytes are not at the start of the buffer";
+  return got;
+}
+
+// Two plain receives posted in order: into a (a_len bytes, context &ca),
+// then into b (b_len bytes, context &cb).
+struct TwoReceives {
+  TwoReceives(StageRig& rig, size_t a_len, size_t b_len) : a(a_len), b(b_len) {
+    EXPECT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
+    EXPECT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  }
+  std::vector<uint8_t> a, b;
+  int ca = 0, cb = 0;
+};
+
+// The rig's config with room for 3 completion records (max_send_ops 1,
+// max_posted_recvs 2).
+EndpointConfig RoomForThreeRecords() {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_send_ops = 1;
+  c.max_posted_recvs = 2;
+  return c;
+}
+
+// The rig's config with rendezvous_threshold 4096: larger sends go rendezvous.
+EndpointConfig RendezvousAbove4096() {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.rendezvous_threshold = 4096;
+  return c;
+}
+
+// Feeds n whole messages of len bytes from the peer, msg_ids 0.., the bytes
+// of message i Bytes(len, seed + i); returns their bytes.
+std::vector<std::vector<uint8_t>> FeedMessages(StageRig& rig, uint32_t pi, uint32_t n, size_t len,
+                                               uint8_t seed) {
+  std::vector<std::vector<uint8_t>> m;
+  for (uint32_t i = 0; i < n; ++i) {
+    m.push_back(Bytes(len, static_cast<uint8_t>(seed + i)));
+    EXPECT_TRUE(Feed(rig, pi, Msg(i, len), m[i])) << "message " << i;
+  }
+  return m;
+}
+
+// Expects completion c to report message m landed at offset `at` of the
+// multi-receive buffer big (why: the failure's note).
+void ExpectLandedAt(const Completion& c, const std::vector<uint8_t>& m,
+                    const std::vector<uint8_t>& big, size_t at, const char* why = "") {
+  EXPECT_EQ(c.buf, big.data() + at) << why;
+  EXPECT_TRUE(std::equal(m.begin(), m.end(), big.begin() + at)) << why;
+}
+
 // ---- PostSend.
 
 // Sends to no peer, of no bytes, or longer than inject_size (inject, buffered)
@@ -190,9 +208,8 @@ RecvRequest TaggedRecv(std::vector<uint8_t>* buf, void* context, uint64_t tag, u
 TEST(PostSendTest, RefusesAnUnknownPeerANullBufferAndWhatIsTooLong) {
   EndpointConfig c = StageRig::DefaultConfig();
   c.max_msg_size = 1 << 20;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(c);
+  const PeerId peer = rig.Id(pi);
   std::vector<uint8_t> big(c.max_msg_size + 1);
   EXPECT_EQ(rig.messaging.PostSend({.dest = PeerId{}, .buf = big.data(), .len = 10}),
             Result::kInvalid);
@@ -226,24 +243,17 @@ TEST(PostSendTest, RefusesAnUnknownPeerANullBufferAndWhatIsTooLong) {
 TEST(PostSendTest, ReturnsAgainWhenTheSendSlotsRunOut) {
   EndpointConfig c = StageRig::DefaultConfig();
   c.max_send_ops = 2;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(c);
   const std::vector<uint8_t> b = Bytes(10, 1);
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
-  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}),
-            Result::kAgain);
-  EXPECT_EQ(rig.messaging.PostSend(
-                {.dest = peer, .buf = b.data(), .len = b.size(), .flags = kSendInject}),
-            Result::kAgain)
-      << "an inject takes a slot too";
-  EXPECT_EQ(Queued(rig, pi).size(), 2u);
-  ASSERT_EQ(BuildPackets(rig, pi).size(), 2u);
-  AckAll(rig, pi);
-  EXPECT_EQ(Drain(rig).size(), 2u);
-  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
-  EXPECT_EQ(rig.ops[Queued(rig, pi)[0]].msg.msg_id, 2u) << "the refused sends spent no number";
+  ASSERT_EQ(Send(rig, pi, b), Result::kOk);
+  ASSERT_EQ(Send(rig, pi, b), Result::kOk);
+  EXPECT_EQ(Send(rig, pi, b), Result::kAgain);
+  EXPECT_EQ(Send(rig, pi, b, kSendInject), Result::kAgain) << "an inject takes a slot too";
+  EXPECT_EQ(rig.Queued(pi).size(), 2u);
+  ASSERT_EQ(rig.SendAndAcknowledge(pi), 2u);
+  EXPECT_EQ(rig.Drain().size(), 2u);
+  EXPECT_EQ(Send(rig, pi, b), Result::kOk);
+  EXPECT_EQ(QueuedMsgIds(rig, pi), std::vector<uint32_t>{2}) << "the refused sends spent no number";
 }
 
 // A send reserves its completion when posted: with the completion queue full
@@ -252,60 +262,39 @@ TEST(PostSendTest, ReturnsAgainWhenTheCompletionQueueIsFullButAnInjectGoes) {
   EndpointConfig c = StageRig::DefaultConfig();
   c.max_send_ops = 4;
   c.max_posted_recvs = 1;  // room for 5 records
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(c);
   // Peeks that find nothing fill the queue with unread errors.
   int peek;
   for (int i = 0; i < 5; ++i) {
-    ASSERT_EQ(rig.messaging.PostRecv({.context = &peek, .flags = kRecvPeek}), Result::kOk);
+    ASSERT_EQ(rig.messaging.PostRecv(Peek(&peek)), Result::kOk);
   }
   const std::vector<uint8_t> b = Bytes(10, 1);
-  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}),
-            Result::kAgain);
-  EXPECT_EQ(rig.messaging.PostSend(
-                {.dest = peer, .buf = b.data(), .len = b.size(), .flags = kSendBuffered}),
-            Result::kAgain)
+  EXPECT_EQ(Send(rig, pi, b), Result::kAgain);
+  EXPECT_EQ(Send(rig, pi, b, kSendBuffered), Result::kAgain)
       << "a buffered send completes at once: it needs the room now";
   EXPECT_EQ(rig.ops.user_free(), 4u);
-  EXPECT_EQ(rig.messaging.PostSend(
-                {.dest = peer, .buf = b.data(), .len = b.size(), .flags = kSendInject}),
-            Result::kOk);
+  EXPECT_EQ(Send(rig, pi, b, kSendInject), Result::kOk);
   ErrorCompletion one[1];
   ASSERT_EQ(rig.completions.PollErrors(one), 1u);
-  EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
-  const std::vector<uint32_t> q = Queued(rig, pi);
-  ASSERT_EQ(q.size(), 2u);
-  EXPECT_EQ(rig.ops[q[0]].msg.msg_id, 0u);
-  EXPECT_EQ(rig.ops[q[1]].msg.msg_id, 1u);
+  EXPECT_EQ(Send(rig, pi, b), Result::kOk);
+  EXPECT_EQ(QueuedMsgIds(rig, pi), (std::vector<uint32_t>{0, 1}));
 }
 
 // Each send queues one eager op on the peer's stream, numbered 0, 1, 2... in
 // post order, with the tag only when tagged and the data only with kSendRemoteData.
 TEST(PostSendTest, QueuesOneOpPerMessageNumberedInPostOrder) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer();
+  const PeerId peer = rig.Id(pi);
   const std::vector<uint8_t> b = Bytes(100, 1);
+  const uint8_t* const src = b.data();
   int c0, c1, c2;
-  ASSERT_EQ(rig.messaging.PostSend(
-                {.dest = peer, .buf = b.data(), .len = 100, .context = &c0, .tag = 99, .data = 5}),
-            Result::kOk);
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer,
-                                    .buf = b.data(),
-                                    .len = 50,
-                                    .context = &c1,
-                                    .tag = 0x1234,
-                                    .flags = kSendTagged}),
-            Result::kOk);
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer,
-                                    .buf = b.data(),
-                                    .len = 0,
-                                    .context = &c2,
-                                    .data = 77,
-                                    .flags = kSendRemoteData}),
-            Result::kOk);
-  const std::vector<uint32_t> q = Queued(rig, pi);
+  const SendRequest sends[] = {
+      {.dest = peer, .buf = src, .len = 100, .context = &c0, .tag = 99, .data = 5},
+      {.dest = peer, .buf = src, .len = 50, .context = &c1, .tag = 0x1234, .flags = kSendTagged},
+      {.dest = peer, .buf = src, .len = 0, .context = &c2, .data = 77, .flags = kSendRemoteData},
+  };
+  for (const SendRequest& s : sends) ASSERT_EQ(rig.messaging.PostSend(s), Result::kOk);
+  const std::vector<uint32_t> q = rig.Queued(pi);
   ASSERT_EQ(q.size(), 3u);
   for (uint32_t i = 0; i < 3; ++i) {
     const SendOp& op = rig.ops[q[i]];
@@ -333,7 +322,7 @@ TEST(PostSendTest, QueuesOneOpPerMessageNumberedInPostOrder) {
   EXPECT_EQ(with_data.msg.data, 77u);
   EXPECT_EQ(with_data.msg.total_length, 0u);
   // The numbers go on the wire in that order.
-  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi);
   ASSERT_EQ(sent.size(), 3u);
   for (uint32_t i = 0; i < 3; ++i) {
     EXPECT_EQ(sent[i].common.type, wire::PacketType::kData);
@@ -346,29 +335,25 @@ TEST(PostSendTest, QueuesOneOpPerMessageNumberedInPostOrder) {
 // A buffered send (kSendBuffered) completes at once, and what goes on the
 // wire is the bytes it had then: the caller may reuse its buffer at once.
 TEST(PostSendTest, ABufferedSendCompletesAtOnceAndSendsTheBytesItCopied) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> b = Bytes(100, 3);
   const std::vector<uint8_t> original = b;
   int ctx;
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer,
+  ASSERT_EQ(rig.messaging.PostSend({.dest = rig.Id(pi),
                                     .buf = b.data(),
                                     .len = b.size(),
                                     .context = &ctx,
                                     .flags = kSendBuffered}),
             Result::kOk);
-  const std::vector<Completion> done = Drain(rig);
-  ASSERT_EQ(done.size(), 1u) << "complete before anything is sent";
-  EXPECT_EQ(done[0].context, &ctx);
-  EXPECT_EQ(done[0].flags, kCompSend | kCompMsg);
-  EXPECT_EQ(done[0].len, 100u);
+  const Completion done = rig.ExpectOneCompletion(&ctx, "complete before anything is sent");
+  EXPECT_EQ(done.flags, kCompSend | kCompMsg);
+  EXPECT_EQ(done.len, 100u);
   std::memset(b.data(), 0xee, b.size());
-  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi);
   ASSERT_EQ(sent.size(), 1u);
   ASSERT_EQ(sent[0].common.type, wire::PacketType::kData);
   EXPECT_EQ(std::vector<uint8_t>(sent[0].payload.begin(), sent[0].payload.end()), original);
-  AckAll(rig, pi);
+  rig.AckAll(pi);
   EXPECT_EQ(rig.completions.ready(), 0u) << "no second completion when acknowledged";
   EXPECT_TRUE(rig.reliability.tx(pi).ops.empty());
   EXPECT_EQ(rig.ops.user_free(), rig.config.max_send_ops);
@@ -377,15 +362,12 @@ TEST(PostSendTest, ABufferedSendCompletesAtOnceAndSendsTheBytesItCopied) {
 // Above rendezvous_threshold a send is a request to send: one DATA packet,
 // protocol RENDEZVOUS, no payload, the message's length; at it, eager.
 TEST(PostSendTest, AboveTheRendezvousThresholdItQueuesARequestToSend) {
-  EndpointConfig c = StageRig::DefaultConfig();
-  c.rendezvous_threshold = 4096;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(RendezvousAbove4096());
   const std::vector<uint8_t> b = Bytes(5000, 4);
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = 4096}), Result::kOk);
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = 5000}), Result::kOk);
-  const std::vector<uint32_t> q = Queued(rig, pi);
+  ASSERT_EQ(rig.messaging.PostSend({.dest = rig.Id(pi), .buf = b.data(), .len = 4096}),
+            Result::kOk);
+  ASSERT_EQ(Send(rig, pi, b), Result::kOk);
+  const std::vector<uint32_t> q = rig.Queued(pi);
   ASSERT_EQ(q.size(), 2u);
   EXPECT_EQ(rig.ops[q[0]].kind, OpKind::kMsg) << "at the threshold: eager";
   const SendOp& op = rig.ops[q[1]];
@@ -396,7 +378,7 @@ TEST(PostSendTest, AboveTheRendezvousThresholdItQueuesARequestToSend) {
   EXPECT_EQ(op.wire_len, 0u);
   EXPECT_EQ(op.len, 5000u);
   EXPECT_EQ(rig.ctx.counters.rendezvous_sent, 1u);
-  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi);
   ASSERT_EQ(sent.size(), 4u) << "three segments of the eager one, then the request";
   EXPECT_EQ(sent[3].common.type, wire::PacketType::kData);
   EXPECT_EQ(sent[3].msg.protocol, wire::MsgProtocol::kRendezvous);
@@ -409,10 +391,9 @@ TEST(PostSendTest, AboveTheRendezvousThresholdItQueuesARequestToSend) {
 // A message takes the first posted receive of its kind whose source is the
 // sender or any and whose tag equals its own outside the ignore mask.
 TEST(MatchingTest, AMessageTakesTheFirstReceiveBySourceAndTagUnderTheMask) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
-  const PeerId other = rig.session.peers().Id(AddOtherPeer(rig));
+  auto [rig, pi] = RigWithPeer();
+  const PeerId peer = rig.Id(pi);
+  const PeerId other = rig.Id(rig.AddOtherPeer());
   std::vector<uint8_t> b0(100), b1(100), b2(100), b3(100);
   int c0, c1, c2, c3;
   ASSERT_EQ(rig.messaging.PostRecv(TaggedRecv(&b0, &c0, 0x10ab, 0, other)), Result::kOk);
@@ -424,7 +405,7 @@ TEST(MatchingTest, AMessageTakesTheFirstReceiveBySourceAndTagUnderTheMask) {
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 100, wire::kMsgTagged, 0x10ab), m));
   ASSERT_TRUE(Feed(rig, pi, Msg(2, 100, wire::kMsgTagged, 0x20ab), m));
   ASSERT_TRUE(Feed(rig, pi, Msg(3, 100), m));
-  const std::vector<Completion> got = Drain(rig);
+  const std::vector<Completion> got = rig.Drain();
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0].context, &c2) << "the receive directed to another peer is passed over";
   EXPECT_EQ(got[0].tag, 0x10abu);
@@ -438,14 +419,13 @@ TEST(MatchingTest, AMessageTakesTheFirstReceiveBySourceAndTagUnderTheMask) {
   EXPECT_EQ(b1, m);
   EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u) << "tag 0x20ab matched nothing";
   EXPECT_TRUE(rig.messaging.CancelRecv(&c0)) << "still waiting for the other peer";
-  EXPECT_EQ(DrainErrors(rig).size(), 1u);
+  EXPECT_EQ(rig.DrainErrors().size(), 1u);
 }
 
 // Tagged and untagged messages are matched in separate queues: an untagged
 // message never takes a tagged receive, even one that ignores every tag bit.
 TEST(MatchingTest, AnUntaggedMessageNeverMatchesATaggedReceive) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> tb(100), ub(100);
   int tagged_ctx, untagged_ctx;
   ASSERT_EQ(rig.messaging.PostRecv(TaggedRecv(&tb, &tagged_ctx, 0, ~uint64_t{0})), Result::kOk);
@@ -454,23 +434,15 @@ TEST(MatchingTest, AnUntaggedMessageNeverMatchesATaggedReceive) {
   EXPECT_EQ(rig.completions.ready(), 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u);
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 60, wire::kMsgTagged, 0x55), m1));
-  std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &tagged_ctx) << "the tagged message took it";
-  EXPECT_EQ(got[0].len, 60u);
+  EXPECT_EQ(rig.ExpectOneCompletion(&tagged_ctx, "the tagged message took it").len, 60u);
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&ub, &untagged_ctx)), Result::kOk);
-  got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &untagged_ctx);
-  EXPECT_EQ(got[0].len, 40u);
-  EXPECT_TRUE(std::equal(m0.begin(), m0.end(), ub.begin()));
+  ExpectReceived(rig, &untagged_ctx, m0, ub);
 }
 
 // Segments of one message land one after another in the receive buffer; the
 // receive completes with the last.
 TEST(MatchingTest, SegmentsReassembleAcrossCallsIntoTheReceiveBuffer) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> buf(3000);
   int ctx;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
@@ -481,32 +453,23 @@ TEST(MatchingTest, SegmentsReassembleAcrossCallsIntoTheReceiveBuffer) {
   EXPECT_EQ(rig.completions.ready(), 0u) << "not before the last segment";
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 2));
   EXPECT_FALSE(rig.messaging.Receiving(pi));
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &ctx);
-  EXPECT_EQ(got[0].len, 3000u);
-  EXPECT_EQ(got[0].buf, buf.data());
-  EXPECT_EQ(buf, m);
+  ExpectReceived(rig, &ctx, m, buf);
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
 }
 
 // A message longer than its receive fills the buffer, writes nothing past
 // it, and completes as an EMSGSIZE error with the overflow in olen.
 TEST(MatchingTest, AMessageLongerThanTheBufferCompletesTruncated) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> buf(3000, 0x5a);
   int ctx;
   ASSERT_EQ(rig.messaging.PostRecv({.buf = buf.data(), .len = 1500, .context = &ctx}), Result::kOk);
   const std::vector<uint8_t> m = Bytes(2500, 6);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 2500), m));
   EXPECT_EQ(rig.completions.ready(), 0u);
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, EMSGSIZE);
-  EXPECT_EQ(err[0].olen, 1000u);
-  EXPECT_EQ(err[0].op.len, 1500u);
-  EXPECT_EQ(err[0].op.context, &ctx);
+  const ErrorCompletion err = rig.ExpectOneError(EMSGSIZE, &ctx);
+  EXPECT_EQ(err.olen, 1000u);
+  EXPECT_EQ(err.op.len, 1500u);
   EXPECT_TRUE(std::equal(m.begin(), m.begin() + 1500, buf.begin()));
   for (size_t i = 1500; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0x5a) << "written past the receive";
   EXPECT_EQ(rig.ctx.counters.truncated, 1u);
@@ -515,8 +478,7 @@ TEST(MatchingTest, AMessageLongerThanTheBufferCompletesTruncated) {
 // A message with no receive waits in the unexpected queue; a receive posted
 // later takes it at once.
 TEST(MatchingTest, AMessageWithNoReceiveWaitsUnexpectedForALaterReceive) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const std::vector<uint8_t> m = Bytes(2000, 7);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 2000, wire::kMsgRemoteData, 0, 99), m));
   EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u);
@@ -526,14 +488,10 @@ TEST(MatchingTest, AMessageWithNoReceiveWaitsUnexpectedForALaterReceive) {
   std::vector<uint8_t> buf(2000);
   int ctx;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u) << "at once";
-  EXPECT_EQ(got[0].context, &ctx);
-  EXPECT_EQ(got[0].len, 2000u);
-  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg | kCompRemoteData);
-  EXPECT_EQ(got[0].data, 99u);
-  EXPECT_EQ(got[0].source, rig.session.peers().Id(pi));
-  EXPECT_EQ(buf, m);
+  const Completion got = ExpectReceived(rig, &ctx, m, buf, "at once");
+  EXPECT_EQ(got.flags, kCompRecv | kCompMsg | kCompRemoteData);
+  EXPECT_EQ(got.data, 99u);
+  EXPECT_EQ(got.source, rig.Id(pi));
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_bytes, 0u);
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
@@ -542,8 +500,7 @@ TEST(MatchingTest, AMessageWithNoReceiveWaitsUnexpectedForALaterReceive) {
 // A receive posted while an unexpected message is still arriving takes what
 // came so far and the rest lands in its buffer directly.
 TEST(MatchingTest, AReceivePostedMidMessageTakesTheRestDirectly) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const std::vector<uint8_t> m = Bytes(3000, 8);
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 0));
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
@@ -553,10 +510,7 @@ TEST(MatchingTest, AReceivePostedMidMessageTakesTheRestDirectly) {
   EXPECT_EQ(rig.completions.ready(), 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u) << "it left the unexpected queue";
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 3000), m, /*from=*/1));
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &ctx);
-  EXPECT_EQ(buf, m);
+  ExpectReceived(rig, &ctx, m, buf);
 }
 
 // With the unexpected queue full a message is refused (false: not consumed,
@@ -564,8 +518,7 @@ TEST(MatchingTest, AReceivePostedMidMessageTakesTheRestDirectly) {
 TEST(MatchingTest, AFullUnexpectedQueueRefusesAMessageUntilThereIsRoom) {
   EndpointConfig c = StageRig::DefaultConfig();
   c.max_unexpected_msgs = 2;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer(c);
   const std::vector<uint8_t> m0 = Bytes(100, 0), m1 = Bytes(100, 1), m2 = Bytes(100, 2);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 100), m0));
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m1));
@@ -583,8 +536,7 @@ TEST(MatchingTest, AFullUnexpectedQueueRefusesAMessageUntilThereIsRoom) {
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u) << "msg_id 2 was still the next one";
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&b1, &c1)), Result::kOk);
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&b2, &c2)), Result::kOk);
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(rig.Drain().size(), 3u);
   EXPECT_EQ(b0, m0);
   EXPECT_EQ(b1, m1);
   EXPECT_EQ(b2, m2);
@@ -595,53 +547,30 @@ TEST(MatchingTest, AFullUnexpectedQueueRefusesAMessageUntilThereIsRoom) {
 // A segment of another message while one is in progress aborts it (EPROTO
 // for its receive, a protocol error) and is taken as the next message.
 TEST(FramingTest, AnotherMessagesSegmentAbortsTheOneInProgressAndStartsTheNext) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  std::vector<uint8_t> a(3000), b(3000);
-  int ca, cb;
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  auto [rig, pi] = RigWithPeer();
+  TwoReceives r(rig, 3000, 3000);
   const std::vector<uint8_t> m0 = Bytes(3000, 1), m1 = Bytes(500, 2);
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m0, 0));
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 500), m1));
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, EPROTO);
-  EXPECT_EQ(err[0].op.context, &ca);
-  EXPECT_EQ(err[0].op.len, kSeg) << "what had landed";
+  EXPECT_EQ(rig.ExpectOneError(EPROTO, &r.ca).op.len, StageRig::kSeg) << "what had landed";
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u);
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &cb);
-  EXPECT_EQ(got[0].len, 500u);
-  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), b.begin()));
+  ExpectReceived(rig, &r.cb, m1, r.b);
 }
 
 // A segment of the message in progress at the wrong offset aborts it; the
 // message's number is spent, so the next message is received normally.
 TEST(FramingTest, ASegmentAtTheWrongOffsetAbortsTheMessageInProgress) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  std::vector<uint8_t> a(5000), b(100);
-  int ca, cb;
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  auto [rig, pi] = RigWithPeer();
+  TwoReceives r(rig, 5000, 100);
   const std::vector<uint8_t> m0 = Bytes(5000, 1), m1 = Bytes(100, 2);
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 5000), m0, 0));
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 5000), m0, 2)) << "segment 1 skipped";
   EXPECT_FALSE(rig.messaging.Receiving(pi));
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, EPROTO);
-  EXPECT_EQ(err[0].op.context, &ca);
-  EXPECT_EQ(err[0].op.len, kSeg);
+  EXPECT_EQ(rig.ExpectOneError(EPROTO, &r.ca).op.len, StageRig::kSeg);
   EXPECT_GE(rig.ctx.counters.protocol_errors, 1u);
   EXPECT_EQ(rig.ctx.counters.ops_failed, 1u);
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m1));
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &cb);
-  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), b.begin()));
+  ExpectReceived(rig, &r.cb, m1, r.b);
 }
 
 // An ABANDONED first segment spends its message's number and delivers
@@ -649,28 +578,24 @@ TEST(FramingTest, ASegmentAtTheWrongOffsetAbortsTheMessageInProgress) {
 // takes the receive. An ABANDONED segment of any other message is a
 // protocol error.
 TEST(FramingTest, AnAbandonedMessageSpendsItsNumber) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> buf(100);
   int ctx;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, Msg(0, 5000, wire::kMsgAbandoned), {}));
   wire::MsgFields rest = Msg(0, 5000, wire::kMsgAbandoned);
-  rest.offset = kSeg;
+  rest.offset = StageRig::kSeg;
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, rest, {}));
   rest.msg_flags = 0;
-  rest.offset = 2 * kSeg;
-  const std::vector<uint8_t> seg = Bytes(kSeg, 3);
+  rest.offset = 2 * StageRig::kSeg;
+  const std::vector<uint8_t> seg = Bytes(StageRig::kSeg, 3);
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, rest, seg)) << "a plain segment held before";
   EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 0u);
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u);
   const std::vector<uint8_t> m1 = Bytes(100, 4);
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m1));
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &ctx);
-  EXPECT_EQ(buf, m1);
+  ExpectReceived(rig, &ctx, m1, buf);
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, Msg(7, 100, wire::kMsgAbandoned), {}));
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u) << "not the next message";
 }
@@ -678,29 +603,18 @@ TEST(FramingTest, AnAbandonedMessageSpendsItsNumber) {
 // An ABANDONED segment of the message being received ends its receive with
 // ECANCELED; the message's other segments are dropped, the next one is received.
 TEST(FramingTest, AnAbandonedSegmentOfTheMessageInProgressCancelsItsReceive) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  std::vector<uint8_t> a(5000), b(100);
-  int ca, cb;
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  auto [rig, pi] = RigWithPeer();
+  TwoReceives r(rig, 5000, 100);
   const std::vector<uint8_t> m0 = Bytes(5000, 1), m1 = Bytes(100, 2);
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 5000), m0, 0));
   wire::MsgFields gone = Msg(0, 5000, wire::kMsgAbandoned);
-  gone.offset = kSeg;
+  gone.offset = StageRig::kSeg;
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, gone, {}));
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, ECANCELED);
-  EXPECT_EQ(err[0].op.context, &ca);
-  EXPECT_EQ(err[0].op.len, kSeg);
+  EXPECT_EQ(rig.ExpectOneError(ECANCELED, &r.ca).op.len, StageRig::kSeg);
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 5000), m0, 2)) << "a copy sent before the give-up";
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m1));
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u);
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &cb);
-  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), b.begin()));
+  ExpectReceived(rig, &r.cb, m1, r.b);
 }
 
 // ---- Multi-receive.
@@ -709,21 +623,14 @@ TEST(FramingTest, AnAbandonedSegmentOfTheMessageInProgressCancelsItsReceive) {
 // own completion; the one that leaves less than min_multi_recv carries
 // kCompMultiRecv and the buffer takes no more.
 TEST(MultiRecvTest, MessagesLandOneAfterAnotherUntilTheBufferIsReleased) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const uint32_t room = Room(rig);
+  auto [rig, pi] = RigWithPeer();
+  const uint32_t room = rig.Room();
   ASSERT_EQ(rig.messaging.min_multi_recv(), 1024u);
   std::vector<uint8_t> big(4096);
   int ctx;
-  ASSERT_EQ(rig.messaging.PostRecv(
-                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
-            Result::kOk);
-  std::vector<std::vector<uint8_t>> m;
-  for (uint32_t i = 0; i < 5; ++i) {
-    m.push_back(Bytes(1000, static_cast<uint8_t>(i)));
-    ASSERT_TRUE(Feed(rig, pi, Msg(i, 1000), m[i]));
-  }
-  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(rig.messaging.PostRecv(MultiRecv(&big, &ctx)), Result::kOk);
+  const std::vector<std::vector<uint8_t>> m = FeedMessages(rig, pi, 5, 1000, 0);
+  const std::vector<Completion> got = rig.Drain();
   ASSERT_EQ(got.size(), 4u) << "4096 - 4000 is under min_multi_recv";
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(got[i].context, &ctx);
@@ -735,82 +642,59 @@ TEST(MultiRecvTest, MessagesLandOneAfterAnotherUntilTheBufferIsReleased) {
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u) << "the fifth found the buffer released";
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
   EXPECT_FALSE(rig.messaging.CancelRecv(&ctx));
-  EXPECT_EQ(Room(rig), room) << "the buffer's own reservation went with its release";
+  EXPECT_EQ(rig.Room(), room) << "the buffer's own reservation went with its release";
 }
 
 // A multi-receive posted after messages arrived takes those that fit, in
 // order, until it is released.
 TEST(MultiRecvTest, APostedBufferTakesTheMessagesWaitingUnexpected) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  std::vector<std::vector<uint8_t>> m;
-  for (uint32_t i = 0; i < 3; ++i) {
-    m.push_back(Bytes(1000, static_cast<uint8_t>(i)));
-    ASSERT_TRUE(Feed(rig, pi, Msg(i, 1000), m[i]));
-  }
+  auto [rig, pi] = RigWithPeer();
+  const std::vector<std::vector<uint8_t>> m = FeedMessages(rig, pi, 3, 1000, 0);
   std::vector<uint8_t> big(2500);
   int ctx;
-  ASSERT_EQ(rig.messaging.PostRecv(
-                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
-            Result::kOk);
-  const std::vector<Completion> got = Drain(rig);
+  ASSERT_EQ(rig.messaging.PostRecv(MultiRecv(&big, &ctx)), Result::kOk);
+  const std::vector<Completion> got = rig.Drain();
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0].buf, big.data());
+  ExpectLandedAt(got[0], m[0], big, 0);
   EXPECT_EQ(got[0].flags & kCompMultiRecv, 0u);
-  EXPECT_EQ(got[1].buf, big.data() + 1000);
+  ExpectLandedAt(got[1], m[1], big, 1000);
   EXPECT_EQ(got[1].flags & kCompMultiRecv, kCompMultiRecv) << "500 bytes left";
-  EXPECT_TRUE(std::equal(m[0].begin(), m[0].end(), big.begin()));
-  EXPECT_TRUE(std::equal(m[1].begin(), m[1].end(), big.begin() + 1000));
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
 }
 
 // A multi-receive posted while a message is still arriving takes it: the
 // rest lands in the buffer directly, and the release comes with it.
 TEST(MultiRecvTest, APostedBufferTakesAMessageStillArriving) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const uint32_t room = Room(rig);
+  auto [rig, pi] = RigWithPeer();
+  const uint32_t room = rig.Room();
   const std::vector<uint8_t> m = Bytes(3000, 1);
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 0));
   std::vector<uint8_t> big(4000);
   int ctx;
-  ASSERT_EQ(rig.messaging.PostRecv(
-                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
-            Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(MultiRecv(&big, &ctx)), Result::kOk);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 3000), m, /*from=*/1));
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].buf, big.data());
-  EXPECT_EQ(got[0].len, 3000u);
-  EXPECT_EQ(got[0].flags & kCompMultiRecv, kCompMultiRecv) << "1000 bytes left";
-  EXPECT_TRUE(std::equal(m.begin(), m.end(), big.begin()));
-  EXPECT_EQ(Room(rig), room) << "every reservation is given back";
+  EXPECT_EQ(ExpectReceived(rig, &ctx, m, big).flags & kCompMultiRecv, kCompMultiRecv)
+      << "1000 bytes left";
+  EXPECT_EQ(rig.Room(), room) << "every reservation is given back";
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
 }
 
 // Canceling a multi-receive a message is arriving into only stops it taking
 // more: no error, and that message's completion releases the buffer.
 TEST(MultiRecvTest, CancelWithAMessageArrivingReleasesTheBufferWithIt) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const uint32_t room = Room(rig);
+  auto [rig, pi] = RigWithPeer();
+  const uint32_t room = rig.Room();
   std::vector<uint8_t> big(10000);
   int ctx;
-  ASSERT_EQ(rig.messaging.PostRecv(
-                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
-            Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(MultiRecv(&big, &ctx)), Result::kOk);
   const std::vector<uint8_t> m = Bytes(3000, 1);
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(0, 3000), m, 0));
   ASSERT_TRUE(rig.messaging.CancelRecv(&ctx));
   EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 3000), m, /*from=*/1));
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &ctx);
-  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg | kCompMultiRecv);
-  EXPECT_TRUE(std::equal(m.begin(), m.end(), big.begin()));
-  EXPECT_EQ(Room(rig), room);
+  EXPECT_EQ(ExpectReceived(rig, &ctx, m, big).flags, kCompRecv | kCompMsg | kCompMultiRecv);
+  EXPECT_EQ(rig.Room(), room);
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 30), Bytes(30, 2)));
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u) << "the buffer takes no more";
@@ -820,28 +704,23 @@ TEST(MultiRecvTest, CancelWithAMessageArrivingReleasesTheBufferWithIt) {
 // has no room for its record, is refused (it comes again) rather than queued
 // unexpected, so the next message cannot land in that buffer ahead of it.
 TEST(MultiRecvTest, MessagesLandInSendOrderWhenTheCompletionQueueWasFull) {
-  EndpointConfig c = StageRig::DefaultConfig();
-  c.max_send_ops = 1;
-  c.max_posted_recvs = 2;  // room for 3 records: the buffer's and two messages'
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
+  // Room for 3 records: the buffer's and two messages'.
+  auto [rig, pi] = RigWithPeer(RoomForThreeRecords());
   std::vector<uint8_t> big(100000);
   int ctx;
-  ASSERT_EQ(rig.messaging.PostRecv(
-                {.buf = big.data(), .len = big.size(), .context = &ctx, .flags = kRecvMulti}),
-            Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(MultiRecv(&big, &ctx)), Result::kOk);
   std::vector<std::vector<uint8_t>> m;
   for (uint32_t i = 0; i < 4; ++i) m.push_back(Bytes(100, static_cast<uint8_t>(i + 1)));
   std::vector<Completion> got;
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 100), m[0]));
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m[1]));
-  const bool taken = Feed(rig, pi, Msg(2, 100), m[2]);      // the queue is full of unread records
-  for (const Completion& k : Drain(rig)) got.push_back(k);  // the application reads them
+  const bool taken = Feed(rig, pi, Msg(2, 100), m[2]);       // the queue is full of unread records
+  for (const Completion& k : rig.Drain()) got.push_back(k);  // the application reads them
   if (!taken) {
     ASSERT_TRUE(Feed(rig, pi, Msg(2, 100), m[2])) << "refused, it comes again";
   }
   ASSERT_TRUE(Feed(rig, pi, Msg(3, 100), m[3]));
-  for (const Completion& k : Drain(rig)) got.push_back(k);
+  for (const Completion& k : rig.Drain()) got.push_back(k);
   ASSERT_EQ(got.size(), 4u) << "message 2 waits unexpected with its receive posted";
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(got[i].buf, big.data() + 100 * i) << i;
@@ -854,17 +733,11 @@ TEST(MultiRecvTest, MessagesLandInSendOrderWhenTheCompletionQueueWasFull) {
 // take, or is not posted (kAgain) when the completion queue lacks room for
 // them all: none is left waiting for a later message to overtake.
 TEST(MultiRecvTest, APostedBufferTakesAllItsWaitingMessagesOrNone) {
-  EndpointConfig c = StageRig::DefaultConfig();
-  c.max_send_ops = 1;
-  c.max_posted_recvs = 2;  // room for 3 records
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  for (uint32_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(Feed(rig, pi, Msg(i, 100), Bytes(100, static_cast<uint8_t>(i + 1))));
-  }
+  auto [rig, pi] = RigWithPeer(RoomForThreeRecords());
+  const std::vector<std::vector<uint8_t>> m = FeedMessages(rig, pi, 3, 100, 1);
   ASSERT_EQ(rig.ctx.counters.unexpected_depth, 3u);
   std::vector<uint8_t> big(100000);
-  const RecvRequest multi{.buf = big.data(), .len = big.size(), .flags = kRecvMulti};
+  const RecvRequest multi = MultiRecv(&big, nullptr);
   EXPECT_EQ(rig.messaging.PostRecv(multi), Result::kAgain)
       << "the buffer's record and three messages' do not fit in three";
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 3u) << "nothing taken";
@@ -872,15 +745,12 @@ TEST(MultiRecvTest, APostedBufferTakesAllItsWaitingMessagesOrNone) {
   // With one message read by a plain receive, the other two fit.
   std::vector<uint8_t> one(100);
   ASSERT_EQ(rig.messaging.PostRecv({.buf = one.data(), .len = one.size()}), Result::kOk);
-  ASSERT_EQ(Drain(rig).size(), 1u);
+  ASSERT_EQ(rig.Drain().size(), 1u);
   ASSERT_EQ(rig.messaging.PostRecv(multi), Result::kOk);
-  const std::vector<Completion> got = Drain(rig);
+  const std::vector<Completion> got = rig.Drain();
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0].buf, big.data());
-  EXPECT_EQ(got[1].buf, big.data() + 100);
-  const std::vector<uint8_t> m1 = Bytes(100, 2), m2 = Bytes(100, 3);
-  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), big.begin())) << "message 1 first";
-  EXPECT_TRUE(std::equal(m2.begin(), m2.end(), big.begin() + 100));
+  ExpectLandedAt(got[0], m[1], big, 0, "message 1 first");
+  ExpectLandedAt(got[1], m[2], big, 100);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
 }
 
@@ -891,64 +761,49 @@ TEST(PeekTest, APeekWithNothingArrivedReportsEnomsg) {
   StageRig rig;
   rig.AddEstablishedPeer();
   int ctx;
-  ASSERT_EQ(rig.messaging.PostRecv({.context = &ctx, .flags = kRecvPeek}), Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(Peek(&ctx)), Result::kOk);
   EXPECT_EQ(rig.completions.ready(), 0u);
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, ENOMSG);
-  EXPECT_EQ(err[0].op.context, &ctx);
+  rig.ExpectOneError(ENOMSG, &ctx);
 }
 
 // A peek describes the first matching unexpected message (length, tag, data,
 // source; no buffer) and leaves it for a receive.
 TEST(PeekTest, APeekReportsAMessageWithoutTakingIt) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const std::vector<uint8_t> m = Bytes(120, 1);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 120, wire::kMsgTagged | wire::kMsgRemoteData, 42, 7), m));
   int peek;
   ASSERT_EQ(
       rig.messaging.PostRecv({.context = &peek, .tagged = true, .tag = 42, .flags = kRecvPeek}),
       Result::kOk);
-  std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &peek);
-  EXPECT_EQ(got[0].len, 120u);
-  EXPECT_EQ(got[0].tag, 42u);
-  EXPECT_EQ(got[0].data, 7u);
-  EXPECT_EQ(got[0].source, rig.session.peers().Id(pi));
-  EXPECT_EQ(got[0].buf, nullptr);
-  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg | kCompTagged | kCompRemoteData);
+  const Completion got = rig.ExpectOneCompletion(&peek);
+  EXPECT_EQ(got.len, 120u);
+  EXPECT_EQ(got.tag, 42u);
+  EXPECT_EQ(got.data, 7u);
+  EXPECT_EQ(got.source, rig.Id(pi));
+  EXPECT_EQ(got.buf, nullptr);
+  EXPECT_EQ(got.flags, kCompRecv | kCompMsg | kCompTagged | kCompRemoteData);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
   std::vector<uint8_t> buf(120);
   int ctx;
   ASSERT_EQ(rig.messaging.PostRecv(TaggedRecv(&buf, &ctx, 42)), Result::kOk);
-  got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &ctx);
-  EXPECT_EQ(buf, m);
+  ExpectReceived(rig, &ctx, m, buf);
 }
 
 // A claiming peek reserves the message: receives pass it over, and a claim
 // with the same context receives it (source and tag do not apply).
 TEST(PeekTest, AClaimingPeekReservesTheMessageForTheClaim) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const std::vector<uint8_t> m = Bytes(200, 2);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 200), m));
   int claim;
-  ASSERT_EQ(rig.messaging.PostRecv({.context = &claim, .flags = kRecvPeek | kRecvClaim}),
-            Result::kOk);
-  std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].len, 200u);
+  ASSERT_EQ(rig.messaging.PostRecv(Peek(&claim, kRecvClaim)), Result::kOk);
+  EXPECT_EQ(rig.ExpectOneCompletion(&claim).len, 200u);
   std::vector<uint8_t> other(200), buf(200);
   int other_ctx, nobody;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&other, &other_ctx)), Result::kOk);
   EXPECT_EQ(rig.completions.ready(), 0u) << "a plain receive does not take a claimed message";
-  EXPECT_EQ(rig.messaging.PostRecv(
-                {.buf = buf.data(), .len = buf.size(), .context = &nobody, .flags = kRecvClaim}),
-            Result::kInvalid)
+  EXPECT_EQ(rig.messaging.PostRecv(ClaimRecv(&buf, &nobody)), Result::kInvalid)
       << "no peek claimed a message for that context";
   ASSERT_EQ(rig.messaging.PostRecv({.source = PeerId{12345},
                                     .buf = buf.data(),
@@ -958,12 +813,8 @@ TEST(PeekTest, AClaimingPeekReservesTheMessageForTheClaim) {
                                     .tag = 9,
                                     .flags = kRecvClaim}),
             Result::kOk);
-  got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &claim);
-  EXPECT_EQ(got[0].len, 200u);
-  EXPECT_EQ(got[0].flags, kCompRecv | kCompMsg) << "the message's kind, not the request's";
-  EXPECT_EQ(buf, m);
+  EXPECT_EQ(ExpectReceived(rig, &claim, m, buf).flags, kCompRecv | kCompMsg)
+      << "the message's kind, not the request's";
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
   EXPECT_TRUE(rig.messaging.CancelRecv(&other_ctx)) << "still posted";
 }
@@ -971,37 +822,24 @@ TEST(PeekTest, AClaimingPeekReservesTheMessageForTheClaim) {
 // A discarding peek, or a discarding claim, drops the message: a completion
 // with length 0, and nothing left to receive.
 TEST(PeekTest, ADiscardingPeekOrClaimDropsTheMessage) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 300), Bytes(300, 1)));
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 400), Bytes(400, 2)));
   int drop;
-  ASSERT_EQ(rig.messaging.PostRecv({.context = &drop, .flags = kRecvPeek | kRecvDiscard}),
-            Result::kOk);
-  std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &drop);
-  EXPECT_EQ(got[0].len, 0u);
+  ASSERT_EQ(rig.messaging.PostRecv(Peek(&drop, kRecvDiscard)), Result::kOk);
+  EXPECT_EQ(rig.ExpectOneCompletion(&drop).len, 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
   int claim;
-  ASSERT_EQ(rig.messaging.PostRecv({.context = &claim, .flags = kRecvPeek | kRecvClaim}),
-            Result::kOk);
-  got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].len, 400u) << "the second message: the first is gone";
+  ASSERT_EQ(rig.messaging.PostRecv(Peek(&claim, kRecvClaim)), Result::kOk);
+  EXPECT_EQ(rig.ExpectOneCompletion(&claim).len, 400u) << "the second message: the first is gone";
   ASSERT_EQ(rig.messaging.PostRecv({.context = &claim, .flags = kRecvClaim | kRecvDiscard}),
             Result::kOk);
-  got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &claim);
-  EXPECT_EQ(got[0].len, 0u);
+  EXPECT_EQ(rig.ExpectOneCompletion(&claim).len, 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_bytes, 0u);
   int peek;
-  ASSERT_EQ(rig.messaging.PostRecv({.context = &peek, .flags = kRecvPeek}), Result::kOk);
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, ENOMSG);
+  ASSERT_EQ(rig.messaging.PostRecv(Peek(&peek)), Result::kOk);
+  rig.ExpectOneError(ENOMSG, &peek);
 }
 
 // ---- Cancel.
@@ -1009,23 +847,18 @@ TEST(PeekTest, ADiscardingPeekOrClaimDropsTheMessage) {
 // CancelRecv completes the posted receive with its context as an ECANCELED
 // error and frees its slot; with no such receive it returns false.
 TEST(CancelRecvTest, CancelCompletesTheReceiveWithEcanceled) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> buf(100);
-  const uint32_t room = Room(rig);
+  const uint32_t room = rig.Room();
   int ctx, other;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
   EXPECT_FALSE(rig.messaging.CancelRecv(&other));
   EXPECT_EQ(rig.completions.errors_ready(), 0u);
   ASSERT_TRUE(rig.messaging.CancelRecv(&ctx));
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, ECANCELED);
-  EXPECT_EQ(err[0].op.context, &ctx);
-  EXPECT_EQ(err[0].op.flags & kCompRecv, kCompRecv);
+  EXPECT_EQ(rig.ExpectOneError(ECANCELED, &ctx).op.flags & kCompRecv, kCompRecv);
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
   EXPECT_FALSE(rig.messaging.CancelRecv(&ctx)) << "once";
-  EXPECT_EQ(Room(rig), room);
+  EXPECT_EQ(rig.Room(), room);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 100), Bytes(100, 1)));
   EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u) << "the canceled receive takes nothing";
 }
@@ -1035,8 +868,7 @@ TEST(CancelRecvTest, CancelCompletesTheReceiveWithEcanceled) {
 // A request to send that finds a receive queues a pull: a READ_REQ with
 // MESSAGE, key = the msg_id, of min(message, receive) bytes, named by its rma_id.
 TEST(RendezvousTest, ARequestToSendWithAReceivePostedQueuesAPull) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> buf(4000);
   int ctx;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
@@ -1044,7 +876,7 @@ TEST(RendezvousTest, ARequestToSendWithAReceivePostedQueuesAPull) {
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(1, 10000), {}));
   EXPECT_FALSE(rig.messaging.Receiving(pi)) << "one packet";
-  const std::vector<uint32_t> q = Queued(rig, pi);
+  const std::vector<uint32_t> q = rig.Queued(pi);
   ASSERT_EQ(q.size(), 1u);
   const SendOp& pull = rig.ops[q[0]];
   EXPECT_EQ(pull.kind, OpKind::kPull);
@@ -1056,7 +888,7 @@ TEST(RendezvousTest, ARequestToSendWithAReceivePostedQueuesAPull) {
   EXPECT_EQ(pull.rma.rma_id, rig.ops.RmaId(q[0]));
   EXPECT_EQ(pull.wire_len, 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 0u);
-  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.type, wire::PacketType::kRma);
   EXPECT_EQ(sent[0].rma.op, wire::RmaOp::kReadReq);
@@ -1068,17 +900,12 @@ TEST(RendezvousTest, ARequestToSendWithAReceivePostedQueuesAPull) {
 // answered with a RESPONSE MESSAGE status OK naming it; a receive posted
 // later starts its pull.
 TEST(RendezvousTest, ARequestToSendWithNoReceiveWaitsAndIsAnsweredQueued) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 10000), {}));
   EXPECT_EQ(rig.ctx.counters.unexpected_msgs, 1u);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 1u);
   EXPECT_EQ(rig.ctx.counters.unexpected_bytes, 0u) << "the sender keeps the bytes";
-  std::vector<uint32_t> q = Queued(rig, pi);
-  ASSERT_EQ(q.size(), 1u);
-  const SendOp& queued = rig.ops[q[0]];
-  EXPECT_EQ(queued.kind, OpKind::kResponse);
-  EXPECT_EQ(queued.rma.op, wire::RmaOp::kResponse);
+  const SendOp& queued = rig.ExpectOnlyResponse(pi);
   EXPECT_EQ(queued.rma.flags, wire::kRmaFlagMessage);
   EXPECT_EQ(queued.rma.status, wire::RmaStatus::kOk);
   EXPECT_EQ(queued.rma.key, 0u);
@@ -1097,41 +924,31 @@ TEST(RendezvousTest, ARequestToSendWithNoReceiveWaitsAndIsAnsweredQueued) {
 // The pulled READ_DATA land in the receive buffer in order; the last one
 // completes the receive (EMSGSIZE if the message is longer) and ends the pull.
 TEST(RendezvousTest, PulledDataFillsTheReceiveAndCompletesIt) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> buf(4000, 0);
   int ctx;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 10000), {}));
   const uint32_t o = QueuedOf(rig, pi, OpKind::kPull);
   ASSERT_NE(o, kNone);
-  ASSERT_EQ(BuildPackets(rig, pi).size(), 1u);
-  AckAll(rig, pi);
+  ASSERT_EQ(rig.SendAndAcknowledge(pi), 1u);
   ASSERT_EQ(rig.reliability.tx(pi).waiting.front(), o) << "it waits for the bytes";
   const std::vector<uint8_t> m = Bytes(4000, 9);
-  wire::RmaFields r;
-  r.op = wire::RmaOp::kReadData;
-  r.flags = wire::kRmaFlagMessage;
-  r.rma_id = rig.ops.RmaId(o);
-  r.key = 0;
-  r.total_length = 4000;
   // A segment at the wrong offset is a protocol error and lands nowhere.
-  r.offset = kRmaSeg;
-  rig.messaging.ConsumePulledData(pi, r, absl::MakeConstSpan(m).subspan(kRmaSeg, kRmaSeg));
+  wire::RmaFields r = MsgRma(wire::RmaOp::kReadData, rig.ops.RmaId(o), 0, 4000, StageRig::kRmaSeg);
+  rig.messaging.ConsumePulledData(
+      pi, r, absl::MakeConstSpan(m).subspan(StageRig::kRmaSeg, StageRig::kRmaSeg));
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u);
-  EXPECT_EQ(buf[kRmaSeg], 0u);
-  for (uint64_t off = 0; off < m.size(); off += kRmaSeg) {
+  EXPECT_EQ(buf[StageRig::kRmaSeg], 0u);
+  for (uint64_t off = 0; off < m.size(); off += StageRig::kRmaSeg) {
     EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
     r.offset = off;
-    const size_t n = std::min<size_t>(kRmaSeg, m.size() - off);
+    const size_t n = std::min<size_t>(StageRig::kRmaSeg, m.size() - off);
     rig.messaging.ConsumePulledData(pi, r, absl::MakeConstSpan(m).subspan(off, n));
   }
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, EMSGSIZE);
-  EXPECT_EQ(err[0].olen, 6000u);
-  EXPECT_EQ(err[0].op.len, 4000u);
-  EXPECT_EQ(err[0].op.context, &ctx);
+  const ErrorCompletion err = rig.ExpectOneError(EMSGSIZE, &ctx);
+  EXPECT_EQ(err.olen, 6000u);
+  EXPECT_EQ(err.op.len, 4000u);
   EXPECT_EQ(buf, m);
   EXPECT_EQ(rig.ctx.counters.rendezvous_pulled, 1u);
   EXPECT_EQ(rig.ops.live(OpKind::kPull), 0u);
@@ -1146,60 +963,45 @@ TEST(RendezvousTest, PulledDataFillsTheReceiveAndCompletesIt) {
 // its sender completes): the peek's completion is the only one, and the pull
 // ends silently when the empty READ_DATA comes.
 TEST(RendezvousTest, ADiscardingPeekOfARequestToSendPullsNothingAndEndsSilently) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const uint32_t room = Room(rig);
+  auto [rig, pi] = RigWithPeer();
+  const uint32_t room = rig.Room();
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 10000), {}));
   int drop;
-  ASSERT_EQ(rig.messaging.PostRecv({.context = &drop, .flags = kRecvPeek | kRecvDiscard}),
-            Result::kOk);
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &drop);
-  EXPECT_EQ(got[0].len, 0u);
+  ASSERT_EQ(rig.messaging.PostRecv(Peek(&drop, kRecvDiscard)), Result::kOk);
+  EXPECT_EQ(rig.ExpectOneCompletion(&drop).len, 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u);
   const uint32_t o = QueuedOf(rig, pi, OpKind::kPull);
   ASSERT_NE(o, kNone);
   EXPECT_EQ(rig.ops[o].rma.key, 0u);
   EXPECT_EQ(rig.ops[o].rma.total_length, 0u);
-  ASSERT_FALSE(BuildPackets(rig, pi).empty());
-  AckAll(rig, pi);
+  ASSERT_GT(rig.SendAndAcknowledge(pi), 0u);
   AnswerPull(rig, pi, o, {});
   EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
   EXPECT_EQ(rig.ops.live(OpKind::kPull), 0u);
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u);
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
-  EXPECT_EQ(Room(rig), room);
+  EXPECT_EQ(rig.Room(), room);
 }
 
 // A claim of a request to send a peek reserved pulls it into the claiming
 // receive, which completes with the claim's context.
 TEST(RendezvousTest, AClaimOfARequestToSendPullsItIntoTheClaimingReceive) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const uint32_t room = Room(rig);
+  auto [rig, pi] = RigWithPeer();
+  const uint32_t room = rig.Room();
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 3000), {}));
   int claim;
-  ASSERT_EQ(rig.messaging.PostRecv({.context = &claim, .flags = kRecvPeek | kRecvClaim}),
-            Result::kOk);
-  ASSERT_EQ(Drain(rig).size(), 1u);
+  ASSERT_EQ(rig.messaging.PostRecv(Peek(&claim, kRecvClaim)), Result::kOk);
+  ASSERT_EQ(rig.Drain().size(), 1u);
   EXPECT_EQ(QueuedOf(rig, pi, OpKind::kPull), kNone) << "a peek pulls nothing";
   std::vector<uint8_t> buf(3000);
-  ASSERT_EQ(rig.messaging.PostRecv(
-                {.buf = buf.data(), .len = buf.size(), .context = &claim, .flags = kRecvClaim}),
-            Result::kOk);
+  ASSERT_EQ(rig.messaging.PostRecv(ClaimRecv(&buf, &claim)), Result::kOk);
   const uint32_t o = QueuedOf(rig, pi, OpKind::kPull);
   ASSERT_NE(o, kNone);
-  ASSERT_FALSE(BuildPackets(rig, pi).empty());
-  AckAll(rig, pi);
+  ASSERT_GT(rig.SendAndAcknowledge(pi), 0u);
   const std::vector<uint8_t> m = Bytes(3000, 1);
   AnswerPull(rig, pi, o, m);
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &claim);
-  EXPECT_EQ(got[0].len, 3000u);
-  EXPECT_EQ(buf, m);
-  EXPECT_EQ(Room(rig), room);
+  ExpectReceived(rig, &claim, m, buf);
+  EXPECT_EQ(rig.Room(), room);
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
 }
 
@@ -1209,35 +1011,25 @@ TEST(RendezvousTest, AClaimOfARequestToSendPullsItIntoTheClaimingReceive) {
 // message's bytes: READ_DATA with the pull's rma_id, ahead of later sends;
 // the send completes when they are acknowledged.
 TEST(RendezvousTest, APullOfAWaitingRequestStreamsTheMessageAsReadData) {
-  EndpointConfig c = StageRig::DefaultConfig();
-  c.rendezvous_threshold = 4096;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(RendezvousAbove4096());
+  const PeerId peer = rig.Id(pi);
   const std::vector<uint8_t> m = Bytes(5000, 3);
   int ctx, later;
   ASSERT_EQ(
       rig.messaging.PostSend({.dest = peer, .buf = m.data(), .len = m.size(), .context = &ctx}),
       Result::kOk);
-  const uint32_t o = Queued(rig, pi)[0];
-  ASSERT_EQ(BuildPackets(rig, pi).size(), 1u);
-  AckAll(rig, pi);
+  const uint32_t o = rig.Queued(pi)[0];
+  ASSERT_EQ(rig.SendAndAcknowledge(pi), 1u);
   ASSERT_EQ(rig.reliability.tx(pi).waiting.front(), o);
   EXPECT_EQ(rig.ops[o].state, OpState::kWaiting);
   EXPECT_TRUE(rig.reliability.tx(pi).hold) << "later sends wait for the answer";
   ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = m.data(), .len = 10, .context = &later}),
             Result::kOk);
-  EXPECT_TRUE(BuildPackets(rig, pi).empty()) << "held";
-  wire::RmaFields pull;
-  pull.op = wire::RmaOp::kReadReq;
-  pull.flags = wire::kRmaFlagMessage;
-  pull.rma_id = 0x77;
-  pull.key = 0;
-  pull.total_length = 5000;
-  ASSERT_TRUE(rig.messaging.ConsumePullRequest(pi, pull));
+  EXPECT_TRUE(rig.BuildPackets(pi).empty()) << "held";
+  ASSERT_TRUE(rig.messaging.ConsumePullRequest(pi, MsgRma(wire::RmaOp::kReadReq, 0x77, 0, 5000)));
   EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
   EXPECT_FALSE(rig.reliability.tx(pi).hold);
-  const std::vector<uint32_t> q = Queued(rig, pi);
+  const std::vector<uint32_t> q = rig.Queued(pi);
   ASSERT_EQ(q.size(), 2u);
   EXPECT_EQ(q[0], o) << "ahead of the later send";
   const SendOp& op = rig.ops[o];
@@ -1248,7 +1040,7 @@ TEST(RendezvousTest, APullOfAWaitingRequestStreamsTheMessageAsReadData) {
   EXPECT_EQ(op.rma.key, 0u);
   EXPECT_EQ(op.rma.total_length, 5000u);
   EXPECT_EQ(op.wire_len, 5000u);
-  const std::vector<wire::View> sent = BuildPackets(rig, pi);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi);
   ASSERT_EQ(sent.size(), 5u) << "four READ_DATA, then the later send";
   std::vector<uint8_t> streamed;
   for (size_t i = 0; i < 4; ++i) {
@@ -1261,8 +1053,8 @@ TEST(RendezvousTest, APullOfAWaitingRequestStreamsTheMessageAsReadData) {
   EXPECT_EQ(streamed, m);
   EXPECT_EQ(sent[4].common.type, wire::PacketType::kData);
   EXPECT_EQ(sent[4].msg.msg_id, 1u);
-  AckAll(rig, pi);
-  const std::vector<Completion> got = Drain(rig);
+  rig.AckAll(pi);
+  const std::vector<Completion> got = rig.Drain();
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].context, &ctx);
   EXPECT_EQ(got[0].len, 5000u);
@@ -1272,29 +1064,15 @@ TEST(RendezvousTest, APullOfAWaitingRequestStreamsTheMessageAsReadData) {
 // A pull naming no message of ours that waits to be pulled (another msg_id,
 // or more bytes than it has) is answered RESPONSE NO_MESSAGE and counted.
 TEST(RendezvousTest, APullNamingNoWaitingMessageIsAnsweredNoMessage) {
-  EndpointConfig c = StageRig::DefaultConfig();
-  c.rendezvous_threshold = 4096;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(RendezvousAbove4096());
   const std::vector<uint8_t> m = Bytes(5000, 3);
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = m.data(), .len = m.size()}), Result::kOk);
-  const uint32_t request = Queued(rig, pi)[0];
-  ASSERT_EQ(BuildPackets(rig, pi).size(), 1u);
-  AckAll(rig, pi);
-  wire::RmaFields pull;
-  pull.op = wire::RmaOp::kReadReq;
-  pull.flags = wire::kRmaFlagMessage;
-  pull.rma_id = 0x55;
-  pull.key = 3;
-  pull.total_length = 100;
+  ASSERT_EQ(Send(rig, pi, m), Result::kOk);
+  const uint32_t request = rig.Queued(pi)[0];
+  ASSERT_EQ(rig.SendAndAcknowledge(pi), 1u);
+  wire::RmaFields pull = MsgRma(wire::RmaOp::kReadReq, 0x55, 3, 100);
   ASSERT_TRUE(rig.messaging.ConsumePullRequest(pi, pull));
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u);
-  std::vector<uint32_t> q = Queued(rig, pi);
-  ASSERT_EQ(q.size(), 1u);
-  const SendOp& answer = rig.ops[q[0]];
-  EXPECT_EQ(answer.kind, OpKind::kResponse);
-  EXPECT_EQ(answer.rma.op, wire::RmaOp::kResponse);
+  const SendOp& answer = rig.ExpectOnlyResponse(pi);
   EXPECT_EQ(answer.rma.flags, wire::kRmaFlagMessage);
   EXPECT_EQ(answer.rma.status, wire::RmaStatus::kNoMessage);
   EXPECT_EQ(answer.rma.rma_id, 0x55u);
@@ -1313,37 +1091,27 @@ TEST(RendezvousTest, APullNamingNoWaitingMessageIsAnsweredNoMessage) {
 // When the peer's session ends, the message arriving from it completes in
 // error, and its next message is numbered from 0 again.
 TEST(EndSessionTest, TheMessageInProgressCompletesInError) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  std::vector<uint8_t> a(3000), b(100);
-  int ca, cb;
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &cb)), Result::kOk);
+  auto [rig, pi] = RigWithPeer();
+  TwoReceives r(rig, 3000, 100);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 10), Bytes(10, 0)));  // takes a
-  ASSERT_EQ(rig.messaging.PostRecv(Recv(&a, &ca)), Result::kOk);
-  Drain(rig);
+  ASSERT_EQ(rig.messaging.PostRecv(Recv(&r.a, &r.ca)), Result::kOk);
+  rig.Drain();
   ASSERT_TRUE(FeedSegment(rig, pi, Msg(1, 3000), Bytes(3000, 1), 0));
   rig.messaging.EndSession(pi, ECONNRESET, "restarted; operation aborted");
   EXPECT_FALSE(rig.messaging.Receiving(pi));
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, ECONNRESET);
-  EXPECT_EQ(err[0].op.context, &cb) << "b was next in line";
-  EXPECT_EQ(err[0].op.len, 100u) << "what had landed, up to the buffer";
-  EXPECT_NE(std::string(err[0].message).find("restarted"), std::string::npos);
+  const ErrorCompletion err = rig.ExpectOneError(ECONNRESET, &r.cb, "b was next in line");
+  EXPECT_EQ(err.op.len, 100u) << "what had landed, up to the buffer";
+  EXPECT_NE(std::string(err.message).find("restarted"), std::string::npos);
   const std::vector<uint8_t> m = Bytes(100, 2);
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 100), m));
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u) << "msg_id 0 opens the new session";
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].context, &ca);
+  rig.ExpectOneCompletion(&r.ca);
 }
 
 // Requests to send from the peer waiting unexpected are dropped with its
 // session (rendezvous_lost): no receive takes them; its eager messages stay.
 TEST(EndSessionTest, UnexpectedRendezvousRequestsAreLost) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   ASSERT_TRUE(rig.messaging.ConsumeData(pi, RequestToSend(0, 10000), {}));
   const std::vector<uint8_t> m = Bytes(100, 1);
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 100), m));
@@ -1355,63 +1123,49 @@ TEST(EndSessionTest, UnexpectedRendezvousRequestsAreLost) {
   int ctx;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&buf, &ctx)), Result::kOk);
   EXPECT_EQ(QueuedOf(rig, pi, OpKind::kPull), kNone) << "nothing is pulled";
-  const std::vector<Completion> got = Drain(rig);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].len, 100u) << "the eager message, whose bytes are here";
-  EXPECT_TRUE(std::equal(m.begin(), m.end(), buf.begin()));
+  ExpectReceived(rig, &ctx, m, buf, "the eager message, whose bytes are here");
 }
 
 // Our messages still queued (none of their packets sent; the engine failed
 // the others) open the next session: renumbered from msg_id 0, in order.
 TEST(EndSessionTest, QueuedMessagesAreRenumberedFromZero) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer();
   const std::vector<uint8_t> b = Bytes(10, 1);
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}),
-              Result::kOk);
-  }
-  ASSERT_EQ(BuildPackets(rig, pi, 2).size(), 2u);  // 0 and 1 go out
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Send(rig, pi, b), Result::kOk);
+  ASSERT_EQ(rig.BuildPackets(pi, 2).size(), 2u);  // 0 and 1 go out
   // As Engine::FailPeer does: what went out fails.
-  for (uint32_t o : Queued(rig, pi)) {
+  for (uint32_t o : rig.Queued(pi)) {
     if (!rig.ops[o].started) continue;
     rig.reliability.Unqueue(pi, o);
     rig.completions.OpFailed(rig.ops[o], ECONNRESET, "restarted");
     rig.ops.Free(o);
   }
-  ASSERT_EQ(Queued(rig, pi).size(), 2u);
+  ASSERT_EQ(rig.Queued(pi).size(), 2u);
   rig.messaging.EndSession(pi, ECONNRESET, "restarted; operation aborted");
-  ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = b.data(), .len = b.size()}), Result::kOk);
-  const std::vector<uint32_t> q = Queued(rig, pi);
-  ASSERT_EQ(q.size(), 3u);
-  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(rig.ops[q[i]].msg.msg_id, i);
+  ASSERT_EQ(Send(rig, pi, b), Result::kOk);
+  EXPECT_EQ(QueuedMsgIds(rig, pi), (std::vector<uint32_t>{0, 1, 2}));
 }
 
 // A removed peer's directed receives complete ECANCELED (others stay
 // posted), and what it sent that nobody took is dropped.
 TEST(RemovePeerTest, DirectedReceivesAreCanceledAndUnexpectedMessagesDropped) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId peer = rig.session.peers().Id(pi);
-  const PeerId other = rig.session.peers().Id(AddOtherPeer(rig));
+  auto [rig, pi] = RigWithPeer();
+  const PeerId peer = rig.Id(pi);
+  const PeerId other = rig.Id(rig.AddOtherPeer());
   ASSERT_TRUE(Feed(rig, pi, Msg(0, 300, wire::kMsgTagged, 1), Bytes(300, 1)));
   ASSERT_TRUE(Feed(rig, pi, Msg(1, 300, wire::kMsgTagged, 2), Bytes(300, 2)));
   int claim;
   ASSERT_EQ(rig.messaging.PostRecv(
                 {.context = &claim, .tagged = true, .tag = 2, .flags = kRecvPeek | kRecvClaim}),
             Result::kOk);
-  Drain(rig);
+  rig.Drain();
   std::vector<uint8_t> b(100);
   int directed, any, elsewhere;
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &directed, peer)), Result::kOk);
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &any)), Result::kOk);
   ASSERT_EQ(rig.messaging.PostRecv(Recv(&b, &elsewhere, other)), Result::kOk);
   rig.messaging.RemovePeer(pi);
-  const std::vector<ErrorCompletion> err = DrainErrors(rig);
-  ASSERT_EQ(err.size(), 1u);
-  EXPECT_EQ(err[0].err, ECANCELED);
-  EXPECT_EQ(err[0].op.context, &directed);
+  rig.ExpectOneError(ECANCELED, &directed);
   EXPECT_EQ(rig.completions.ready(), 0u);
   EXPECT_EQ(rig.ctx.counters.unexpected_depth, 0u) << "the claimed one too";
   EXPECT_EQ(rig.ctx.counters.unexpected_bytes, 0u);
@@ -1419,9 +1173,7 @@ TEST(RemovePeerTest, DirectedReceivesAreCanceledAndUnexpectedMessagesDropped) {
   EXPECT_TRUE(rig.messaging.CancelRecv(&any));
   EXPECT_TRUE(rig.messaging.CancelRecv(&elsewhere));
   std::vector<uint8_t> buf(300);
-  EXPECT_EQ(rig.messaging.PostRecv(
-                {.buf = buf.data(), .len = buf.size(), .context = &claim, .flags = kRecvClaim}),
-            Result::kInvalid);
+  EXPECT_EQ(rig.messaging.PostRecv(ClaimRecv(&buf, &claim)), Result::kInvalid);
 }
 
 }  // namespace

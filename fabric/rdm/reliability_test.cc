@@ -20,20 +20,12 @@
 namespace bypass::rdm {
 namespace {
 
+using testing::Bytes;
+using testing::RigWithPeer;
 using testing::StageRig;
 
-// Payload bytes of one DATA (RMA) packet between the rig's two ends.
-constexpr uint32_t kSeg = wire::MaxDataPayload(1472);
-constexpr uint32_t kRmaSeg = wire::MaxRmaPayload(1472);
 // The peer's initial PSN (StageRig::AddEstablishedPeer).
-constexpr uint32_t kPeerIsn = 1000;
-
-// n bytes that differ from one offset to the next.
-std::vector<uint8_t> Bytes(size_t n, uint8_t seed = 1) {
-  std::vector<uint8_t> b(n);
-  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(seed + i * 7);
-  return b;
-}
+constexpr uint32_t kPeerIsn = StageRig::kPeerIsn;
 
 // A message op as Messaging::PostSend sets one up (eager: its bytes are the wire's).
 uint32_t NewMsg(StageRig& rig, const std::vector<uint8_t>& bytes, uint32_t msg_id,
@@ -93,27 +85,20 @@ uint32_t NewResponse(StageRig& rig, uint32_t rma_id) {
   return o;
 }
 
-// What Build puts into up to n packets, parsed.
-std::vector<wire::View> BuildAll(StageRig& rig, uint32_t pi, size_t n) {
-  const std::vector<driver::Packet*> bufs = rig.Buffers(n);
-  bool probe = false;
-  const size_t built = rig.reliability.Build(pi, &probe, bufs);
-  std::vector<wire::View> out;
-  for (size_t i = 0; i < built; ++i) {
-    out.push_back(StageRig::Parse(bufs[i]));
-    EXPECT_NE(static_cast<int>(out.back().common.type), 0) << "packet " << i << " does not parse";
-  }
-  return out;
+// At time `at`, queues message msg_id of `bytes` on pi's stream and builds
+// what the stream has into at most n packets: returns how many went.
+size_t SendAt(StageRig& rig, uint32_t pi, uint64_t at, const std::vector<uint8_t>& bytes, size_t n,
+              uint32_t msg_id = 0) {
+  rig.ctx.now = at;
+  rig.reliability.Queue(pi, NewMsg(rig, bytes, msg_id));
+  return rig.BuildPackets(pi, n).size();
 }
 
-// The header of a packet from the peer acknowledging our stream up to ack.
-wire::Common PeerAck(const StageRig& rig, Psn ack, uint16_t credit, uint16_t flags = 0,
-                     wire::PacketType type = wire::PacketType::kAck) {
-  wire::Common c = rig.FromPeer(type, Psn(kPeerIsn)).common;
-  c.flags = static_cast<uint16_t>(wire::kFlagAckValid | flags);
-  c.ack_psn = ack;
-  c.credit = credit;
-  return c;
+// At time `at`, the peer's ACK c arrives (with its SACK bitmap, if any).
+void AckAt(StageRig& rig, uint32_t pi, uint64_t at, const wire::Common& c,
+           const wire::AckFields* sack = nullptr) {
+  rig.ctx.now = at;
+  rig.reliability.OnAck(pi, c, sack);
 }
 
 // A SACK bitmap naming PSNs ack + 1 + i for each i.
@@ -153,6 +138,17 @@ Arrival Arrive(StageRig& rig, uint32_t pi, Psn psn, driver::Packet** pkt = nullp
   return rig.reliability.Arrive(pi, p.v, p.pkt);
 }
 
+// At time `at` the peer's first packet (with header flags) arrives in order
+// and is consumed, as the engine does; returns what Arrive made of it.
+Arrival ConsumeFirstAt(StageRig& rig, uint32_t pi, uint64_t at, uint16_t flags = 0) {
+  rig.ctx.now = at;
+  const Arrival arrival = Arrive(rig, pi, Psn(kPeerIsn), nullptr, flags);
+  if (arrival != Arrival::kInOrder) return arrival;
+  rig.reliability.Consumed(pi);
+  rig.reliability.AfterReceive(pi, flags);
+  return arrival;
+}
+
 bool AckReq(const wire::View& v) { return (v.common.flags & wire::kFlagAckReq) != 0; }
 bool Retransmit(const wire::View& v) { return (v.common.flags & wire::kFlagRetransmit) != 0; }
 
@@ -160,15 +156,14 @@ bool Retransmit(const wire::View& v) { return (v.common.flags & wire::kFlagRetra
 
 // Ops go on the wire in the order they were queued, each as its bytes.
 TEST(ReliabilityQueueTest, OpsAreSentInTheOrderTheyWereQueued) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   const std::vector<uint8_t> a = Bytes(100, 1), b = Bytes(50, 2), c = Bytes(70, 3);
   rig.reliability.Queue(pi, NewMsg(rig, a, 0));
   const uint32_t w = NewWrite(rig, b);
   rig.reliability.Queue(pi, w);
   rig.reliability.Queue(pi, NewMsg(rig, c, 1));
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 8);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 3u);
   for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(sent[i].common.psn.value(), (isn + i).value());
   EXPECT_EQ(sent[0].common.type, wire::PacketType::kData);
@@ -183,12 +178,11 @@ TEST(ReliabilityQueueTest, OpsAreSentInTheOrderTheyWereQueued) {
 
 // An answer (jumps_queue) goes before the user's unstarted ops, never into a started op.
 TEST(ReliabilityQueueTest, AnAnswerJumpsTheUsersUnstartedOpsButNotAStartedOne) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const std::vector<uint8_t> a = Bytes(3 * kSeg), b = Bytes(10);
+  auto [rig, pi] = RigWithPeer();
+  const std::vector<uint8_t> a = Bytes(3 * StageRig::kSeg), b = Bytes(10);
   const uint32_t oa = NewMsg(rig, a, 0);
   rig.reliability.Queue(pi, oa);
-  ASSERT_EQ(BuildAll(rig, pi, 1).size(), 1u) << "A started";
+  ASSERT_EQ(rig.BuildPackets(pi, 1).size(), 1u) << "A started";
   const uint32_t ob = NewMsg(rig, b, 1);
   rig.reliability.Queue(pi, ob);
   const uint32_t r1 = NewResponse(rig, 11);
@@ -196,14 +190,12 @@ TEST(ReliabilityQueueTest, AnAnswerJumpsTheUsersUnstartedOpsButNotAStartedOne) {
   const uint32_t r2 = NewResponse(rig, 12);
   rig.reliability.Queue(pi, r2);
   const TxStream& t = rig.reliability.tx(pi);
-  std::vector<uint32_t> order;
-  for (uint32_t o = t.ops.front(); o != kNone; o = rig.ops[o].next) order.push_back(o);
-  EXPECT_EQ(order, (std::vector<uint32_t>{oa, r1, r2, ob}));
+  EXPECT_EQ(rig.Queued(pi), (std::vector<uint32_t>{oa, r1, r2, ob}));
   EXPECT_EQ(t.cursor_op, oa) << "A goes on first";
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 8);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 5u);
-  EXPECT_EQ(sent[0].msg.offset, kSeg);
-  EXPECT_EQ(sent[1].msg.offset, 2 * kSeg);
+  EXPECT_EQ(sent[0].msg.offset, StageRig::kSeg);
+  EXPECT_EQ(sent[1].msg.offset, 2 * StageRig::kSeg);
   EXPECT_EQ(sent[2].rma.rma_id, 11u);
   EXPECT_EQ(sent[3].rma.rma_id, 12u);
   EXPECT_EQ(sent[4].common.type, wire::PacketType::kData);
@@ -228,7 +220,7 @@ TEST(ReliabilityQueueTest, QueueingWantsAHelloUntilTheSessionIsUp) {
   EXPECT_TRUE(rig.session[pi].hello_wanted);
   EXPECT_EQ(rig.ctx.queued_peers(), 1u);
   EXPECT_FALSE(rig.reliability.HasWork(pi));
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty()) << "nothing goes before the handshake";
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty()) << "nothing goes before the handshake";
 
   StageRig up;
   const uint32_t pj = up.AddEstablishedPeer();
@@ -241,15 +233,14 @@ TEST(ReliabilityQueueTest, QueueingWantsAHelloUntilTheSessionIsUp) {
 
 // An op goes in segments of the peer's max payload (its max_datagram if smaller than ours).
 TEST(ReliabilityBuildTest, CutsAnOpIntoSegmentsOfThePeersMaxPayload) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   rig.session[pi].max_datagram = 1000;
   const uint32_t seg = wire::MaxDataPayload(1000), rma_seg = wire::MaxRmaPayload(1000);
   const std::vector<uint8_t> a = Bytes(3 * seg + 228), w = Bytes(rma_seg + 84, 9);
   const uint32_t oa = NewMsg(rig, a, 0);
   rig.reliability.Queue(pi, oa);
   rig.reliability.Queue(pi, NewWrite(rig, w));
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 16);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 16);
   ASSERT_EQ(sent.size(), 6u);
   for (uint32_t i = 0; i < 4; ++i) {
     SCOPED_TRACE(i);
@@ -272,51 +263,49 @@ TEST(ReliabilityBuildTest, StopsAtTheWindowAndAsksForAnAckOnThePacketThatFillsIt
   StageRig rig;
   const uint32_t pi = rig.AddEstablishedPeer(Psn(kPeerIsn), /*credit=*/4);
   const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(10 * kSeg);
+  const std::vector<uint8_t> a = Bytes(10 * StageRig::kSeg);
   rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  std::vector<wire::View> sent = BuildAll(rig, pi, 16);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 16);
   ASSERT_EQ(sent.size(), 4u);
   EXPECT_FALSE(AckReq(sent[0]) || AckReq(sent[1]) || AckReq(sent[2]));
   EXPECT_TRUE(AckReq(sent[3])) << "it fills the window";
   EXPECT_EQ(rig.ctx.counters.window_stalls, 1u);
   EXPECT_FALSE(rig.reliability.HasWork(pi));
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 2, 4), nullptr);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn + 2, 4), nullptr);
   EXPECT_EQ(rig.reliability.tx(pi).window_end.value(), (isn + 6).value());
-  sent = BuildAll(rig, pi, 16);
+  sent = rig.BuildPackets(pi, 16);
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].common.psn.value(), (isn + 4).value());
   EXPECT_FALSE(AckReq(sent[0]));
   EXPECT_TRUE(AckReq(sent[1]));
   // More credit without new acknowledgement opens the window too.
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 2, 6), nullptr);
-  EXPECT_EQ(BuildAll(rig, pi, 16).size(), 2u);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn + 2, 6), nullptr);
+  EXPECT_EQ(rig.BuildPackets(pi, 16).size(), 2u);
 }
 
 // Build stops when the packets it was given run out, and goes on from there.
 TEST(ReliabilityBuildTest, StopsWhenTheTxBuffersRunOut) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const std::vector<uint8_t> a = Bytes(5 * kSeg);
+  auto [rig, pi] = RigWithPeer();
+  const std::vector<uint8_t> a = Bytes(5 * StageRig::kSeg);
   rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  std::vector<wire::View> sent = BuildAll(rig, pi, 2);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 2);
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_FALSE(AckReq(sent[1])) << "the window is not full";
   EXPECT_TRUE(rig.reliability.HasWork(pi));
   EXPECT_EQ(rig.ctx.counters.window_stalls, 0u);
-  sent = BuildAll(rig, pi, 8);
+  sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 3u);
-  EXPECT_EQ(sent[0].msg.offset, 2 * kSeg);
+  EXPECT_EQ(sent[0].msg.offset, 2 * StageRig::kSeg);
 }
 
 // Whatever the credit, no more than the TX ring is in flight; the one filling it asks for an ACK.
 TEST(ReliabilityBuildTest, StopsAtTheRingOfSentPacketsWhateverTheCredit) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 1000), nullptr);
-  const std::vector<uint8_t> a = Bytes(300 * size_t{kSeg});
+  rig.reliability.OnAck(pi, rig.PeerAck(isn, 1000), nullptr);
+  const std::vector<uint8_t> a = Bytes(300 * size_t{StageRig::kSeg});
   rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 300);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 300);
   ASSERT_EQ(sent.size(), StageRig::kRingSize);
   EXPECT_EQ(rig.reliability.tx(pi).inflight(), StageRig::kRingSize);
   for (size_t i = 0; i + 1 < sent.size(); ++i) ASSERT_FALSE(AckReq(sent[i])) << i;
@@ -326,14 +315,13 @@ TEST(ReliabilityBuildTest, StopsAtTheRingOfSentPacketsWhateverTheCredit) {
 
 // The last packet of an op posted with ack_now asks for an ACK; others do not.
 TEST(ReliabilityBuildTest, TheLastPacketOfAnAckNowOpAsksForAnAck) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const std::vector<uint8_t> a = Bytes(2 * kSeg), b = Bytes(10);
+  auto [rig, pi] = RigWithPeer();
+  const std::vector<uint8_t> a = Bytes(2 * StageRig::kSeg), b = Bytes(10);
   const uint32_t oa = NewMsg(rig, a, 0);
   rig.ops[oa].ack_now = true;
   rig.reliability.Queue(pi, oa);
   rig.reliability.Queue(pi, NewMsg(rig, b, 1));
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 8);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 3u);
   EXPECT_FALSE(AckReq(sent[0]));
   EXPECT_TRUE(AckReq(sent[1])) << "the ack_now op's last packet";
@@ -342,25 +330,24 @@ TEST(ReliabilityBuildTest, TheLastPacketOfAnAckNowOpAsksForAnAck) {
 
 // A rendezvous request (holds_stream) holds the user's later ops, not answers, until released.
 TEST(ReliabilityBuildTest, ARendezvousRequestHoldsTheUsersLaterOpsUntilReleased) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const std::vector<uint8_t> big = Bytes(1 << 20), b = Bytes(10);
   rig.reliability.Queue(pi, NewRndvRequest(rig, big, 7));
   rig.reliability.Queue(pi, NewMsg(rig, b, 8));
-  std::vector<wire::View> sent = BuildAll(rig, pi, 8);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].msg.protocol, wire::MsgProtocol::kRendezvous);
   EXPECT_TRUE(sent[0].payload.empty());
   EXPECT_TRUE(rig.reliability.tx(pi).hold);
   EXPECT_FALSE(rig.reliability.HasWork(pi));
   rig.reliability.Queue(pi, NewResponse(rig, 21));
-  sent = BuildAll(rig, pi, 8);
+  sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u) << "an answer is not held";
   EXPECT_EQ(sent[0].rma.rma_id, 21u);
   rig.reliability.ReleaseHold(pi, 8);
-  EXPECT_TRUE(BuildAll(rig, pi, 8).empty()) << "another id releases nothing";
+  EXPECT_TRUE(rig.BuildPackets(pi, 8).empty()) << "another id releases nothing";
   rig.reliability.ReleaseHold(pi, 7);
-  sent = BuildAll(rig, pi, 8);
+  sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].msg.msg_id, 8u);
 }
@@ -379,7 +366,7 @@ TEST(ReliabilityBuildTest, TheHeaderCarriesIncarnationsNextPsnAndTheAckOfThePeer
   const uint32_t pj = up.AddEstablishedPeer();
   const std::vector<uint8_t> a = Bytes(10);
   up.reliability.Queue(pj, NewMsg(up, a, 0));
-  ASSERT_EQ(BuildAll(up, pj, 1).size(), 1u);
+  ASSERT_EQ(up.BuildPackets(pj, 1).size(), 1u);
   ASSERT_EQ(Arrive(up, pj, Psn(kPeerIsn)), Arrival::kInOrder);
   up.reliability.Consumed(pj);
   c = up.reliability.Header(pj, wire::PacketType::kAck, 0);
@@ -396,22 +383,21 @@ TEST(ReliabilityBuildTest, TheHeaderCarriesIncarnationsNextPsnAndTheAckOfThePeer
 
 // A cumulative ACK ends each op it wholly covers as its traits' after_ack says.
 TEST(ReliabilityAckTest, ACumulativeAckCompletesOpsPerTheirTraits) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   int msg_context = 0, write_context = 0;
-  const std::vector<uint8_t> a = Bytes(kSeg + 4), b = Bytes(64);
+  const std::vector<uint8_t> a = Bytes(StageRig::kSeg + 4), b = Bytes(64);
   const uint32_t om = NewMsg(rig, a, 0, &msg_context);
   const uint32_t ow = NewWrite(rig, b, &write_context);
   rig.reliability.Queue(pi, om);
   rig.reliability.Queue(pi, ow);
   rig.reliability.Queue(pi, NewResponse(rig, 5));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 4u);
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 1, 64), nullptr);
+  ASSERT_EQ(rig.BuildPackets(pi, 8).size(), 4u);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn + 1, 64), nullptr);
   EXPECT_EQ(rig.completions.ready(), 0u) << "half a message is not done";
   EXPECT_EQ(rig.ops[om].state, OpState::kQueued);
 
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 4, 64), nullptr);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn + 4, 64), nullptr);
   Completion done[4];
   ASSERT_EQ(rig.completions.Poll(done), 1u);
   EXPECT_EQ(done[0].context, &msg_context);
@@ -431,15 +417,11 @@ TEST(ReliabilityAckTest, ACumulativeAckCompletesOpsPerTheirTraits) {
 
 // An ACK samples the round trip of the newest packet it covers.
 TEST(ReliabilityAckTest, AnAckSamplesTheRoundTrip) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   const std::vector<uint8_t> a = Bytes(10);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 1).size(), 1u);
-  rig.ctx.now = 41'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 1, 64), nullptr);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 1), 1u);
+  AckAt(rig, pi, 41'000, rig.PeerAck(isn + 1, 64));
   const RttEstimator& rtt = rig.reliability.tx(pi).rtt;
   ASSERT_TRUE(rtt.has_sample());
   EXPECT_EQ(rtt.srtt(), 40'000u);
@@ -447,45 +429,38 @@ TEST(ReliabilityAckTest, AnAckSamplesTheRoundTrip) {
 
 // Karn: an ACK of a packet sent more than once gives no RTT sample.
 TEST(ReliabilityAckTest, AnAckOfARetransmittedPacketGivesNoRttSample) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   const std::vector<uint8_t> a = Bytes(10);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 1).size(), 1u);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 1), 1u);
   rig.ctx.now = 1'000 + rig.config.rto_initial_ns;
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 1);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 1);
   ASSERT_EQ(sent.size(), 1u);
   ASSERT_TRUE(Retransmit(sent[0]));
   rig.ctx.now += 10'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 1, 64), nullptr);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn + 1, 64), nullptr);
   EXPECT_EQ(rig.reliability.tx(pi).inflight(), 0u);
   EXPECT_FALSE(rig.reliability.tx(pi).rtt.has_sample());
 }
 
 // An ACK before snd_una, past next_psn or without kFlagAckValid changes nothing.
 TEST(ReliabilityAckTest, StaleOrBogusAcksChangeNothing) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(4 * kSeg);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 4u);
-  rig.ctx.now = 2'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 2, 64), nullptr);
+  const std::vector<uint8_t> a = Bytes(4 * StageRig::kSeg);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 4u);
+  AckAt(rig, pi, 2'000, rig.PeerAck(isn + 2, 64));
   const TxStream& t = rig.reliability.tx(pi);
   const Psn una = t.snd_una, end = t.window_end;
   const uint64_t srtt = t.rtt.srtt(), rto = t.rto_deadline;
   rig.ctx.now = 9'000;
   wire::Common bogus[] = {
-      PeerAck(rig, isn + 1, 200),                  // stale
-      PeerAck(rig, isn + 1, 200, wire::kFlagRnr),  // stale, refusing
-      PeerAck(rig, isn + 5, 200),                  // past next_psn
-      PeerAck(rig, isn + 4, 200),                  // ... but no ACK_VALID
+      rig.PeerAck(isn + 1, 200),                  // stale
+      rig.PeerAck(isn + 1, 200, wire::kFlagRnr),  // stale, refusing
+      rig.PeerAck(isn + 5, 200),                  // past next_psn
+      rig.PeerAck(isn + 4, 200),                  // ... but no ACK_VALID
   };
   bogus[3].flags = 0;
   for (const wire::Common& c : bogus) {
@@ -505,63 +480,53 @@ TEST(ReliabilityAckTest, StaleOrBogusAcksChangeNothing) {
 
 // A hole >= fast_retransmit_threshold below the highest SACKed PSN is resent once, fast.
 TEST(ReliabilitySackTest, AHoleIsFastRetransmittedExactlyOnce) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   ASSERT_EQ(rig.config.fast_retransmit_threshold, 3u);
   const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(8 * kSeg);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 8u);
+  const std::vector<uint8_t> a = Bytes(8 * StageRig::kSeg);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 8u);
   // Held: isn+1 and isn+3. Holes: isn (3 below isn+3) and isn+2 (1 below).
   const wire::AckFields sack = Sack({0, 2});
-  rig.ctx.now = 2'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64), &sack);
+  AckAt(rig, pi, 2'000, rig.PeerAck(isn, 64), &sack);
   EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 1u);
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64), &sack);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn, 64), &sack);
   EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 1u) << "the same SACK queues nothing more";
   rig.ctx.now = 3'000;
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 8);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_TRUE(Retransmit(sent[0]));
   EXPECT_TRUE(AckReq(sent[0]));
   EXPECT_EQ(sent[0].msg.offset, 0u);
-  EXPECT_EQ(sent[0].payload.size(), kSeg);
+  EXPECT_EQ(sent[0].payload.size(), StageRig::kSeg);
   EXPECT_EQ(rig.ctx.counters.retransmits_fast, 1u);
   EXPECT_EQ(rig.ctx.counters.retransmits_timeout, 0u);
   // Reported again after its retransmission went: still not lost again.
-  rig.ctx.now = 4'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64), &sack);
+  AckAt(rig, pi, 4'000, rig.PeerAck(isn, 64), &sack);
   EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 0u);
-  EXPECT_TRUE(BuildAll(rig, pi, 8).empty());
+  EXPECT_TRUE(rig.BuildPackets(pi, 8).empty());
   EXPECT_EQ(rig.ctx.counters.retransmits_fast, 1u);
 }
 
 // A resent hole is lost again only when a packet sent after it is SACKed (as in RACK).
 TEST(ReliabilitySackTest, ARetransmittedHoleIsLostAgainOnlyWhenALaterPacketArrives) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(8 * kSeg), b = Bytes(10);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 8u);
+  const std::vector<uint8_t> a = Bytes(8 * StageRig::kSeg), b = Bytes(10);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 8u);
   const wire::AckFields held7 = Sack({0, 1, 2, 3, 4, 5, 6});
-  rig.ctx.now = 2'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64), &held7);
+  AckAt(rig, pi, 2'000, rig.PeerAck(isn, 64), &held7);
   rig.ctx.now = 3'000;
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 1u);
+  ASSERT_EQ(rig.BuildPackets(pi, 8).size(), 1u);
   rig.ctx.now = 4'000;
   rig.reliability.Queue(pi, NewMsg(rig, b, 1));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 1u) << "isn+8, sent after the retransmission";
-  rig.ctx.now = 5'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64), &held7);
+  ASSERT_EQ(rig.BuildPackets(pi, 8).size(), 1u) << "isn+8, sent after the retransmission";
+  AckAt(rig, pi, 5'000, rig.PeerAck(isn, 64), &held7);
   EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 0u);
   const wire::AckFields held8 = Sack({0, 1, 2, 3, 4, 5, 6, 7});
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64), &held8);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn, 64), &held8);
   EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 1u);
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 8);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_EQ(rig.ctx.counters.retransmits_fast, 2u);
@@ -571,17 +536,13 @@ TEST(ReliabilitySackTest, ARetransmittedHoleIsLostAgainOnlyWhenALaterPacketArriv
 
 // With an RTT measured, the tail-loss probe resends the newest packet before the RTO fires.
 TEST(ReliabilityTimerTest, TheTailLossProbeGoesBeforeTheRto) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(10), b = Bytes(2 * kSeg);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 1u);
-  rig.ctx.now = 11'000;  // SRTT 10 us, RTTVAR 5 us: the RTO is its 100 us floor
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 1, 64), nullptr);
-  rig.reliability.Queue(pi, NewMsg(rig, b, 1));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 2u);
+  const std::vector<uint8_t> a = Bytes(10), b = Bytes(2 * StageRig::kSeg);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 1u);
+  // SRTT 10 us, RTTVAR 5 us: the RTO is its 100 us floor.
+  AckAt(rig, pi, 11'000, rig.PeerAck(isn + 1, 64));
+  ASSERT_EQ(SendAt(rig, pi, 11'000, b, 8, 1), 2u);
   const TxStream& t = rig.reliability.tx(pi);
   // The probe: max(2 SRTT, SRTT + 4 RTTVAR) plus the peer's ACK delay.
   const uint64_t tlp = 11'000 + 30'000 + rig.config.ack_delay_ns;
@@ -596,7 +557,7 @@ TEST(ReliabilityTimerTest, TheTailLossProbeGoesBeforeTheRto) {
   EXPECT_EQ(rig.ctx.counters.tail_probes, 1u);
   EXPECT_EQ(rig.ctx.counters.rto_expirations, 0u);
   EXPECT_EQ(next, t.rto_deadline) << "the RTO runs on";
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 8);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), (isn + 2).value()) << "the newest";
   EXPECT_TRUE(Retransmit(sent[0]));
@@ -609,17 +570,12 @@ TEST(ReliabilityTimerTest, TheTailLossProbeGoesBeforeTheRto) {
 
 // The RTO resends snd_una (and what waited a whole RTO), counts, and doubles.
 TEST(ReliabilityTimerTest, TheRtoResendsTheOldestPacketAndBacksOff) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   const uint64_t rto = rig.config.rto_initial_ns;
   const std::vector<uint8_t> a = Bytes(10), b = Bytes(10);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 1u);
-  rig.ctx.now = 500'000;
-  rig.reliability.Queue(pi, NewMsg(rig, b, 1));
-  ASSERT_EQ(BuildAll(rig, pi, 8).size(), 1u);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 1u);
+  ASSERT_EQ(SendAt(rig, pi, 500'000, b, 8, 1), 1u);
   const TxStream& t = rig.reliability.tx(pi);
   EXPECT_EQ(t.tlp_deadline, 0u);
   EXPECT_EQ(t.rto_deadline, 1'000 + rto);
@@ -634,7 +590,7 @@ TEST(ReliabilityTimerTest, TheRtoResendsTheOldestPacketAndBacksOff) {
   EXPECT_EQ(rig.ctx.counters.tail_probes, 0u);
   EXPECT_EQ(t.backoff, 1u);
   EXPECT_EQ(t.rto_deadline, rig.ctx.now + 2 * rto);
-  std::vector<wire::View> sent = BuildAll(rig, pi, 8);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u) << "isn+1 has not waited a whole RTO";
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_TRUE(Retransmit(sent[0]));
@@ -644,52 +600,44 @@ TEST(ReliabilityTimerTest, TheRtoResendsTheOldestPacketAndBacksOff) {
   EXPECT_EQ(rig.ctx.counters.rto_expirations, 2u);
   EXPECT_EQ(t.backoff, 2u);
   EXPECT_EQ(t.rto_deadline, rig.ctx.now + 4 * rto);
-  sent = BuildAll(rig, pi, 8);
+  sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   // An ACK that advances ends the backoff.
   rig.ctx.now += 1'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 1, 64), nullptr);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn + 1, 64), nullptr);
   EXPECT_EQ(t.backoff, 0u);
 }
 
 // A packet consumed without ACK_REQ gets a standalone ACK ack_delay_ns later.
 TEST(ReliabilityTimerTest, ADelayedAckGoesAfterAckDelay) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  rig.ctx.now = 1'000;
-  ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn)), Arrival::kInOrder);
-  rig.reliability.Consumed(pi);
-  rig.reliability.AfterReceive(pi, 0);
+  auto [rig, pi] = RigWithPeer();
+  ASSERT_EQ(ConsumeFirstAt(rig, pi, 1'000), Arrival::kInOrder);
   EXPECT_FALSE(rig.reliability.HasWork(pi));
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty());
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty());
   const uint64_t due = 1'000 + rig.config.ack_delay_ns;
   rig.ctx.now = due - 1;
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
   EXPECT_EQ(next, due);
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty());
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty());
   rig.ctx.now = due;
   rig.reliability.RunTimers(pi, &next);
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.type, wire::PacketType::kAck);
   EXPECT_EQ(sent[0].common.flags, wire::kFlagAckValid);
   EXPECT_EQ(sent[0].common.ack_psn.value(), kPeerIsn + 1);
   EXPECT_EQ(rig.ctx.counters.tx_acks, 1u);
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty()) << "acknowledged once";
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty()) << "acknowledged once";
 }
 
 // A packet with ACK_REQ is acknowledged at once.
 TEST(ReliabilityTimerTest, AnAckRequestIsAnsweredAtOnce) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  rig.ctx.now = 1'000;
-  ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn), nullptr, wire::kFlagAckReq), Arrival::kInOrder);
-  rig.reliability.Consumed(pi);
-  rig.reliability.AfterReceive(pi, wire::kFlagAckReq);
+  auto [rig, pi] = RigWithPeer();
+  ASSERT_EQ(ConsumeFirstAt(rig, pi, 1'000, wire::kFlagAckReq), Arrival::kInOrder);
   EXPECT_TRUE(rig.reliability.HasWork(pi));
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.type, wire::PacketType::kAck);
   EXPECT_EQ(sent[0].common.ack_psn.value(), kPeerIsn + 1);
@@ -697,15 +645,11 @@ TEST(ReliabilityTimerTest, AnAckRequestIsAnsweredAtOnce) {
 
 // A packet of ours going back carries the ACK; the delayed one is dropped.
 TEST(ReliabilityTimerTest, AReplyCarriesTheDelayedAck) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  rig.ctx.now = 1'000;
-  ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn)), Arrival::kInOrder);
-  rig.reliability.Consumed(pi);
-  rig.reliability.AfterReceive(pi, 0);
+  auto [rig, pi] = RigWithPeer();
+  ASSERT_EQ(ConsumeFirstAt(rig, pi, 1'000), Arrival::kInOrder);
   const std::vector<uint8_t> a = Bytes(10);
   rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.type, wire::PacketType::kData);
   EXPECT_NE(sent[0].common.flags & wire::kFlagAckValid, 0);
@@ -713,7 +657,7 @@ TEST(ReliabilityTimerTest, AReplyCarriesTheDelayedAck) {
   rig.ctx.now = 1'000 + rig.config.ack_delay_ns;
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty());
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty());
   EXPECT_EQ(rig.ctx.counters.tx_acks, 0u);
 }
 
@@ -721,23 +665,22 @@ TEST(ReliabilityTimerTest, AReplyCarriesTheDelayedAck) {
 
 // Arrive: rcv_nxt in order, later ones in the window held, earlier ones duplicates, others out.
 TEST(ReliabilityReceiveTest, ArriveClassifiesByPsn) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const uint32_t window = rig.config.window_packets;
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn)), Arrival::kInOrder);
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn + 3)), Arrival::kHeld);
   EXPECT_EQ(rig.reliability.rx(pi).held_count, 1u);
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn + window - 1)), Arrival::kHeld);
   EXPECT_EQ(rig.ctx.counters.duplicates_dropped, 0u);
-  EXPECT_EQ(BuildAll(rig, pi, 4).size(), 1u) << "a hole: SACK at once";
+  EXPECT_EQ(rig.BuildPackets(pi, 4).size(), 1u) << "a hole: SACK at once";
 
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn - 1)), Arrival::kDropped);
   EXPECT_EQ(rig.ctx.counters.duplicates_dropped, 1u);
   EXPECT_TRUE(rig.reliability.rx(pi).ack_now) << "a duplicate is acknowledged at once";
-  EXPECT_EQ(BuildAll(rig, pi, 4).size(), 1u);
+  EXPECT_EQ(rig.BuildPackets(pi, 4).size(), 1u);
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn + 3)), Arrival::kDropped);
   EXPECT_EQ(rig.ctx.counters.duplicates_dropped, 2u);
-  EXPECT_EQ(BuildAll(rig, pi, 4).size(), 1u);
+  EXPECT_EQ(rig.BuildPackets(pi, 4).size(), 1u);
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn + window)), Arrival::kDropped);
   EXPECT_EQ(rig.ctx.counters.out_of_window_dropped, 1u);
   EXPECT_EQ(rig.ctx.counters.duplicates_dropped, 2u);
@@ -747,8 +690,7 @@ TEST(ReliabilityReceiveTest, ArriveClassifiesByPsn) {
 
 // Once rcv_nxt arrives, NextHeld and DropHeld give back the held packets in PSN order.
 TEST(ReliabilityReceiveTest, HeldPacketsAreReleasedInPsnOrder) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   driver::Packet *p2 = nullptr, *p1 = nullptr, *p4 = nullptr;
   ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn + 2), &p2), Arrival::kHeld);
   ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn + 1), &p1), Arrival::kHeld);
@@ -776,11 +718,10 @@ TEST(ReliabilityReceiveTest, HeldPacketsAreReleasedInPsnOrder) {
 
 // A hole: the ACK names rcv_nxt and, in its SACK bitmap, exactly the held PSNs.
 TEST(ReliabilityReceiveTest, AHoleMakesAnAckWhoseSackNamesTheHeldPsns) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn + 2)), Arrival::kHeld);
   ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn + 4)), Arrival::kHeld);
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.type, wire::PacketType::kAck);
   EXPECT_EQ(sent[0].common.ack_psn.value(), kPeerIsn);
@@ -791,37 +732,31 @@ TEST(ReliabilityReceiveTest, AHoleMakesAnAckWhoseSackNamesTheHeldPsns) {
 
 // A refusal owes an RNR ACK at rcv_nxt; RetryRefused then owes one window update.
 TEST(ReliabilityReceiveTest, ARefusalOwesAnRnrAckThenAWindowUpdate) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn)), Arrival::kInOrder);
   rig.reliability.Refused(pi);
   EXPECT_EQ(rig.ctx.counters.rnr_sent, 1u);
-  std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.type, wire::PacketType::kAck);
   EXPECT_NE(sent[0].common.flags & wire::kFlagRnr, 0);
   EXPECT_EQ(sent[0].common.ack_psn.value(), kPeerIsn) << "not consumed";
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty());
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty());
   rig.reliability.RetryRefused();
-  sent = BuildAll(rig, pi, 4);
+  sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.type, wire::PacketType::kAck);
   EXPECT_EQ(sent[0].common.flags & wire::kFlagRnr, 0);
   EXPECT_EQ(sent[0].common.ack_psn.value(), kPeerIsn);
   rig.reliability.RetryRefused();
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty()) << "one window update per refusal";
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty()) << "one window update per refusal";
 }
 
 // The credit is 1 plus what can still be held: held packets shrink the other peers' grants.
 TEST(ReliabilityReceiveTest, TheGrantShrinksAsPacketsAreHeld) {
   StageRig rig(StageRig::DefaultConfig(), /*held_budget=*/4);
   const uint32_t pi = rig.AddEstablishedPeer();
-  Address other = StageRig::PeerAddress();
-  other.ip.value = 0x0a000003;
-  bool added = false;
-  const uint32_t pj = rig.session.Insert(other, &added);
-  ASSERT_TRUE(added);
-  rig.reliability.AddPeer(pj);
+  const uint32_t pj = rig.AddOtherPeer();
   EXPECT_EQ(rig.reliability.Grant(pi), 5u);
   EXPECT_EQ(rig.reliability.Grant(pj), 5u);
   for (uint32_t k = 1; k <= 3; ++k) ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn + k)), Arrival::kHeld);
@@ -839,16 +774,12 @@ TEST(ReliabilityReceiveTest, TheGrantShrinksAsPacketsAreHeld) {
 
 // An RNR ACK stops the stream (no RTO) until rnr_retry_min_ns, doubling per refusal.
 TEST(ReliabilityRnrTest, AnRnrAckBacksOffThenRetries) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   const uint64_t retry_min = rig.config.rnr_retry_min_ns;
   const std::vector<uint8_t> a = Bytes(10);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 4).size(), 1u);
-  rig.ctx.now = 2'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64, wire::kFlagRnr), nullptr);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 4), 1u);
+  AckAt(rig, pi, 2'000, rig.PeerAck(isn, 64, wire::kFlagRnr));
   const TxStream& t = rig.reliability.tx(pi);
   EXPECT_TRUE(t.rnr.waiting);
   EXPECT_EQ(t.rnr.until, 2'000 + retry_min);
@@ -859,16 +790,16 @@ TEST(ReliabilityRnrTest, AnRnrAckBacksOffThenRetries) {
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
   EXPECT_EQ(next, 2'000 + retry_min);
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty());
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty());
   rig.ctx.now = 2'000 + retry_min;
   rig.reliability.RunTimers(pi, &next);
-  std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_TRUE(Retransmit(sent[0]));
   EXPECT_NE(t.rto_deadline, 0u) << "the RTO guards the retry";
   rig.ctx.now += 1'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64, wire::kFlagRnr), nullptr);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn, 64, wire::kFlagRnr), nullptr);
   EXPECT_EQ(t.rnr.delay, 2 * retry_min);
   EXPECT_EQ(t.rnr.until, rig.ctx.now + 2 * retry_min);
   EXPECT_EQ(t.rnr.since, 2'000u) << "counted from the first refusal";
@@ -877,20 +808,15 @@ TEST(ReliabilityRnrTest, AnRnrAckBacksOffThenRetries) {
 
 // A window update (an ACK without RNR) ends the RNR wait at once.
 TEST(ReliabilityRnrTest, AWindowUpdateRetriesAtOnce) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   const std::vector<uint8_t> a = Bytes(10);
-  rig.ctx.now = 1'000;
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
-  ASSERT_EQ(BuildAll(rig, pi, 4).size(), 1u);
-  rig.ctx.now = 2'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64, wire::kFlagRnr), nullptr);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 4), 1u);
+  AckAt(rig, pi, 2'000, rig.PeerAck(isn, 64, wire::kFlagRnr));
   ASSERT_TRUE(rig.reliability.tx(pi).rnr.waiting);
-  rig.ctx.now = 3'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64), nullptr);
+  AckAt(rig, pi, 3'000, rig.PeerAck(isn, 64));
   EXPECT_FALSE(rig.reliability.tx(pi).rnr.waiting);
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_TRUE(Retransmit(sent[0]));
@@ -903,28 +829,27 @@ TEST(ReliabilityRnrTest, AMessageRefusedForRnrGiveUpNsIsGivenUp) {
   const Psn isn = rig.session[pi].tx_isn;
   const uint64_t give_up = rig.config.rnr_give_up_ns;
   int context = 0;
-  const std::vector<uint8_t> a = Bytes(3 * kSeg), b = Bytes(10);
+  const std::vector<uint8_t> a = Bytes(3 * StageRig::kSeg), b = Bytes(10);
   rig.ctx.now = 1'000;
   const uint32_t oa = NewMsg(rig, a, 4, &context);
   rig.reliability.Queue(pi, oa);
   rig.reliability.Queue(pi, NewMsg(rig, b, 5));
-  ASSERT_EQ(BuildAll(rig, pi, 4).size(), 1u);
-  rig.ctx.now = 2'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 1, wire::kFlagRnr), nullptr);
+  ASSERT_EQ(rig.BuildPackets(pi, 4).size(), 1u);
+  AckAt(rig, pi, 2'000, rig.PeerAck(isn, 1, wire::kFlagRnr));
   // Retried and refused again shortly before the limit: it backs off once more.
   rig.ctx.now = 2'000 + give_up - 100'000;
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
-  ASSERT_EQ(BuildAll(rig, pi, 4).size(), 1u);
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 1, wire::kFlagRnr), nullptr);
+  ASSERT_EQ(rig.BuildPackets(pi, 4).size(), 1u);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn, 1, wire::kFlagRnr), nullptr);
   EXPECT_TRUE(rig.reliability.tx(pi).rnr.waiting);
   EXPECT_EQ(rig.completions.errors_ready(), 0u);
   EXPECT_FALSE(rig.ops[oa].abandoned);
   // Retried and refused at the limit: given up.
   rig.ctx.now = 2'000 + give_up;
   rig.reliability.RunTimers(pi, &next);
-  ASSERT_EQ(BuildAll(rig, pi, 4).size(), 1u);
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 1, wire::kFlagRnr), nullptr);
+  ASSERT_EQ(rig.BuildPackets(pi, 4).size(), 1u);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn, 1, wire::kFlagRnr), nullptr);
   EXPECT_EQ(rig.ctx.counters.rnr_give_ups, 1u);
   ErrorCompletion err[2];
   ASSERT_EQ(rig.completions.PollErrors(err), 1u);
@@ -933,7 +858,7 @@ TEST(ReliabilityRnrTest, AMessageRefusedForRnrGiveUpNsIsGivenUp) {
   EXPECT_NE(std::strstr(err[0].message, "has posted no receive"), nullptr) << err[0].message;
   EXPECT_TRUE(rig.ops[oa].abandoned);
   EXPECT_FALSE(rig.reliability.tx(pi).rnr.waiting);
-  std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u) << "the window holds one packet";
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_EQ(sent[0].msg.msg_id, 4u);
@@ -943,10 +868,10 @@ TEST(ReliabilityRnrTest, AMessageRefusedForRnrGiveUpNsIsGivenUp) {
   EXPECT_EQ(sent[0].msg.total_length, a.size());
   // Its ACK frees it without a completion; the next message goes on.
   rig.ctx.now += 1'000;
-  rig.reliability.OnAck(pi, PeerAck(rig, isn + 1, 64), nullptr);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn + 1, 64), nullptr);
   EXPECT_EQ(rig.completions.ready(), 0u);
   EXPECT_EQ(rig.ops.live(OpKind::kMsg), 1u);
-  sent = BuildAll(rig, pi, 4);
+  sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u) << "A's unsent segments never go";
   EXPECT_EQ(sent[0].common.psn.value(), (isn + 1).value());
   EXPECT_EQ(sent[0].msg.msg_id, 5u);
@@ -955,21 +880,20 @@ TEST(ReliabilityRnrTest, AMessageRefusedForRnrGiveUpNsIsGivenUp) {
 
 // An op whose traits do not allow it (an RMA write) is never given up.
 TEST(ReliabilityRnrTest, AWriteIsNeverGivenUp) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   const std::vector<uint8_t> w = Bytes(64);
   rig.ctx.now = 1'000;
   const uint32_t ow = NewWrite(rig, w);
   rig.reliability.Queue(pi, ow);
-  ASSERT_EQ(BuildAll(rig, pi, 4).size(), 1u);
+  ASSERT_EQ(rig.BuildPackets(pi, 4).size(), 1u);
   uint64_t next = UINT64_MAX;
   for (uint64_t at : {uint64_t{2'000}, 2'000 + rig.config.rnr_give_up_ns,
                       2'000 + 3 * rig.config.rnr_give_up_ns}) {
     rig.ctx.now = at;
     rig.reliability.RunTimers(pi, &next);
-    BuildAll(rig, pi, 4);
-    rig.reliability.OnAck(pi, PeerAck(rig, isn, 64, wire::kFlagRnr), nullptr);
+    rig.BuildPackets(pi, 4);
+    rig.reliability.OnAck(pi, rig.PeerAck(isn, 64, wire::kFlagRnr), nullptr);
     EXPECT_TRUE(rig.reliability.tx(pi).rnr.waiting) << at;
   }
   EXPECT_EQ(rig.ctx.counters.rnr_received, 3u);
@@ -985,13 +909,13 @@ TEST(ReliabilityRnrTest, AWriteIsNeverGivenUp) {
 TEST(ReliabilitySessionTest, RestartTxForgetsWhatWasInFlight) {
   StageRig rig;
   const uint32_t pi = rig.AddEstablishedPeer(Psn(kPeerIsn), /*credit=*/1);
-  const std::vector<uint8_t> a = Bytes(2 * kSeg), b = Bytes(10);
+  const std::vector<uint8_t> a = Bytes(2 * StageRig::kSeg), b = Bytes(10);
   rig.ctx.now = 1'000;
   const uint32_t oa = NewMsg(rig, a, 0);
   const uint32_t ob = NewMsg(rig, b, 1);
   rig.reliability.Queue(pi, oa);
   rig.reliability.Queue(pi, ob);
-  ASSERT_EQ(BuildAll(rig, pi, 4).size(), 1u) << "half of A";
+  ASSERT_EQ(rig.BuildPackets(pi, 4).size(), 1u) << "half of A";
   rig.ctx.now = 1'000 + rig.config.rto_initial_ns;
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
@@ -1019,9 +943,9 @@ TEST(ReliabilitySessionTest, RestartTxForgetsWhatWasInFlight) {
   hello.hello.max_datagram = 1472;
   ASSERT_TRUE(rig.session.Accept(pi, hello));
   rig.reliability.StartRx(pi, 64);
-  rig.reliability.OnAck(pi, PeerAck(rig, isn, 64, 0, wire::PacketType::kHelloAck), nullptr);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn, 64, 0, wire::PacketType::kHelloAck), nullptr);
   ASSERT_TRUE(rig.session[pi].tx_ready);
-  const std::vector<wire::View> sent = BuildAll(rig, pi, 4);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_FALSE(Retransmit(sent[0]));
@@ -1031,8 +955,7 @@ TEST(ReliabilitySessionTest, RestartTxForgetsWhatWasInFlight) {
 
 // ResetRx releases what was held and forgets the refusal and the ACKs owed.
 TEST(ReliabilitySessionTest, ResetRxReleasesWhatWasHeld) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   const uint16_t grant = rig.reliability.Grant(pi);
   driver::Packet *p2 = nullptr, *p3 = nullptr;
   ASSERT_EQ(Arrive(rig, pi, Psn(kPeerIsn + 2), &p2), Arrival::kHeld);
@@ -1046,9 +969,9 @@ TEST(ReliabilitySessionTest, ResetRxReleasesWhatWasHeld) {
   EXPECT_EQ(std::vector<driver::Packet*>(released.begin(), released.end()),
             (std::vector<driver::Packet*>{p2, p3}));
   EXPECT_FALSE(rig.reliability.HasWork(pi));
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty());
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty());
   rig.reliability.RetryRefused();
-  EXPECT_TRUE(BuildAll(rig, pi, 4).empty()) << "the refusal was forgotten";
+  EXPECT_TRUE(rig.BuildPackets(pi, 4).empty()) << "the refusal was forgotten";
   EXPECT_EQ(rig.reliability.Grant(pi), grant);
   EXPECT_FALSE(rig.reliability.Busy(pi));
 }

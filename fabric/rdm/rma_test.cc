@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,76 +17,85 @@
 namespace bypass::rdm {
 namespace {
 
+using testing::Bytes;
+using testing::RigWithPeer;
 using testing::StageRig;
 
 constexpr uint64_t kBase = 0x10000;  // where the peer addresses our region
 
-// The ops queued on pi's stream, oldest first.
-std::vector<uint32_t> Queued(StageRig& rig, uint32_t pi) {
-  std::vector<uint32_t> out;
-  for (uint32_t o = rig.reliability.tx(pi).ops.front(); o != kNone; o = rig.ops[o].next) {
-    out.push_back(o);
-  }
-  return out;
-}
-
 // A segment of the peer's write (its rma_id 7) of `total` bytes at addr.
 wire::RmaFields Write(uint64_t key, uint64_t addr, uint64_t total, uint64_t offset = 0,
                       uint8_t flags = 0, uint64_t data = 0) {
-  wire::RmaFields r;
-  r.op = wire::RmaOp::kWrite;
-  r.flags = flags;
-  r.rma_id = 7;
-  r.key = key;
-  r.addr = addr;
-  r.total_length = total;
-  r.offset = offset;
-  r.data = data;
-  return r;
+  return {.op = wire::RmaOp::kWrite,
+          .flags = flags,
+          .rma_id = 7,
+          .key = key,
+          .addr = addr,
+          .total_length = total,
+          .offset = offset,
+          .data = data};
 }
 
 // The peer's read request (its rma_id 9).
 wire::RmaFields ReadRequest(uint64_t key, uint64_t addr, uint64_t total) {
-  wire::RmaFields r;
-  r.op = wire::RmaOp::kReadReq;
-  r.rma_id = 9;
-  r.key = key;
-  r.addr = addr;
-  r.total_length = total;
-  return r;
+  return {
+      .op = wire::RmaOp::kReadReq, .rma_id = 9, .key = key, .addr = addr, .total_length = total};
 }
 
 // The peer's answer to our op o: READ_DATA at offset, or a RESPONSE.
 wire::RmaFields Answer(StageRig& rig, uint32_t o, wire::RmaOp op, uint64_t offset = 0,
                        wire::RmaStatus status = wire::RmaStatus::kOk) {
-  wire::RmaFields r;
-  r.op = op;
-  r.status = status;
-  r.rma_id = rig.ops.RmaId(o);
-  r.key = rig.ops[o].rma.key;
-  r.addr = rig.ops[o].rma.addr;
-  r.total_length = rig.ops[o].rma.total_length;
-  r.offset = offset;
-  return r;
+  const wire::RmaFields& ours = rig.ops[o].rma;
+  return {.op = op,
+          .status = status,
+          .rma_id = rig.ops.RmaId(o),
+          .key = ours.key,
+          .addr = ours.addr,
+          .total_length = ours.total_length,
+          .offset = offset};
 }
 
-// Sends everything queued to pi and has the peer acknowledge it, as the
-// engine would: an op that waits for an answer moves to tx(pi).waiting.
-void SendAndAcknowledge(StageRig& rig, uint32_t pi) {
-  bool probe = false;
-  const std::vector<driver::Packet*> bufs = rig.Buffers(16);
-  ASSERT_GT(rig.reliability.Build(pi, &probe, bufs), 0u);
-  wire::Common ack = rig.FromPeer(wire::PacketType::kAck, Psn(1000)).common;
-  ack.flags = wire::kFlagAckValid;
-  ack.ack_psn = rig.reliability.tx(pi).next_psn;
-  ack.credit = 64;
-  rig.reliability.OnAck(pi, ack, nullptr);
+// Expects op o, posted by the application, to be of `kind` with the RMA
+// template of wire op `op` naming it (its rma_id) for len bytes at addr
+// under key, and the caller's context and completion flags; returns it.
+const SendOp& ExpectPosted(StageRig& rig, uint32_t o, OpKind kind, wire::RmaOp op, uint64_t key,
+                           uint64_t addr, uint64_t len, const void* context, uint64_t comp_flags) {
+  const SendOp& s = rig.ops[o];
+  EXPECT_EQ(s.kind, kind);
+  EXPECT_EQ(s.type, wire::PacketType::kRma);
+  EXPECT_EQ(s.rma.op, op);
+  EXPECT_EQ(s.rma.rma_id, rig.ops.RmaId(o));
+  EXPECT_EQ(s.rma.key, key);
+  EXPECT_EQ(s.rma.addr, addr);
+  EXPECT_EQ(s.rma.total_length, len);
+  EXPECT_EQ(s.len, len);
+  EXPECT_EQ(s.context, context);
+  EXPECT_EQ(s.comp_flags, comp_flags);
+  return s;
 }
 
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 7);
-  return v;
+// Rma::PostWrite or Rma::PostRead.
+using Post = Result (Rma::*)(const RmaRequest&);
+
+// The application posts req to peer pi (post: PostWrite or PostRead); the
+// op is sent and acknowledged, and waits for its answer. Returns it (kNone
+// if it was not posted).
+uint32_t PostAndSend(StageRig& rig, uint32_t pi, Post post, const RmaRequest& req) {
+  EXPECT_EQ((rig.rma.*post)(req), Result::kOk);
+  const std::vector<uint32_t> q = rig.Queued(pi);
+  if (q.empty()) return kNone;
+  rig.SendAndAcknowledge(pi);
+  return q.back();
+}
+
+// The argument errors PostWrite and PostRead share, with max_msg_size
+// 1024: no peer or no buffer is kInvalid, more than 1024 bytes kTooLong.
+void ExpectSharedArgumentErrors(StageRig& rig, uint32_t pi, Post post) {
+  std::vector<uint8_t> buf(2048);
+  EXPECT_EQ((rig.rma.*post)({.dest = PeerId{}, .buf = buf.data(), .len = 8}), Result::kInvalid);
+  EXPECT_EQ((rig.rma.*post)({.dest = rig.Id(pi), .buf = nullptr, .len = 8}), Result::kInvalid);
+  EXPECT_EQ((rig.rma.*post)({.dest = rig.Id(pi), .buf = buf.data(), .len = 1025}),
+            Result::kTooLong);
 }
 
 // A rig with an established peer and a 4 KiB region at kBase.
@@ -105,7 +115,7 @@ class RmaTest : public ::testing::Test {
     EXPECT_TRUE(k.ok()) << k.status();
     return k.ok() ? *k : 0;
   }
-  PeerId peer() const { return rig_.session.peers().Id(pi_); }
+  PeerId peer() const { return rig_.Id(pi_); }
   bool Untouched() const {
     for (uint8_t b : region_) {
       if (b != 0xee) return false;
@@ -113,15 +123,30 @@ class RmaTest : public ::testing::Test {
     return true;
   }
   // The one op queued to the peer, which must be a RESPONSE.
-  const SendOp& OnlyResponse() {
-    const std::vector<uint32_t> q = Queued(rig_, pi_);
-    EXPECT_EQ(q.size(), 1u);
-    static const SendOp kNothing;
-    if (q.size() != 1) return kNothing;
-    EXPECT_EQ(rig_.ops[q[0]].kind, OpKind::kResponse);
-    EXPECT_EQ(rig_.ops[q[0]].type, wire::PacketType::kRma);
-    EXPECT_EQ(rig_.ops[q[0]].rma.op, wire::RmaOp::kResponse);
-    return rig_.ops[q[0]];
+  const SendOp& OnlyResponse() { return rig_.ExpectOnlyResponse(pi_); }
+  // Expects the peer's write or read refused: our region untouched, the
+  // answer a RESPONSE with status. Returns the RESPONSE.
+  const SendOp& ExpectRefused(wire::RmaStatus status) {
+    EXPECT_TRUE(Untouched());
+    const SendOp& resp = OnlyResponse();
+    EXPECT_EQ(resp.rma.status, status);
+    return resp;
+  }
+  // Expects the peer's write segments dropped as protocol errors (errors so
+  // far): nothing written at the region's byte 8, nothing answered.
+  void ExpectSegmentsDropped(uint64_t errors) {
+    EXPECT_EQ(rig_.ctx.counters.protocol_errors, errors);
+    EXPECT_EQ(region_[8], 0xee);
+    EXPECT_TRUE(rig_.Queued(pi_).empty());
+  }
+  // Takes every engine op (as RESPONSEs); returns them.
+  std::vector<uint32_t> TakeEveryEngineOp() {
+    std::vector<uint32_t> taken;
+    for (uint32_t o = rig_.ops.Alloc(OpKind::kResponse); o != kNone;
+         o = rig_.ops.Alloc(OpKind::kResponse)) {
+      taken.push_back(o);
+    }
+    return taken;
   }
 
   StageRig rig_;
@@ -164,22 +189,15 @@ TEST_F(RmaTest, RegisterRegionHonoursARequestedKeyAndRefusesATakenOne) {
 
 // Unknown access bits, a null address and a range wrapping 2^64 are refused.
 TEST_F(RmaTest, RegisterRegionRefusesBadArguments) {
-  EXPECT_EQ(rig_.rma.RegisterRegion({.addr = region_.data(), .len = 16, .access = 1u << 5})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(rig_.rma.RegisterRegion({.addr = nullptr, .len = 16, .access = kAccessRemoteRead})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(rig_.rma
-                .RegisterRegion({.addr = region_.data(),
-                                 .len = 100,
-                                 .access = kAccessRemoteRead,
-                                 .base = UINT64_MAX - 10})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  const RegionRequest bad[] = {
+      {.addr = region_.data(), .len = 16, .access = 1u << 5},
+      {.addr = nullptr, .len = 16, .access = kAccessRemoteRead},
+      {.addr = region_.data(), .len = 100, .access = kAccessRemoteRead, .base = UINT64_MAX - 10},
+  };
+  for (size_t i = 0; i < std::size(bad); ++i) {
+    EXPECT_EQ(rig_.rma.RegisterRegion(bad[i]).status().code(), absl::StatusCode::kInvalidArgument)
+        << "request " << i;
+  }
   // Up to the last address exactly is no wrap.
   EXPECT_TRUE(rig_.rma
                   .RegisterRegion({.addr = region_.data(),
@@ -246,12 +264,10 @@ TEST(RmaRegionTest, DeregisteringKeepsEveryOtherKeyFindable) {
 // A write with a key no region has writes nothing and is answered BAD_KEY.
 TEST_F(RmaTest, AWriteWithABadKeyWritesNothingAndIsAnsweredBadKey) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  const std::vector<uint8_t> payload = Pattern(8, 1);
+  const std::vector<uint8_t> payload = Bytes(8, 1);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key + 1, kBase, 8, 0, wire::kRmaFlagRemoteData, 5),
                                     payload));
-  EXPECT_TRUE(Untouched());
-  const SendOp& resp = OnlyResponse();
-  EXPECT_EQ(resp.rma.status, wire::RmaStatus::kBadKey);
+  const SendOp& resp = ExpectRefused(wire::RmaStatus::kBadKey);
   EXPECT_EQ(resp.rma.rma_id, 7u);
   EXPECT_EQ(resp.rma.key, key + 1);
   EXPECT_EQ(resp.rma.addr, kBase);
@@ -265,10 +281,9 @@ TEST_F(RmaTest, AWriteWithABadKeyWritesNothingAndIsAnsweredBadKey) {
 // A write to a region without REMOTE_WRITE writes nothing: NO_ACCESS.
 TEST_F(RmaTest, AWriteWithoutTheRightWritesNothingAndIsAnsweredNoAccess) {
   const uint64_t key = Register(kAccessRemoteRead);
-  const std::vector<uint8_t> payload = Pattern(8, 1);
+  const std::vector<uint8_t> payload = Bytes(8, 1);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 8), payload));
-  EXPECT_TRUE(Untouched());
-  EXPECT_EQ(OnlyResponse().rma.status, wire::RmaStatus::kNoAccess);
+  ExpectRefused(wire::RmaStatus::kNoAccess);
   EXPECT_EQ(rig_.ctx.counters.rma_refused, 1u);
 }
 
@@ -276,16 +291,14 @@ TEST_F(RmaTest, AWriteWithoutTheRightWritesNothingAndIsAnsweredNoAccess) {
 // not even its first segment: OUT_OF_RANGE.
 TEST_F(RmaTest, AWriteOutOfRangeWritesNothingAndIsAnsweredOutOfRange) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  const std::vector<uint8_t> payload = Pattern(8, 1);
+  const std::vector<uint8_t> payload = Bytes(8, 1);
   // 16 bytes from 8 before the end: its first 8 would fit.
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase + 4096 - 8, 16), payload));
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase + 4096 - 8, 16, 8), payload));
-  EXPECT_TRUE(Untouched());
-  EXPECT_EQ(OnlyResponse().rma.status, wire::RmaStatus::kOutOfRange);
-  rig_.reliability.Unqueue(pi_, Queued(rig_, pi_)[0]);
+  ExpectRefused(wire::RmaStatus::kOutOfRange);
+  rig_.reliability.Unqueue(pi_, rig_.Queued(pi_)[0]);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase - 1, 8), payload));
-  EXPECT_TRUE(Untouched());
-  EXPECT_EQ(OnlyResponse().rma.status, wire::RmaStatus::kOutOfRange);
+  ExpectRefused(wire::RmaStatus::kOutOfRange);
   EXPECT_EQ(rig_.ctx.counters.rma_refused, 2u);
 }
 
@@ -293,13 +306,13 @@ TEST_F(RmaTest, AWriteOutOfRangeWritesNothingAndIsAnsweredOutOfRange) {
 // OK RESPONSE is queued after its last segment only.
 TEST_F(RmaTest, AGoodWriteInSegmentsLandsAtItsAddressAndIsAnsweredOk) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  const std::vector<uint8_t> data = Pattern(24, 3);
+  const std::vector<uint8_t> data = Bytes(24, 3);
   const absl::Span<const uint8_t> all(data);
   for (uint64_t off = 0; off < 24; off += 8) {
     EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase + 100, 24, off), all.subspan(off, 8)));
     if (off < 16) {
       EXPECT_TRUE(rig_.rma.Receiving(pi_));
-      EXPECT_TRUE(Queued(rig_, pi_).empty()) << "no answer before the last segment";
+      EXPECT_TRUE(rig_.Queued(pi_).empty()) << "no answer before the last segment";
     }
   }
   EXPECT_FALSE(rig_.rma.Receiving(pi_));
@@ -319,7 +332,7 @@ TEST_F(RmaTest, AGoodWriteInSegmentsLandsAtItsAddressAndIsAnsweredOk) {
 // data, the region's context, where it landed, the data and the source.
 TEST_F(RmaTest, AWriteWithRemoteDataCompletesAtTheTarget) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  const std::vector<uint8_t> data = Pattern(16, 5);
+  const std::vector<uint8_t> data = Bytes(16, 5);
   const absl::Span<const uint8_t> all(data);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(
       pi_, Write(key, kBase + 8, 16, 0, wire::kRmaFlagRemoteData, 0xfeed), all.subspan(0, 8)));
@@ -341,7 +354,7 @@ TEST_F(RmaTest, AWriteWithRemoteDataCompletesAtTheTarget) {
 // not written and the answer is BAD_KEY.
 TEST_F(RmaTest, ARegionDeregisteredMidWriteTurnsTheVerdictToBadKey) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  const std::vector<uint8_t> data = Pattern(16, 9);
+  const std::vector<uint8_t> data = Bytes(16, 9);
   const absl::Span<const uint8_t> all(data);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 16), all.subspan(0, 8)));
   EXPECT_EQ(region_[0], data[0]) << "the first segment landed";
@@ -357,7 +370,7 @@ TEST_F(RmaTest, ARegionDeregisteredMidWriteTurnsTheVerdictToBadKey) {
 // write was checked against the old one.
 TEST_F(RmaTest, ARegionReRegisteredMidWriteUnderTheSameKeyIsNotWrittenEither) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  const std::vector<uint8_t> data = Pattern(16, 9);
+  const std::vector<uint8_t> data = Bytes(16, 9);
   const absl::Span<const uint8_t> all(data);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 16), all.subspan(0, 8)));
   ASSERT_TRUE(rig_.rma.DeregisterRegion(key).ok());
@@ -380,12 +393,8 @@ TEST_F(RmaTest, ARegionReRegisteredMidWriteUnderTheSameKeyIsNotWrittenEither) {
 // taken.
 TEST_F(RmaTest, WithNoEngineOpFreeTheLastSegmentIsRefusedAndNothingOfItApplied) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  std::vector<uint32_t> taken;
-  for (uint32_t o = rig_.ops.Alloc(OpKind::kResponse); o != kNone;
-       o = rig_.ops.Alloc(OpKind::kResponse)) {
-    taken.push_back(o);
-  }
-  const std::vector<uint8_t> data = Pattern(16, 11);
+  const std::vector<uint32_t> taken = TakeEveryEngineOp();
+  const std::vector<uint8_t> data = Bytes(16, 11);
   const absl::Span<const uint8_t> all(data);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 16), all.subspan(0, 8)));
   EXPECT_FALSE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 16, 8), all.subspan(8, 8)));
@@ -393,7 +402,7 @@ TEST_F(RmaTest, WithNoEngineOpFreeTheLastSegmentIsRefusedAndNothingOfItApplied) 
   EXPECT_EQ(region_[0], data[0]);
   EXPECT_EQ(region_[8], 0xee) << "the refused segment is not applied";
   EXPECT_TRUE(rig_.rma.Receiving(pi_)) << "the write waits for that segment again";
-  EXPECT_TRUE(Queued(rig_, pi_).empty());
+  EXPECT_TRUE(rig_.Queued(pi_).empty());
 
   rig_.ops.Free(taken.back());
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 16, 8), all.subspan(8, 8)));
@@ -406,9 +415,8 @@ TEST_F(RmaTest, WithNoEngineOpFreeTheLastSegmentIsRefusedAndNothingOfItApplied) 
 // half-received.
 TEST_F(RmaTest, AOneSegmentWriteRefusedForLackOfAnEngineOpIsForgotten) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  while (rig_.ops.Alloc(OpKind::kResponse) != kNone) {
-  }
-  const std::vector<uint8_t> data = Pattern(8, 1);
+  TakeEveryEngineOp();
+  const std::vector<uint8_t> data = Bytes(8, 1);
   EXPECT_FALSE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 8), data));
   EXPECT_FALSE(rig_.rma.Receiving(pi_));
   EXPECT_TRUE(Untouched());
@@ -419,9 +427,8 @@ TEST_F(RmaTest, AOneSegmentWriteRefusedForLackOfAnEngineOpIsForgotten) {
 // and the RESPONSE op it took is given back.
 TEST_F(RmaTest, WithRemoteDataAndNoCompletionRoomTheLastSegmentIsRefused) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  while (rig_.completions.Reserve()) {
-  }
-  const std::vector<uint8_t> data = Pattern(8, 1);
+  rig_.ReserveAll();
+  const std::vector<uint8_t> data = Bytes(8, 1);
   EXPECT_FALSE(
       rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 8, 0, wire::kRmaFlagRemoteData, 1), data));
   EXPECT_TRUE(Untouched());
@@ -437,7 +444,7 @@ TEST_F(RmaTest, WithRemoteDataAndNoCompletionRoomTheLastSegmentIsRefused) {
 // error, acknowledged and dropped.
 TEST_F(RmaTest, ASegmentThatDoesNotContinueTheWriteIsAProtocolError) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  const std::vector<uint8_t> data = Pattern(16, 1);
+  const std::vector<uint8_t> data = Bytes(16, 1);
   const absl::Span<const uint8_t> all(data);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 8, 8), all.subspan(8, 8)))
       << "no write started";
@@ -448,25 +455,21 @@ TEST_F(RmaTest, ASegmentThatDoesNotContinueTheWriteIsAProtocolError) {
   wrong.rma_id = 8;
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, wrong, all.subspan(8, 8)));
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase + 1, 16, 8), all.subspan(8, 8)));
-  EXPECT_EQ(rig_.ctx.counters.protocol_errors, 3u);
-  EXPECT_EQ(region_[8], 0xee);
-  EXPECT_TRUE(Queued(rig_, pi_).empty());
+  ExpectSegmentsDropped(3);
 }
 
 // A peer's session ending forgets the write it was applying: its next
 // segment continues nothing.
 TEST_F(RmaTest, EndSessionForgetsAHalfReceivedWrite) {
   const uint64_t key = Register(kAccessRemoteWrite);
-  const std::vector<uint8_t> data = Pattern(16, 1);
+  const std::vector<uint8_t> data = Bytes(16, 1);
   const absl::Span<const uint8_t> all(data);
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 16), all.subspan(0, 8)));
   ASSERT_TRUE(rig_.rma.Receiving(pi_));
   rig_.rma.EndSession(pi_);
   EXPECT_FALSE(rig_.rma.Receiving(pi_));
   EXPECT_TRUE(rig_.rma.ConsumeWrite(pi_, Write(key, kBase, 16, 8), all.subspan(8, 8)));
-  EXPECT_EQ(rig_.ctx.counters.protocol_errors, 1u);
-  EXPECT_EQ(region_[8], 0xee);
-  EXPECT_TRUE(Queued(rig_, pi_).empty());
+  ExpectSegmentsDropped(1);
 }
 
 // ---- Target: a peer's reads.
@@ -474,10 +477,10 @@ TEST_F(RmaTest, EndSessionForgetsAHalfReceivedWrite) {
 // A good read request queues a READ_DATA op streaming from the region.
 TEST_F(RmaTest, AReadRequestQueuesReadDataStreamingFromTheRegion) {
   const uint64_t key = Register(kAccessRemoteRead);
-  const std::vector<uint8_t> data = Pattern(3000, 13);
+  const std::vector<uint8_t> data = Bytes(3000, 13);
   std::memcpy(region_.data() + 64, data.data(), data.size());
   ASSERT_TRUE(rig_.rma.ConsumeReadRequest(pi_, ReadRequest(key, kBase + 64, 3000)));
-  const std::vector<uint32_t> q = Queued(rig_, pi_);
+  const std::vector<uint32_t> q = rig_.Queued(pi_);
   ASSERT_EQ(q.size(), 1u);
   const SendOp& op = rig_.ops[q[0]];
   EXPECT_EQ(op.kind, OpKind::kReadData);
@@ -509,7 +512,7 @@ TEST_F(RmaTest, AReadHoldsItsRegionUntilItsOpIsFreed) {
   const uint64_t key = Register(kAccessRemoteRead);
   ASSERT_TRUE(rig_.rma.ConsumeReadRequest(pi_, ReadRequest(key, kBase, 100)));
   ASSERT_TRUE(rig_.rma.ConsumeReadRequest(pi_, ReadRequest(key, kBase + 100, 100)));
-  const std::vector<uint32_t> q = Queued(rig_, pi_);
+  const std::vector<uint32_t> q = rig_.Queued(pi_);
   ASSERT_EQ(q.size(), 2u);
   EXPECT_EQ(rig_.rma.DeregisterRegion(key).code(), absl::StatusCode::kFailedPrecondition);
   rig_.reliability.Unqueue(pi_, q[0]);
@@ -536,11 +539,10 @@ TEST_F(RmaTest, ARefusedReadIsAnsweredWithAResponseAndHoldsNothing) {
 // A read request that finds no engine op free is refused and comes again.
 TEST_F(RmaTest, AReadRequestWithNoEngineOpFreeIsRefused) {
   const uint64_t key = Register(kAccessRemoteRead);
-  while (rig_.ops.Alloc(OpKind::kResponse) != kNone) {
-  }
+  TakeEveryEngineOp();
   EXPECT_FALSE(rig_.rma.ConsumeReadRequest(pi_, ReadRequest(key, kBase, 100)));
   EXPECT_EQ(rig_.ctx.counters.rma_no_slot, 1u);
-  EXPECT_TRUE(Queued(rig_, pi_).empty());
+  EXPECT_TRUE(rig_.Queued(pi_).empty());
   EXPECT_TRUE(rig_.rma.DeregisterRegion(key).ok()) << "a refused read holds nothing";
 }
 
@@ -552,19 +554,16 @@ TEST(RmaPostTest, PostWriteArgumentErrors) {
   EndpointConfig c = StageRig::DefaultConfig();
   c.max_msg_size = 1024;
   c.inject_size = 64;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId dest = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(c);
+  ExpectSharedArgumentErrors(rig, pi, &Rma::PostWrite);
+  const PeerId dest = rig.Id(pi);
   std::vector<uint8_t> buf(2048);
-  EXPECT_EQ(rig.rma.PostWrite({.dest = PeerId{}, .buf = buf.data(), .len = 8}), Result::kInvalid);
-  EXPECT_EQ(rig.rma.PostWrite({.dest = dest, .buf = nullptr, .len = 8}), Result::kInvalid);
   EXPECT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf.data(), .len = 8, .flags = 1u << 7}),
             Result::kInvalid);
-  EXPECT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf.data(), .len = 1025}), Result::kTooLong);
   EXPECT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf.data(), .len = 65, .flags = kRmaInject}),
             Result::kTooLong);
   EXPECT_EQ(rig.ops.user_free(), c.max_send_ops) << "nothing taken";
-  EXPECT_TRUE(Queued(rig, pi).empty());
+  EXPECT_TRUE(rig.Queued(pi).empty());
   EXPECT_EQ(rig.ctx.counters.rma_ops, 0u);
 }
 
@@ -573,16 +572,13 @@ TEST(RmaPostTest, PostWriteArgumentErrors) {
 TEST(RmaPostTest, PostReadArgumentErrors) {
   EndpointConfig c = StageRig::DefaultConfig();
   c.max_msg_size = 1024;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId dest = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(c);
+  ExpectSharedArgumentErrors(rig, pi, &Rma::PostRead);
   std::vector<uint8_t> buf(2048);
-  EXPECT_EQ(rig.rma.PostRead({.dest = PeerId{}, .buf = buf.data(), .len = 8}), Result::kInvalid);
-  EXPECT_EQ(rig.rma.PostRead({.dest = dest, .buf = nullptr, .len = 8}), Result::kInvalid);
-  EXPECT_EQ(rig.rma.PostRead({.dest = dest, .buf = buf.data(), .len = 8, .flags = kRmaRemoteData}),
-            Result::kInvalid);
-  EXPECT_EQ(rig.rma.PostRead({.dest = dest, .buf = buf.data(), .len = 1025}), Result::kTooLong);
-  EXPECT_TRUE(Queued(rig, pi).empty());
+  EXPECT_EQ(
+      rig.rma.PostRead({.dest = rig.Id(pi), .buf = buf.data(), .len = 8, .flags = kRmaRemoteData}),
+      Result::kInvalid);
+  EXPECT_TRUE(rig.Queued(pi).empty());
 }
 
 // With no send op free, or no completion room, posting is kAgain and takes
@@ -590,12 +586,10 @@ TEST(RmaPostTest, PostReadArgumentErrors) {
 TEST(RmaPostTest, PostingWithoutRoomIsAgain) {
   EndpointConfig c = StageRig::DefaultConfig();
   c.max_send_ops = 2;
-  StageRig rig(c);
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId dest = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer(c);
+  const PeerId dest = rig.Id(pi);
   uint8_t buf[8] = {};
-  while (rig.completions.Reserve()) {
-  }
+  rig.ReserveAll();
   EXPECT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf, .len = 8}), Result::kAgain);
   EXPECT_EQ(rig.rma.PostRead({.dest = dest, .buf = buf, .len = 8}), Result::kAgain);
   EXPECT_EQ(rig.ops.user_free(), 2u) << "no op taken";
@@ -608,15 +602,14 @@ TEST(RmaPostTest, PostingWithoutRoomIsAgain) {
   EXPECT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf, .len = 8}), Result::kAgain);
   EXPECT_EQ(rig.rma.PostRead({.dest = dest, .buf = buf, .len = 8}), Result::kAgain);
   EXPECT_TRUE(rig.completions.Reserve()) << "kAgain for a send op took no completion room";
-  EXPECT_EQ(Queued(rig, pi).size(), 2u);
+  EXPECT_EQ(rig.Queued(pi).size(), 2u);
 }
 
 // A posted write is queued as a WRITE naming the op (RmaId), the key, the
 // address and the length, with its remote data only when asked.
 TEST(RmaPostTest, APostedWriteIsQueuedWithItsRmaTemplate) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId dest = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer();
+  const PeerId dest = rig.Id(pi);
   uint8_t buf[100] = {};
   int context;
   ASSERT_EQ(rig.rma.PostWrite({.dest = dest,
@@ -630,23 +623,14 @@ TEST(RmaPostTest, APostedWriteIsQueuedWithItsRmaTemplate) {
             Result::kOk);
   ASSERT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf, .len = 10, .key = 1, .data = 0x88}),
             Result::kOk);
-  const std::vector<uint32_t> q = Queued(rig, pi);
+  const std::vector<uint32_t> q = rig.Queued(pi);
   ASSERT_EQ(q.size(), 2u);
-  const SendOp& op = rig.ops[q[0]];
-  EXPECT_EQ(op.kind, OpKind::kWrite);
-  EXPECT_EQ(op.type, wire::PacketType::kRma);
-  EXPECT_EQ(op.rma.op, wire::RmaOp::kWrite);
-  EXPECT_EQ(op.rma.rma_id, rig.ops.RmaId(q[0]));
-  EXPECT_EQ(op.rma.key, 0xabcu);
-  EXPECT_EQ(op.rma.addr, 0x5000u);
-  EXPECT_EQ(op.rma.total_length, 100u);
+  const SendOp& op = ExpectPosted(rig, q[0], OpKind::kWrite, wire::RmaOp::kWrite, 0xabc, 0x5000,
+                                  100, &context, kCompRma | kCompWrite);
   EXPECT_EQ(op.rma.flags, wire::kRmaFlagRemoteData);
   EXPECT_EQ(op.rma.data, 0x77u);
   EXPECT_EQ(op.src, buf);
   EXPECT_EQ(op.wire_len, 100u);
-  EXPECT_EQ(op.len, 100u);
-  EXPECT_EQ(op.context, &context);
-  EXPECT_EQ(op.comp_flags, kCompRma | kCompWrite);
   EXPECT_FALSE(op.inject);
   EXPECT_EQ(rig.ops[q[1]].rma.flags, 0);
   EXPECT_EQ(rig.ops[q[1]].rma.data, 0u) << "data without kRmaRemoteData does not go";
@@ -655,18 +639,14 @@ TEST(RmaPostTest, APostedWriteIsQueuedWithItsRmaTemplate) {
 
 // An inject write copies the caller's bytes at once.
 TEST(RmaPostTest, AnInjectWriteCopiesItsBytesAtOnce) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  std::vector<uint8_t> buf = Pattern(32, 1);
+  auto [rig, pi] = RigWithPeer();
+  std::vector<uint8_t> buf = Bytes(32, 1);
   const std::vector<uint8_t> sent = buf;
-  ASSERT_EQ(rig.rma.PostWrite({.dest = rig.session.peers().Id(pi),
-                               .buf = buf.data(),
-                               .len = 32,
-                               .key = 1,
-                               .flags = kRmaInject}),
+  ASSERT_EQ(rig.rma.PostWrite(
+                {.dest = rig.Id(pi), .buf = buf.data(), .len = 32, .key = 1, .flags = kRmaInject}),
             Result::kOk);
   std::fill(buf.begin(), buf.end(), 0);
-  const SendOp& op = rig.ops[Queued(rig, pi)[0]];
+  const SendOp& op = rig.ops[rig.Queued(pi)[0]];
   EXPECT_TRUE(op.inject);
   EXPECT_NE(op.src, buf.data());
   EXPECT_EQ(std::memcmp(op.src, sent.data(), 32), 0);
@@ -675,32 +655,22 @@ TEST(RmaPostTest, AnInjectWriteCopiesItsBytesAtOnce) {
 // A posted read is queued as a one-packet READ_REQ naming the op, the key,
 // the address and the length; its answer goes to the caller's buffer.
 TEST(RmaPostTest, APostedReadIsQueuedWithItsRmaTemplate) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   uint8_t buf[300];
   int context;
-  ASSERT_EQ(rig.rma.PostRead({.dest = rig.session.peers().Id(pi),
+  ASSERT_EQ(rig.rma.PostRead({.dest = rig.Id(pi),
                               .buf = buf,
                               .len = 300,
                               .addr = 0x6000,
                               .key = 0xdef,
                               .context = &context}),
             Result::kOk);
-  const std::vector<uint32_t> q = Queued(rig, pi);
+  const std::vector<uint32_t> q = rig.Queued(pi);
   ASSERT_EQ(q.size(), 1u);
-  const SendOp& op = rig.ops[q[0]];
-  EXPECT_EQ(op.kind, OpKind::kRead);
-  EXPECT_EQ(op.type, wire::PacketType::kRma);
-  EXPECT_EQ(op.rma.op, wire::RmaOp::kReadReq);
-  EXPECT_EQ(op.rma.rma_id, rig.ops.RmaId(q[0]));
-  EXPECT_EQ(op.rma.key, 0xdefu);
-  EXPECT_EQ(op.rma.addr, 0x6000u);
-  EXPECT_EQ(op.rma.total_length, 300u);
+  const SendOp& op = ExpectPosted(rig, q[0], OpKind::kRead, wire::RmaOp::kReadReq, 0xdef, 0x6000,
+                                  300, &context, kCompRma | kCompRead);
   EXPECT_EQ(op.wire_len, 0u) << "the request carries no bytes";
   EXPECT_EQ(op.dst, buf);
-  EXPECT_EQ(op.len, 300u);
-  EXPECT_EQ(op.context, &context);
-  EXPECT_EQ(op.comp_flags, kCompRma | kCompRead);
   EXPECT_EQ(rig.ctx.counters.rma_ops, 1u);
 }
 
@@ -709,24 +679,22 @@ TEST(RmaPostTest, APostedReadIsQueuedWithItsRmaTemplate) {
 // READ_DATA fills the read's buffer segment by segment and completes it
 // with the last one; the op ends.
 TEST(RmaAnswerTest, ReadDataFillsTheBufferAndCompletesTheRead) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   std::vector<uint8_t> buf(3000, 0);
   int context;
-  ASSERT_EQ(rig.rma.PostRead({.dest = rig.session.peers().Id(pi),
-                              .buf = buf.data(),
-                              .len = 3000,
-                              .addr = 0x6000,
-                              .key = 0xdef,
-                              .context = &context}),
-            Result::kOk);
-  const uint32_t o = Queued(rig, pi)[0];
+  const uint32_t o = PostAndSend(rig, pi, &Rma::PostRead,
+                                 {.dest = rig.Id(pi),
+                                  .buf = buf.data(),
+                                  .len = 3000,
+                                  .addr = 0x6000,
+                                  .key = 0xdef,
+                                  .context = &context});
+  ASSERT_NE(o, kNone);
   const uint32_t id = rig.ops.RmaId(o);
-  SendAndAcknowledge(rig, pi);
   ASSERT_EQ(rig.ops[o].state, OpState::kWaiting);
   ASSERT_EQ(rig.reliability.tx(pi).waiting.front(), o);
 
-  const std::vector<uint8_t> data = Pattern(3000, 21);
+  const std::vector<uint8_t> data = Bytes(3000, 21);
   const absl::Span<const uint8_t> all(data);
   rig.rma.ConsumeReadData(pi, Answer(rig, o, wire::RmaOp::kReadData, 0), all.subspan(0, 1000));
   rig.rma.ConsumeReadData(pi, Answer(rig, o, wire::RmaOp::kReadData, 1000),
@@ -735,12 +703,10 @@ TEST(RmaAnswerTest, ReadDataFillsTheBufferAndCompletesTheRead) {
   rig.rma.ConsumeReadData(pi, Answer(rig, o, wire::RmaOp::kReadData, 2000),
                           all.subspan(2000, 1000));
   EXPECT_EQ(buf, data);
-  Completion c[2];
-  ASSERT_EQ(rig.completions.Poll(c), 1u);
-  EXPECT_EQ(c[0].context, &context);
-  EXPECT_EQ(c[0].flags, kCompRma | kCompRead);
-  EXPECT_EQ(c[0].len, 3000u);
-  EXPECT_EQ(c[0].source, rig.session.peers().Id(pi));
+  const Completion c = rig.ExpectOneCompletion(&context);
+  EXPECT_EQ(c.flags, kCompRma | kCompRead);
+  EXPECT_EQ(c.len, 3000u);
+  EXPECT_EQ(c.source, rig.Id(pi));
   EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
   EXPECT_EQ(rig.ops.FromRmaId(id), kNone) << "the op ended";
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u);
@@ -748,27 +714,19 @@ TEST(RmaAnswerTest, ReadDataFillsTheBufferAndCompletesTheRead) {
 
 // An OK RESPONSE completes a write.
 TEST(RmaAnswerTest, AnOkResponseCompletesAWrite) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   uint8_t buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   int context;
-  ASSERT_EQ(rig.rma.PostWrite({.dest = rig.session.peers().Id(pi),
-                               .buf = buf,
-                               .len = 8,
-                               .addr = 0x10,
-                               .key = 0x1234,
-                               .context = &context}),
-            Result::kOk);
-  const uint32_t o = Queued(rig, pi)[0];
-  SendAndAcknowledge(rig, pi);
+  const uint32_t o = PostAndSend(
+      rig, pi, &Rma::PostWrite,
+      {.dest = rig.Id(pi), .buf = buf, .len = 8, .addr = 0x10, .key = 0x1234, .context = &context});
+  ASSERT_NE(o, kNone);
   ASSERT_EQ(rig.ops[o].state, OpState::kWaiting);
   EXPECT_EQ(rig.completions.ready(), 0u) << "acknowledged is not applied";
   rig.rma.ConsumeResponse(pi, Answer(rig, o, wire::RmaOp::kResponse));
-  Completion c[2];
-  ASSERT_EQ(rig.completions.Poll(c), 1u);
-  EXPECT_EQ(c[0].context, &context);
-  EXPECT_EQ(c[0].flags, kCompRma | kCompWrite);
-  EXPECT_EQ(c[0].len, 8u);
+  const Completion c = rig.ExpectOneCompletion(&context);
+  EXPECT_EQ(c.flags, kCompRma | kCompWrite);
+  EXPECT_EQ(c.len, 8u);
   EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
   EXPECT_EQ(rig.ops.user_free(), rig.config.max_send_ops);
 }
@@ -788,27 +746,22 @@ TEST(RmaAnswerTest, ARefusedWriteCompletesInErrorWithTheStatusErrno) {
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.words);
-    StageRig rig;
-    const uint32_t pi = rig.AddEstablishedPeer();
+    auto [rig, pi] = RigWithPeer();
     uint8_t buf[8] = {};
     int context;
-    ASSERT_EQ(rig.rma.PostWrite({.dest = rig.session.peers().Id(pi),
-                                 .buf = buf,
-                                 .len = 8,
-                                 .addr = 0x10,
-                                 .key = 0x1234,
-                                 .context = &context}),
-              Result::kOk);
-    const uint32_t o = Queued(rig, pi)[0];
-    SendAndAcknowledge(rig, pi);
+    const uint32_t o = PostAndSend(rig, pi, &Rma::PostWrite,
+                                   {.dest = rig.Id(pi),
+                                    .buf = buf,
+                                    .len = 8,
+                                    .addr = 0x10,
+                                    .key = 0x1234,
+                                    .context = &context});
+    ASSERT_NE(o, kNone);
     rig.rma.ConsumeResponse(pi, Answer(rig, o, wire::RmaOp::kResponse, 0, k.status));
     EXPECT_EQ(rig.completions.ready(), 0u);
-    ErrorCompletion e[2];
-    ASSERT_EQ(rig.completions.PollErrors(e), 1u);
-    EXPECT_EQ(e[0].err, k.err);
-    EXPECT_EQ(e[0].op.context, &context);
-    EXPECT_EQ(e[0].op.flags, kCompRma | kCompWrite);
-    const std::string m = e[0].message;
+    const ErrorCompletion e = rig.ExpectOneError(k.err, &context);
+    EXPECT_EQ(e.op.flags, kCompRma | kCompWrite);
+    const std::string m = e.message;
     EXPECT_NE(m.find("RMA write key 0x0000000000001234"), std::string::npos) << m;
     EXPECT_NE(m.find("10.0.0.2:6000"), std::string::npos) << m;
     EXPECT_NE(m.find(k.words), std::string::npos) << m;
@@ -821,24 +774,21 @@ TEST(RmaAnswerTest, ARefusedWriteCompletesInErrorWithTheStatusErrno) {
 // An inject write completes nowhere when applied; refused, its error goes
 // to the error queue without a reservation.
 TEST(RmaAnswerTest, AnInjectWriteCompletesNowhereAndItsRefusalIsStillReported) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId dest = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer();
+  const PeerId dest = rig.Id(pi);
   uint8_t buf[8] = {};
   ASSERT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf, .len = 8, .key = 3, .flags = kRmaInject}),
             Result::kOk);
   ASSERT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf, .len = 8, .key = 4, .flags = kRmaInject}),
             Result::kOk);
-  const std::vector<uint32_t> q = Queued(rig, pi);
+  const std::vector<uint32_t> q = rig.Queued(pi);
   ASSERT_EQ(q.size(), 2u);
-  SendAndAcknowledge(rig, pi);
+  rig.SendAndAcknowledge(pi);
   rig.rma.ConsumeResponse(pi, Answer(rig, q[0], wire::RmaOp::kResponse));
   EXPECT_EQ(rig.completions.ready(), 0u);
   rig.rma.ConsumeResponse(pi,
                           Answer(rig, q[1], wire::RmaOp::kResponse, 0, wire::RmaStatus::kBadKey));
-  ErrorCompletion e[2];
-  ASSERT_EQ(rig.completions.PollErrors(e), 1u);
-  EXPECT_EQ(e[0].err, EKEYREJECTED);
+  rig.ExpectOneError(EKEYREJECTED, nullptr);
   EXPECT_EQ(rig.ctx.counters.rma_errors, 1u);
   EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
   EXPECT_EQ(rig.ops.user_free(), rig.config.max_send_ops);
@@ -846,22 +796,17 @@ TEST(RmaAnswerTest, AnInjectWriteCompletesNowhereAndItsRefusalIsStillReported) {
 
 // A refused read completes in error the same way.
 TEST(RmaAnswerTest, ARefusedReadCompletesInError) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   uint8_t buf[8] = {};
-  ASSERT_EQ(
-      rig.rma.PostRead({.dest = rig.session.peers().Id(pi), .buf = buf, .len = 8, .key = 0x99}),
-      Result::kOk);
-  const uint32_t o = Queued(rig, pi)[0];
-  SendAndAcknowledge(rig, pi);
+  const uint32_t o =
+      PostAndSend(rig, pi, &Rma::PostRead, {.dest = rig.Id(pi), .buf = buf, .len = 8, .key = 0x99});
+  ASSERT_NE(o, kNone);
   rig.rma.ConsumeResponse(pi,
                           Answer(rig, o, wire::RmaOp::kResponse, 0, wire::RmaStatus::kOutOfRange));
-  ErrorCompletion e[2];
-  ASSERT_EQ(rig.completions.PollErrors(e), 1u);
-  EXPECT_EQ(e[0].err, EFAULT);
-  EXPECT_EQ(e[0].op.flags, kCompRma | kCompRead);
-  EXPECT_NE(std::string(e[0].message).find("RMA read key 0x0000000000000099"), std::string::npos)
-      << e[0].message;
+  const ErrorCompletion e = rig.ExpectOneError(EFAULT, nullptr);
+  EXPECT_EQ(e.op.flags, kCompRma | kCompRead);
+  EXPECT_NE(std::string(e.message).find("RMA read key 0x0000000000000099"), std::string::npos)
+      << e.message;
   EXPECT_EQ(rig.ctx.counters.rma_errors, 1u);
 }
 
@@ -869,24 +814,17 @@ TEST(RmaAnswerTest, ARefusedReadCompletesInError) {
 // offset, or coming from another peer, is a protocol error: nothing lands,
 // nothing completes, the read still waits.
 TEST(RmaAnswerTest, ReadDataThatDoesNotMatchItsReadIsAProtocolError) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  Address other = StageRig::PeerAddress();
-  other.udp_port = 6001;
-  bool added = false;
-  const uint32_t pj = rig.session.Insert(other, &added);
-  rig.reliability.AddPeer(pj);
-  rig.rma.AddPeer(pj);
+  auto [rig, pi] = RigWithPeer();
+  const uint32_t pj = rig.AddOtherPeer();
   std::vector<uint8_t> buf(16, 0);
-  ASSERT_EQ(rig.rma.PostRead(
-                {.dest = rig.session.peers().Id(pi), .buf = buf.data(), .len = 16, .key = 5}),
+  ASSERT_EQ(rig.rma.PostRead({.dest = rig.Id(pi), .buf = buf.data(), .len = 16, .key = 5}),
             Result::kOk);
-  const uint32_t o = Queued(rig, pi)[0];
-  const std::vector<uint8_t> data = Pattern(16, 1);
+  const uint32_t o = rig.Queued(pi)[0];
+  const std::vector<uint8_t> data = Bytes(16, 1);
   const absl::Span<const uint8_t> all(data);
   rig.rma.ConsumeReadData(pi, Answer(rig, o, wire::RmaOp::kReadData), all);
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u) << "not yet waiting for its data";
-  SendAndAcknowledge(rig, pi);
+  rig.SendAndAcknowledge(pi);
 
   wire::RmaFields stale = Answer(rig, o, wire::RmaOp::kReadData);
   stale.rma_id += 1u << OpTable::kRmaIdSlotBits;  // the slot's previous or next op
@@ -910,17 +848,16 @@ TEST(RmaAnswerTest, ReadDataThatDoesNotMatchItsReadIsAProtocolError) {
 // for a read, or one for a write still in flight, is a protocol error and
 // completes nothing.
 TEST(RmaAnswerTest, AResponseThatDoesNotMatchItsOpIsAProtocolError) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const PeerId dest = rig.session.peers().Id(pi);
+  auto [rig, pi] = RigWithPeer();
+  const PeerId dest = rig.Id(pi);
   uint8_t buf[8] = {};
   ASSERT_EQ(rig.rma.PostWrite({.dest = dest, .buf = buf, .len = 8, .key = 5}), Result::kOk);
-  const uint32_t w = Queued(rig, pi)[0];
+  const uint32_t w = rig.Queued(pi)[0];
   rig.rma.ConsumeResponse(pi, Answer(rig, w, wire::RmaOp::kResponse));
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 1u) << "the write is not yet acknowledged";
   ASSERT_EQ(rig.rma.PostRead({.dest = dest, .buf = buf, .len = 8, .key = 5}), Result::kOk);
-  const uint32_t r = Queued(rig, pi)[1];
-  SendAndAcknowledge(rig, pi);
+  const uint32_t r = rig.Queued(pi)[1];
+  rig.SendAndAcknowledge(pi);
   ASSERT_EQ(rig.ops[w].state, OpState::kWaiting);
   ASSERT_EQ(rig.ops[r].state, OpState::kWaiting);
 

@@ -4,6 +4,7 @@
 #include "fabric/rdm/session.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "fabric/rdm/stage_rig.h"
@@ -12,6 +13,7 @@
 namespace bypass::rdm {
 namespace {
 
+using testing::RigWithPeer;
 using testing::StageRig;
 
 // A HELLO (or HELLO_ACK) of the peer's session starting at isn.
@@ -29,6 +31,69 @@ wire::View Reset(const StageRig& rig, uint32_t src, wire::ResetReason reason, ui
   v.reset.reason = reason;
   v.reset.incarnation = about;
   return v;
+}
+
+// What ClassifyReset makes of a RESET from the peer's incarnation src, for
+// reason, about our incarnation `about` (in_session: its PSN is in ours).
+SessionEvent ClassifyReset(StageRig& rig, uint32_t pi, uint32_t src, wire::ResetReason reason,
+                           uint32_t about, bool in_session) {
+  return rig.session.ClassifyReset(pi, Reset(rig, src, reason, about), in_session);
+}
+
+// What ClassifyReset makes of a NO_SESSION RESET about our incarnation from
+// the peer's incarnation src.
+SessionEvent ClassifyNoSession(StageRig& rig, uint32_t pi, uint32_t src, bool in_session) {
+  return ClassifyReset(rig, pi, src, wire::ResetReason::kNoSession, StageRig::kOurIncarnation,
+                       in_session);
+}
+
+// The counts of what HELLOs and RESETs meant (unset: not checked).
+struct Verdicts {
+  std::optional<uint64_t> stale = std::nullopt;
+  std::optional<uint64_t> restarts = std::nullopt;
+  std::optional<uint64_t> resets = std::nullopt;
+};
+// Expects the counters stale_dropped, peer_restarts and peer_resets to be
+// as want says.
+void ExpectVerdicts(const StageRig& rig, const Verdicts& want) {
+  const Counters& n = rig.ctx.counters;
+  if (want.stale) {
+    EXPECT_EQ(n.stale_dropped, *want.stale);
+  }
+  if (want.restarts) {
+    EXPECT_EQ(n.peer_restarts, *want.restarts);
+  }
+  if (want.resets) {
+    EXPECT_EQ(n.peer_resets, *want.resets);
+  }
+}
+
+// Inserts the peer without its MAC (all zero), as an application may.
+uint32_t InsertWithoutMac(StageRig& rig) {
+  Address a = StageRig::PeerAddress();
+  a.mac = driver::MacAddress{};
+  bool added = false;
+  return rig.session.Insert(a, &added);
+}
+
+// The handshake packets owed to pi (HELLO, HELLO_ACK) built into at most n
+// packets, granting credit and retrying after retry_ns; parsed.
+std::vector<wire::View> BuildHandshakes(StageRig& rig, uint32_t pi, size_t n, uint16_t credit = 64,
+                                        uint64_t retry_ns = 1000) {
+  const std::vector<driver::Packet*> bufs = rig.Buffers(n);
+  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
+  const size_t built = rig.session.BuildHandshake(pi, c, credit, retry_ns, bufs);
+  std::vector<wire::View> out;
+  for (size_t i = 0; i < built; ++i) out.push_back(StageRig::Parse(bufs[i]));
+  return out;
+}
+
+// Adds the peer, owed both a HELLO and (as for a HELLO come) a HELLO_ACK.
+uint32_t AddPeerOwedHelloAndHelloAck(StageRig& rig) {
+  const uint32_t pi = rig.AddPeer();
+  rig.session.WantHello(pi);
+  rig.session[pi].hello_ack_owed = true;
+  return pi;
 }
 
 // Empties the FIFO of peers with work (AddEstablishedPeer queues the peer).
@@ -90,10 +155,7 @@ TEST(SessionTest, APeerLearnedFromAHelloBecomesInsertedWhenTheApplicationInserts
 // HELLO (or HELLO_ACK) from it teaches its MAC; DATA does not.
 TEST(SessionTest, APeerInsertedWithoutAMacIsBroadcastToUntilAHelloTeachesIt) {
   StageRig rig;
-  Address a = StageRig::PeerAddress();
-  a.mac = driver::MacAddress{};
-  bool added = false;
-  const uint32_t pi = rig.session.Insert(a, &added);
+  const uint32_t pi = InsertWithoutMac(rig);
   ASSERT_NE(pi, kNone);
   EXPECT_TRUE(rig.session[pi].mac_unknown);
   EXPECT_EQ(rig.session[pi].flow.dst_mac, driver::kBroadcastMac);
@@ -115,10 +177,7 @@ TEST(SessionTest, APeerInsertedWithoutAMacIsBroadcastToUntilAHelloTeachesIt) {
 // A HELLO_ACK teaches the MAC as a HELLO does.
 TEST(SessionTest, AHelloAckTeachesTheMacToo) {
   StageRig rig;
-  Address a = StageRig::PeerAddress();
-  a.mac = driver::MacAddress{};
-  bool added = false;
-  const uint32_t pi = rig.session.Insert(a, &added);
+  const uint32_t pi = InsertWithoutMac(rig);
   rig.session.Heard(pi, Hello(rig, Psn(5), wire::PacketType::kHelloAck));
   EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
 }
@@ -152,53 +211,41 @@ TEST(SessionTest, AddFromHelloCountsPeerTableFullWhenTheTableIsFull) {
 
 // A HELLO from a retired incarnation of the peer is stale.
 TEST(SessionTest, AHelloFromARetiredIncarnationIsStale) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   rig.session.Retire(pi, 0x3333);
   wire::View v = Hello(rig, Psn(1000));
   v.common.src_incarnation = 0x3333;
   EXPECT_EQ(rig.session.ClassifyHello(pi, v), SessionEvent::kStale);
-  EXPECT_EQ(rig.ctx.counters.stale_dropped, 1u);
-  EXPECT_EQ(rig.ctx.counters.peer_restarts, 0u);
+  ExpectVerdicts(rig, {.stale = 1, .restarts = 0});
 }
 
 // A HELLO or HELLO_ACK from another incarnation than the known one is a restart.
 TEST(SessionTest, AHelloFromAnotherIncarnationIsARestart) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   wire::View v = Hello(rig, Psn(1000));
   v.common.src_incarnation = 0x4444;
   EXPECT_EQ(rig.session.ClassifyHello(pi, v), SessionEvent::kRestarted);
   v.common.type = wire::PacketType::kHelloAck;
   EXPECT_EQ(rig.session.ClassifyHello(pi, v), SessionEvent::kRestarted);
-  EXPECT_EQ(rig.ctx.counters.peer_restarts, 2u);
-  EXPECT_EQ(rig.ctx.counters.stale_dropped, 0u);
+  ExpectVerdicts(rig, {.stale = 0, .restarts = 2});
 }
 
 // A HELLO of the known incarnation with another initial PSN is a reset.
 TEST(SessionTest, AHelloWithANewInitialPsnIsAReset) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer(Psn(1000));
+  auto [rig, pi] = RigWithPeer();  // the peer's initial PSN: 1000
   EXPECT_EQ(rig.session.ClassifyHello(pi, Hello(rig, Psn(2000))), SessionEvent::kReset);
-  EXPECT_EQ(rig.ctx.counters.peer_resets, 1u);
-  EXPECT_EQ(rig.ctx.counters.peer_restarts, 0u);
+  ExpectVerdicts(rig, {.restarts = 0, .resets = 1});
 }
 
 // A repeated HELLO of the current session, or a first contact, is current.
 TEST(SessionTest, AHelloOfTheCurrentSessionOrAFirstContactIsCurrent) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer(Psn(1000));
+  auto [rig, pi] = RigWithPeer();  // the peer's initial PSN: 1000
   EXPECT_EQ(rig.session.ClassifyHello(pi, Hello(rig, Psn(1000))), SessionEvent::kCurrent);
-  Address other = StageRig::PeerAddress();
-  other.udp_port = 6001;
-  bool added = false;
-  const uint32_t fresh = rig.session.Insert(other, &added);
+  const uint32_t fresh = rig.AddOtherPeer();
   wire::View v = Hello(rig, Psn(77));
   v.common.src_incarnation = 0x9999;
   EXPECT_EQ(rig.session.ClassifyHello(fresh, v), SessionEvent::kCurrent);
-  EXPECT_EQ(rig.ctx.counters.stale_dropped + rig.ctx.counters.peer_restarts +
-                rig.ctx.counters.peer_resets,
-            0u);
+  ExpectVerdicts(rig, {.stale = 0, .restarts = 0, .resets = 0});
 }
 
 // ---- The handshake.
@@ -237,10 +284,7 @@ TEST(SessionTest, AHandshakeCountsOnceBothDirectionsAreReady) {
   rig.session.TxReady(pi);
   EXPECT_EQ(rig.ctx.counters.handshakes, 1u) << "counted once";
 
-  Address other = StageRig::PeerAddress();
-  other.udp_port = 6001;
-  bool added = false;
-  const uint32_t pj = rig.session.Insert(other, &added);
+  const uint32_t pj = rig.AddOtherPeer();
   rig.session.TxReady(pj);
   EXPECT_EQ(rig.ctx.counters.handshakes, 1u) << "only our direction is ready";
   rig.session.Accept(pj, Hello(rig, Psn(5)));
@@ -257,10 +301,9 @@ TEST(SessionTest, WantHelloBuildsAHelloWithOurInitialPsnAndMaxDatagram) {
   rig.session.WantHello(pi);
   EXPECT_TRUE(rig.session.HandshakeOwed(pi));
   EXPECT_TRUE(rig.session.HasWork(pi));
-  const std::vector<driver::Packet*> bufs = rig.Buffers(2);
-  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
-  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 1u);
-  const wire::View v = StageRig::Parse(bufs[0]);
+  const std::vector<wire::View> sent = BuildHandshakes(rig, pi, 2);
+  ASSERT_EQ(sent.size(), 1u);
+  const wire::View& v = sent[0];
   EXPECT_EQ(v.common.type, wire::PacketType::kHello);
   EXPECT_EQ(v.common.psn.value(), rig.session[pi].tx_isn.value());
   EXPECT_EQ(v.common.credit, 64);
@@ -280,28 +323,26 @@ TEST(SessionTest, AnUnansweredHelloGoesAgainAtItsRetryTimeNotBefore) {
   const uint32_t pi = rig.AddPeer();
   rig.ctx.now = 100;
   rig.session.WantHello(pi);
-  const std::vector<driver::Packet*> bufs = rig.Buffers(2);
-  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
-  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 1u);
+  ASSERT_EQ(BuildHandshakes(rig, pi, 2).size(), 1u);
   EXPECT_EQ(rig.session[pi].hello_due_ns, 1100u);
   EXPECT_EQ(rig.ctx.next_timer_ns, 1100u) << "the retry is a timer";
   EXPECT_FALSE(rig.session.HandshakeOwed(pi));
-  EXPECT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 0u);
+  EXPECT_TRUE(BuildHandshakes(rig, pi, 2).empty());
   rig.ctx.now = 1099;
   EXPECT_FALSE(rig.session.HandshakeOwed(pi));
-  EXPECT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 0u);
+  EXPECT_TRUE(BuildHandshakes(rig, pi, 2).empty());
   rig.ctx.now = 1100;
   EXPECT_TRUE(rig.session.HandshakeOwed(pi));
-  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 2000, bufs), 1u);
-  EXPECT_EQ(StageRig::Parse(bufs[0]).common.type, wire::PacketType::kHello);
+  const std::vector<wire::View> again = BuildHandshakes(rig, pi, 2, 64, 2000);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].common.type, wire::PacketType::kHello);
   EXPECT_EQ(rig.session[pi].hello_tries, 2u);
   EXPECT_EQ(rig.session[pi].hello_due_ns, 3100u);
 }
 
 // Once our direction is ready no HELLO is wanted.
 TEST(SessionTest, WantHelloDoesNothingOnceOurDirectionIsReady) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   rig.session.WantHello(pi);
   EXPECT_FALSE(rig.session[pi].hello_wanted);
   EXPECT_FALSE(rig.session.HandshakeOwed(pi));
@@ -309,47 +350,40 @@ TEST(SessionTest, WantHelloDoesNothingOnceOurDirectionIsReady) {
 
 // A HELLO_ACK goes when one is owed (a HELLO came), once, with our initial PSN.
 TEST(SessionTest, AHelloAckGoesOnceWhenOwed) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   rig.session[pi].hello_ack_owed = true;  // as the engine sets it for a HELLO
   EXPECT_TRUE(rig.session.HandshakeOwed(pi));
-  const std::vector<driver::Packet*> bufs = rig.Buffers(2);
-  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
-  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 32, 1000, bufs), 1u);
-  const wire::View v = StageRig::Parse(bufs[0]);
+  const std::vector<wire::View> sent = BuildHandshakes(rig, pi, 2, 32);
+  ASSERT_EQ(sent.size(), 1u);
+  const wire::View& v = sent[0];
   EXPECT_EQ(v.common.type, wire::PacketType::kHelloAck);
   EXPECT_EQ(v.common.psn.value(), rig.session[pi].tx_isn.value());
   EXPECT_EQ(v.common.dst_incarnation, StageRig::kPeerIncarnation);
   EXPECT_EQ(v.hello.max_datagram, 1472);
   EXPECT_FALSE(rig.session[pi].hello_ack_owed);
   EXPECT_FALSE(rig.session.HandshakeOwed(pi));
-  EXPECT_EQ(rig.session.BuildHandshake(pi, c, 32, 1000, bufs), 0u);
+  EXPECT_TRUE(BuildHandshakes(rig, pi, 2, 32).empty());
 }
 
 // A HELLO and a HELLO_ACK both owed go HELLO first; with room for one, the
 // HELLO_ACK stays owed.
 TEST(SessionTest, AHelloGoesBeforeAHelloAckAndWhatDoesNotFitStaysOwed) {
   StageRig rig;
-  const uint32_t pi = rig.AddPeer();
-  rig.session.WantHello(pi);
-  rig.session[pi].hello_ack_owed = true;
-  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
-  const std::vector<driver::Packet*> one = rig.Buffers(1);
-  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, one), 1u);
-  EXPECT_EQ(StageRig::Parse(one[0]).common.type, wire::PacketType::kHello);
+  const uint32_t pi = AddPeerOwedHelloAndHelloAck(rig);
+  std::vector<wire::View> sent = BuildHandshakes(rig, pi, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].common.type, wire::PacketType::kHello);
   EXPECT_TRUE(rig.session[pi].hello_ack_owed);
-  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, one), 1u);
-  EXPECT_EQ(StageRig::Parse(one[0]).common.type, wire::PacketType::kHelloAck);
+  sent = BuildHandshakes(rig, pi, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].common.type, wire::PacketType::kHelloAck);
 
   StageRig rig2;
-  const uint32_t p2 = rig2.AddPeer();
-  rig2.session.WantHello(p2);
-  rig2.session[p2].hello_ack_owed = true;
-  const std::vector<driver::Packet*> two = rig2.Buffers(2);
-  const wire::Common c2 = rig2.reliability.Header(p2, wire::PacketType::kHello, 0);
-  ASSERT_EQ(rig2.session.BuildHandshake(p2, c2, 64, 1000, two), 2u);
-  EXPECT_EQ(StageRig::Parse(two[0]).common.type, wire::PacketType::kHello);
-  EXPECT_EQ(StageRig::Parse(two[1]).common.type, wire::PacketType::kHelloAck);
+  const uint32_t p2 = AddPeerOwedHelloAndHelloAck(rig2);
+  sent = BuildHandshakes(rig2, p2, 2);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].common.type, wire::PacketType::kHello);
+  EXPECT_EQ(sent[1].common.type, wire::PacketType::kHelloAck);
 }
 
 // ---- What a RESET means.
@@ -359,74 +393,54 @@ TEST(SessionTest, AHelloGoesBeforeAHelloAckAndWhatDoesNotFitStaysOwed) {
 TEST(SessionTest, AResetFromAnUnknownOrRetiredIncarnationIsStale) {
   StageRig rig;
   const uint32_t fresh = rig.AddPeer();
-  EXPECT_EQ(rig.session.ClassifyReset(
-                fresh, Reset(rig, 0x5555, wire::ResetReason::kUnknownIncarnation, 0), true),
+  EXPECT_EQ(ClassifyReset(rig, fresh, 0x5555, wire::ResetReason::kUnknownIncarnation, 0, true),
             SessionEvent::kStale);
-  Address other = StageRig::PeerAddress();
-  other.udp_port = 6001;
-  bool added = false;
-  const uint32_t pi = rig.session.Insert(other, &added);
+  const uint32_t pi = rig.AddOtherPeer();
   rig.session.Accept(pi, Hello(rig, Psn(1000)));
   rig.session.TxReady(pi);
   rig.session.Retire(pi, 0x3333);
-  EXPECT_EQ(rig.session.ClassifyReset(
-                pi, Reset(rig, 0x3333, wire::ResetReason::kUnknownIncarnation, 0x2222), true),
+  EXPECT_EQ(ClassifyReset(rig, pi, 0x3333, wire::ResetReason::kUnknownIncarnation, 0x2222, true),
             SessionEvent::kStale);
-  EXPECT_EQ(rig.ctx.counters.stale_dropped, 2u);
-  EXPECT_EQ(rig.ctx.counters.peer_restarts, 0u);
+  ExpectVerdicts(rig, {.stale = 2, .restarts = 0});
 }
 
 // UNKNOWN_INCARNATION from a new incarnation about the one we believe
 // current is a restart.
 TEST(SessionTest, AResetUnknownIncarnationAboutTheCurrentIncarnationIsARestart) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  EXPECT_EQ(rig.session.ClassifyReset(pi,
-                                      Reset(rig, 0x5555, wire::ResetReason::kUnknownIncarnation,
-                                            StageRig::kPeerIncarnation),
-                                      false),
+  auto [rig, pi] = RigWithPeer();
+  EXPECT_EQ(ClassifyReset(rig, pi, 0x5555, wire::ResetReason::kUnknownIncarnation,
+                          StageRig::kPeerIncarnation, false),
             SessionEvent::kRestarted);
-  EXPECT_EQ(rig.ctx.counters.peer_restarts, 1u);
+  ExpectVerdicts(rig, {.restarts = 1});
 }
 
 // UNKNOWN_INCARNATION about another incarnation than the current one, or
 // from the current one itself, is stale.
 TEST(SessionTest, AResetUnknownIncarnationAboutAnotherIncarnationIsStale) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  EXPECT_EQ(rig.session.ClassifyReset(
-                pi, Reset(rig, 0x5555, wire::ResetReason::kUnknownIncarnation, 0x9999), true),
+  auto [rig, pi] = RigWithPeer();
+  EXPECT_EQ(ClassifyReset(rig, pi, 0x5555, wire::ResetReason::kUnknownIncarnation, 0x9999, true),
             SessionEvent::kStale);
-  EXPECT_EQ(rig.session.ClassifyReset(
-                pi,
-                Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kUnknownIncarnation,
-                      StageRig::kPeerIncarnation),
-                true),
+  EXPECT_EQ(ClassifyReset(rig, pi, StageRig::kPeerIncarnation,
+                          wire::ResetReason::kUnknownIncarnation, StageRig::kPeerIncarnation, true),
             SessionEvent::kStale);
-  EXPECT_EQ(rig.ctx.counters.stale_dropped, 2u);
-  EXPECT_EQ(rig.ctx.counters.peer_restarts, 0u);
+  ExpectVerdicts(rig, {.stale = 2, .restarts = 0});
 }
 
 // NO_SESSION from the current incarnation, with our direction ready and a
 // PSN inside our session, is a reset.
 TEST(SessionTest, AResetNoSessionInsideOurSessionIsAReset) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const wire::View v = Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kNoSession,
-                             StageRig::kOurIncarnation);
-  EXPECT_EQ(rig.session.ClassifyReset(pi, v, /*in_session=*/true), SessionEvent::kReset);
-  EXPECT_EQ(rig.ctx.counters.peer_resets, 1u);
+  auto [rig, pi] = RigWithPeer();
+  EXPECT_EQ(ClassifyNoSession(rig, pi, StageRig::kPeerIncarnation, /*in_session=*/true),
+            SessionEvent::kReset);
+  ExpectVerdicts(rig, {.resets = 1});
 }
 
 // NO_SESSION with a PSN outside our session is stale.
 TEST(SessionTest, AResetNoSessionOutsideOurSessionIsStale) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const wire::View v = Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kNoSession,
-                             StageRig::kOurIncarnation);
-  EXPECT_EQ(rig.session.ClassifyReset(pi, v, /*in_session=*/false), SessionEvent::kStale);
-  EXPECT_EQ(rig.ctx.counters.stale_dropped, 1u);
-  EXPECT_EQ(rig.ctx.counters.peer_resets, 0u);
+  auto [rig, pi] = RigWithPeer();
+  EXPECT_EQ(ClassifyNoSession(rig, pi, StageRig::kPeerIncarnation, /*in_session=*/false),
+            SessionEvent::kStale);
+  ExpectVerdicts(rig, {.stale = 1, .resets = 0});
 }
 
 // NO_SESSION before our direction is ready is stale.
@@ -435,19 +449,16 @@ TEST(SessionTest, AResetNoSessionBeforeOurDirectionIsReadyIsStale) {
   const uint32_t pi = rig.AddPeer();
   rig.session.Accept(pi, Hello(rig, Psn(1000)));
   ASSERT_FALSE(rig.session[pi].tx_ready);
-  const wire::View v = Reset(rig, StageRig::kPeerIncarnation, wire::ResetReason::kNoSession,
-                             StageRig::kOurIncarnation);
-  EXPECT_EQ(rig.session.ClassifyReset(pi, v, /*in_session=*/true), SessionEvent::kStale);
-  EXPECT_EQ(rig.ctx.counters.peer_resets, 0u);
+  EXPECT_EQ(ClassifyNoSession(rig, pi, StageRig::kPeerIncarnation, /*in_session=*/true),
+            SessionEvent::kStale);
+  ExpectVerdicts(rig, {.resets = 0});
 }
 
 // NO_SESSION from another incarnation than the current one is stale.
 TEST(SessionTest, AResetNoSessionFromAnotherIncarnationIsStale) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
-  const wire::View v = Reset(rig, 0x5555, wire::ResetReason::kNoSession, StageRig::kOurIncarnation);
-  EXPECT_EQ(rig.session.ClassifyReset(pi, v, /*in_session=*/true), SessionEvent::kStale);
-  EXPECT_EQ(rig.ctx.counters.peer_resets, 0u);
+  auto [rig, pi] = RigWithPeer();
+  EXPECT_EQ(ClassifyNoSession(rig, pi, 0x5555, /*in_session=*/true), SessionEvent::kStale);
+  ExpectVerdicts(rig, {.resets = 0});
 }
 
 // ---- RESETs we owe.
@@ -567,9 +578,7 @@ TEST(SessionTest, ADueHelloEnqueuesThePeer) {
   EXPECT_EQ(next, 500u);
   DrainQueue(rig);
 
-  const std::vector<driver::Packet*> bufs = rig.Buffers(1);
-  const wire::Common c = rig.reliability.Header(pi, wire::PacketType::kHello, 0);
-  ASSERT_EQ(rig.session.BuildHandshake(pi, c, 64, 1000, bufs), 1u);
+  ASSERT_EQ(BuildHandshakes(rig, pi, 1).size(), 1u);
   rig.ctx.now = 1000;
   next = UINT64_MAX;
   rig.session.RunTimers(pi, false, &next);
@@ -620,8 +629,7 @@ TEST(SessionTest, AProbeIsOwedAQuarterOfThePeerTimeoutAfterTheLastActivity) {
 
 // Not asked for (something in flight, or nothing waiting), no probe is owed.
 TEST(SessionTest, NoProbeIsOwedUnlessAskedFor) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   DrainQueue(rig);
   rig.ctx.now = 10 * rig.config.peer_timeout_ns;
   uint64_t next = UINT64_MAX;
@@ -636,8 +644,7 @@ TEST(SessionTest, NoProbeIsOwedUnlessAskedFor) {
 // EndSession forgets both directions' handshake and draws a new initial
 // PSN; the next handshake counts again.
 TEST(SessionTest, EndSessionForgetsTheHandshakeAndDrawsANewTxIsn) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   DrainQueue(rig);
   rig.session[pi].hello_ack_owed = true;
   const Psn old_isn = rig.session[pi].tx_isn;
@@ -660,8 +667,7 @@ TEST(SessionTest, EndSessionForgetsTheHandshakeAndDrawsANewTxIsn) {
 // With more to send, the ended session wants a HELLO at once and the
 // peer's silence counts from now.
 TEST(SessionTest, EndSessionWithMoreToSendWantsAHelloAtOnce) {
-  StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  auto [rig, pi] = RigWithPeer();
   DrainQueue(rig);
   rig.ctx.now = 5000;
   rig.session.EndSession(pi, /*more_to_send=*/true);
