@@ -80,6 +80,9 @@ class Session {
   // a HELLO; kNone when the table is full. *added: it is new (its stages
   // need resetting).
   uint32_t Insert(const Address& addr, bool* added);
+  // A HELLO from an unknown source is the only way a received packet
+  // creates a peer: the bound on such peers (today only max_peers, shared
+  // with inserted ones) and the rule for evicting them belong here.
   uint32_t AddFromHello(const wire::View& v, bool* added);
   void Remove(uint32_t pi);
   // A fresh initial PSN for our direction (a new session, or after a failure).
