@@ -113,6 +113,15 @@ class QueuePair {
 
   virtual QueueStats stats() const = 0;
   virtual uint16_t id() const = 0;
+
+  // The UDP ports this queue receives for (cold path). A NIC queue sees
+  // every frame of its port and needs no binding: the default accepts any
+  // port. A device that delivers by port rather than by frame (the kernel
+  // UDP device's sockets, the intra-host device's registry) binds `port`
+  // for this process, and returns AlreadyExists when another process (or
+  // another queue) holds it. rdm::Port::Attach binds; Detach unbinds.
+  virtual absl::Status BindUdpPort(uint16_t /*port*/) { return absl::OkStatus(); }
+  virtual void UnbindUdpPort(uint16_t /*port*/) {}
 };
 
 // One NIC port or virtual port. Open with OpenDevice.

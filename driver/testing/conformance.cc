@@ -24,6 +24,14 @@ void DeviceConformanceTest::OpenPair(const DeviceOptions& opts) {
   absl::StatusOr<EndpointPair> pair = GetParam()->Open(opts);
   ASSERT_TRUE(pair.ok()) << GetParam()->Name() << ": " << pair.status();
   pair_.emplace(*std::move(pair));
+  if (!features().binds_udp_ports) return;
+  for (Device* d : {&A(), &B()}) {
+    for (uint16_t port : kSuitePorts) {
+      const absl::Status s = d->queue(0).BindUdpPort(port);
+      ASSERT_TRUE(s.ok()) << GetParam()->Name() << ": binding UDP port " << port << ": " << s;
+    }
+    if (Same()) break;
+  }
 }
 
 std::vector<uint32_t> DeviceConformanceTest::PoolLevels() {
@@ -41,7 +49,7 @@ namespace {
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DeviceConformanceTest);
 
-constexpr uint16_t kPort = 41000;
+constexpr uint16_t kPort = kSuitePorts[0];  // and kPort + 1
 
 TEST_P(DeviceConformanceTest, DescribesItself) {
   DeviceOptions opts;

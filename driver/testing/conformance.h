@@ -45,10 +45,17 @@ struct BackendFeatures {
   bool link_toggle = false;      // SetLinkState drops while down, restores when up
   uint16_t max_queues = 1;       // queue pairs per device the suite may ask for
   bool tx_backpressure = false;  // an undrained receiver makes TxBurst take fewer
+  // The device delivers by UDP port, not by frame (the kernel UDP device,
+  // the intra-host device): OpenPair binds the suite's ports (kSuitePorts)
+  // on queue 0 of both devices, which must then have distinct IPv4s.
+  bool binds_udp_ports = false;
   // RxBurst/TxBurst calls allowed for frames to arrive or a ring to drain: a
   // bound on work, not on time (no test asserts timing).
   uint64_t poll_budget = 10'000'000;
 };
+
+// Every UDP port the suite's frames use, as source or destination.
+inline constexpr uint16_t kSuitePorts[] = {41000, 41001, 42000, 42001};
 
 // Two endpoints that reach each other by MAC: frames A sends to B's MAC
 // arrive at B and the reverse. For self-loopback backends (DPDK net_ring)

@@ -15,7 +15,7 @@
 namespace bypass::driver::testing {
 namespace {
 
-constexpr uint16_t kPort = 42000;
+constexpr uint16_t kPort = kSuitePorts[2];  // and kPort + 1
 
 TEST_P(DeviceConformanceTest, NoBufferLeakAfterOneMillionPackets) {
   ASSERT_NO_FATAL_FAILURE(OpenPair({}));

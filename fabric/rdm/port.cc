@@ -25,6 +25,7 @@ absl::Status Port::Attach(uint16_t udp_port, Inbox* inbox) {
     return absl::ResourceExhaustedError(
         absl::StrCat(info_.uri, " already has ", kMaxEndpoints, " endpoints on this queue"));
   }
+  if (absl::Status s = qp_.BindUdpPort(udp_port); !s.ok()) return s;
   ports_[count_] = udp_port;
   inboxes_[count_] = inbox;
   ++count_;
@@ -36,6 +37,7 @@ void Port::Detach(uint16_t udp_port) {
     if (ports_[i] != udp_port) continue;
     driver::Packet* left[kMaxBurst];
     while (uint32_t n = inboxes_[i]->Pop(left)) qp_.FreeBulk({left, n});
+    qp_.UnbindUdpPort(udp_port);
     --count_;
     ports_[i] = ports_[count_];
     inboxes_[i] = inboxes_[count_];

@@ -62,7 +62,9 @@ class Port {
   uint32_t endpoints() const { return count_; }
 
   // For the endpoints of fabric/rdm (cold path): packets to udp_port go to
-  // inbox from now on; Detach frees what is still in it.
+  // inbox from now on (the queue binds it: QueuePair::BindUdpPort, whose
+  // AlreadyExists is returned as it is); Detach frees what is still in it
+  // and unbinds.
   absl::Status Attach(uint16_t udp_port, Inbox* inbox);
   void Detach(uint16_t udp_port);
   // One burst from the queue into the inboxes.
