@@ -1,0 +1,45 @@
+// What this host (this network namespace) is on the network: its IPv4
+// addresses and interfaces, read from the kernel at the time of the call
+// (cold path; system calls). The kernel UDP device and the intra-host
+// device both take their default address from PrimaryIpv4(), so that an
+// endpoint has one address whichever path reaches it.
+#ifndef BYPASS_DRIVER_HOST_H_
+#define BYPASS_DRIVER_HOST_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "driver/device.h"
+
+namespace bypass::driver {
+
+struct HostInterface {
+  std::string name;  // "eth0"
+  Ipv4Address ipv4;
+  MacAddress mac;    // zero for interfaces without one (lo)
+  bool up = false;
+  bool loopback = false;
+};
+
+// Every interface with an IPv4 address, in the kernel's order.
+std::vector<HostInterface> HostInterfaces();
+
+// The IPv4 of the interface that carries the default route, else of the
+// first interface that is up and not loopback, else 127.0.0.1.
+Ipv4Address PrimaryIpv4();
+
+// The interface named `name`; NotFound with the names there are.
+absl::StatusOr<HostInterface> FindInterface(std::string_view name);
+
+// True for 127.0.0.0/8 and for every address of HostInterfaces().
+bool IsLocalIpv4(Ipv4Address ip);
+
+// The network namespace this process is in, as the inode number of
+// /proc/self/ns/net (0 if unreadable): processes in one namespace share it.
+unsigned long NetNamespaceId();
+
+}  // namespace bypass::driver
+
+#endif  // BYPASS_DRIVER_HOST_H_
