@@ -61,6 +61,10 @@ struct DeviceInfo {
   uint32_t offloads = 0;    // DeviceOffload bits
   bool can_steer = false;   // SteerUdpPort works
   bool owns_port = true;    // false when attached to an application's port
+  // ipv4 is this host's own (the kernel UDP and intra-host devices): every
+  // local address (127.0.0.0/8 and the host's others, driver/host.h) names
+  // this device, and peers on this host are reached by port.
+  bool host_address = false;
 
   uint32_t max_frame() const { return mtu + 14; }
 };

@@ -78,6 +78,7 @@ fi_addr_t InsertOne(Av* av, rdm::Address a, int* err) {
   }
   // A MAC of zeros is not known: the engine broadcasts to the peer until
   // its answer tells the MAC; datagrams go to the broadcast MAC.
+  a = LocalToDevice(av->domain, a);
   const fi_addr_t fa = av->addrs.size();
   av->addrs.push_back(a);
   for (Ep* ep : av->eps) {

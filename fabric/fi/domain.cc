@@ -14,6 +14,7 @@
 
 #include "driver/clock.h"
 #include "driver/device.h"
+#include "driver/host.h"
 #include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
@@ -123,6 +124,14 @@ fi_ops_domain g_domain_ops = {
 
 }  // namespace
 
+rdm::Address LocalToDevice(const Domain* d, rdm::Address a) {
+  if (d->local_ips.empty()) return a;
+  bool local = (a.ip.value >> 24) == 127;
+  for (uint32_t ip : d->local_ips) local = local || ip == a.ip.value;
+  if (local) a.ip = d->dev->info().ipv4;
+  return a;
+}
+
 int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* context) {
   Fabric* fab = AsFabric(fabric);
   if (fab == nullptr) return BadFid(fabric, FI_CLASS_FABRIC);
@@ -158,6 +167,10 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->uri = uri;
   d->dev = *std::move(dev);
   d->port = std::make_unique<rdm::Port>(d->dev->queue(0), d->dev->info());
+  if (d->dev->info().host_address) {
+    d->local_ips.push_back(0x7f000001);
+    for (const driver::HostInterface& h : driver::HostInterfaces()) d->local_ips.push_back(h.ipv4.value);
+  }
   if (info->domain_attr != nullptr) {
     const fi_threading t = info->domain_attr->threading;
     d->lock.thread_safe = t == FI_THREAD_SAFE || t == FI_THREAD_FID || t == FI_THREAD_ENDPOINT;

@@ -28,6 +28,8 @@
 namespace bypass::fi {
 namespace {
 
+uint16_t FreePort(const Domain* d, uint16_t base);
+
 constexpr uint64_t kBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION;
 constexpr uint64_t kCntrBindFlags =
     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
@@ -239,6 +241,21 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
   }
 }
 
+// Ports tried at fi_enable past one another process holds.
+constexpr int kPortTries = 4096;
+
+absl::Status CreateEngineEndpoint(Ep* ep) {
+  if (ep->type == FI_EP_DGRAM) {
+    absl::StatusOr<std::unique_ptr<rdm::DatagramEndpoint>> r = CreateDgram(ep);
+    if (r.ok()) ep->dgram = *std::move(r);
+    return r.status();
+  }
+  absl::StatusOr<std::unique_ptr<rdm::Endpoint>> r =
+      rdm::Endpoint::Create(*ep->domain->port, driver::SteadyClock::Get(), ep->config);
+  if (r.ok()) ep->rdm = *std::move(r);
+  return r.status();
+}
+
 int Enable(Ep* ep) {
   if (Enabled(ep)) return 0;
   if (ep->av == nullptr) {
@@ -251,16 +268,18 @@ int Enable(Ep* ep) {
     return -FI_ENOCQ;
   }
   Domain* d = ep->domain;
-  absl::Status made;
-  if (ep->type == FI_EP_DGRAM) {
-    absl::StatusOr<std::unique_ptr<rdm::DatagramEndpoint>> r = CreateDgram(ep);
-    if (r.ok()) ep->dgram = *std::move(r);
-    made = r.status();
-  } else {
-    absl::StatusOr<std::unique_ptr<rdm::Endpoint>> r =
-        rdm::Endpoint::Create(*d->port, driver::SteadyClock::Get(), ep->config);
-    if (r.ok()) ep->rdm = *std::move(r);
-    made = r.status();
+  absl::Status made = CreateEngineEndpoint(ep);
+  // On a device whose ports the host shares (kernel UDP, intra-host), a
+  // port no endpoint of this domain has may belong to another process: a
+  // port the application did not name moves on to the next free one.
+  for (int tries = 0; !made.ok() && absl::IsAlreadyExists(made) && !ep->port_given &&
+                      tries < kPortTries;
+       ++tries) {
+    const uint16_t next = FreePort(d, static_cast<uint16_t>(ep->udp_port + 1));
+    if (next == 0) break;
+    ep->udp_port = next;
+    ep->config.udp_port = next;
+    made = CreateEngineEndpoint(ep);
   }
   if (!made.ok()) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(made.message()).c_str());
@@ -494,6 +513,7 @@ int SetName(fid_t f, void* addr, size_t addrlen) {
   }
   ep->udp_port = a->udp_port;
   ep->config.udp_port = a->udp_port;
+  ep->port_given = true;
   return 0;
 }
 
@@ -572,6 +592,7 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   if (info->src_addr != nullptr && info->addr_format == FI_SOCKADDR_IN) {
     if (auto a = FromSockaddr(info->src_addr, info->src_addrlen)) port = a->udp_port;
   }
+  ep->port_given = port != 0;
   if (port == 0) port = FreePort(d, d->fabric->settings.base_port);
   for (const Ep* e : d->eps) {
     if (e->udp_port == port) return -FI_EADDRINUSE;

@@ -152,6 +152,9 @@ struct Ep {
   fi_ep_type type = FI_EP_RDM;
   uint64_t caps = 0;
   uint16_t udp_port = 0;
+  // The application named the port (src_addr, fi_setname); otherwise a
+  // port another process of the host holds is passed over at fi_enable.
+  bool port_given = false;
   // What fi_enable creates the engine endpoint with, and the options set
   // before it (applied to the engine then).
   rdm::EndpointConfig config;

@@ -4,11 +4,13 @@
 #include <rdma/fi_errno.h>
 #include <rdma/providers/fi_prov.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "driver/host.h"
 #include "driver/uri.h"
 #include "fabric/fi/common.h"
 #include "fabric/fi/fabric.h"
@@ -39,8 +41,19 @@ void Cleanup() { FreeRetiredShells(); }
 void LogMismatch(const char* line) { BYPASS_FI_INFO(FI_LOG_CORE, "%s\n", line); }
 
 // The DeviceInfo GetInfo can know without opening the device (opening a
-// memif at fi_getinfo time would take its server role): what the URI says.
+// memif at fi_getinfo time would take its server role): what the URI says,
+// and for the devices with the host's address (udp, shm) the host's IPv4.
+// A composite "LOCAL+REMOTE" is described as both: the smaller MTU, the
+// remote device's address.
 driver::DeviceInfo DescribeWithoutOpening(const std::string& uri) {
+  if (const size_t plus = uri.find('+'); plus != std::string::npos) {
+    driver::DeviceInfo local = DescribeWithoutOpening(uri.substr(0, plus));
+    driver::DeviceInfo d = DescribeWithoutOpening(uri.substr(plus + 1));
+    d.uri = uri;
+    d.driver = local.driver + "+" + d.driver;
+    d.mtu = std::min(d.mtu, local.mtu);
+    return d;
+  }
   driver::DeviceInfo d;
   d.uri = uri;
   absl::StatusOr<driver::DeviceUri> parsed = driver::DeviceUri::Parse(uri);
@@ -51,6 +64,17 @@ driver::DeviceInfo DescribeWithoutOpening(const std::string& uri) {
     std::string t = parsed->target;
     while (!t.empty() && t.back() >= '0' && t.back() <= '9') t.pop_back();
     if (!t.empty()) d.driver = t;
+  }
+  if (parsed->scheme == "udp" || parsed->scheme == "shm") {
+    d.host_address = true;
+    d.ipv4 = driver::PrimaryIpv4();
+    if (parsed->scheme == "udp" && !parsed->target.empty()) {
+      if (auto v = driver::Ipv4Address::Parse(parsed->target); v.ok()) {
+        d.ipv4 = *v;
+      } else if (auto h = driver::FindInterface(parsed->target); h.ok()) {
+        d.ipv4 = h->ipv4;
+      }
+    }
   }
   if (auto ip = parsed->Get("ip")) {
     if (auto v = driver::Ipv4Address::Parse(*ip); v.ok()) d.ipv4 = *v;
@@ -103,9 +127,10 @@ fi_provider* Provider() { return &g_provider; }
 extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void) {
   using bypass::fi::DefineParam;
   DefineParam("devices", FI_PARAM_STRING,
-              "Device URIs, ';'-separated; each is a domain (default: "
-              "memif:/run/bypass/fi.sock,role=auto). E.g. loopback:NAME,ip=10.0.0.1 or "
-              "dpdk:net_af_xdp0,iface=veth0");
+              "Device URIs, ';'-separated; each is a domain (default: shm:+udp:, this "
+              "host's processes over shared memory and other hosts over kernel UDP). "
+              "LOCAL+REMOTE joins two devices in one domain, e.g. "
+              "shm:+dpdk:net_af_xdp0,iface=veth0; loopback:NAME,ip=10.0.0.1 is in-process");
   DefineParam("port", FI_PARAM_INT,
               "Base UDP port: endpoints take port, port+1, ... unless given one (default 7471)");
   DefineParam("window", FI_PARAM_INT, "Receive window per peer in packets, 1..256 (default 128)");

@@ -428,7 +428,7 @@ TEST_F(CoreTest, TostrOfInfosMatchesLibfabric) {
     EXPECT_EQ(Ours(i->fabric_attr, FI_TYPE_FABRIC_ATTR),
               lib.ToStr(i->fabric_attr, FI_TYPE_FABRIC_ATTR));
   }
-  EXPECT_NE(Ours(real, FI_TYPE_INFO).find("fi_sockaddr_in://10.0.0.1:7000"), std::string::npos);
+  EXPECT_NE(Ours(real, FI_TYPE_INFO).find("fi_sockaddr_in://10.0.0.1:0"), std::string::npos);
   // Truncated at every length, as libfabric truncates.
   const std::string full = Ours(real, FI_TYPE_INFO);
   for (size_t len = 0; len < full.size() + 4; ++len) {

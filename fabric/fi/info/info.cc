@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "driver/host.h"
 #include "fabric/fi/address/address.h"
 #include "fabric/fi/info/raw_enum.h"
 #include "fabric/fi/info/resolve.h"
@@ -61,7 +62,7 @@ std::atomic<const char*> g_neighbour_path{"/proc/net/arp"};
 uint64_t CommCaps(const DomainOffer& o) {
   if (o.comm_caps != 0) return o.comm_caps & (FI_LOCAL_COMM | FI_REMOTE_COMM);
   const std::string& d = o.device.driver;
-  if (d == "loopback" || d == "net_memif" || d == "memif") return FI_LOCAL_COMM;
+  if (d == "loopback" || d == "net_memif" || d == "memif" || d == "shm") return FI_LOCAL_COMM;
   return FI_LOCAL_COMM | FI_REMOTE_COMM;
 }
 
@@ -470,9 +471,10 @@ Addresses ResolveAddresses(const DomainOffer& o, const internal::NodeService& ns
   const uint32_t local_ip = o.device.ipv4.value;
   const bool source = (flags & FI_SOURCE) != 0;
   // The source: node/service with FI_SOURCE, else the hints' src_addr, else
-  // the device's address and the default port.
+  // the device's address and port 0: the endpoint takes a free port when it
+  // is enabled (fi_getname tells which).
   uint32_t src_ip = local_ip;
-  uint16_t src_port = o.default_port;
+  uint16_t src_port = 0;
   if (source && named) {
     if (ns.ip.has_value()) src_ip = *ns.ip;
     if (ns.port.has_value()) src_port = *ns.port;
@@ -483,6 +485,8 @@ Addresses ResolveAddresses(const DomainOffer& o, const internal::NodeService& ns
     if (s.sin_port != 0) src_port = ntohs(s.sin_port);
   }
   if (src_ip == INADDR_ANY) src_ip = local_ip;
+  // A device with the host's address answers to every address of the host.
+  if (o.device.host_address && driver::IsLocalIpv4(driver::Ipv4Address{src_ip})) src_ip = local_ip;
   if (src_ip != local_ip) {
     c->Fail("source %s is not this domain's IPv4 %s", driver::Ipv4Address{src_ip}.ToString(),
             o.device.ipv4.ToString());
@@ -503,6 +507,9 @@ Addresses ResolveAddresses(const DomainOffer& o, const internal::NodeService& ns
     dest = s;
   }
   if (dest.has_value()) {
+    if (o.device.host_address && driver::IsLocalIpv4(driver::Ipv4Address{ntohl(dest->sin_addr.s_addr)})) {
+      dest->sin_addr.s_addr = htonl(local_ip);
+    }
     const uint32_t ip = ntohl(dest->sin_addr.s_addr);
     driver::MacAddress known;
     std::memcpy(known.bytes.data(), dest->sin_zero, 6);

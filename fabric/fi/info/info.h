@@ -57,7 +57,10 @@ struct DomainOffer {
   std::string name;           // domain_attr->name: the device URI, e.g. "memif:/run/bypass/fi.sock"
   driver::DeviceInfo device;  // mtu, mac, ipv4, queues, can_steer (driver/device.h)
   rdm::EndpointConfig limits;  // sizes an endpoint would be created with (fabric/rdm/config.h)
-  uint16_t default_port = 0;  // UDP port a source address gets when none is asked for (0: any free)
+  // The UDP port a destination named by node alone gets (the base port:
+  // the first endpoint of a host has it). A source address named by no
+  // one gets port 0: the endpoint takes a free port at fi_enable.
+  uint16_t default_port = 0;
   // What the facade implements on this domain (a subset of kRdmCaps /
   // kDgramCaps; e.g. drop FI_RMA while the engine lacks it). 0: no entry
   // of that endpoint type.

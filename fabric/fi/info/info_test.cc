@@ -145,11 +145,12 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_EQ(rdm->tx_attr->caps & (FI_RECV | FI_REMOTE_READ), 0u);
   EXPECT_EQ(rdm->rx_attr->caps & (FI_SEND | FI_READ), 0u);
   EXPECT_NE(rdm->rx_attr->caps & FI_MULTI_RECV, 0u);
-  // The source address: the device's IPv4, MAC and default port.
+  // The source address: the device's IPv4 and MAC, and port 0 (the
+  // endpoint takes a free one at fi_enable).
   sockaddr_in s = Src(rdm);
   EXPECT_EQ(s.sin_family, AF_INET);
   EXPECT_EQ(ntohl(s.sin_addr.s_addr), ntohl(inet_addr("10.0.0.1")));
-  EXPECT_EQ(ntohs(s.sin_port), 7000);
+  EXPECT_EQ(ntohs(s.sin_port), 0);
   EXPECT_EQ(std::memcmp(s.sin_zero, offers_[0].device.mac.bytes.data(), 6), 0);
   EXPECT_EQ(rdm->dest_addr, nullptr);
 
@@ -651,7 +652,7 @@ TEST_F(NodeServiceTest, NodeAndServiceAreTheDestination) {
   EXPECT_EQ(Mac(d), "0a:bb:cc:dd:ee:02");  // from the neighbour table
   sockaddr_in s = Src(result_);
   EXPECT_EQ(s.sin_addr.s_addr, inet_addr("10.0.0.1"));
-  EXPECT_EQ(ntohs(s.sin_port), 7000);
+  EXPECT_EQ(ntohs(s.sin_port), 0);  // any free port
   // Incomplete and unknown neighbours: zero, the engine finds it.
   ExpectEntries(2, "10.0.0.3", "9000");
   EXPECT_EQ(Mac(Dest(result_)), "00:00:00:00:00:00");
@@ -724,6 +725,28 @@ TEST_F(NodeServiceTest, SourceFlagMakesThemTheSource) {
   ExpectEntries(2, "10.0.0.1", "5555", FI_SOURCE);
   EXPECT_EQ(Dest(result_).sin_addr.s_addr, inet_addr("10.0.0.2"));
   EXPECT_EQ(Mac(Dest(result_)), "0a:bb:cc:dd:ee:02");
+}
+
+// A domain with the host's address (kernel UDP, intra-host) answers to
+// every address of the host: 127.0.0.1 and the host's own, as source or
+// destination, name the domain's IPv4.
+TEST_F(NodeServiceTest, HostAddressDomainAnswersToEveryLocalAddress) {
+  offers_ = {Offer("shm:+udp:", "192.0.2.7", "shm+udp")};
+  offers_[0].device.host_address = true;
+  ExpectEntries(2, "127.0.0.1", "5555", FI_SOURCE);
+  EXPECT_EQ(Src(result_).sin_addr.s_addr, inet_addr("192.0.2.7"));
+  EXPECT_EQ(ntohs(Src(result_).sin_port), 5555);
+  ExpectEntries(2, "127.0.0.1", "6000");
+  EXPECT_EQ(Dest(result_).sin_addr.s_addr, inet_addr("192.0.2.7"));
+  EXPECT_EQ(ntohs(Dest(result_).sin_port), 6000);
+  ExpectEntries(2, "localhost", "6000");
+  EXPECT_EQ(Dest(result_).sin_addr.s_addr, inet_addr("192.0.2.7"));
+  // Another host's address stays what it is.
+  ExpectEntries(2, "10.9.9.9", "6000");
+  EXPECT_EQ(Dest(result_).sin_addr.s_addr, inet_addr("10.9.9.9"));
+  // Without the flag, a source must be the domain's own IPv4.
+  offers_[0].device.host_address = false;
+  ExpectNoMatch("is not this domain's IPv4", "127.0.0.1", "5555", FI_SOURCE);
 }
 
 TEST_F(NodeServiceTest, HintAddressesChooseTheDomain) {
