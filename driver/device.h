@@ -126,6 +126,16 @@ class QueuePair {
   // another queue) holds it. rdm::Port::Attach binds; Detach unbinds.
   virtual absl::Status BindUdpPort(uint16_t /*port*/) { return absl::OkStatus(); }
   virtual void UnbindUdpPort(uint16_t /*port*/) {}
+
+  // Copies len bytes at addr in process pid of this host into dst, in one
+  // copy (cross-memory attach), for a peer whose frames arrive with
+  // kRxSameHost. Returns the bytes copied or a negative errno; -ENOSYS on
+  // devices that carry no such frames (the default). A system call: the
+  // engine uses it for large messages only.
+  virtual int64_t ReadPeerMemory(uint32_t /*pid*/, uint64_t /*addr*/, void* /*dst*/,
+                                 size_t /*len*/) {
+    return -38;  // -ENOSYS
+  }
 };
 
 // One NIC port or virtual port. Open with OpenDevice.

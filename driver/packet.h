@@ -27,6 +27,10 @@ static_assert(sizeof(Packet) == 32, "Packet is half a cache line");
 enum PacketOffload : uint16_t {
   kRxIpChecksumGood = 1u << 0,   // the NIC verified the IPv4 header checksum
   kRxL4ChecksumGood = 1u << 1,   // the NIC verified the UDP checksum
+  // The frame came from a process of this host through memory only
+  // processes of this user share (the intra-host device): what it says
+  // about its sender's memory can be read in place (ReadPeerMemory).
+  kRxSameHost = 1u << 2,
   kTxIpChecksum = 1u << 8,       // ask the NIC to fill the IPv4 checksum
   kTxUdpChecksum = 1u << 9,      // ask the NIC to fill the UDP checksum
 };

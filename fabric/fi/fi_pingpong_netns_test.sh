@@ -1,8 +1,9 @@
 #!/bin/bash
-# Debian's fi_pingpong across two network namespaces ("hosts") over AF_XDP
-# on a veth pair, through libbypass-fi.so. A second veth pair carries
-# fi_pingpong's own TCP control connection, since AF_XDP takes every frame
-# of the interface it binds.
+# Debian's fi_pingpong across two network namespaces ("hosts") through
+# libbypass-fi.so: with nothing configured (the default domain reaches the
+# other namespace over kernel UDP), then over AF_XDP on a veth pair with one
+# variable. A second veth pair carries fi_pingpong's own TCP control
+# connection, since AF_XDP takes every frame of the interface it binds.
 set -u
 . "$TEST_SRCDIR/bypass/fabric/fi/fi_pingpong_lib.sh"
 [ "$(id -u)" -eq 0 ] || fail "this test needs root (network namespaces, AF_XDP)"
@@ -33,6 +34,17 @@ for ns in a b; do
     ip -n "$p$ns" link set "$i$([ $ns = a ] && echo 0 || echo 1)" up
   done
 done
+
+# No configuration: the default domain (intra-host + kernel UDP).
+na="ip netns exec ${p}a env -u FI_BYPASS_DEVICES"
+nb="ip netns exec ${p}b env -u FI_BYPASS_DEVICES"
+run_pair "no configuration (kernel UDP) msg, -c" "$na" "$nb" "10.202.$n.1" -e rdm -c -I 10
+run_pair "no configuration (kernel UDP) tagged 1 MiB, -c" "$na" "$nb" "10.202.$n.1" -e rdm -m tagged -S 1048576 -I 5 -c
+
+# One variable: the intra-host device with AF_XDP for other hosts.
+oa="ip netns exec ${p}a env FI_BYPASS_DEVICES=shm:+dpdk:net_af_xdp0,iface=${p}d0"
+ob="ip netns exec ${p}b env FI_BYPASS_DEVICES=shm:+dpdk:net_af_xdp0,iface=${p}d1"
+run_pair "shm:+af_xdp msg, -c" "$oa" "$ob" "10.202.$n.1" -e rdm -c -I 10
 
 # Each side's FI_BYPASS_DEVICES names its own data interface.
 sa="ip netns exec ${p}a env FI_BYPASS_DEVICES=dpdk:net_af_xdp0,iface=${p}d0"

@@ -1,0 +1,92 @@
+// A device of two, for one domain that reaches every peer (URI
+// "LOCAL+REMOTE", default "shm:+udp:"): frames to a peer of this host that
+// the intra-host device reaches go through shared memory, everything else
+// through the remote device (the kernel UDP device, or a NIC: af_xdp, a
+// DPDK port, mlx5). The choice is made per frame from the intra-host
+// registry's cache (no system call), so a peer that appears on this host or
+// leaves it is followed without configuration; the way efa carries local
+// peers over shm.
+#ifndef BYPASS_DRIVER_COMPOSITE_COMPOSITE_DEVICE_H_
+#define BYPASS_DRIVER_COMPOSITE_COMPOSITE_DEVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "driver/device.h"
+#include "driver/shm/shm_queue.h"
+
+namespace bypass::driver::composite {
+
+// What went where, for logs and tests.
+struct RouteCounters {
+  uint64_t tx_local = 0;     // frames sent through the intra-host device
+  uint64_t tx_remote = 0;    // frames sent through the remote device
+  uint64_t tx_copied = 0;    // intra-host buffers copied into remote ones to be sent
+};
+
+class CompositeQueue final : public QueuePair {
+ public:
+  CompositeQueue(shm::ShmQueue& local, QueuePair& remote) : local_(local), remote_(remote) {}
+
+  uint16_t RxBurst(absl::Span<Packet*> out) override;
+  uint16_t TxBurst(absl::Span<Packet* const> pkts) override;
+  // Buffers come from the remote device: a NIC sends only its own, and the
+  // intra-host device copies from any.
+  bool AllocBulk(absl::Span<Packet*> out) override { return remote_.AllocBulk(out); }
+  void FreeBulk(absl::Span<Packet* const> pkts) override;
+  uint32_t PoolAvailable() const override { return remote_.PoolAvailable(); }
+  uint32_t PoolCapacity() const override { return remote_.PoolCapacity(); }
+  QueueStats stats() const override;
+  uint16_t id() const override { return 0; }
+  // Both devices: the port is this process's on the host and on the wire.
+  absl::Status BindUdpPort(uint16_t port) override;
+  void UnbindUdpPort(uint16_t port) override;
+
+  // Whether a frame to ip:port goes through the intra-host device.
+  bool IsLocal(Ipv4Address ip, uint16_t udp_port) { return local_.Reaches(ip, udp_port); }
+  const RouteCounters& routes() const { return routes_; }
+
+ private:
+  bool Local(const Packet* p);
+  uint16_t SendRemote(absl::Span<Packet* const> run);
+
+  shm::ShmQueue& local_;
+  QueuePair& remote_;
+  bool local_first_ = true;
+  RouteCounters routes_;
+};
+
+class CompositeDevice final : public Device {
+ public:
+  // REQUIRES: local is an shm device (its queue 0 an shm::ShmQueue); both
+  // have one queue. uri: the composite's as opened.
+  static absl::StatusOr<std::unique_ptr<CompositeDevice>> Create(std::string_view uri,
+                                                                 std::unique_ptr<Device> local,
+                                                                 std::unique_ptr<Device> remote);
+
+  const DeviceInfo& info() const override { return info_; }
+  QueuePair& queue(uint16_t) override { return *queue_; }
+  // The remote device steers nothing it could not before: one queue.
+  absl::Status SteerUdpPort(uint16_t, uint16_t) override;
+  LinkState link_state() const override { return remote_->link_state(); }
+  absl::Status SetLinkState(LinkState) override;
+
+  CompositeQueue& composite_queue() { return *queue_; }
+  Device& local() { return *local_; }
+  Device& remote() { return *remote_; }
+
+ private:
+  CompositeDevice() = default;
+
+  // Declared before the queue, which refers to both: it is destroyed first.
+  std::unique_ptr<Device> local_;
+  std::unique_ptr<Device> remote_;
+  std::unique_ptr<CompositeQueue> queue_;
+  DeviceInfo info_;
+};
+
+}  // namespace bypass::driver::composite
+
+#endif  // BYPASS_DRIVER_COMPOSITE_COMPOSITE_DEVICE_H_
