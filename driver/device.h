@@ -165,6 +165,8 @@ class Device {
 //   dpdk:DEVARGS[,ip=..]             PCI address or vdev string
 //   dpdk:port=N,queues=A-B[,ip=..]   attach to an application's port
 //   mlx5:DEVICE[,port=N][,ip=..]
+//   udp:[IFACE|A.B.C.D][,ip=..][,mtu=..]  kernel UDP sockets (any host;
+//                                    mtu up to 65000, the kernel fragments)
 // Keys `ip=`, `mtu=`, `queues=` (except in dpdk attach) and `ring=` are
 // bypass's own; everything else goes to the backend.
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view uri,

@@ -115,6 +115,21 @@ TEST(OptionsTest, ValidateChecksRanges) {
   o = {};
   o.mtu = 9216;
   EXPECT_FALSE(ValidateOptions(o).ok());
+  // A backend with a higher ceiling (the kernel UDP device) passes its own.
+  EXPECT_TRUE(ValidateOptions(o, kMaxUdpSocketMtu).ok());
+  o.mtu = kMaxUdpSocketMtu + 1;
+  EXPECT_FALSE(ValidateOptions(o, kMaxUdpSocketMtu).ok());
+}
+
+TEST(OptionsTest, TakeUriOptionsHonoursTheBackendsMtuCeiling) {
+  DeviceUri uri = DeviceUri::Parse("udp:lo,mtu=65000").value();
+  DeviceOptions opts;
+  ASSERT_TRUE(TakeUriOptions(uri, opts, kMaxUdpSocketMtu).ok());
+  EXPECT_EQ(opts.mtu, 65000u);
+  DeviceUri nic = DeviceUri::Parse("loopback:x,mtu=65000").value();
+  const absl::Status s = TakeUriOptions(nic, opts);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("68 to 9000"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "driver/loopback/loopback_device.h"
 #include "driver/mlx5/mlx5_device.h"
 #include "driver/options.h"
+#include "driver/udp/udp_device.h"
 #include "driver/uri.h"
 
 namespace bypass::driver {
@@ -33,16 +34,20 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
   const bool is_loopback = scheme == "loopback";
   const bool is_dpdk = scheme == "dpdk" || scheme == "memif";
   const bool is_mlx5 = scheme == "mlx5";
-  if (!is_loopback && !is_dpdk && !is_mlx5) {
+  const bool is_udp = scheme == "udp";
+  if (!is_loopback && !is_dpdk && !is_mlx5 && !is_udp) {
     return absl::InvalidArgumentError(
         absl::StrCat("device '", Sv(text), "': unknown scheme '", Sv(scheme),
                      "'; known schemes: loopback:NAME, memif:SOCKET, dpdk:DEVARGS, "
-                     "dpdk:port=N, mlx5:DEVICE"));
+                     "dpdk:port=N, mlx5:DEVICE, udp:[IFACE|A.B.C.D]"));
   }
 
+  // The kernel fragments the UDP device's datagrams: its MTU may exceed a
+  // NIC's.
+  const uint32_t max_mtu = is_udp ? kMaxUdpSocketMtu : kMaxMtu;
   DeviceOptions opts = defaults;
-  if (absl::Status s = TakeUriOptions(uri, opts); !s.ok()) return s;
-  if (absl::Status s = ValidateOptions(opts); !s.ok()) return s;
+  if (absl::Status s = TakeUriOptions(uri, opts, max_mtu); !s.ok()) return s;
+  if (absl::Status s = ValidateOptions(opts, max_mtu); !s.ok()) return s;
 
   if (is_loopback) {
     absl::StatusOr<std::unique_ptr<loopback::LoopbackDevice>> dev =
@@ -51,6 +56,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
     return std::unique_ptr<Device>(*std::move(dev));
   }
   if (is_mlx5) return mlx5::Open(std::move(uri), opts);
+  if (is_udp) return udp::Open(std::move(uri), opts);
   return dpdk::Open(std::move(uri), opts);
 }
 

@@ -19,7 +19,7 @@ TEST(OpenDeviceTest, UnknownSchemeListsTheKnownOnes) {
   absl::StatusOr<std::unique_ptr<Device>> dev = OpenDevice("ethernet:eth0");
   ASSERT_EQ(dev.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string msg = OneLine(dev.status());
-  for (const char* scheme : {"'ethernet'", "loopback", "memif", "dpdk", "mlx5"}) {
+  for (const char* scheme : {"'ethernet'", "loopback", "memif", "dpdk", "mlx5", "udp:"}) {
     EXPECT_NE(msg.find(scheme), std::string::npos) << msg;
   }
 }

@@ -34,7 +34,9 @@ absl::Status Bad(const DeviceUri& uri, std::string_view key, std::string_view va
       absl::StrCat("device '", uri.text, "': ", Sv(key), "=", Sv(value), ": expected ", Sv(accepted)));
 }
 
-std::string MtuRange() { return absl::StrCat("a number from ", kMinMtu, " to ", kMaxMtu); }
+std::string MtuRange(uint32_t max_mtu) {
+  return absl::StrCat("a number from ", kMinMtu, " to ", max_mtu);
+}
 std::string QueuesRange() { return absl::StrCat("a number from 1 to ", kMaxQueues); }
 std::string RingRange() {
   return absl::StrCat("a power of two from ", kMinRingSize, " to ", kMaxRingSize);
@@ -42,7 +44,7 @@ std::string RingRange() {
 
 }  // namespace
 
-absl::Status TakeUriOptions(DeviceUri& uri, DeviceOptions& opts) {
+absl::Status TakeUriOptions(DeviceUri& uri, DeviceOptions& opts, uint32_t max_mtu) {
   if (std::optional<std::string> ip = uri.Take("ip")) {
     absl::StatusOr<Ipv4Address> addr = Ipv4Address::Parse(*ip);
     if (!addr.ok()) return Bad(uri, "ip", *ip, "an IPv4 address like 10.0.0.1");
@@ -50,7 +52,7 @@ absl::Status TakeUriOptions(DeviceUri& uri, DeviceOptions& opts) {
   }
   if (std::optional<std::string> mtu = uri.Take("mtu")) {
     std::optional<uint32_t> n = ParseNumber(*mtu);
-    if (!n || *n < kMinMtu || *n > kMaxMtu) return Bad(uri, "mtu", *mtu, MtuRange());
+    if (!n || *n < kMinMtu || *n > max_mtu) return Bad(uri, "mtu", *mtu, MtuRange(max_mtu));
     opts.mtu = *n;
   }
   const bool dpdk_attach = uri.scheme == "dpdk" && uri.target.empty();
@@ -71,10 +73,10 @@ absl::Status TakeUriOptions(DeviceUri& uri, DeviceOptions& opts) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateOptions(const DeviceOptions& opts) {
-  if (opts.mtu < kMinMtu || opts.mtu > kMaxMtu) {
+absl::Status ValidateOptions(const DeviceOptions& opts, uint32_t max_mtu) {
+  if (opts.mtu < kMinMtu || opts.mtu > max_mtu) {
     return absl::InvalidArgumentError(
-        absl::StrCat("DeviceOptions.mtu ", opts.mtu, ": expected ", MtuRange()));
+        absl::StrCat("DeviceOptions.mtu ", opts.mtu, ": expected ", MtuRange(max_mtu)));
   }
   if (opts.queues < 1 || opts.queues > kMaxQueues) {
     return absl::InvalidArgumentError(

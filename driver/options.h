@@ -13,6 +13,9 @@ namespace bypass::driver {
 
 inline constexpr uint32_t kMinMtu = 68;      // the IPv4 minimum
 inline constexpr uint32_t kMaxMtu = 9000;    // jumbo
+// The kernel UDP device's ceiling: its datagrams are fragmented by the
+// kernel, so its MTU is bounded by one IPv4 datagram, not by a NIC.
+inline constexpr uint32_t kMaxUdpSocketMtu = 65000;
 inline constexpr uint32_t kMinRingSize = 8;
 inline constexpr uint32_t kMaxRingSize = 32768;  // DeviceOptions::ring_size is 16 bits
 inline constexpr uint32_t kMaxQueues = 1024;
@@ -22,10 +25,11 @@ inline constexpr uint32_t kMaxQueues = 1024;
 // form (scheme "dpdk" with an empty target), where it means a range of the
 // application's queues. Bad values give one-line InvalidArgument errors that
 // say what is accepted. Taking twice is harmless (the second finds nothing).
-absl::Status TakeUriOptions(DeviceUri& uri, DeviceOptions& opts);
+// `max_mtu` is the backend's ceiling (kMaxMtu but for the kernel UDP device).
+absl::Status TakeUriOptions(DeviceUri& uri, DeviceOptions& opts, uint32_t max_mtu = kMaxMtu);
 
 // One-line InvalidArgument when a field of opts is out of range.
-absl::Status ValidateOptions(const DeviceOptions& opts);
+absl::Status ValidateOptions(const DeviceOptions& opts, uint32_t max_mtu = kMaxMtu);
 
 }  // namespace bypass::driver
 

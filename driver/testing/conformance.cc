@@ -2,6 +2,7 @@
 #include "driver/testing/conformance.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -109,6 +110,12 @@ TEST_P(DeviceConformanceTest, BurstArrivesInOrderWithIdenticalBytes) {
     ASSERT_EQ(got.size(), kBurst);
     for (size_t i = 0; i < kBurst; ++i) {
       ASSERT_EQ(got[i]->len, sent[i].size()) << "frame " << i;
+      if (features().rx_udp_checksum_zero) {
+        constexpr size_t kAt =
+            sizeof(EthernetHeader) + sizeof(Ipv4Header) + offsetof(UdpHeader, checksum);
+        sent[i][kAt] = 0;
+        sent[i][kAt + 1] = 0;
+      }
       EXPECT_EQ(std::memcmp(got[i]->data, sent[i].data(), sent[i].size()), 0) << "frame " << i;
       EXPECT_EQ(got[i]->rx_queue, 0);
       EXPECT_GE(got[i]->capacity, to.info().max_frame());

@@ -49,6 +49,11 @@ struct BackendFeatures {
   // the intra-host device): OpenPair binds the suite's ports (kSuitePorts)
   // on queue 0 of both devices, which must then have distinct IPv4s.
   bool binds_udp_ports = false;
+  // The device rebuilds a received frame's headers rather than carrying them
+  // (the kernel UDP device writes them from the socket's addresses, after
+  // the kernel checked the checksums): the UDP checksum arrives as 0 (none)
+  // and every other byte as sent.
+  bool rx_udp_checksum_zero = false;
   // RxBurst/TxBurst calls allowed for frames to arrive or a ring to drain: a
   // bound on work, not on time (no test asserts timing).
   uint64_t poll_budget = 10'000'000;
