@@ -151,6 +151,8 @@ class Device {
 //   dpdk:DEVARGS[,ip=..]             PCI address or vdev string
 //   dpdk:port=N,queues=A-B[,ip=..]   attach to an application's port
 //   mlx5:DEVICE[,port=N][,ip=..]
+//   shm:[DIR][,ip=..][,lanes=N][,slots=N]  processes of one host, through
+//                                    shared memory (mtu= up to 65000)
 // Keys `ip=`, `mtu=`, `queues=` (except in dpdk attach) and `ring=` are
 // bypass's own; everything else goes to the backend.
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view uri,

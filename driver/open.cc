@@ -13,6 +13,7 @@
 #include "driver/loopback/loopback_device.h"
 #include "driver/mlx5/mlx5_device.h"
 #include "driver/options.h"
+#include "driver/shm/shm_device.h"
 #include "driver/uri.h"
 
 namespace bypass::driver {
@@ -33,11 +34,18 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
   const bool is_loopback = scheme == "loopback";
   const bool is_dpdk = scheme == "dpdk" || scheme == "memif";
   const bool is_mlx5 = scheme == "mlx5";
-  if (!is_loopback && !is_dpdk && !is_mlx5) {
+  const bool is_shm = scheme == "shm";
+  if (!is_loopback && !is_dpdk && !is_mlx5 && !is_shm) {
     return absl::InvalidArgumentError(
         absl::StrCat("device '", Sv(text), "': unknown scheme '", Sv(scheme),
                      "'; known schemes: loopback:NAME, memif:SOCKET, dpdk:DEVARGS, "
-                     "dpdk:port=N, mlx5:DEVICE"));
+                     "dpdk:port=N, mlx5:DEVICE, shm:[DIR]"));
+  }
+  // shm takes bypass's keys itself: its MTU range is its own (up to 65000).
+  if (is_shm) {
+    absl::StatusOr<std::unique_ptr<shm::ShmDevice>> dev = shm::Open(std::move(uri), defaults);
+    if (!dev.ok()) return dev.status();
+    return std::unique_ptr<Device>(*std::move(dev));
   }
 
   DeviceOptions opts = defaults;
