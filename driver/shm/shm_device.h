@@ -55,6 +55,8 @@ class ShmDevice final : public Device {
 
   const std::string& directory() const { return registry_->dir(); }
   const std::string& area_name() const { return area_->name(); }
+  // What this device writes into the owner word of the lanes it sends on.
+  uint64_t owner_word() const { return area_->owner_word(); }
 
  private:
   friend absl::StatusOr<std::unique_ptr<ShmDevice>> Open(DeviceUri uri, const DeviceOptions& opts);

@@ -301,6 +301,7 @@ uint16_t ShmQueue::Send(absl::Span<Packet* const> pkts) {
       ++counters_.tx_unknown_dest;
       continue;
     }
+    if (p->lane == nullptr && ++p->no_lane_count % kLaneRetry == 0) ClaimLane(*p);
     if (p->lane == nullptr) {
       ++counters_.tx_no_lane;
       continue;

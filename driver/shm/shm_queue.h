@@ -79,6 +79,9 @@ class ShmQueue final : public QueuePair {
   // Full-lane retries with an unmoving head before the receiver's liveness
   // is tested (a system call), so a dead receiver does not hold our TX.
   static constexpr uint32_t kStuckProbe = 256;
+  // Frames dropped for want of a lane before the claim is tried again
+  // (a lane's owner may have closed without the generation moving).
+  static constexpr uint32_t kLaneRetry = 1024;
 
   // A peer area we have mapped, and our lane in it.
   struct Peer {
@@ -93,6 +96,7 @@ class ShmQueue final : public QueuePair {
     uint32_t cached_head = 0;
     uint32_t stuck_head = 0;
     uint32_t stuck_count = 0;
+    uint32_t no_lane_count = 0;  // drops for want of a lane; a claim is retried now and then
     bool dead = false;
     bool touched = false;       // staged frames this burst
   };
