@@ -167,6 +167,8 @@ class Device {
 //   mlx5:DEVICE[,port=N][,ip=..]
 //   udp:[IFACE|A.B.C.D][,ip=..][,mtu=..]  kernel UDP sockets (any host;
 //                                    mtu up to 65000, the kernel fragments)
+//   shm:[DIR][,ip=..][,lanes=N][,slots=N]  processes of one host, through
+//                                    shared memory (mtu= up to 65000)
 // Keys `ip=`, `mtu=`, `queues=` (except in dpdk attach) and `ring=` are
 // bypass's own; everything else goes to the backend.
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view uri,

@@ -8,11 +8,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "driver/composite/composite_device.h"
 #include "driver/device.h"
 #include "driver/dpdk/dpdk_device.h"
 #include "driver/loopback/loopback_device.h"
 #include "driver/mlx5/mlx5_device.h"
 #include "driver/options.h"
+#include "driver/shm/shm_device.h"
 #include "driver/udp/udp_device.h"
 #include "driver/uri.h"
 
@@ -22,10 +24,43 @@ namespace {
 // Abseil here is built with its own string_view (ABSL_OPTION_USE_STD_* = 0).
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
+// Where "LOCAL+REMOTE" splits: the first '+' followed by a scheme and ':'
+// (a '+' inside a path or devargs is not followed by one). npos: no split.
+size_t CompositeSplit(std::string_view text) {
+  for (size_t plus = text.find('+'); plus != std::string_view::npos;
+       plus = text.find('+', plus + 1)) {
+    size_t i = plus + 1;
+    while (i < text.size() && ((text[i] >= 'a' && text[i] <= 'z') || (text[i] >= '0' && text[i] <= '9'))) {
+      ++i;
+    }
+    if (i > plus + 1 && i < text.size() && text[i] == ':') return plus;
+  }
+  return std::string_view::npos;
+}
+
+// LOCAL+REMOTE: the remote device first, then the intra-host one with the
+// remote's address (unless LOCAL names its own ip=, which must agree).
+absl::StatusOr<std::unique_ptr<Device>> OpenComposite(std::string_view text, size_t plus,
+                                                      const DeviceOptions& defaults) {
+  absl::StatusOr<std::unique_ptr<Device>> remote = OpenDevice(text.substr(plus + 1), defaults);
+  if (!remote.ok()) return remote.status();
+  DeviceOptions local_opts = defaults;
+  local_opts.ipv4 = (*remote)->info().ipv4;
+  absl::StatusOr<std::unique_ptr<Device>> local = OpenDevice(text.substr(0, plus), local_opts);
+  if (!local.ok()) return local.status();
+  absl::StatusOr<std::unique_ptr<composite::CompositeDevice>> d =
+      composite::CompositeDevice::Create(text, *std::move(local), *std::move(remote));
+  if (!d.ok()) return d.status();
+  return std::unique_ptr<Device>(*std::move(d));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
                                                    const DeviceOptions& defaults) {
+  if (const size_t plus = CompositeSplit(text); plus != std::string_view::npos) {
+    return OpenComposite(text, plus, defaults);
+  }
   absl::StatusOr<DeviceUri> parsed = DeviceUri::Parse(text);
   if (!parsed.ok()) return parsed.status();
   DeviceUri uri = *std::move(parsed);
@@ -35,11 +70,19 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
   const bool is_dpdk = scheme == "dpdk" || scheme == "memif";
   const bool is_mlx5 = scheme == "mlx5";
   const bool is_udp = scheme == "udp";
-  if (!is_loopback && !is_dpdk && !is_mlx5 && !is_udp) {
+  const bool is_shm = scheme == "shm";
+  if (!is_loopback && !is_dpdk && !is_mlx5 && !is_udp && !is_shm) {
     return absl::InvalidArgumentError(
         absl::StrCat("device '", Sv(text), "': unknown scheme '", Sv(scheme),
                      "'; known schemes: loopback:NAME, memif:SOCKET, dpdk:DEVARGS, "
-                     "dpdk:port=N, mlx5:DEVICE, udp:[IFACE|A.B.C.D]"));
+                     "dpdk:port=N, mlx5:DEVICE, udp:[IFACE|A.B.C.D], shm:[DIR], and "
+                     "LOCAL+REMOTE (e.g. shm:+udp:)"));
+  }
+  // shm takes bypass's keys itself: its MTU range is its own (up to 65000).
+  if (is_shm) {
+    absl::StatusOr<std::unique_ptr<shm::ShmDevice>> dev = shm::Open(std::move(uri), defaults);
+    if (!dev.ok()) return dev.status();
+    return std::unique_ptr<Device>(*std::move(dev));
   }
 
   // The kernel fragments the UDP device's datagrams: its MTU may exceed a

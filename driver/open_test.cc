@@ -1,4 +1,6 @@
 // OpenDevice: dispatch by scheme and bypass's own URI keys.
+#include <stdlib.h>
+
 #include <memory>
 #include <string>
 
@@ -19,7 +21,7 @@ TEST(OpenDeviceTest, UnknownSchemeListsTheKnownOnes) {
   absl::StatusOr<std::unique_ptr<Device>> dev = OpenDevice("ethernet:eth0");
   ASSERT_EQ(dev.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string msg = OneLine(dev.status());
-  for (const char* scheme : {"'ethernet'", "loopback", "memif", "dpdk", "mlx5", "udp:"}) {
+  for (const char* scheme : {"'ethernet'", "loopback", "memif", "dpdk", "mlx5", "udp:", "shm"}) {
     EXPECT_NE(msg.find(scheme), std::string::npos) << msg;
   }
 }
@@ -83,6 +85,23 @@ TEST(OpenDeviceTest, OpensLoopbackWithUriKeysOverridingOptions) {
   EXPECT_EQ(info.num_queues, 2);
   EXPECT_EQ(info.ring_size, 64);
   EXPECT_EQ((*dev)->queue(1).PoolCapacity(), 4u * 64);
+}
+
+TEST(OpenDeviceTest, OpensShmWithItsOwnMtuRange) {
+  std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+                    "/open_test_shm_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  DeviceOptions opts;
+  opts.pool_buffers = 8;
+  absl::StatusOr<std::unique_ptr<Device>> dev =
+      OpenDevice("shm:" + dir + ",ip=10.5.0.1,mtu=65000,slots=8", opts);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_EQ((*dev)->info().driver, "shm");
+  EXPECT_EQ((*dev)->info().mtu, 65000u);
+  EXPECT_EQ((*dev)->info().ipv4.ToString(), "10.5.0.1");
+  EXPECT_EQ((*dev)->info().ring_size, 8);
+  dev = OpenDevice("shm:" + dir + ",mtu=65001", opts);
+  EXPECT_NE(OneLine(dev.status()).find("65000"), std::string::npos);
 }
 
 TEST(OpenDeviceTest, BackendErrorsComeThrough) {

@@ -1,0 +1,452 @@
+#include "driver/shm/shm_queue.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "driver/net_headers.h"
+#include "hugepage/pool.h"
+#include "hugepage/region.h"
+#include "hugepage/units.h"
+
+namespace bypass::driver::shm {
+namespace {
+
+constexpr uint32_t kEth = sizeof(EthernetHeader);
+constexpr uint32_t kDstIpAt = kEth + offsetof(Ipv4Header, dst);
+constexpr uint32_t kUdpDstPortAt = kEth + sizeof(Ipv4Header) + offsetof(UdpHeader, dst_port);
+
+uint16_t Load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+uint32_t Load32(const uint8_t* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+}
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111eb;
+  return x ^ (x >> 31);
+}
+
+// The area name of an owner word (pid << 32 | nonce).
+std::string OwnerArea(uint64_t owner) {
+  return AreaName(geteuid(), static_cast<uint32_t>(owner >> 32), static_cast<uint32_t>(owner));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShmQueue>> ShmQueue::Create(const OwnArea* area,
+                                                           Registry* registry, Ipv4Address ipv4,
+                                                           uint32_t max_frame,
+                                                           uint32_t pool_buffers, int numa_node) {
+  hugepage::PoolOptions po;
+  po.buffer_size = hugepage::Bytes(kDataOffset + max_frame);
+  po.count = pool_buffers;
+  po.align = hugepage::Bytes(64);
+  // No DMA: leave hugetlb pages to DPDK, need no mlock allowance.
+  po.region.best = hugepage::Backing::kTransparent;
+  po.region.numa_node = numa_node;
+  po.region.lock = false;
+  po.region.prefault = true;
+  po.region.name = "bypass-shm";
+  absl::StatusOr<std::unique_ptr<hugepage::BufferPool>> pool = hugepage::BufferPool::Create(po);
+  if (!pool.ok()) {
+    return absl::Status(pool.status().code(),
+                        absl::StrCat("shm queue: ", pool.status().message()));
+  }
+  return std::unique_ptr<ShmQueue>(
+      new ShmQueue(area, registry, ipv4, max_frame, *std::move(pool)));
+}
+
+ShmQueue::ShmQueue(const OwnArea* area, Registry* registry, Ipv4Address ipv4, uint32_t max_frame,
+                   std::unique_ptr<hugepage::BufferPool> pool)
+    : area_(area),
+      registry_(registry),
+      ipv4_(ipv4),
+      max_frame_(max_frame),
+      pool_(std::move(pool)),
+      capacity_(static_cast<uint32_t>(pool_->buffer_size().value()) - kDataOffset),
+      cache_(kCacheEntries),
+      rx_head_(area->layout().lanes, 0) {}
+
+ShmQueue::~ShmQueue() {
+  PublishTouched();
+  for (auto& p : peers_) ReleaseLane(*p);
+  for (uint16_t port : bound_) registry_->Unbind(ipv4_, port, area_->name());
+}
+
+absl::Status ShmQueue::BindUdpPort(uint16_t port) {
+  if (absl::Status s = registry_->Bind(ipv4_, port, area_->name()); !s.ok()) return s;
+  if (std::find(bound_.begin(), bound_.end(), port) == bound_.end()) bound_.push_back(port);
+  return absl::OkStatus();
+}
+
+void ShmQueue::UnbindUdpPort(uint16_t port) {
+  auto it = std::find(bound_.begin(), bound_.end(), port);
+  if (it == bound_.end()) return;
+  bound_.erase(it);
+  registry_->Unbind(ipv4_, port, area_->name());
+}
+
+Packet* ShmQueue::InitPacket(void* buf) {
+  Packet* p = new (buf) Packet;
+  p->data = static_cast<uint8_t*>(buf) + kDataOffset;
+  p->len = 0;
+  p->capacity = capacity_;
+  p->backend = reinterpret_cast<uintptr_t>(this);  // the queue whose pool owns it
+  p->rx_queue = 0;
+  p->ol_flags = 0;
+  p->reserved = 0;
+  return p;
+}
+
+bool ShmQueue::AllocBulk(absl::Span<Packet*> out) {
+  if (pool_->available() < out.size()) {
+    ++stats_.alloc_failures;
+    return false;
+  }
+  void* bufs[kChunk];
+  for (size_t done = 0; done < out.size();) {
+    const size_t n = std::min<size_t>(kChunk, out.size() - done);
+    pool_->GetBulk(absl::MakeSpan(bufs, n));  // cannot fail: checked above
+    for (size_t i = 0; i < n; ++i) out[done + i] = InitPacket(bufs[i]);
+    done += n;
+  }
+  return true;
+}
+
+void ShmQueue::FreeToOwners(absl::Span<Packet* const> pkts) {
+  void* bufs[kChunk];
+  size_t n = 0;
+  ShmQueue* owner = nullptr;
+  for (Packet* p : pkts) {
+    ShmQueue* o = reinterpret_cast<ShmQueue*>(p->backend);
+    if (n > 0 && (o != owner || n == kChunk)) {
+      owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
+      n = 0;
+    }
+    owner = o;
+    bufs[n++] = p;
+  }
+  if (n > 0) owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
+}
+
+void ShmQueue::FreeBulk(absl::Span<Packet* const> pkts) { FreeToOwners(pkts); }
+
+// --- TX: the destination cache.
+
+void ShmQueue::Revalidate() {
+  const uint64_t gen = registry_->generation();
+  if (gen == cache_gen_) return;
+  // Cold: something was bound, unbound or reclaimed. Forget every lookup,
+  // and let go of areas whose file is gone (closed or reclaimed owners).
+  std::fill(cache_.begin(), cache_.end(), CacheEntry{});
+  cache_used_ = 0;
+  cache_gen_ = gen;
+  std::erase_if(peers_, [this](std::unique_ptr<Peer>& p) {
+    if (p->name != area_->name() && access(AreaPath(p->name).c_str(), F_OK) != 0) {
+      ReleaseLane(*p);
+      return true;
+    }
+    return false;
+  });
+}
+
+ShmQueue::Peer* ShmQueue::Resolve(uint32_t ip, uint16_t port) {
+  const uint64_t key = uint64_t{1} << 48 | uint64_t{ip} << 16 | port;
+  const uint32_t mask = kCacheEntries - 1;
+  for (uint32_t i = static_cast<uint32_t>(Mix(key)) & mask;; i = (i + 1) & mask) {
+    const CacheEntry& e = cache_[i];
+    if (e.key == key) return e.peer;
+    if (e.key == 0) break;
+  }
+  return Miss(ip, port);
+}
+
+ShmQueue::Peer* ShmQueue::Miss(uint32_t ip, uint16_t port) {
+  Peer* peer = nullptr;
+  if (std::optional<std::string> name = registry_->Lookup(Ipv4Address{ip}, port)) {
+    peer = MapPeer(*name);
+  }
+  // A cache kept under 3/4 full keeps probes short; it refills on demand.
+  if (cache_used_ + 1 > kCacheEntries * 3 / 4) {
+    std::fill(cache_.begin(), cache_.end(), CacheEntry{});
+    cache_used_ = 0;
+  }
+  const uint64_t key = uint64_t{1} << 48 | uint64_t{ip} << 16 | port;
+  const uint32_t mask = kCacheEntries - 1;
+  uint32_t i = static_cast<uint32_t>(Mix(key)) & mask;
+  while (cache_[i].key != 0) i = (i + 1) & mask;
+  cache_[i] = CacheEntry{key, peer};
+  ++cache_used_;
+  return peer;
+}
+
+ShmQueue::Peer* ShmQueue::MapPeer(const std::string& name) {
+  for (auto& p : peers_) {
+    if (p->name == name) return p->dead ? nullptr : p.get();
+  }
+  auto p = std::make_unique<Peer>();
+  p->name = name;
+  absl::StatusOr<Mapping> m = MapPeerArea(name, &p->layout);
+  if (!m.ok()) return nullptr;  // gone, or not an area: an unknown destination
+  p->map = *std::move(m);
+  ClaimLane(*p);
+  peers_.push_back(std::move(p));
+  touched_.reserve(peers_.size());
+  return peers_.back().get();
+}
+
+void ShmQueue::ClaimLane(Peer& p) {
+  const uint64_t me = area_->owner_word();
+  const uint32_t lanes = p.layout.lanes;
+  const uint32_t start = static_cast<uint32_t>(Mix(me) % lanes);
+  LaneHeader* got = nullptr;
+  uint32_t index = 0;
+  // A free lane first; then one whose owner is dead (a system call each).
+  for (int pass = 0; pass < 2 && got == nullptr; ++pass) {
+    for (uint32_t k = 0; k < lanes && got == nullptr; ++k) {
+      const uint32_t i = (start + k) % lanes;
+      LaneHeader* l = LaneAt(p.map.base(), p.layout, i);
+      uint64_t owner = Shared(l->owner).load(std::memory_order_acquire);
+      if (pass == 0 && owner != 0) continue;
+      if (pass == 1 && (owner == 0 || owner == me || AreaAlive(OwnerArea(owner)))) continue;
+      if (!Shared(l->owner).compare_exchange_strong(owner, me, std::memory_order_acq_rel)) {
+        continue;
+      }
+      // Go on from where the previous owner stopped; a lane whose indices
+      // are corrupt is given back rather than used.
+      const uint32_t tail = Shared(l->tail).load(std::memory_order_acquire);
+      const uint32_t head = Shared(l->head).load(std::memory_order_acquire);
+      if (tail - head > p.layout.slots) {
+        Shared(l->owner).store(0, std::memory_order_release);
+        continue;
+      }
+      got = l;
+      index = i;
+      p.staged = p.published = tail;
+      p.cached_head = head;
+    }
+  }
+  if (got == nullptr) return;
+  p.lane = got;
+  p.lens = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(got) + kLensOffset);
+  p.frames = reinterpret_cast<uint8_t*>(got) + p.layout.frames_offset;
+  // seq_cst, paired with the receiver's clear-then-recheck of idle lanes.
+  Shared(ActiveWords(p.map.base())[index / 64]).fetch_or(uint64_t{1} << (index % 64));
+}
+
+void ShmQueue::ReleaseLane(Peer& p) {
+  if (p.lane == nullptr) return;
+  uint64_t me = area_->owner_word();
+  // Published frames stay readable; the lane is free for the next sender.
+  Shared(p.lane->owner).compare_exchange_strong(me, 0, std::memory_order_acq_rel);
+  p.lane = nullptr;
+}
+
+bool ShmQueue::CanStage(Peer& p, bool* corrupt) {
+  const uint32_t slots = p.layout.slots;
+  if (p.staged - p.cached_head < slots) return true;
+  // Pairs with the receiver's release store of head: the slots it read are
+  // free before we overwrite them.
+  const uint32_t head = Shared(p.lane->head).load(std::memory_order_acquire);
+  if (p.staged - head > slots) {  // a receiver with corrupt indices
+    *corrupt = true;
+    return false;
+  }
+  p.cached_head = head;
+  return p.staged - head < slots;
+}
+
+void ShmQueue::PublishTouched() {
+  for (Peer* p : touched_) {
+    p->touched = false;
+    if (p->staged == p->published) continue;
+    p->published = p->staged;
+    // Pairs with the receiver's acquire load of tail: the lengths and bytes
+    // are visible before the new tail.
+    Shared(p->lane->tail).store(p->staged, std::memory_order_release);
+  }
+  touched_.clear();
+}
+
+uint16_t ShmQueue::Send(absl::Span<Packet* const> pkts) {
+  pkts = pkts.first(std::min<size_t>(pkts.size(), UINT16_MAX));  // the count is 16 bits
+  Revalidate();
+  size_t done = 0;
+  for (; done < pkts.size(); ++done) {
+    const Packet& pkt = *pkts[done];
+    const uint8_t* f = pkt.data;
+    // The frame is the caller's and untrusted: lengths before offsets.
+    if (pkt.len < kUdpFrameHeaderBytes || pkt.len > max_frame_ ||
+        Load16(f + offsetof(EthernetHeader, ether_type)) != kEtherTypeIpv4 ||
+        f[kEth] != 0x45 || f[kEth + offsetof(Ipv4Header, protocol)] != kIpProtoUdp) {
+      ++counters_.tx_not_udp;
+      continue;
+    }
+    Peer* p = Resolve(Load32(f + kDstIpAt), Load16(f + kUdpDstPortAt));
+    if (p == nullptr || p->dead) {
+      ++counters_.tx_unknown_dest;
+      continue;
+    }
+    if (p->lane == nullptr && ++p->no_lane_count % kLaneRetry == 0) ClaimLane(*p);
+    if (p->lane == nullptr) {
+      ++counters_.tx_no_lane;
+      continue;
+    }
+    if (pkt.len > p->layout.slot_bytes) {
+      ++counters_.tx_too_long;
+      continue;
+    }
+    bool corrupt = false;
+    if (!CanStage(*p, &corrupt)) {
+      if (corrupt) {
+        ++counters_.tx_bad_peer;
+        continue;
+      }
+      // Full. A receiver that stays full for long may be dead: test it now
+      // and then (a system call), and if it is, reclaim it and drop.
+      const uint32_t head = p->cached_head;
+      p->stuck_count = head == p->stuck_head ? p->stuck_count + 1 : 1;
+      p->stuck_head = head;
+      if (p->stuck_count >= kStuckProbe) {
+        p->stuck_count = 0;
+        if (registry_->ReclaimIfDead(p->name)) p->dead = true;
+      }
+      if (p->dead) {
+        ++counters_.tx_dead_peer;
+        continue;
+      }
+      break;  // back-pressure: the caller keeps this one and the rest
+    }
+    const uint32_t slot = p->staged & (p->layout.slots - 1);
+    Shared(p->lens[slot]).store(pkt.len, std::memory_order_relaxed);
+    std::memcpy(p->frames + static_cast<size_t>(slot) * p->layout.slot_bytes, f, pkt.len);
+    ++p->staged;
+    p->stuck_count = 0;
+    if (!p->touched) {
+      p->touched = true;
+      touched_.push_back(p);  // never reallocates: reserved to peers_.size()
+    }
+    ++stats_.tx_packets;
+    stats_.tx_bytes += pkt.len;
+  }
+  PublishTouched();
+  stats_.tx_ring_full += pkts.size() - done;
+  return static_cast<uint16_t>(done);
+}
+
+uint16_t ShmQueue::TxBurst(absl::Span<Packet* const> pkts) {
+  const uint16_t taken = Send(pkts);
+  FreeToOwners(pkts.first(taken));
+  return taken;
+}
+
+bool ShmQueue::Reaches(Ipv4Address ip, uint16_t udp_port) {
+  Revalidate();
+  const Peer* p = Resolve(ip.value, udp_port);
+  return p != nullptr && !p->dead && p->lane != nullptr;
+}
+
+// --- RX.
+
+uint16_t ShmQueue::RxBurst(absl::Span<Packet*> out) {
+  out = out.first(std::min<size_t>(out.size(), UINT16_MAX));  // the count is 16 bits
+  const AreaLayout& l = area_->layout();
+  uint8_t* base = area_->base();
+  uint64_t* active = ActiveWords(base);
+  const uint32_t words = (l.lanes + 63) / 64;
+  const uint32_t start = rx_next_;
+  rx_next_ = rx_next_ + 1 < l.lanes ? rx_next_ + 1 : 0;  // fair: rotate the first lane
+  size_t got = 0;
+  bool pool_empty = false;
+  void* bufs[kChunk];
+  // Lanes start..lanes-1, then 0..start-1.
+  for (int pass = 0; pass < 2 && got < out.size() && !pool_empty; ++pass) {
+    const uint32_t lo = pass == 0 ? start : 0;
+    const uint32_t hi = pass == 0 ? l.lanes : start;
+    for (uint32_t w = lo / 64; w < words && w * 64 < hi && got < out.size() && !pool_empty; ++w) {
+      uint64_t bits = Shared(active[w]).load(std::memory_order_relaxed);
+      if (w == lo / 64) bits &= ~uint64_t{0} << (lo % 64);
+      while (bits != 0 && got < out.size() && !pool_empty) {
+        const uint32_t i = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+        bits &= bits - 1;
+        if (i >= hi) break;
+        LaneHeader* lane = LaneAt(base, l, i);
+        uint32_t head = rx_head_[i];
+        // Pairs with the sender's release store: lengths and bytes first.
+        const uint32_t tail = Shared(lane->tail).load(std::memory_order_acquire);
+        const uint32_t avail = tail - head;
+        if (avail == 0) {
+          // An idle lane nobody owns leaves the poll set; recheck after the
+          // clear, as a sender may have claimed it meanwhile.
+          if (Shared(lane->owner).load() == 0) {
+            Shared(active[w]).fetch_and(~(uint64_t{1} << (i % 64)));
+            if (Shared(lane->owner).load() != 0 ||
+                Shared(lane->tail).load() != head) {
+              Shared(active[w]).fetch_or(uint64_t{1} << (i % 64));
+            }
+          }
+          continue;
+        }
+        if (avail > l.slots) {  // a sender wrote nonsense: drop what it claims
+          ++counters_.rx_bad_lane;
+          rx_head_[i] = tail;
+          Shared(lane->head).store(tail, std::memory_order_release);
+          continue;
+        }
+        const uint32_t* lens =
+            reinterpret_cast<const uint32_t*>(reinterpret_cast<uint8_t*>(lane) + kLensOffset);
+        const uint8_t* frames = reinterpret_cast<uint8_t*>(lane) + l.frames_offset;
+        uint32_t want = static_cast<uint32_t>(std::min<size_t>(avail, out.size() - got));
+        while (want > 0) {
+          const uint32_t n = std::min(want, kChunk);
+          const uint32_t have = pool_->GetBurst(absl::MakeSpan(bufs, n));
+          uint32_t used = 0;
+          for (uint32_t k = 0; k < have; ++k, ++head) {
+            const uint32_t slot = head & (l.slots - 1);
+            // Read once: the sender may be writing it as we look.
+            const uint32_t len = Shared(const_cast<uint32_t&>(lens[slot])).load(
+                std::memory_order_relaxed);
+            if (len < kEth || len > l.slot_bytes || len > capacity_) {
+              ++counters_.rx_bad_length;
+              ++stats_.rx_dropped;
+              continue;
+            }
+            Packet* p = InitPacket(bufs[used++]);
+            p->len = len;
+            std::memcpy(p->data, frames + static_cast<size_t>(slot) * l.slot_bytes, len);
+            stats_.rx_bytes += len;
+            out[got++] = p;
+          }
+          if (used < have) pool_->PutBulk(absl::MakeConstSpan(bufs + used, have - used));
+          // Release at once: a lane is never held by the engine's packets.
+          rx_head_[i] = head;
+          Shared(lane->head).store(head, std::memory_order_release);
+          if (have < n) {
+            ++counters_.rx_no_buffer;
+            pool_empty = true;
+            break;
+          }
+          want -= n;
+        }
+      }
+    }
+  }
+  stats_.rx_packets += got;
+  return static_cast<uint16_t>(got);
+}
+
+}  // namespace bypass::driver::shm
