@@ -4,7 +4,6 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -22,10 +21,10 @@
 namespace bypass::fi {
 namespace {
 
-// The default device: a memif on a well-known socket, role decided by who
-// takes its lock first, so two processes on one host meet with no setup.
-constexpr char kDefaultSocketDir[] = "/run/bypass";
-constexpr char kDefaultSocket[] = "/run/bypass/fi.sock";
+// The default domain: processes of this host through shared memory (the
+// intra-host device, its registry under /run/bypass), every other host
+// through kernel UDP sockets; no setup, any number of processes.
+constexpr char kDefaultDevices[] = "shm:+udp:";
 constexpr uint16_t kDefaultBasePort = 7471;
 
 int FabricClose(fid* f) {
@@ -79,12 +78,7 @@ Settings ReadSettings() {
   if (auto v = ParamString("devices"); v && !v->empty()) {
     devices = *v;
   } else {
-    // The well-known memif socket; its directory is made on first use.
-    if (mkdir(kDefaultSocketDir, 0755) != 0 && errno != EEXIST) {
-      BYPASS_FI_WARN(FI_LOG_CORE, "cannot create %s (%s): set FI_BYPASS_DEVICES\n",
-                     kDefaultSocketDir, std::strerror(errno));
-    }
-    devices = std::string("memif:") + kDefaultSocket + ",role=auto";
+    devices = kDefaultDevices;
   }
   for (absl::string_view d : absl::StrSplit(devices, ';', absl::SkipWhitespace())) {
     s.devices.emplace_back(d);
