@@ -387,9 +387,10 @@ class Veth:
 class Column:
     """One thing measured: a tool, a layer and, for fi, a provider."""
 
-    def __init__(self, key, label, tool, layer=None, provider=None):
+    def __init__(self, key, label, tool, layer=None, provider=None, device=None):
         self.key, self.label, self.tool = key, label, tool
         self.layer, self.provider = layer, provider
+        self.device = device  # "default": bypass's default domain (FI_BYPASS_DEVICES unset)
         self.unavailable = None  # the reason it cannot run at all
 
 
@@ -401,6 +402,7 @@ LOCAL_COLUMNS = [
     Column("raw", "bypass raw", "pingpong", "raw"),
     Column("rdm", "bypass rdm", "pingpong", "rdm"),
     Column("fi", "bypass fi", "pingpong", "fi", "bypass"),
+    Column("fi_host", "bypass fi default (shm)", "pingpong", "fi", "bypass", "default"),
     Column("shm", "libfabric shm", "pingpong", "fi", "shm"),
     Column("tcp", "libfabric tcp", "pingpong", "fi", "tcp"),
     Column("fi_pingpong", "fi_pingpong bypass", "fi_pingpong", None, "bypass"),
@@ -412,12 +414,13 @@ NETNS_COLUMNS = [
     Column("raw", "bypass raw af_xdp", "pingpong", "raw"),
     Column("rdm", "bypass rdm af_xdp", "pingpong", "rdm"),
     Column("fi", "bypass fi af_xdp", "pingpong", "fi", "bypass"),
+    Column("fi_udp", "bypass fi default (kernel UDP)", "pingpong", "fi", "bypass", "default"),
     Column("tcp", "libfabric tcp (kernel)", "pingpong", "fi", "tcp"),
     Column("fi_pingpong", "fi_pingpong bypass af_xdp", "fi_pingpong", None, "bypass"),
     Column("tcp_fi_pingpong", "fi_pingpong tcp (kernel)", "fi_pingpong", None, "tcp"),
 ]
-COLUMN_KEYS = ["bare", "raw", "rdm", "fi", "shm", "tcp", "fi_pingpong", "shm_fi_pingpong",
-               "tcp_fi_pingpong"]
+COLUMN_KEYS = ["bare", "raw", "rdm", "fi", "fi_host", "fi_udp", "shm", "tcp", "fi_pingpong",
+               "shm_fi_pingpong", "tcp_fi_pingpong"]
 
 
 class Cell:
@@ -492,6 +495,8 @@ class Bench:
             e["FI_PROVIDER_PATH"] = self.fi_dir
         if device_list:
             e["FI_BYPASS_DEVICES"] = device_list
+        elif col.provider == "bypass":
+            e.pop("FI_BYPASS_DEVICES", None)  # the default domain
         if tcp_iface:
             e["FI_TCP_IFACE"] = tcp_iface
         return e
@@ -522,6 +527,8 @@ class Bench:
         if col.provider:
             common.append("--provider=" + col.provider)
         if where["name"] == "local":
+            if col.device:
+                common.append("--device=" + col.device)
             cmd = [self.tools["pingpong"], "--local"] + common + run_args
             return run_one(cmd, self.env(col), t, "pingpong"), parse_runs
         return self.netns_pair(col, self.tools["pingpong"], common, run_args, "pingpong",
@@ -538,9 +545,14 @@ class Bench:
             server = ns_b + ["--server", "--oob_port=%d" % port] + common
             if col.provider == "bypass":  # the address exchange on the control pair
                 client = ns_a + ["--connect=%s:%d" % (v.ctrl_ips[1], port)] + common
-                server.append("--device=" + uris[1])
-                client.append("--device=" + uris[0])
-                env_s, env_c = self.env(col, uris[1]), self.env(col, uris[0])
+                if col.device == "default":  # no configuration: the kernel UDP device
+                    server.append("--device=default")
+                    client.append("--device=default")
+                    env_s = env_c = self.env(col)
+                else:
+                    server.append("--device=" + uris[1])
+                    client.append("--device=" + uris[0])
+                    env_s, env_c = self.env(col, uris[1]), self.env(col, uris[0])
             else:  # libfabric's tcp through the kernel on the data pair
                 server.append("--fi_node=" + v.ips[1])
                 client = ns_a + ["--connect=%s:%d" % (v.ips[1], port), "--fi_node=" + v.ips[0]] + common
@@ -559,9 +571,9 @@ class Bench:
         base = [self.tools["fi_pingpong"], "-p", col.provider, "-e", "rdm",
                 "-I", str(iters), "-S", str(size)]
         if where["name"] == "local":
-            dev = "memif:/tmp/bypass-bench-%d.sock,role=auto" % os.getpid()
+            # bypass with no configuration: its default domain (shared memory here)
             server, client = base + ["-B", str(port)], base + ["-P", str(port), "127.0.0.1"]
-            env_s = env_c = self.env(col, dev if col.provider == "bypass" else None)
+            env_s = env_c = self.env(col)
         else:
             v = self.veth
             server = ["ip", "netns", "exec", v.ns[1]] + base + ["-B", str(port)]
@@ -1172,9 +1184,11 @@ def main(argv):
     b.providers = fi_providers(b.fi_dir)
 
     local = b.new_section("local", LOCAL_COLUMNS, "bare", "shm")
-    local["title"] = "two processes on this host (memif; shm and tcp over loopback)"
+    local["title"] = ("two processes on this host (memif, and bypass's default domain: shared memory; "
+                      "shm and tcp over loopback)")
     netns = b.new_section("netns", NETNS_COLUMNS, None, "tcp")
-    netns["title"] = "two network namespaces over a veth pair (af_xdp; tcp through the kernel)"
+    netns["title"] = ("two network namespaces over a veth pair (af_xdp, and bypass's default domain: "
+                      "kernel UDP; tcp through the kernel)")
     b.check_columns(local)
     b.check_columns(netns)
     if a.no_netns:

@@ -145,10 +145,20 @@ absl::StatusOr<fi_info*> GetInfo(const FiPingOptions& o) {
   return info;
 }
 
+// FI_BYPASS_DEVICES for bypass's provider in this process: "default" is
+// the provider's default domain (the variable unset), "" leaves it as it is.
+void ApplyDevices(const FiPingOptions& o) {
+  if (o.devices == "default") {
+    unsetenv("FI_BYPASS_DEVICES");
+  } else if (!o.devices.empty()) {
+    setenv("FI_BYPASS_DEVICES", o.devices.c_str(), 1);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<FiEndpoint>> OpenEndpoint(const FiPingOptions& o, Region& region,
                                                          size_t cq_size) {
   if (absl::Status s = PrepareProvider(o.provider); !s.ok()) return s;
-  if (!o.devices.empty()) setenv("FI_BYPASS_DEVICES", o.devices.c_str(), 1);
+  ApplyDevices(o);
   auto e = std::make_unique<FiEndpoint>();
   e->tagged = o.tagged;
   e->provider = o.provider;
@@ -428,7 +438,7 @@ absl::Status PrepareProvider(const std::string& provider) {
 
 absl::Status ProbeProvider(const FiPingOptions& fi) {
   if (absl::Status s = PrepareProvider(fi.provider); !s.ok()) return s;
-  if (!fi.devices.empty()) setenv("FI_BYPASS_DEVICES", fi.devices.c_str(), 1);
+  ApplyDevices(fi);
   auto info = GetInfo(fi);
   if (!info.ok()) return info.status();
   Fi().freeinfo(*info);

@@ -32,7 +32,8 @@ ABSL_FLAG(uint64_t, iters, 100000, "measured iterations per size (messages in ra
 ABSL_FLAG(uint64_t, warmup, 1000, "iterations per size before measuring (at most 64 MiB of messages)");
 ABSL_FLAG(std::string, device, "",
           "device URI (default with --local: memif on a fresh socket); fi with --provider=bypass: "
-          "FI_BYPASS_DEVICES for this process");
+          "FI_BYPASS_DEVICES for this process, or 'default' for the provider's default domain "
+          "(this host's processes through shared memory, other hosts through kernel UDP)");
 ABSL_FLAG(std::string, mode, "latency",
           "latency (one ping in flight), rate (one-way, --window outstanding) or latency,rate "
           "(both, every size, in one run)");

@@ -123,7 +123,11 @@ absl::StatusOr<pid_t> StartLocalServer(const std::string& tool, LayerOptions* l,
     args.push_back(absl::StrCat("--tagged=", fi.tagged ? "true" : "false"));
     args.push_back(absl::StrCat("--addr_file=", plan->addr_file));
     if (!fi.node.empty()) args.push_back(absl::StrCat("--fi_node=", fi.node));
-    if (fi.provider == "bypass" && l->device.empty()) {
+    if (fi.provider == "bypass" && l->device == "default") {
+      // The provider's default domain on both sides (shared memory here).
+      args.push_back("--device=default");
+      fi.devices = "default";
+    } else if (fi.provider == "bypass" && l->device.empty()) {
       // Each side its own memif role on a fresh socket.
       args.push_back(absl::StrCat("--device=", plan->server_device, ",ip=", kLocalServerIp));
       fi.devices = absl::StrCat(plan->client_device, ",ip=", kLocalClientIp);
