@@ -38,11 +38,20 @@ bool CompositeQueue::Local(const Packet* p) {
 
 uint16_t CompositeQueue::RxBurst(absl::Span<Packet*> out) {
   // Alternate which device is asked first, so neither starves the other.
-  QueuePair& first = local_first_ ? static_cast<QueuePair&>(local_) : remote_;
-  QueuePair& second = local_first_ ? remote_ : static_cast<QueuePair&>(local_);
+  uint16_t n = 0;
+  if (local_first_) n = local_.RxBurst(out);
+  if (n < out.size()) {
+    if (remote_skip_ > 0) {
+      --remote_skip_;
+    } else {
+      const uint16_t r = remote_.RxBurst(out.subspan(n));
+      n = static_cast<uint16_t>(n + r);
+      remote_idle_ = r > 0 ? 0 : std::min(remote_idle_ * 2 + 1, kMaxRemoteSkip);
+      remote_skip_ = remote_idle_;
+    }
+  }
+  if (!local_first_ && n < out.size()) n = static_cast<uint16_t>(n + local_.RxBurst(out.subspan(n)));
   local_first_ = !local_first_;
-  uint16_t n = first.RxBurst(out);
-  if (n < out.size()) n = static_cast<uint16_t>(n + second.RxBurst(out.subspan(n)));
   return n;
 }
 

@@ -52,9 +52,17 @@ class CompositeQueue final : public QueuePair {
   bool Local(const Packet* p);
   uint16_t SendRemote(absl::Span<Packet* const> run);
 
+  // Polls of the remote device skipped while it stays idle, doubling up to
+  // kMaxRemoteSkip: a kernel UDP poll is a system call (about as long as a
+  // whole round trip through shared memory), and a remote frame waits at
+  // most kMaxRemoteSkip empty local polls (well under a microsecond).
+  static constexpr uint32_t kMaxRemoteSkip = 31;
+
   shm::ShmQueue& local_;
   QueuePair& remote_;
   bool local_first_ = true;
+  uint32_t remote_skip_ = 0;   // polls still to skip
+  uint32_t remote_idle_ = 0;   // the current skip length
   RouteCounters routes_;
 };
 
