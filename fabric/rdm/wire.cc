@@ -197,6 +197,8 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       m.offset = Be64(e.offset);
       m.tag = Be64(e.tag);
       m.data = Be64(e.data);
+      m.offer_pid = 0;
+      m.offer_addr = 0;
       if ((m.msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
           e.protocol > static_cast<uint8_t>(MsgProtocol::kRendezvous)) {
         return ParseStatus::kBadField;
