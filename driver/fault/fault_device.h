@@ -43,6 +43,9 @@ class FaultQueue final : public QueuePair {
   // queue returned.
   QueueStats stats() const override;
   uint16_t id() const override { return inner_.id(); }
+  int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
+    return inner_.ReadPeerMemory(pid, addr, dst, len);
+  }
 
   const FaultCounters& counters() const { return counters_; }
   size_t held_reordered() const { return reorder_count_; }

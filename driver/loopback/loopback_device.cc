@@ -22,7 +22,18 @@ absl::StatusOr<std::unique_ptr<LoopbackDevice>> Open(DeviceUri uri, const Device
     return absl::InvalidArgumentError(absl::StrCat(
         "device '", uri.text, "': loopback needs a segment name: loopback:NAME[,mac=..][,ip=..]"));
   }
-  if (absl::Status s = uri.CheckKnown({"mac", "ip", "mtu", "queues", "ring"}); !s.ok()) return s;
+  if (absl::Status s = uri.CheckKnown({"mac", "ip", "mtu", "queues", "ring", "same_host"});
+      !s.ok()) {
+    return s;
+  }
+  bool same_host = false;
+  if (std::optional<std::string> text = uri.Get("same_host")) {
+    if (*text != "0" && *text != "1") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device '", uri.text, "': same_host=", *text, " must be 0 or 1"));
+    }
+    same_host = *text == "1";
+  }
   if (opts.queues > LoopbackDevice::kMaxQueues) {
     return absl::InvalidArgumentError(
         absl::StrCat("device '", uri.text, "': loopback supports 1 to ",
@@ -49,6 +60,7 @@ absl::StatusOr<std::unique_ptr<LoopbackDevice>> Open(DeviceUri uri, const Device
   shared.max_frame = opts.mtu + 14;
   shared.num_queues = opts.queues;
   shared.ring_size = opts.ring_size;
+  shared.same_host = same_host;
   if (opts.queues > 1) shared.steer.reset(new std::atomic<uint16_t>[65536]());
 
   const uint32_t pool_buffers = opts.pool_buffers != 0 ? opts.pool_buffers : 4u * opts.ring_size;

@@ -18,9 +18,11 @@ namespace bypass::driver::loopback {
 
 class LoopbackDevice;
 
-// Opens `loopback:NAME[,mac=..][,ip=..][,mtu=..][,queues=..][,ring=..]`: a new
-// port on the in-process segment NAME (created by its first port, gone with
-// its last). bypass's own keys are taken here too if OpenDevice has not.
+// Opens `loopback:NAME[,mac=..][,ip=..][,mtu=..][,queues=..][,ring=..][,same_host=0|1]`:
+// a new port on the in-process segment NAME (created by its first port, gone
+// with its last). same_host=1 makes it act as the intra-host device does
+// between processes: received frames carry kRxSameHost and ReadPeerMemory
+// reads (process_vm_readv); default 0 (-ENOSYS). bypass's own keys are taken here too if OpenDevice has not.
 // Default addresses: MAC 02:00:00:SS:SS:PP, IPv4 10.77.S.P, where S is the
 // segment's number (lowest free when it was created) and P = port index + 1
 // (lowest free on the segment), so the same open sequence gives the same

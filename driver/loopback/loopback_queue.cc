@@ -1,6 +1,9 @@
 #include "driver/loopback/loopback_queue.h"
 
+#include <sys/uio.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -222,6 +225,7 @@ uint16_t LoopbackQueue::RxBurst(absl::Span<Packet*> out) {
       const uint32_t have = pool_->GetBurst(absl::MakeSpan(bufs, n));
       for (uint32_t i = 0; i < have; ++i) {
         Packet* p = InitPacket(bufs[i]);
+        if (self_->same_host) p->ol_flags = kRxSameHost;
         const uint8_t* frame = ring.Frame(i, &p->len);
         std::memcpy(p->data, frame, p->len);
         stats_.rx_bytes += p->len;
@@ -240,6 +244,14 @@ uint16_t LoopbackQueue::RxBurst(absl::Span<Packet*> out) {
   if (n_rings > 0) rx_next_ = (rx_next_ + 1) % n_rings;
   stats_.rx_packets += got;
   return static_cast<uint16_t>(got);
+}
+
+int64_t LoopbackQueue::ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) {
+  if (!self_->same_host) return -ENOSYS;
+  const iovec local{dst, len};
+  const iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), len};
+  const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+  return n < 0 ? -errno : n;
 }
 
 void LoopbackQueue::AddRoute(const PortShared* dst, std::vector<SpscRing*> rings) {

@@ -35,6 +35,10 @@ struct PortShared {
   uint16_t num_queues = 1;
   uint16_t ring_size = 0;
   std::atomic<bool> link_up{true};
+  // same_host=1: received frames say kRxSameHost and ReadPeerMemory reads
+  // (process_vm_readv), as the intra-host device between processes; in one
+  // process it reads our own memory, which is exactly that code path.
+  bool same_host = false;
   // UDP destination port -> queue; 65536 entries when num_queues > 1, else null.
   std::unique_ptr<std::atomic<uint16_t>[]> steer;
 };
@@ -75,6 +79,8 @@ class LoopbackQueue final : public QueuePair {
   uint32_t PoolCapacity() const override { return pool_->capacity(); }
   QueueStats stats() const override { return stats_; }
   uint16_t id() const override { return id_; }
+  // With same_host=1: process_vm_readv; else -ENOSYS.
+  int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;
 
   const LoopbackCounters& counters() const { return counters_; }
 

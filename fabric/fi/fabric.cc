@@ -124,6 +124,7 @@ Settings ReadSettings() {
   if (auto v = ParamInt("inject_size", FI_PARAM_SIZE_T)) c.inject_size = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("max_peers")) c.max_peers = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("ack_delay_ns")) c.ack_delay_ns = static_cast<uint64_t>(*v);
+  if (auto v = ParamInt("cma", FI_PARAM_BOOL)) c.read_in_place = *v != 0;
   c.rto_initial_ns = std::max(c.rto_initial_ns, c.rto_min_ns);
   rdm::EndpointConfig probe = c;
   probe.udp_port = s.base_port;

@@ -145,5 +145,9 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
               "Delay before a standalone ACK when no packet back carries it, in nanoseconds "
               "(default 5000); the last packet of a send whose completion waits for it is "
               "acknowledged at once");
+  DefineParam("cma", FI_PARAM_BOOL,
+              "Copy large messages between this host's processes once, the receiver reading "
+              "the sender's buffer in place (cross-memory attach; needs ptrace permission, "
+              "else they are pulled) (default 1; 0: always pull)");
   return bypass::fi::Provider();
 }

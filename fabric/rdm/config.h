@@ -32,6 +32,11 @@ struct EndpointConfig {
   // receiver pulls the bytes straight into its receive); others eager.
   // Chosen by measurement: PROTOCOL.md, "Choosing the rendezvous threshold".
   uint64_t rendezvous_threshold = 128u << 10;
+  // Rendezvous messages between processes of one host are copied once,
+  // the receiver reading the sender's buffer in place (cross-memory attach,
+  // on devices that deliver such frames with kRxSameHost; PROTOCOL.md,
+  // "Reading in place"); false: always pulled.
+  bool read_in_place = true;
   // RMA: regions registered at once, and the engine's own RMA work in flight
   // (answers to peers' reads and writes, pulls of rendezvous messages).
   // Reads and writes posted here take send operations (max_send_ops).

@@ -24,6 +24,14 @@ struct DeviceParams {
   uint32_t mtu = 1500;
   uint32_t frame_capacity = 0;  // bytes a TX buffer holds; 0: mtu + 14
   uint32_t pool_capacity = 0;   // buffers of the queue's pool (bounds held packets)
+  // Reading in place (QueuePair::ReadPeerMemory), when the device can: this
+  // process's id, offered in our requests to send (0: none offered), and
+  // the one call through which the engine reads a peer process's memory:
+  // the bytes copied or a negative errno (null: never read in place).
+  uint32_t pid = 0;
+  int64_t (*read_peer_memory)(void* arg, uint32_t pid, uint64_t addr, void* dst,
+                              size_t len) = nullptr;
+  void* read_peer_memory_arg = nullptr;
 };
 
 // SplitMix64: the engine's pseudo-random numbers (initial PSNs, region keys).

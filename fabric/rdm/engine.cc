@@ -183,6 +183,13 @@ void Engine::HandleFrame(driver::Packet* pkt) {
       return;
     }
   }
+  if (v.msg.offer_pid != 0 && (pkt->ol_flags & driver::kRxSameHost) == 0) {
+    // An offer to read a message in place is acted on only for frames that
+    // came through memory only this user's processes share: a packet from
+    // the network never makes us read memory of this host (PROTOCOL.md).
+    v.msg.offer_pid = 0;
+    v.msg.offer_addr = 0;
+  }
   const uint32_t pi = session.peers().Find(v.flow.src_ip.value, v.flow.src_port);
   bool held = false;
   // The dispatcher: the one switch over packet types in the engine.

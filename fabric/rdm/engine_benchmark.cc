@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,8 @@ namespace {
 
 using driver::loopback::LoopbackDevice;
 
-std::unique_ptr<LoopbackDevice> OpenPort(const std::string& segment) {
-  auto dev = driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + segment), {});
+std::unique_ptr<LoopbackDevice> OpenPort(const std::string& segment, const std::string& keys = "") {
+  auto dev = driver::loopback::Open(*driver::DeviceUri::Parse("loopback:" + segment + keys), {});
   if (!dev.ok()) {
     std::fprintf(stderr, "%s\n", dev.status().ToString().c_str());
     std::exit(1);
@@ -65,16 +66,18 @@ BENCHMARK(BM_RawPingPong);
 // Two endpoints on two loopback ports of one segment.
 struct Pair {
   explicit Pair(uint16_t idle_passes_per_clock_read = 1,
-                uint64_t rendezvous_threshold = EndpointConfig{}.rendezvous_threshold) {
+                uint64_t rendezvous_threshold = EndpointConfig{}.rendezvous_threshold,
+                const std::string& keys = "", bool read_in_place = true) {
     const std::string seg = Segment();
-    a = OpenPort(seg);
-    b = OpenPort(seg);
+    a = OpenPort(seg, keys);
+    b = OpenPort(seg, keys);
     pa = std::make_unique<Port>(a->queue(0), a->info());
     pb = std::make_unique<Port>(b->queue(0), b->info());
     EndpointConfig c;
     c.idle_passes_per_clock_read = idle_passes_per_clock_read;
     c.rendezvous_threshold = rendezvous_threshold;
     c.max_msg_size = 64u << 20;
+    c.read_in_place = read_in_place;
     c.udp_port = 1;
     ea = *Endpoint::Create(*pa, driver::SteadyClock::Get(), c);
     c.udp_port = 2;
@@ -252,7 +255,68 @@ BENCHMARK(BM_RdmProtocol)
                    {0, 1},
                    {1, 8}});
 
+// Rendezvous ping-pong over loopback with same_host=1 (frames as the
+// intra-host device delivers them): arg 0 the size, arg 1 reading in place
+// (0: pulled, every byte copied into packets and out; 1: read in place,
+// one copy). Each round trip is a message each way; the ratio of the two
+// is printed by `engine_benchmark --benchmark_filter=BM_RdmInPlace`
+// (PROTOCOL.md, "Reading in place").
+void BM_RdmInPlace(benchmark::State& state) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  const bool in_place = state.range(1) != 0;
+  Pair p(1, 0, ",same_host=1", in_place);
+  std::vector<uint8_t> out(size, 1), in_a(size), in_b(size);
+  for (auto _ : state) {
+    p.eb->PostRecv({.buf = in_b.data(), .len = size});
+    p.ea->PostRecv({.buf = in_a.data(), .len = size});
+    p.ea->Send({.dest = p.to_b, .buf = out.data(), .len = size});
+    WaitOne(*p.eb, *p.ea);
+    p.eb->Send({.dest = p.to_a, .buf = in_b.data(), .len = size});
+    WaitOne(*p.ea, *p.eb);
+    // The senders' completions.
+    WaitOne(*p.eb, *p.ea);
+    WaitOne(*p.ea, *p.eb);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * size));
+  state.counters["in_place"] = static_cast<double>(p.eb->counters().rendezvous_copied_in_place);
+  state.counters["pulled"] = static_cast<double>(p.eb->counters().rendezvous_pulled);
+}
+BENCHMARK(BM_RdmInPlace)->ArgsProduct({{256 << 10, 1 << 20, 4 << 20}, {0, 1}});
+
+// Prints the pulled / in-place ratio of BM_RdmInPlace per size.
+class InPlaceRatio : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      const std::string name = r.benchmark_name();
+      if (name.rfind("BM_RdmInPlace/", 0) != 0 || r.run_type != Run::RT_Iteration) continue;
+      const size_t slash = name.rfind('/');
+      (name.substr(slash + 1) == "0" ? pulled_ : in_place_)[name.substr(0, slash)] =
+          r.GetAdjustedRealTime();
+    }
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    for (const auto& [size, t] : in_place_) {
+      const auto it = pulled_.find(size);
+      if (it == pulled_.end() || t <= 0) continue;
+      std::printf("%s: pulled / in place = %.2f (real time per round trip)\n", size.c_str(),
+                  it->second / t);
+    }
+  }
+
+ private:
+  std::map<std::string, double> pulled_, in_place_;
+};
+
 }  // namespace
 }  // namespace bypass::rdm
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  bypass::rdm::InPlaceRatio reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  return 0;
+}

@@ -42,6 +42,10 @@ struct UnexpectedMsg {
   bool rendezvous = false;
   uint32_t rndv_msg_id = 0;
   uint64_t rndv_session = 0;
+  // Its sender's InPlaceOffer, if it came through memory of this host
+  // (kRxSameHost); pid 0: none.
+  uint32_t rndv_pid = 0;
+  uint64_t rndv_addr = 0;
   // Reserved by a peek with kRecvClaim for the receive with this context.
   bool claimed = false;
   void* claim_context = nullptr;

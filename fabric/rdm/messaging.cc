@@ -82,6 +82,11 @@ Result Messaging::PostSend(const SendRequest& r) {
     op.msg.protocol = wire::MsgProtocol::kRendezvous;
     op.src = bytes;
     op.wire_len = 0;
+    if (ctx_.config.read_in_place && ctx_.dev.pid != 0) {
+      // A receiver of this host may read it in place (PROTOCOL.md).
+      op.msg.offer_pid = ctx_.dev.pid;
+      op.msg.offer_addr = reinterpret_cast<uintptr_t>(bytes);
+    }
     ++ctx_.counters.rendezvous_sent;
   } else {
     op.src = bytes;
@@ -492,12 +497,14 @@ bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
   const uint32_t slot = matcher_.MatchPosted(tagged, src, m.tag);
   if (slot != kNone) {
     StartPull(pi, slot, m.msg_id, InfoOf(m.total_length, m.msg_flags, m.tag, m.data),
-              m.msg_flags);
+              m.msg_flags, m.offer_pid, m.offer_addr);
   } else {
     // Unexpected: an entry, no bytes (the sender keeps them).
     const uint32_t e = matcher_.AdmitRendezvous(src, tagged, m.tag, m.data, m.msg_flags,
                                                 m.total_length, m.msg_id, RxSessionId(pi));
     if (e == kNone) return false;
+    matcher_.unexpected(e).rndv_pid = m.offer_pid;
+    matcher_.unexpected(e).rndv_addr = m.offer_addr;
     ++ctx_.counters.unexpected_msgs;
     NoteUnexpectedDepth();
     // Tell the sender, which holds its next messages until it knows.
@@ -513,7 +520,7 @@ bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
 }
 
 void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const MessageInfo& m,
-                          uint16_t msg_flags) {
+                          uint16_t msg_flags, uint32_t offer_pid, uint64_t offer_addr) {
   const uint32_t o = ops_.Alloc(OpKind::kPull);
   SendOp& op = ops_[o];
   op.total = m.total;
@@ -531,7 +538,23 @@ void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const Mes
   op.rma.key = msg_id;
   op.rma.total_length = op.len;
   op.wire_len = 0;  // the request is one packet
+  if (offer_pid != 0 && ReadInPlace(op, offer_pid, offer_addr)) {
+    // Copied: the READ_REQ tells the sender so; its RESPONSE completes us.
+    op.copied = true;
+    op.rma.flags |= wire::kRmaFlagCopied;
+  }
   reliability_.Queue(pi, o);
+}
+
+bool Messaging::ReadInPlace(const SendOp& op, uint32_t pid, uint64_t addr) {
+  const DeviceParams& dev = ctx_.dev;
+  if (!ctx_.config.read_in_place || dev.read_peer_memory == nullptr) return false;
+  const int64_t got =
+      op.len == 0 ? 0 : dev.read_peer_memory(dev.read_peer_memory_arg, pid, addr, op.dst, op.len);
+  if (got == static_cast<int64_t>(op.len)) return true;
+  // Not permitted (ptrace scope), gone, a bad address or short: pulled.
+  ++ctx_.counters.rendezvous_in_place_failed;
+  return false;
 }
 
 Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
@@ -563,7 +586,8 @@ Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
     completions_.Unreserve();
     return Result::kAgain;
   }
-  StartPull(pi, slot, m.rndv_msg_id, InfoOf(m.total, m.msg_flags, m.tag, m.data), m.msg_flags);
+  StartPull(pi, slot, m.rndv_msg_id, InfoOf(m.total, m.msg_flags, m.tag, m.data), m.msg_flags,
+            m.rndv_pid, m.rndv_addr);
   matcher_.Release(e);
   NoteUnexpectedDepth();
   ctx_.NoteFreed();
@@ -576,7 +600,9 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
     const SendOp& op = ops_[o];
     if (op.kind == OpKind::kRndvRequest && op.msg.msg_id == r.key) break;
   }
-  if (o == kNone || r.total_length > ops_[o].len) {
+  const bool copied = (r.flags & wire::kRmaFlagCopied) != 0;
+  // COPIED names a request that offered its bytes in place.
+  if (o == kNone || r.total_length > ops_[o].len || (copied && ops_[o].msg.offer_pid == 0)) {
     // Not a message of ours waiting to be pulled: a peer that breaks the
     // protocol. Its pull fails there, once we have an op to say so with.
     const uint32_t a = ops_.Alloc(OpKind::kResponse);
@@ -597,6 +623,15 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
   reliability_.ReleaseHold(pi, op.msg.msg_id);
   ops_.SetKind(o, OpKind::kRndvData);
   op.type = wire::PacketType::kRma;
+  if (copied) {
+    // The receiver read the bytes in place: one RESPONSE instead of the
+    // READ_DATA, and the send completes when it is acknowledged.
+    MakeResponse(op, wire::kRmaFlagMessage, wire::RmaStatus::kOk, r.rma_id, op.msg.msg_id, 0,
+                 r.total_length);
+    ++ctx_.counters.rendezvous_read_by_peer;
+    reliability_.Queue(pi, o);
+    return true;
+  }
   op.rma.op = wire::RmaOp::kReadData;
   op.rma.flags = wire::kRmaFlagMessage;
   op.rma.rma_id = r.rma_id;
@@ -611,16 +646,33 @@ void Messaging::ConsumePulledData(uint32_t pi, const wire::RmaFields& r,
                                   absl::Span<const uint8_t> payload) {
   const uint32_t o = reliability_.LandReadData(pi, r, payload, OpKind::kPull);
   if (o == kNone) return;
+  ++ctx_.counters.rendezvous_pulled;
+  EndPull(pi, o);
+}
+
+void Messaging::EndPull(uint32_t pi, uint32_t o) {
   const SendOp& op = ops_[o];
   uint64_t flags = 0;
   const RecvRequest q = EndRecvSlot(op.slot, op.total, 0, &flags);
   completions_.Received(session_.peers().Id(pi), q,
                         InfoOf(op.total, op.msg.msg_flags, op.msg.tag, op.msg.data), flags);
-  ++ctx_.counters.rendezvous_pulled;
   ops_.Free(o);
 }
 
 void Messaging::ConsumePullResponse(uint32_t pi, const wire::RmaFields& r) {
+  if (r.status == wire::RmaStatus::kOk && r.rma_id != 0) {
+    // The sender's word on a pull we read in place: it was its message,
+    // still waiting; the bytes we copied are the receive's.
+    const uint32_t o = ops_.Answered(pi, r, OpKind::kPull);
+    if (o == kNone || !ops_[o].copied) {
+      ++ctx_.counters.protocol_errors;
+      return;
+    }
+    reliability_.Unpark(pi, o);
+    ++ctx_.counters.rendezvous_copied_in_place;
+    EndPull(pi, o);
+    return;
+  }
   if (r.status == wire::RmaStatus::kOk) {
     // "Your request to send waits in my unexpected queue": send on.
     if (r.key <= UINT32_MAX) reliability_.ReleaseHold(pi, static_cast<uint32_t>(r.key));

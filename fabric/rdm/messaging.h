@@ -120,9 +120,17 @@ class Messaging {
   void CancelSlot(uint32_t slot, const char* why);
   bool ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m);
   // Starts pulling rendezvous message msg_id (described by m) from peer pi
-  // into receive slot `slot`. REQUIRES: CanPull().
+  // into receive slot `slot`: read in place first if its sender offered
+  // (offer_pid; only ever set for frames with kRxSameHost), else by
+  // READ_DATA. REQUIRES: CanPull().
   void StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const MessageInfo& m,
-                 uint16_t msg_flags);
+                 uint16_t msg_flags, uint32_t offer_pid, uint64_t offer_addr);
+  // Copies pull op's bytes (op.len into op.dst) from process pid at addr
+  // through the device (DeviceParams::read_peer_memory); false (counted):
+  // not done, pull them.
+  bool ReadInPlace(const SendOp& op, uint32_t pid, uint64_t addr);
+  // Pull o has its bytes: the receive completes, o ends.
+  void EndPull(uint32_t pi, uint32_t o);
   // PostRecv found rendezvous message e unexpected: pull it into r.
   Result PullUnexpected(uint32_t e, const RecvRequest& r);
   // Pulls may hold at most this many engine ops: the rest stay for answers

@@ -110,6 +110,9 @@ struct SendOp {
   uint32_t slot = kNone;     // kPull: the receive slot it pulls into
   uint64_t total = 0;        // kPull: the message's length (len: the bytes pulled)
   uint32_t* ref = nullptr;   // a count this op holds while it lives (a region's reads)
+  // kPull: the message was read in place into dst (its READ_REQ says
+  // COPIED); the receive completes on the sender's RESPONSE.
+  bool copied = false;
 
   uint32_t prev = kNone;
   uint32_t next = kNone;

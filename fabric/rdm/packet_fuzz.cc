@@ -5,7 +5,11 @@
 //   op % 4 == 1  bytes are a bypass datagram, wrapped in good Ethernet/IPv4/
 //                UDP headers from the peer; with op & 4 its incarnations are
 //                set to the live ones, with op & 8 its ack_psn to the
-//                engine's last PSN, and with op & 16 its CRC is made good
+//                engine's last PSN, with op & 16 its CRC is made good, and
+//                with op & 32 it arrives with kRxSameHost (an offer to read
+//                in place is acted on: the peer's "memory" is kPeerMem
+//                bytes at kPeerBase of process kPeerPid, read without a
+//                system call)
 //   op % 4 == 2  the clock moves len microseconds and timers run
 //   op % 4 == 3  a receive (op & 4) of len bytes is posted; else, by
 //                op & 24: 0 a send (messages over 512 bytes go by
@@ -35,6 +39,10 @@ constexpr uint32_t kPeerInc = 0xb0b0b0b0;
 constexpr uint32_t kFrameCap = 1514;
 constexpr uint64_t kLocalKey = 0x1234;  // peers' WRITE and READ_REQ name it
 constexpr uint64_t kPeerKey = 0x5678;
+constexpr uint32_t kSelfPid = 4242;  // offered in our requests to send
+constexpr uint32_t kPeerPid = 7;
+constexpr uint64_t kPeerBase = 0x10000;
+constexpr size_t kPeerMem = 8192;
 
 driver::Packet* NewPacket() {
   auto* p = new driver::Packet{};
@@ -59,6 +67,9 @@ class Harness {
     peer_.udp_port = 6000;
     peer_.incarnation = kPeerInc;
     DeviceParams dev{self_.mac, self_.ip, 1500, kFrameCap, 64};
+    dev.pid = kSelfPid;
+    dev.read_peer_memory = &Harness::ReadPeer;
+    dev.read_peer_memory_arg = this;
     EndpointConfig c;
     c.udp_port = 5000;
     c.incarnation = kSelfInc;
@@ -148,7 +159,19 @@ class Harness {
     driver::Packet* p = NewPacket();
     p->len = static_cast<uint32_t>(
         driver::BuildUdpFrame(flow, d, {p->data, p->capacity}, driver::UdpChecksumFill::kNone));
+    if (op & 32) p->ol_flags = driver::kRxSameHost;
     engine_->HandleRx({&p, 1});
+  }
+
+  // The peer process's memory as the engine reads it in place.
+  static int64_t ReadPeer(void* arg, uint32_t pid, uint64_t addr, void* dst, size_t len) {
+    Harness* h = static_cast<Harness*>(arg);
+    if (pid != kPeerPid) return -3;  // -ESRCH
+    if (addr < kPeerBase || addr - kPeerBase > kPeerMem || len > kPeerMem - (addr - kPeerBase)) {
+      return -14;  // -EFAULT
+    }
+    std::memcpy(dst, h->peer_mem_ + (addr - kPeerBase), len);
+    return static_cast<int64_t>(len);
   }
 
   void Register() {
@@ -243,6 +266,7 @@ class Harness {
   uint8_t out_[4096] = {};
   uint8_t read_buf_[4096] = {};
   uint8_t region_[4096] = {};
+  uint8_t peer_mem_[kPeerMem] = {};
   bool registered_ = false;
 };
 

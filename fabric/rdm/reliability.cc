@@ -288,6 +288,8 @@ void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t f
     if (op.abandoned) {  // given up: the PSN goes, the bytes do not
       m.msg_flags |= wire::kMsgAbandoned;
       payload = {};
+      m.offer_pid = 0;  // nor the offer to read them: the send failed, the buffer is the user's
+      m.offer_addr = 0;
     }
     pkt->len = static_cast<uint32_t>(wire::BuildData(flow, c, m, payload, frame));
   } else {

@@ -16,6 +16,9 @@ namespace bypass::rdm::testing {
 
 uint16_t TapQueue::RxBurst(absl::Span<driver::Packet*> out) {
   const uint16_t n = inner_.RxBurst(out);
+  if (strip_same_host_) {
+    for (uint16_t i = 0; i < n; ++i) out[i]->ol_flags &= static_cast<uint16_t>(~driver::kRxSameHost);
+  }
   if (!filter_ && !rewrite_) return n;
   uint16_t kept = 0;
   for (uint16_t i = 0; i < n; ++i) {
@@ -61,7 +64,7 @@ Net::Net(const NetOptions& opts) : opts_(opts) {
     driver::DeviceOptions dopts;
     dopts.mtu = opts.mtu;
     dopts.ring_size = opts.ring_size;
-    absl::StatusOr<driver::DeviceUri> uri = driver::DeviceUri::Parse("loopback:" + segment);
+    absl::StatusOr<driver::DeviceUri> uri = driver::DeviceUri::Parse("loopback:" + segment + opts.device_keys);
     absl::StatusOr<std::unique_ptr<driver::loopback::LoopbackDevice>> lb =
         driver::loopback::Open(*uri, dopts);
     EXPECT_TRUE(lb.ok()) << lb.status();

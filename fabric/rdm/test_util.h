@@ -46,12 +46,27 @@ class TapQueue final : public driver::QueuePair {
   uint64_t dropped() const { return dropped_; }
   uint64_t alloc_calls() const { return alloc_calls_; }
 
+  // Reading in place: every call is counted (after the endpoint's probe at
+  // creation, which is counted too) and goes to `read` if set, else inside.
+  using ReadPeer = std::function<int64_t(uint32_t pid, uint64_t addr, void* dst, size_t len)>;
+  void set_read_peer_memory(ReadPeer read) { read_ = std::move(read); }
+  int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
+    ++read_calls_;
+    return read_ ? read_(pid, addr, dst, len) : inner_.ReadPeerMemory(pid, addr, dst, len);
+  }
+  uint64_t read_calls() const { return read_calls_; }
+  // Clears kRxSameHost on received frames (as a remote device's would be).
+  void set_strip_same_host(bool strip) { strip_same_host_ = strip; }
+
  private:
   driver::QueuePair& inner_;
   Filter filter_;
   Rewrite rewrite_;
   uint64_t dropped_ = 0;
   uint64_t alloc_calls_ = 0;
+  ReadPeer read_;
+  uint64_t read_calls_ = 0;
+  bool strip_same_host_ = false;
 };
 
 // What a Net is made of.
@@ -62,6 +77,7 @@ struct NetOptions {
   uint16_t ring_size = 1024;
   uint64_t tick_ns = 1'000;  // the clock advances this much per Step
   EndpointConfig config;     // for every node; udp_port and seeds are set per node
+  std::string device_keys;   // appended to each node's loopback URI (",same_host=1")
   // Then this, if set, adjusts node i's config (e.g. another auth key).
   std::function<void(int node, EndpointConfig* config)> configure;
 };

@@ -44,7 +44,8 @@ std::string Counters::ToString() const {
       " rma_ops=", rma_ops, " rma_errors=", rma_errors, " rma_refused=", rma_refused,
       " rma_served=", rma_served, " rma_no_slot=", rma_no_slot,
       " rendezvous sent=", rendezvous_sent, " pulled=", rendezvous_pulled,
-      " lost=", rendezvous_lost);
+      " lost=", rendezvous_lost, " in_place=", rendezvous_copied_in_place,
+      " in_place_failed=", rendezvous_in_place_failed, " read_by_peer=", rendezvous_read_by_peer);
 }
 
 }  // namespace bypass::rdm

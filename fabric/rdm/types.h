@@ -41,7 +41,7 @@ struct PeerId {
 inline constexpr PeerId kAnyPeer{UINT32_MAX};
 
 // The wire format's version (PROTOCOL.md; fi_info's protocol_version).
-inline constexpr uint8_t kWireVersion = 2;
+inline constexpr uint8_t kWireVersion = 3;
 
 // What a post call did: 0 or a negative errno, so the fi_* facade returns it
 // as is (-FI_EAGAIN == -EAGAIN).
@@ -234,6 +234,14 @@ struct Counters {
   uint64_t rendezvous_sent = 0;    // messages sent by rendezvous
   uint64_t rendezvous_pulled = 0;  // rendezvous messages pulled into a receive here
   uint64_t rendezvous_lost = 0;    // ... waiting unexpected here when their sender's session ended
+  // Reading in place (PROTOCOL.md): rendezvous messages of a process of
+  // this host copied here straight from its memory (the receive completes
+  // when the sender confirms), the attempts that failed and fell back to
+  // the pull (not permitted, gone, bad address, short), and our messages
+  // the receiver read that way (no READ_DATA sent).
+  uint64_t rendezvous_copied_in_place = 0;
+  uint64_t rendezvous_in_place_failed = 0;
+  uint64_t rendezvous_read_by_peer = 0;
 
   std::string ToString() const;
 };

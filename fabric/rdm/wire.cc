@@ -197,14 +197,27 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       m.offset = Be64(e.offset);
       m.tag = Be64(e.tag);
       m.data = Be64(e.data);
+      m.offer_pid = 0;
+      m.offer_addr = 0;
       if ((m.msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
           e.protocol > static_cast<uint8_t>(MsgProtocol::kRendezvous)) {
         return ParseStatus::kBadField;
       }
       m.protocol = static_cast<MsgProtocol>(e.protocol);
-      // A request to send is one packet: offset 0, no payload.
-      if (m.protocol == MsgProtocol::kRendezvous && (m.offset != 0 || !out->payload.empty())) {
-        return ParseStatus::kBadField;
+      if (m.protocol == MsgProtocol::kRendezvous) {
+        // A request to send is one packet: offset 0, no payload or an
+        // InPlaceOffer naming the message's whole length.
+        if (m.offset != 0) return ParseStatus::kBadField;
+        if (out->payload.empty()) break;
+        if (out->payload.size() != sizeof(InPlaceOfferWire)) return ParseStatus::kBadField;
+        const auto o = Load<InPlaceOfferWire>(out->payload.data());
+        m.offer_pid = Be32(o.pid);
+        m.offer_addr = Be64(o.addr);
+        if (m.offer_pid == 0 || o.reserved != 0 || Be64(o.length) != m.total_length) {
+          return ParseStatus::kBadField;
+        }
+        out->payload = {};  // not the message's bytes
+        break;
       }
       // offset + payload <= total, written so that nothing can overflow.
       if (m.offset > m.total_length || out->payload.size() > m.total_length - m.offset) {
@@ -234,6 +247,8 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       // requests and responses are one packet without payload.
       if (((r.flags & kRmaFlagRemoteData) != 0 && r.op != RmaOp::kWrite) ||
           ((r.flags & kRmaFlagMessage) != 0 && r.op == RmaOp::kWrite) ||
+          ((r.flags & kRmaFlagCopied) != 0 &&
+           (r.op != RmaOp::kReadReq || (r.flags & kRmaFlagMessage) == 0)) ||
           (r.status != RmaStatus::kOk && r.op != RmaOp::kResponse) ||
           (!carries && (r.offset != 0 || !out->payload.empty()))) {
         return ParseStatus::kBadField;
@@ -281,6 +296,15 @@ size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& 
   e.offset = Be64(m.offset);
   e.tag = Be64(m.tag);
   e.data = Be64(m.data);
+  if (m.protocol == MsgProtocol::kRendezvous && m.offer_pid != 0) {
+    InPlaceOfferWire o;
+    o.pid = Be32(m.offer_pid);
+    o.reserved = 0;
+    o.addr = Be64(m.offer_addr);
+    o.length = Be64(m.total_length);
+    return Finish(flow, c, &e, sizeof(e),
+                  {reinterpret_cast<const uint8_t*>(&o), sizeof(o)}, frame);
+  }
   return Finish(flow, c, &e, sizeof(e), payload, frame);
 }
 
@@ -312,6 +336,9 @@ std::string ToString(const View& v) {
     absl::StrAppendFormat(&s, " msg=%u off=%u/%u len=%u tag=0x%x data=0x%x mflags=0x%x",
                           v.msg.msg_id, v.msg.offset, v.msg.total_length, v.payload.size(),
                           v.msg.tag, v.msg.data, v.msg.msg_flags);
+    if (v.msg.offer_pid != 0) {
+      absl::StrAppendFormat(&s, " offer=%u@0x%x", v.msg.offer_pid, v.msg.offer_addr);
+    }
   } else if (c.type == PacketType::kRma) {
     absl::StrAppendFormat(&s, " rma op=%u id=%u key=0x%x addr=0x%x off=%u/%u len=%u status=%u rflags=0x%x",
                           static_cast<unsigned>(v.rma.op), v.rma.rma_id, v.rma.key, v.rma.addr,

@@ -54,7 +54,18 @@ inline constexpr uint16_t kKnownMsgFlags = kMsgTagged | kMsgRemoteData | kMsgAba
 // MsgHeader::protocol.
 enum class MsgProtocol : uint8_t {
   kEager = 0,       // the payload is the message's bytes at `offset`
-  kRendezvous = 1,  // request to send: no payload; the receiver pulls total_length bytes
+  kRendezvous = 1,  // request to send: the receiver pulls total_length bytes; no payload, or
+                    // an InPlaceOffer
+};
+
+// The payload a request to send may carry (PROTOCOL.md, "Reading in
+// place"): where the receiver, a process of the same host, may read the
+// message itself.
+struct InPlaceOfferWire {
+  uint32_t pid;       // the sender's process id, never 0
+  uint32_t reserved;  // 0
+  uint64_t addr;      // the message's first byte in the sender's address space
+  uint64_t length;    // must equal the header's total_length
 };
 
 // What an RMA packet (PacketType::kRma, RmaHeader) does.
@@ -67,7 +78,10 @@ enum class RmaOp : uint8_t {
 // Bits of RmaHeader::flags.
 inline constexpr uint8_t kRmaFlagRemoteData = 1u << 0;  // (WRITE) data is remote CQ data
 inline constexpr uint8_t kRmaFlagMessage = 1u << 1;     // (READ_REQ, READ_DATA) a rendezvous pull
-inline constexpr uint8_t kKnownRmaFlags = kRmaFlagRemoteData | kRmaFlagMessage;
+// (READ_REQ with kRmaFlagMessage) the receiver read the message in place
+// (cross-memory attach): nothing to stream; answer with a RESPONSE.
+inline constexpr uint8_t kRmaFlagCopied = 1u << 2;
+inline constexpr uint8_t kKnownRmaFlags = kRmaFlagRemoteData | kRmaFlagMessage | kRmaFlagCopied;
 // RmaHeader::status of a RESPONSE.
 enum class RmaStatus : uint8_t {
   kOk = 0,
@@ -148,6 +162,7 @@ static_assert(sizeof(HelloHeader) == 8);
 static_assert(sizeof(ResetHeader) == 8);
 static_assert(sizeof(AckHeader) == 32);
 static_assert(sizeof(MsgHeader) == 40);
+static_assert(sizeof(InPlaceOfferWire) == 24);
 
 inline constexpr size_t kUdpHeadersBytes = driver::kUdpFrameHeaderBytes;  // 42
 inline constexpr size_t kCommonOffset = kUdpHeadersBytes;
@@ -210,6 +225,11 @@ struct MsgFields {
   uint64_t offset = 0;
   uint64_t tag = 0;
   uint64_t data = 0;
+  // A request to send's InPlaceOffer: the sender's process id (0: none
+  // offered, no payload) and the message's address there. Only the
+  // receiver's engine decides whether to act on it (kRxSameHost frames).
+  uint32_t offer_pid = 0;
+  uint64_t offer_addr = 0;
 };
 
 // RmaHeader in host order.
@@ -265,7 +285,8 @@ size_t BuildReset(const driver::UdpFlow& flow, const Common& c, const ResetField
                   absl::Span<uint8_t> frame);
 size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a,
                 absl::Span<uint8_t> frame);
-// `payload` is copied from the caller's buffer into the frame.
+// `payload` is copied from the caller's buffer into the frame. A request to
+// send with m.offer_pid carries its InPlaceOffer as the payload instead.
 size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& m,
                  absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame);
 

@@ -240,7 +240,7 @@ TEST(WireTest, FieldsOutOfRangeAreRejectedEvenWithAGoodChecksum) {
   EXPECT_EQ(Parse(WithField(f, m + 4, {0, 8}), &v), ParseStatus::kBadField) << "msg flag";
   EXPECT_EQ(Parse(WithField(f, m + 6, {2}), &v), ParseStatus::kBadField) << "protocol";
   EXPECT_EQ(Parse(WithField(f, m + 6, {1}), &v), ParseStatus::kBadField)
-      << "a rendezvous request carries no payload";
+      << "a rendezvous request carries no payload but an InPlaceOffer";
   // offset + payload past total_length, including offsets that would wrap.
   EXPECT_EQ(Parse(WithField(f, m + 16, {0, 0, 0, 0, 0, 0, 0x03, 0x85}), &v),
             ParseStatus::kBadField);
@@ -327,7 +327,9 @@ TEST(WireTest, RmaFieldsOutOfRangeAreRejected) {
   const size_t e = kExtOffset;
   EXPECT_EQ(Parse(WithField(f, e, {0}), &v), ParseStatus::kBadField) << "op 0";
   EXPECT_EQ(Parse(WithField(f, e, {5}), &v), ParseStatus::kBadField) << "op 5";
-  EXPECT_EQ(Parse(WithField(f, e + 1, {4}), &v), ParseStatus::kBadField) << "unknown flag";
+  EXPECT_EQ(Parse(WithField(f, e + 1, {8}), &v), ParseStatus::kBadField) << "unknown flag";
+  EXPECT_EQ(Parse(WithField(f, e + 1, {kRmaFlagCopied}), &v), ParseStatus::kBadField)
+      << "COPIED only on a pull's READ_REQ";
   EXPECT_EQ(Parse(WithField(f, e + 1, {kRmaFlagMessage}), &v), ParseStatus::kBadField)
       << "a write is no pull";
   EXPECT_EQ(Parse(WithField(f, e + 2, {1}), &v), ParseStatus::kBadField) << "status off RESPONSE";
@@ -346,6 +348,60 @@ TEST(WireTest, RmaFieldsOutOfRangeAreRejected) {
   const std::vector<uint8_t> g = RmaFrame(resp, 0);
   EXPECT_EQ(Parse(WithField(g, e + 2, {kMaxRmaStatus + 1}), &v), ParseStatus::kBadField);
   EXPECT_EQ(Parse(WithField(g, e + 2, {kMaxRmaStatus}), &v), ParseStatus::kOk);
+}
+
+// A request to send with an InPlaceOffer: 24 bytes after the header that
+// are not the message's (whatever its length), decoded, checked.
+TEST(WireTest, InPlaceOfferRoundTripsAndIsChecked) {
+  MsgFields m;
+  m.msg_id = 9;
+  m.protocol = MsgProtocol::kRendezvous;
+  m.total_length = 5;  // shorter than the offer: it is no payload
+  m.offer_pid = 0x01020304;
+  m.offer_addr = 0x00007f0011223344;
+  std::vector<uint8_t> f(2048);
+  f.resize(BuildData(TestFlow(), TestCommon(PacketType::kData), m, {}, absl::MakeSpan(f)));
+  ASSERT_EQ(f.size(), kDataHeadersBytes + sizeof(InPlaceOfferWire));
+  View v;
+  ASSERT_EQ(Parse(f, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.msg.offer_pid, 0x01020304u);
+  EXPECT_EQ(v.msg.offer_addr, 0x00007f0011223344u);
+  EXPECT_TRUE(v.payload.empty());
+  EXPECT_NE(ToString(v).find("offer=16909060@0x7f0011223344"), std::string::npos) << ToString(v);
+  const size_t o = kDataHeadersBytes;
+  EXPECT_EQ(Parse(WithField(f, o, {0, 0, 0, 0}), &v), ParseStatus::kBadField) << "pid 0";
+  EXPECT_EQ(Parse(WithField(f, o + 4, {0, 0, 0, 1}), &v), ParseStatus::kBadField) << "reserved";
+  EXPECT_EQ(Parse(WithField(f, o + 23, {6}), &v), ParseStatus::kBadField)
+      << "length must be total_length";
+  // Without an offer: no payload, as in version 2.
+  m.offer_pid = 0;
+  std::vector<uint8_t> g(2048);
+  g.resize(BuildData(TestFlow(), TestCommon(PacketType::kData), m, {}, absl::MakeSpan(g)));
+  ASSERT_EQ(g.size(), kDataHeadersBytes);
+  ASSERT_EQ(Parse(g, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.msg.offer_pid, 0u);
+  // The offer belongs to a request to send only.
+  m.protocol = MsgProtocol::kEager;
+  m.offer_pid = 7;
+  std::vector<uint8_t> h(2048);
+  h.resize(BuildData(TestFlow(), TestCommon(PacketType::kData), m, {}, absl::MakeSpan(h)));
+  ASSERT_EQ(Parse(h, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.msg.offer_pid, 0u);
+}
+
+TEST(WireTest, CopiedOnlyOnAPullRequest) {
+  RmaFields r;
+  r.op = RmaOp::kReadReq;
+  r.flags = kRmaFlagMessage | kRmaFlagCopied;
+  r.total_length = 100;
+  View v;
+  ASSERT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kOk);
+  EXPECT_EQ(v.rma.flags, kRmaFlagMessage | kRmaFlagCopied);
+  r.flags = kRmaFlagCopied;
+  EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kBadField) << "a read of a region";
+  r.flags = kRmaFlagMessage | kRmaFlagCopied;
+  r.op = RmaOp::kResponse;
+  EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kBadField);
 }
 
 }  // namespace

@@ -1,0 +1,351 @@
+// Reading in place: a rendezvous message between processes of one host is
+// copied once, the receiver reading the sender's buffer (PROTOCOL.md,
+// "Reading in place"). Over loopback with same_host=1 (kRxSameHost on
+// every frame, ReadPeerMemory by process_vm_readv of our own process):
+// 1 and 16 MiB, truncated, unexpected, failing reads that fall back to the
+// pull, frames without kRxSameHost, the switch off, the sender restarting,
+// and faults.
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "fabric/rdm/rdm.h"
+#include "fabric/rdm/test_util.h"
+#include "fabric/rdm/wire.h"
+#include "gtest/gtest.h"
+
+namespace bypass::rdm {
+namespace {
+
+using testing::Drain;
+using testing::Net;
+using testing::NetOptions;
+
+constexpr uint64_t kThreshold = 16 * 1024;
+
+NetOptions SameHost() {
+  NetOptions o;
+  o.device_keys = ",same_host=1";
+  o.config.rendezvous_threshold = kThreshold;
+  o.config.peer_timeout_ns = 20'000'000;
+  return o;
+}
+
+struct Transfer {
+  std::vector<Completion> sent, got;
+  std::vector<ErrorCompletion> send_err, recv_err;
+  bool Done(size_t sends, size_t recvs) const {
+    return sent.size() + send_err.size() >= sends && got.size() + recv_err.size() >= recvs;
+  }
+};
+
+bool RunTransfer(Net& net, Transfer& t, size_t sends, size_t recvs, uint64_t steps = 500'000) {
+  return net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &t.sent, &t.send_err);
+        Drain(net.ep(1), &t.got, &t.recv_err);
+        return t.Done(sends, recvs);
+      },
+      steps);
+}
+
+// What ep(1) receives: READ_DATA packets, and whether requests to send
+// carried an offer.
+struct Watch {
+  uint64_t read_data = 0;
+  uint64_t offers = 0;
+  uint64_t requests = 0;
+};
+
+void WatchReceiver(Net& net, Watch* w) {
+  net.tap(1).set_filter([w](const wire::View* v) {
+    if (v == nullptr) return true;
+    if (v->common.type == wire::PacketType::kRma && v->rma.op == wire::RmaOp::kReadData) {
+      ++w->read_data;
+    }
+    if (v->common.type == wire::PacketType::kData &&
+        v->msg.protocol == wire::MsgProtocol::kRendezvous) {
+      ++w->requests;
+      if (v->msg.offer_pid != 0) ++w->offers;
+    }
+    return true;
+  });
+}
+
+TEST(InPlaceTest, OneAndSixteenMebibytesCopiedOnce) {
+  for (const uint64_t size : {uint64_t{1} << 20, uint64_t{16} << 20}) {
+    SCOPED_TRACE(size);
+    Net net(SameHost());
+    Watch w;
+    WatchReceiver(net, &w);
+    const PeerId to_b = net.Peer(0, 1);
+    std::vector<uint8_t> out(size), in(size, 0xee);
+    testing::FillPattern(5, absl::MakeSpan(out));
+    int sctx, rctx;
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &rctx}),
+              Result::kOk);
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size(), .context = &sctx}),
+              Result::kOk);
+    Transfer t;
+    ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+    ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+    ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+    EXPECT_EQ(t.sent[0].context, &sctx);
+    EXPECT_EQ(t.sent[0].len, size);
+    EXPECT_EQ(t.got[0].context, &rctx);
+    EXPECT_EQ(t.got[0].len, size);
+    EXPECT_EQ(testing::CheckPattern(5, in), -1);
+    const Counters& r = net.ep(1).counters();
+    EXPECT_EQ(r.rendezvous_copied_in_place, 1u);
+    EXPECT_EQ(r.rendezvous_in_place_failed, 0u);
+    EXPECT_EQ(r.rendezvous_pulled, 0u);
+    EXPECT_EQ(net.ep(0).counters().rendezvous_read_by_peer, 1u);
+    EXPECT_EQ(w.requests, 1u);
+    EXPECT_EQ(w.offers, 1u);
+    EXPECT_EQ(w.read_data, 0u) << "no byte of the message went through packets";
+    EXPECT_LT(r.rx_data_packets, 10u);
+  }
+}
+
+TEST(InPlaceTest, ShorterReceiveTruncates) {
+  for (const bool posted_first : {true, false}) {
+    SCOPED_TRACE(posted_first ? "posted first" : "unexpected");
+    Net net(SameHost());
+    const PeerId to_b = net.Peer(0, 1);
+    std::vector<uint8_t> out(4 * kThreshold), in(kThreshold + 100, 0xee);
+    testing::FillPattern(3, absl::MakeSpan(out));
+    const auto post = [&] {
+      ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+    };
+    if (posted_first) post();
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+    for (int i = 0; i < 2000; ++i) net.Step();
+    if (!posted_first) post();
+    Transfer t;
+    ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+    ASSERT_EQ(t.sent.size(), 1u) << "the sender's side completes normally";
+    EXPECT_EQ(t.sent[0].len, out.size());
+    ASSERT_EQ(t.recv_err.size(), 1u);
+    EXPECT_EQ(t.recv_err[0].err, EMSGSIZE);
+    EXPECT_EQ(t.recv_err[0].olen, out.size() - in.size());
+    EXPECT_EQ(t.recv_err[0].op.len, in.size());
+    EXPECT_EQ(std::memcmp(in.data(), out.data(), in.size()), 0);
+    EXPECT_EQ(net.ep(1).counters().truncated, 1u);
+    EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 1u);
+    EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 0u);
+  }
+}
+
+TEST(InPlaceTest, UnexpectedThenReceive) {
+  Net net(SameHost());
+  Watch w;
+  WatchReceiver(net, &w);
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
+  testing::FillPattern(9, absl::MakeSpan(out));
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b,
+                            .buf = out.data(),
+                            .len = out.size(),
+                            .tag = 77,
+                            .data = 42,
+                            .flags = kSendTagged | kSendRemoteData}),
+            Result::kOk);
+  for (int i = 0; i < 5000; ++i) net.Step();
+  EXPECT_EQ(net.ep(1).counters().unexpected_depth, 1u);
+  EXPECT_EQ(net.ep(1).counters().unexpected_bytes, 0u);
+  ASSERT_EQ(net.ep(1).PostRecv(
+                {.buf = in.data(), .len = in.size(), .context = &in, .tagged = true, .tag = 77}),
+            Result::kOk);
+  Transfer t;
+  ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+  ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+  ASSERT_EQ(t.sent.size(), 1u);
+  EXPECT_EQ(t.got[0].len, out.size());
+  EXPECT_EQ(t.got[0].tag, 77u);
+  EXPECT_EQ(t.got[0].data, 42u);
+  EXPECT_TRUE(t.got[0].flags & kCompRemoteData);
+  EXPECT_EQ(testing::CheckPattern(9, in), -1);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 1u);
+  EXPECT_EQ(w.read_data, 0u);
+}
+
+// Messages after an in-place one still complete after it, in order.
+TEST(InPlaceTest, MixedWithEagerInSendOrder) {
+  Net net(SameHost());
+  std::vector<size_t> sizes;
+  for (int k = 0; k < 12; ++k) sizes.push_back(k % 3 == 0 ? (1 << 20) + k : 100 + k);
+  ASSERT_GT(testing::TransferAndVerify(net, 0, 1, sizes, 1'000'000), 0);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 4u);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 0u);
+}
+
+// A read that fails, whatever the reason, falls back to the pull silently.
+TEST(InPlaceTest, FailedReadFallsBackToThePull) {
+  for (const int64_t result : {int64_t{-EPERM}, int64_t{-ESRCH}, int64_t{-EFAULT},
+                               int64_t{-ENOSYS}, int64_t{4096}}) {
+    SCOPED_TRACE(result);
+    Net net(SameHost());
+    Watch w;
+    WatchReceiver(net, &w);
+    net.tap(1).set_read_peer_memory(
+        [result](uint32_t, uint64_t, void*, size_t) { return result; });
+    const PeerId to_b = net.Peer(0, 1);
+    std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
+    testing::FillPattern(2, absl::MakeSpan(out));
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+    Transfer t;
+    ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+    ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+    ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+    EXPECT_EQ(testing::CheckPattern(2, in), -1);
+    const Counters& r = net.ep(1).counters();
+    EXPECT_EQ(r.rendezvous_in_place_failed, 1u);
+    EXPECT_EQ(r.rendezvous_copied_in_place, 0u);
+    EXPECT_EQ(r.rendezvous_pulled, 1u);
+    EXPECT_EQ(net.ep(0).counters().rendezvous_read_by_peer, 0u);
+    EXPECT_GT(w.read_data, 700u);
+  }
+}
+
+// Only kRxSameHost frames are acted on: an offer that came any other way
+// (as from the network) never makes the receiver read memory.
+TEST(InPlaceTest, FramesWithoutSameHostNeverRead) {
+  Net net(SameHost());
+  Watch w;
+  WatchReceiver(net, &w);
+  net.tap(1).set_strip_same_host(true);
+  const uint64_t probes = net.tap(1).read_calls();  // the endpoint's probe at creation
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
+  testing::FillPattern(4, absl::MakeSpan(out));
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+  std::vector<uint8_t> out2(1 << 20), in2(out2.size(), 0xee);  // and one unexpected
+  testing::FillPattern(6, absl::MakeSpan(out2));
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out2.data(), .len = out2.size()}), Result::kOk);
+  for (int i = 0; i < 5000; ++i) net.Step();
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in2.data(), .len = in2.size()}), Result::kOk);
+  Transfer t;
+  ASSERT_TRUE(RunTransfer(net, t, 2, 2));
+  ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+  EXPECT_EQ(testing::CheckPattern(4, in), -1);
+  EXPECT_EQ(testing::CheckPattern(6, in2), -1);
+  EXPECT_EQ(w.offers, 2u) << "the sender offered";
+  EXPECT_EQ(net.tap(1).read_calls(), probes) << "the receiver never read";
+  EXPECT_EQ(net.ep(1).counters().rendezvous_in_place_failed, 0u);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 2u);
+}
+
+TEST(InPlaceTest, SwitchedOffNothingIsOfferedOrRead) {
+  NetOptions o = SameHost();
+  o.config.read_in_place = false;
+  Net net(o);
+  Watch w;
+  WatchReceiver(net, &w);
+  EXPECT_EQ(net.tap(1).read_calls(), 0u) << "not even probed";
+  ASSERT_GT(testing::TransferAndVerify(net, 0, 1, {1 << 20}, 500'000), 0);
+  EXPECT_EQ(w.requests, 1u);
+  EXPECT_EQ(w.offers, 0u);
+  EXPECT_EQ(net.tap(1).read_calls(), 0u);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 1u);
+}
+
+// Without same_host the device cannot read: no offer goes out.
+TEST(InPlaceTest, PlainLoopbackOffersNothing) {
+  NetOptions o = SameHost();
+  o.device_keys.clear();
+  Net net(o);
+  Watch w;
+  WatchReceiver(net, &w);
+  ASSERT_GT(testing::TransferAndVerify(net, 0, 1, {1 << 20}, 500'000), 0);
+  EXPECT_EQ(w.requests, 1u);
+  EXPECT_EQ(w.offers, 0u);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 1u);
+}
+
+// The sender restarts (same process: its old buffer still readable) after
+// its request waited unexpected: the receiver reads in place, but the
+// COPIED READ_REQ goes to a dead session; the receive fails as a pull's
+// would, never completing with bytes the sender no longer vouches for.
+TEST(InPlaceTest, SenderRestartsBeforeTheReceive) {
+  Net net(SameHost());
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
+  testing::FillPattern(8, absl::MakeSpan(out));
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+  ASSERT_TRUE(net.RunUntil([&] { return net.ep(1).counters().unexpected_depth == 1; }, 100'000));
+  for (int i = 0; i < 100; ++i) net.Step();
+  net.Kill(0);
+  net.Revive(0);
+  const uint64_t reads = net.tap(1).read_calls();
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);
+  EXPECT_EQ(net.tap(1).read_calls(), reads + 1) << "it read the old buffer, which is still there";
+  Transfer t;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(1), &t.got, &t.recv_err);
+        return !t.got.empty() || !t.recv_err.empty();
+      },
+      500'000));
+  EXPECT_TRUE(t.got.empty());
+  ASSERT_EQ(t.recv_err.size(), 1u);
+  EXPECT_TRUE(t.recv_err[0].err == ECONNRESET || t.recv_err[0].err == ETIMEDOUT)
+      << t.recv_err[0].message;
+  EXPECT_EQ(t.recv_err[0].op.context, &in);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 0u);
+}
+
+// The sender restarts between the COPIED READ_REQ and its RESPONSE (every
+// RESPONSE to the receiver is lost until then): the receive fails.
+TEST(InPlaceTest, SenderRestartsBeforeItsAnswer) {
+  Net net(SameHost());
+  bool drop = true;
+  net.tap(1).set_filter([&drop](const wire::View* v) {
+    return !(drop && v != nullptr && v->common.type == wire::PacketType::kRma &&
+             v->rma.op == wire::RmaOp::kResponse);
+  });
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+  ASSERT_TRUE(
+      net.RunUntil([&] { return net.ep(0).counters().rendezvous_read_by_peer == 1; }, 100'000));
+  for (int i = 0; i < 200; ++i) net.Step();
+  net.Kill(0);
+  drop = false;
+  net.Revive(0);
+  Transfer t;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(1), &t.got, &t.recv_err);
+        return !t.got.empty() || !t.recv_err.empty();
+      },
+      500'000));
+  EXPECT_TRUE(t.got.empty());
+  ASSERT_EQ(t.recv_err.size(), 1u);
+  EXPECT_TRUE(t.recv_err[0].err == ECONNRESET || t.recv_err[0].err == ETIMEDOUT)
+      << t.recv_err[0].message;
+  EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 0u);
+}
+
+TEST(InPlaceTest, SurvivesFaultsExactlyOnce) {
+  NetOptions o = SameHost();
+  o.faults.drop = 0.05;
+  o.faults.dup = 0.05;
+  o.faults.reorder = 0.10;
+  o.faults.seed = 23;
+  o.config.peer_timeout_ns = 2'000'000'000;
+  Net net(o);
+  std::vector<size_t> sizes;
+  for (int k = 0; k < 30; ++k) sizes.push_back(static_cast<size_t>(k) * 7001 % 200'000);
+  ASSERT_GT(testing::TransferAndVerify(net, 0, 1, sizes, 2'000'000), 0);
+  const Counters& r = net.ep(1).counters();
+  EXPECT_EQ(r.rendezvous_copied_in_place, net.ep(0).counters().rendezvous_sent);
+  EXPECT_GT(r.rendezvous_copied_in_place, 10u);
+  EXPECT_EQ(r.rendezvous_pulled, 0u);
+}
+
+}  // namespace
+}  // namespace bypass::rdm
