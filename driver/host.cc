@@ -7,6 +7,9 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <cstring>
@@ -91,6 +94,13 @@ bool IsLocalIpv4(Ipv4Address ip) {
     if (h.ipv4 == ip) return true;
   }
   return false;
+}
+
+int64_t ReadProcessMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) {
+  const iovec local{dst, len};
+  const iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), len};
+  const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+  return n < 0 ? -errno : n;
 }
 
 unsigned long NetNamespaceId() {

@@ -6,6 +6,8 @@
 #ifndef BYPASS_DRIVER_HOST_H_
 #define BYPASS_DRIVER_HOST_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +37,12 @@ absl::StatusOr<HostInterface> FindInterface(std::string_view name);
 
 // True for 127.0.0.0/8 and for every address of HostInterfaces().
 bool IsLocalIpv4(Ipv4Address ip);
+
+// Copies len bytes at addr in process pid into dst with one
+// process_vm_readv (cross-memory attach: the kernel copies once). Returns
+// the bytes copied or a negative errno (-EPERM when ptrace rules, such as
+// Yama's ptrace_scope, forbid it; -ESRCH for a process that is gone).
+int64_t ReadProcessMemory(uint32_t pid, uint64_t addr, void* dst, size_t len);
 
 // The network namespace this process is in, as the inode number of
 // /proc/self/ns/net (0 if unreadable): processes in one namespace share it.

@@ -43,6 +43,10 @@ class CompositeQueue final : public QueuePair {
   // Both devices: the port is this process's on the host and on the wire.
   absl::Status BindUdpPort(uint16_t port) override;
   void UnbindUdpPort(uint16_t port) override;
+  // Frames with kRxSameHost come from the intra-host device, which reads.
+  int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
+    return local_.ReadPeerMemory(pid, addr, dst, len);
+  }
 
   // Whether a frame to ip:port goes through the intra-host device.
   bool IsLocal(Ipv4Address ip, uint16_t udp_port) { return local_.Reaches(ip, udp_port); }

@@ -1,6 +1,5 @@
 #include "driver/loopback/loopback_queue.h"
 
-#include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "driver/host.h"
 #include "driver/net_headers.h"
 #include "hugepage/pool.h"
 #include "hugepage/region.h"
@@ -248,10 +248,7 @@ uint16_t LoopbackQueue::RxBurst(absl::Span<Packet*> out) {
 
 int64_t LoopbackQueue::ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) {
   if (!self_->same_host) return -ENOSYS;
-  const iovec local{dst, len};
-  const iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), len};
-  const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
-  return n < 0 ? -errno : n;
+  return ReadProcessMemory(pid, addr, dst, len);
 }
 
 void LoopbackQueue::AddRoute(const PortShared* dst, std::vector<SpscRing*> rings) {

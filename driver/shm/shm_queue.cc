@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "driver/host.h"
 #include "driver/net_headers.h"
 #include "hugepage/pool.h"
 #include "hugepage/region.h"
@@ -362,6 +363,10 @@ bool ShmQueue::Reaches(Ipv4Address ip, uint16_t udp_port) {
 
 // --- RX.
 
+int64_t ShmQueue::ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) {
+  return ReadProcessMemory(pid, addr, dst, len);
+}
+
 uint16_t ShmQueue::RxBurst(absl::Span<Packet*> out) {
   out = out.first(std::min<size_t>(out.size(), UINT16_MAX));  // the count is 16 bits
   const AreaLayout& l = area_->layout();
@@ -428,6 +433,8 @@ uint16_t ShmQueue::RxBurst(absl::Span<Packet*> out) {
             Packet* p = InitPacket(bufs[used++]);
             p->len = len;
             std::memcpy(p->data, frames + static_cast<size_t>(slot) * l.slot_bytes, len);
+            // Only processes of this user on this host write our lanes.
+            p->ol_flags = kRxSameHost;
             stats_.rx_bytes += len;
             out[got++] = p;
           }

@@ -60,6 +60,9 @@ class ShmQueue final : public QueuePair {
   uint16_t id() const override { return 0; }
   absl::Status BindUdpPort(uint16_t port) override;
   void UnbindUdpPort(uint16_t port) override;
+  // Received frames carry kRxSameHost: their senders are processes of this
+  // user on this host, whose memory this reads (process_vm_readv).
+  int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;
 
   // For a composite device that sends some frames here and others to a NIC.
   // Whether a frame to ip:port would be delivered (answered from the cache:

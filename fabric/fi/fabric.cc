@@ -125,6 +125,9 @@ Settings ReadSettings() {
   if (auto v = ParamInt("max_peers")) c.max_peers = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("ack_delay_ns")) c.ack_delay_ns = static_cast<uint64_t>(*v);
   if (auto v = ParamInt("cma", FI_PARAM_BOOL)) c.read_in_place = *v != 0;
+  if (auto v = ParamInt("in_place_threshold", FI_PARAM_SIZE_T)) {
+    c.in_place_threshold = static_cast<uint64_t>(*v);
+  }
   c.rto_initial_ns = std::max(c.rto_initial_ns, c.rto_min_ns);
   rdm::EndpointConfig probe = c;
   probe.udp_port = s.base_port;

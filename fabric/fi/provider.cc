@@ -149,5 +149,8 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
               "Copy large messages between this host's processes once, the receiver reading "
               "the sender's buffer in place (cross-memory attach; needs ptrace permission, "
               "else they are pulled) (default 1; 0: always pull)");
+  DefineParam("in_place_threshold", FI_PARAM_SIZE_T,
+              "Messages longer than this to a process of this host are read in place "
+              "(one copy; with FI_BYPASS_CMA) (default 4096)");
   return bypass::fi::Provider();
 }

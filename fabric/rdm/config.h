@@ -37,6 +37,11 @@ struct EndpointConfig {
   // on devices that deliver such frames with kRxSameHost; PROTOCOL.md,
   // "Reading in place"); false: always pulled.
   bool read_in_place = true;
+  // With read_in_place, messages longer than this to a peer known to be on
+  // this host (its frames came with kRxSameHost) go by rendezvous too: a
+  // read in place costs a round trip and one copy, less than segmenting
+  // and copying the bytes four times (PROTOCOL.md, "Reading in place").
+  uint64_t in_place_threshold = 4u << 10;
   // RMA: regions registered at once, and the engine's own RMA work in flight
   // (answers to peers' reads and writes, pulls of rendezvous messages).
   // Reads and writes posted here take send operations (max_send_ops).

@@ -108,6 +108,34 @@ TEST(InPlaceTest, OneAndSixteenMebibytesCopiedOnce) {
   }
 }
 
+// Above in_place_threshold (below rendezvous_threshold) a message goes in
+// place once the sender has heard from its peer through memory of this
+// host; before that, and when the peer's frames do not say so, eager.
+TEST(InPlaceTest, SameHostPeersGoInPlaceAboveTheLowerThreshold) {
+  for (const bool strip : {false, true}) {
+    SCOPED_TRACE(strip ? "peer's frames without kRxSameHost" : "same host");
+    NetOptions o = SameHost();
+    o.config.rendezvous_threshold = 128 * 1024;
+    o.config.in_place_threshold = 4096;
+    Net net(o);
+    if (strip) net.tap(0).set_strip_same_host(true);
+    const PeerId to_b = net.Peer(0, 1);
+    std::vector<uint8_t> out(8192), in(8192);
+    for (int m = 0; m < 2; ++m) {
+      testing::FillPattern(m, absl::MakeSpan(out));
+      ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+      ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+      Transfer t;
+      ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+      ASSERT_EQ(t.got.size(), 1u);
+      EXPECT_EQ(testing::CheckPattern(m, in), -1);
+    }
+    // The first went before anything came back from the peer: eager.
+    EXPECT_EQ(net.ep(0).counters().rendezvous_sent, strip ? 0u : 1u);
+    EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, strip ? 0u : 1u);
+  }
+}
+
 TEST(InPlaceTest, ShorterReceiveTruncates) {
   for (const bool posted_first : {true, false}) {
     SCOPED_TRACE(posted_first ? "posted first" : "unexpected");

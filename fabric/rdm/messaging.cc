@@ -51,10 +51,13 @@ Result Messaging::PostSend(const SendRequest& r) {
   }
   if (ops_.user_free() == 0) return Result::kAgain;
   if ((r.flags & kSendInject) == 0 && !completions_.Reserve()) return Result::kAgain;
-  const bool rendezvous = !inject && r.len > config.rendezvous_threshold;
+  const uint32_t pi = r.dest.slot();
+  const bool in_place = config.read_in_place && ctx_.dev.pid != 0 && peers_[pi].same_host;
+  const bool rendezvous =
+      !inject && r.len > (in_place ? std::min(config.in_place_threshold, config.rendezvous_threshold)
+                                   : config.rendezvous_threshold);
   const uint32_t o = ops_.Alloc(rendezvous ? OpKind::kRndvRequest : OpKind::kMsg);
   SendOp& op = ops_[o];
-  const uint32_t pi = r.dest.slot();
   op.peer = pi;
   op.comp_flags = kCompSend | kCompMsg | ((r.flags & kSendTagged) ? kCompTagged : 0);
   op.len = r.len;
