@@ -558,6 +558,18 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
     return FromStatus(p.status());
   }
   ep->peers.Set(fa, *p);
+  // Which device of the domain carries it: in "LOCAL+REMOTE", a peer at
+  // the device's own IPv4 is on this host (the intra-host device reaches
+  // it once its process holds the port), any other is remote.
+  const driver::DeviceInfo& info = ep->domain->dev->info();
+  std::string path = info.driver;
+  if (const size_t plus = path.find('+'); plus != std::string::npos) {
+    path = a.ip == info.ipv4 ? path.substr(0, plus) + " (this host)"
+                             : path.substr(plus + 1) + " (another host)";
+  }
+  BYPASS_FI_INFO(FI_LOG_AV, "endpoint port %u: peer %s:%u (fi_addr %llu) through %s\n",
+                 ep->udp_port, a.ip.ToString().c_str(), a.udp_port,
+                 static_cast<unsigned long long>(fa), path.c_str());
   return 0;
 }
 
