@@ -16,7 +16,8 @@ fail() { echo "FAIL: $*"; exit 1; }
   fail "bench --selftest exited $?: $(tail -5 "$tmp/err")"
 cat "$tmp/out"
 for want in "== local:" "x bare" "x shm" "p50" "windowed Mmsg/s" "ping-pong Mxfer/s" \
-            "bare DPDK memif" "bypass raw" "bypass rdm" "bypass fi" "libfabric shm" "libfabric tcp" \
+            "bare DPDK memif" "bypass raw" "bypass rdm" "bypass fi" "bypass fi default (shm)" \
+            "bypass fi default (kernel UDP)" "libfabric shm" "libfabric tcp" \
             "fi_pingpong bypass" "fi_pingpong shm" "fi_pingpong tcp" "== netns:"; do
   grep -qF -- "$want" "$tmp/out" || fail "the table lacks '$want'"
 done
@@ -39,8 +40,8 @@ check(set(secs) == {"local", "netns"}, "sections are %s" % sorted(secs))
 local = secs["local"]
 check(local["baseline"] == "bare" and local["reference"] == "shm", "local baseline/reference")
 keys = [c["key"] for c in local["columns"]]
-check(keys == ["bare", "raw", "rdm", "fi", "shm", "tcp", "fi_pingpong", "shm_fi_pingpong",
-               "tcp_fi_pingpong"], "local columns %s" % keys)
+check(keys == ["bare", "raw", "rdm", "fi", "fi_host", "shm", "tcp", "fi_pingpong",
+               "shm_fi_pingpong", "tcp_fi_pingpong"], "local columns %s" % keys)
 rows = {(r["column"], r["size"]): r for r in local["rows"]}
 check(len(rows) == len(keys) * 2, "local has %d rows" % len(rows))
 for (col, size), r in rows.items():
@@ -62,7 +63,7 @@ check(abs(rows[("bare", 64)]["latency_vs_bare"] - 1.0) < 1e-9, "bare is not 1.00
 check(rows[("raw", 64)]["latency_vs_bare"] > 0, "raw has no ratio to bare")
 check(rows[("bare", 64)]["msg_rate"] and rows[("bare", 64)]["msg_rate"] > 0, "bare burst rate")
 # The fi columns run or say what to build.
-for col in ("fi", "fi_pingpong"):
+for col in ("fi", "fi_host", "fi_pingpong"):
     r = rows[(col, 64)]
     err = r["latency_error"] or ""
     check(r["mean_ns"] or "libbypass-fi.so" in err or err.startswith(("pingpong:", "fi_pingpong:", "server ")),
@@ -79,7 +80,11 @@ netns = secs["netns"]
 if root:
     check(not netns["skipped"], "netns skipped as root: %s" % netns["skipped"])
     nrows = {(r["column"], r["size"]): r for r in netns["rows"]}
-    check(len(nrows) == 6 * 2, "netns has %d rows" % len(nrows))
+    check(len(nrows) == 7 * 2, "netns has %d rows" % len(nrows))
+    r = nrows[("fi_udp", 64)]
+    err = r["latency_error"] or ""
+    check(r["mean_ns"] or "libbypass-fi.so" in err or err.startswith(("pingpong:", "server ")),
+          "fi_udp neither ran nor said why: %r" % err)
     check(nrows[("tcp", 64)]["p50_ns"], "tcp in the namespaces: %s" % nrows[("tcp", 64)]["latency_error"])
     check(nrows[("raw", 64)]["p50_ns"], "raw over af_xdp at 64 B: %s" % nrows[("raw", 64)]["latency_error"])
 else:
@@ -90,7 +95,7 @@ EOF
 if [ "$(id -u)" != 0 ]; then grep -q "needs root" "$tmp/out" || fail "no line saying the namespaces need root"; fi
 
 # A tool that runs past the timeout is cut off, says so, and the run goes on.
-out=$("$bench" --selftest --reps=1 --sizes=64 --timeout=0.05 --no_netns --plot= --skip=shm,tcp,fi_pingpong,shm_fi_pingpong,tcp_fi_pingpong 2>&1) ||
+out=$("$bench" --selftest --reps=1 --sizes=64 --timeout=0.05 --no_netns --plot= --skip=fi_host,shm,tcp,fi_pingpong,shm_fi_pingpong,tcp_fi_pingpong 2>&1) ||
   fail "bench with a tiny timeout exited non-zero: $out"
 echo "$out" | grep -q "timeout" || fail "no timeout reason: $out"
 sleep 1
@@ -98,7 +103,7 @@ leftover=$(pgrep -f "$TEST_SRCDIR/bypass/tools/(pingpong|bare)/" | wc -l)
 [ "$leftover" -eq 0 ] || fail "$leftover tool processes outlived the timeout"
 
 # --json alone: JSON on stdout, the tables on stderr.
-"$bench" --selftest --reps=1 --sizes=64 --no_netns --plot= --skip=bare,rdm,fi,shm,tcp,fi_pingpong,shm_fi_pingpong,tcp_fi_pingpong --json \
+"$bench" --selftest --reps=1 --sizes=64 --no_netns --plot= --skip=bare,rdm,fi,fi_host,shm,tcp,fi_pingpong,shm_fi_pingpong,tcp_fi_pingpong --json \
   >"$tmp/stdout" 2>"$tmp/stderr" || fail "--json to stdout: $(tail -3 "$tmp/stderr")"
 python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/stdout" || fail "stdout is not JSON alone"
 grep -q "bypass raw" "$tmp/stderr" || fail "the table did not go to stderr"
