@@ -30,13 +30,7 @@ using ::bypass::driver::testing::BackendFactory;
 using ::bypass::driver::testing::BackendFeatures;
 using ::bypass::driver::testing::DeviceConformanceTest;
 using ::bypass::driver::testing::EndpointPair;
-
-// Addresses of this process (127.P.P.host), so test binaries that run at
-// once do not contend for ports.
-std::string LocalIp(int host) {
-  const unsigned pid = static_cast<unsigned>(getpid());
-  return absl::StrCat("127.", (pid >> 8) & 0xff, ".", pid & 0xff, ".", host);
-}
+using ::bypass::driver::testing::LocalIp;
 
 // A fresh directory for the intra-host registry.
 std::string TempDir() {

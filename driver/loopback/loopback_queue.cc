@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -16,9 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "driver/host.h"
 #include "driver/net_headers.h"
-#include "hugepage/pool.h"
-#include "hugepage/region.h"
-#include "hugepage/units.h"
 
 namespace bypass::driver::loopback {
 namespace {
@@ -47,76 +43,20 @@ absl::StatusOr<std::unique_ptr<LoopbackQueue>> LoopbackQueue::Create(uint16_t id
                                                                      PortShared* self,
                                                                      uint32_t pool_buffers,
                                                                      int numa_node) {
-  hugepage::PoolOptions po;
-  po.buffer_size = hugepage::Bytes(kDataOffset + self->max_frame);
-  po.count = pool_buffers;
-  po.align = hugepage::Bytes(64);
-  // A virtual device does no DMA: leave the reserved hugetlb pages to DPDK
-  // and need no mlock allowance.
-  po.region.best = hugepage::Backing::kTransparent;
-  po.region.numa_node = numa_node;
-  po.region.lock = false;
-  po.region.prefault = true;
-  po.region.name = "bypass-loopback";
-  absl::StatusOr<std::unique_ptr<hugepage::BufferPool>> pool = hugepage::BufferPool::Create(po);
-  if (!pool.ok()) {
-    return absl::Status(pool.status().code(),
-                        absl::StrCat("loopback queue ", id, ": ", pool.status().message()));
-  }
+  PacketPool::Options po;
+  po.max_frame = self->max_frame;
+  po.buffers = pool_buffers;
+  po.numa_node = numa_node;
+  po.region_name = "bypass-loopback";
+  po.rx_queue = id;
+  absl::StatusOr<std::unique_ptr<PacketPool>> pool =
+      PacketPool::Create(po, absl::StrCat("loopback queue ", id));
+  if (!pool.ok()) return pool.status();
   return std::unique_ptr<LoopbackQueue>(new LoopbackQueue(id, self, *std::move(pool)));
 }
 
-LoopbackQueue::LoopbackQueue(uint16_t id, PortShared* self,
-                             std::unique_ptr<hugepage::BufferPool> pool)
-    : id_(id),
-      self_(self),
-      pool_(std::move(pool)),
-      capacity_(static_cast<uint32_t>(pool_->buffer_size().value()) - kDataOffset) {}
-
-Packet* LoopbackQueue::InitPacket(void* buf) {
-  Packet* p = new (buf) Packet;
-  p->data = static_cast<uint8_t*>(buf) + kDataOffset;
-  p->len = 0;
-  p->capacity = capacity_;
-  p->backend = reinterpret_cast<uintptr_t>(this);  // the queue whose pool owns it
-  p->rx_queue = id_;
-  p->ol_flags = 0;
-  p->reserved = 0;
-  return p;
-}
-
-bool LoopbackQueue::AllocBulk(absl::Span<Packet*> out) {
-  if (pool_->available() < out.size()) {
-    ++stats_.alloc_failures;
-    return false;
-  }
-  void* bufs[kChunk];
-  for (size_t done = 0; done < out.size();) {
-    const size_t n = std::min<size_t>(kChunk, out.size() - done);
-    pool_->GetBulk(absl::MakeSpan(bufs, n));  // cannot fail: checked above
-    for (size_t i = 0; i < n; ++i) out[done + i] = InitPacket(bufs[i]);
-    done += n;
-  }
-  return true;
-}
-
-void LoopbackQueue::FreeToOwners(absl::Span<Packet* const> pkts) {
-  void* bufs[kChunk];
-  size_t n = 0;
-  LoopbackQueue* owner = nullptr;
-  for (Packet* p : pkts) {
-    LoopbackQueue* o = reinterpret_cast<LoopbackQueue*>(p->backend);
-    if (n > 0 && (o != owner || n == kChunk)) {
-      owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
-      n = 0;
-    }
-    owner = o;
-    bufs[n++] = p;
-  }
-  if (n > 0) owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
-}
-
-void LoopbackQueue::FreeBulk(absl::Span<Packet* const> pkts) { FreeToOwners(pkts); }
+LoopbackQueue::LoopbackQueue(uint16_t id, PortShared* self, std::unique_ptr<PacketPool> pool)
+    : id_(id), self_(self), pool_(std::move(pool)) {}
 
 SpscRing* LoopbackQueue::RingFor(const Route& r, const Packet& p) const {
   if (r.dst->num_queues == 1) return r.rings[0];
@@ -194,7 +134,7 @@ uint16_t LoopbackQueue::TxBurst(absl::Span<Packet* const> pkts) {
     for (SpscRing* ring : r.rings) ring->Publish();
   }
   stats_.tx_ring_full += pkts.size() - taken;
-  FreeToOwners(pkts.first(taken));
+  PacketPool::FreeToOwners(pkts.first(taken));
   return static_cast<uint16_t>(taken);
 }
 
@@ -224,7 +164,7 @@ uint16_t LoopbackQueue::RxBurst(absl::Span<Packet*> out) {
       const uint32_t n = std::min(want, kChunk);
       const uint32_t have = pool_->GetBurst(absl::MakeSpan(bufs, n));
       for (uint32_t i = 0; i < have; ++i) {
-        Packet* p = InitPacket(bufs[i]);
+        Packet* p = pool_->InitPacket(bufs[i]);
         if (self_->same_host) p->ol_flags = kRxSameHost;
         const uint8_t* frame = ring.Frame(i, &p->len);
         std::memcpy(p->data, frame, p->len);

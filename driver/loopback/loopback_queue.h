@@ -14,16 +14,11 @@
 #include "driver/device.h"
 #include "driver/loopback/spsc_ring.h"
 #include "driver/packet.h"
-#include "hugepage/pool.h"
+#include "driver/packet_pool.h"
 
 namespace bypass::driver::loopback {
 
-// Buffer layout: the Packet at offset 0 (padded to a cache line), then 64
-// bytes of headroom for headers a layer above prepends, then the frame.
-inline constexpr uint32_t kPacketArea = 64;
-inline constexpr uint32_t kHeadroom = 64;
-inline constexpr uint32_t kDataOffset = kPacketArea + kHeadroom;
-static_assert(sizeof(Packet) <= kPacketArea);
+// Buffers are laid out as driver/packet_pool.h says (kDataOffset).
 
 // What senders on other threads read of a receiving port. Fixed when the port
 // joins its segment, except link_up and steer, which are atomics read with
@@ -73,8 +68,8 @@ class LoopbackQueue final : public QueuePair {
 
   uint16_t RxBurst(absl::Span<Packet*> out) override;
   uint16_t TxBurst(absl::Span<Packet* const> pkts) override;
-  bool AllocBulk(absl::Span<Packet*> out) override;
-  void FreeBulk(absl::Span<Packet* const> pkts) override;
+  bool AllocBulk(absl::Span<Packet*> out) override { return pool_->AllocBulk(out, &stats_); }
+  void FreeBulk(absl::Span<Packet* const> pkts) override { PacketPool::FreeToOwners(pkts); }
   uint32_t PoolAvailable() const override { return pool_->available(); }
   uint32_t PoolCapacity() const override { return pool_->capacity(); }
   QueueStats stats() const override { return stats_; }
@@ -105,18 +100,14 @@ class LoopbackQueue final : public QueuePair {
     std::unique_ptr<SpscRing> ring;
   };
 
-  LoopbackQueue(uint16_t id, PortShared* self, std::unique_ptr<hugepage::BufferPool> pool);
+  LoopbackQueue(uint16_t id, PortShared* self, std::unique_ptr<PacketPool> pool);
 
-  Packet* InitPacket(void* buf);
   SpscRing* RingFor(const Route& r, const Packet& p) const;
-  // Frees packets to the pools they came from (Packet::backend).
-  static void FreeToOwners(absl::Span<Packet* const> pkts);
   void DrainWhileDown();
 
   const uint16_t id_;
   PortShared* const self_;
-  std::unique_ptr<hugepage::BufferPool> pool_;
-  uint32_t capacity_;  // frame bytes a buffer holds
+  std::unique_ptr<PacketPool> pool_;
   std::vector<Route> routes_;
   std::vector<Incoming> incoming_;
   std::vector<SpscRing*> targets_;  // scratch for multicast, sized by AddRoute

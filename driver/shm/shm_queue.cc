@@ -9,17 +9,12 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "driver/host.h"
 #include "driver/net_headers.h"
-#include "hugepage/pool.h"
-#include "hugepage/region.h"
-#include "hugepage/units.h"
 
 namespace bypass::driver::shm {
 namespace {
@@ -52,33 +47,24 @@ absl::StatusOr<std::unique_ptr<ShmQueue>> ShmQueue::Create(const OwnArea* area,
                                                            Registry* registry, Ipv4Address ipv4,
                                                            uint32_t max_frame,
                                                            uint32_t pool_buffers, int numa_node) {
-  hugepage::PoolOptions po;
-  po.buffer_size = hugepage::Bytes(kDataOffset + max_frame);
-  po.count = pool_buffers;
-  po.align = hugepage::Bytes(64);
-  // No DMA: leave hugetlb pages to DPDK, need no mlock allowance.
-  po.region.best = hugepage::Backing::kTransparent;
-  po.region.numa_node = numa_node;
-  po.region.lock = false;
-  po.region.prefault = true;
-  po.region.name = "bypass-shm";
-  absl::StatusOr<std::unique_ptr<hugepage::BufferPool>> pool = hugepage::BufferPool::Create(po);
-  if (!pool.ok()) {
-    return absl::Status(pool.status().code(),
-                        absl::StrCat("shm queue: ", pool.status().message()));
-  }
+  PacketPool::Options po;
+  po.max_frame = max_frame;
+  po.buffers = pool_buffers;
+  po.numa_node = numa_node;
+  po.region_name = "bypass-shm";
+  absl::StatusOr<std::unique_ptr<PacketPool>> pool = PacketPool::Create(po, "shm queue");
+  if (!pool.ok()) return pool.status();
   return std::unique_ptr<ShmQueue>(
       new ShmQueue(area, registry, ipv4, max_frame, *std::move(pool)));
 }
 
 ShmQueue::ShmQueue(const OwnArea* area, Registry* registry, Ipv4Address ipv4, uint32_t max_frame,
-                   std::unique_ptr<hugepage::BufferPool> pool)
+                   std::unique_ptr<PacketPool> pool)
     : area_(area),
       registry_(registry),
       ipv4_(ipv4),
       max_frame_(max_frame),
       pool_(std::move(pool)),
-      capacity_(static_cast<uint32_t>(pool_->buffer_size().value()) - kDataOffset),
       cache_(kCacheEntries),
       rx_head_(area->layout().lanes, 0) {}
 
@@ -100,51 +86,6 @@ void ShmQueue::UnbindUdpPort(uint16_t port) {
   bound_.erase(it);
   registry_->Unbind(ipv4_, port, area_->name());
 }
-
-Packet* ShmQueue::InitPacket(void* buf) {
-  Packet* p = new (buf) Packet;
-  p->data = static_cast<uint8_t*>(buf) + kDataOffset;
-  p->len = 0;
-  p->capacity = capacity_;
-  p->backend = reinterpret_cast<uintptr_t>(this);  // the queue whose pool owns it
-  p->rx_queue = 0;
-  p->ol_flags = 0;
-  p->reserved = 0;
-  return p;
-}
-
-bool ShmQueue::AllocBulk(absl::Span<Packet*> out) {
-  if (pool_->available() < out.size()) {
-    ++stats_.alloc_failures;
-    return false;
-  }
-  void* bufs[kChunk];
-  for (size_t done = 0; done < out.size();) {
-    const size_t n = std::min<size_t>(kChunk, out.size() - done);
-    pool_->GetBulk(absl::MakeSpan(bufs, n));  // cannot fail: checked above
-    for (size_t i = 0; i < n; ++i) out[done + i] = InitPacket(bufs[i]);
-    done += n;
-  }
-  return true;
-}
-
-void ShmQueue::FreeToOwners(absl::Span<Packet* const> pkts) {
-  void* bufs[kChunk];
-  size_t n = 0;
-  ShmQueue* owner = nullptr;
-  for (Packet* p : pkts) {
-    ShmQueue* o = reinterpret_cast<ShmQueue*>(p->backend);
-    if (n > 0 && (o != owner || n == kChunk)) {
-      owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
-      n = 0;
-    }
-    owner = o;
-    bufs[n++] = p;
-  }
-  if (n > 0) owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
-}
-
-void ShmQueue::FreeBulk(absl::Span<Packet* const> pkts) { FreeToOwners(pkts); }
 
 // --- TX: the destination cache.
 
@@ -351,7 +292,7 @@ uint16_t ShmQueue::Send(absl::Span<Packet* const> pkts) {
 
 uint16_t ShmQueue::TxBurst(absl::Span<Packet* const> pkts) {
   const uint16_t taken = Send(pkts);
-  FreeToOwners(pkts.first(taken));
+  PacketPool::FreeToOwners(pkts.first(taken));
   return taken;
 }
 
@@ -425,12 +366,12 @@ uint16_t ShmQueue::RxBurst(absl::Span<Packet*> out) {
             // Read once: the sender may be writing it as we look.
             const uint32_t len = Shared(const_cast<uint32_t&>(lens[slot])).load(
                 std::memory_order_relaxed);
-            if (len < kEth || len > l.slot_bytes || len > capacity_) {
+            if (len < kEth || len > l.slot_bytes || len > pool_->frame_capacity()) {
               ++counters_.rx_bad_length;
               ++stats_.rx_dropped;
               continue;
             }
-            Packet* p = InitPacket(bufs[used++]);
+            Packet* p = pool_->InitPacket(bufs[used++]);
             p->len = len;
             std::memcpy(p->data, frames + static_cast<size_t>(slot) * l.slot_bytes, len);
             // Only processes of this user on this host write our lanes.

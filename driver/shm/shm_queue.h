@@ -14,16 +14,13 @@
 #include "absl/types/span.h"
 #include "driver/device.h"
 #include "driver/packet.h"
+#include "driver/packet_pool.h"
 #include "driver/shm/area.h"
 #include "driver/shm/registry.h"
-#include "hugepage/pool.h"
 
 namespace bypass::driver::shm {
 
-// Buffer layout, as loopback's: the Packet, headroom, then the frame.
-inline constexpr uint32_t kPacketArea = 64;
-inline constexpr uint32_t kHeadroom = 64;
-inline constexpr uint32_t kDataOffset = kPacketArea + kHeadroom;
+// Buffers are laid out as driver/packet_pool.h says (kDataOffset).
 
 // Drops beyond QueueStats, plain integers of the owner thread.
 struct ShmCounters {
@@ -52,8 +49,8 @@ class ShmQueue final : public QueuePair {
 
   uint16_t RxBurst(absl::Span<Packet*> out) override;
   uint16_t TxBurst(absl::Span<Packet* const> pkts) override;
-  bool AllocBulk(absl::Span<Packet*> out) override;
-  void FreeBulk(absl::Span<Packet* const> pkts) override;
+  bool AllocBulk(absl::Span<Packet*> out) override { return pool_->AllocBulk(out, &stats_); }
+  void FreeBulk(absl::Span<Packet* const> pkts) override { PacketPool::FreeToOwners(pkts); }
   uint32_t PoolAvailable() const override { return pool_->available(); }
   uint32_t PoolCapacity() const override { return pool_->capacity(); }
   QueueStats stats() const override { return stats_; }
@@ -109,10 +106,8 @@ class ShmQueue final : public QueuePair {
   };
 
   ShmQueue(const OwnArea* area, Registry* registry, Ipv4Address ipv4, uint32_t max_frame,
-           std::unique_ptr<hugepage::BufferPool> pool);
+           std::unique_ptr<PacketPool> pool);
 
-  Packet* InitPacket(void* buf);
-  static void FreeToOwners(absl::Span<Packet* const> pkts);
   // Once per burst: drops the cache (and unmaps gone peers) when the
   // registry's generation has moved.
   void Revalidate();
@@ -128,8 +123,7 @@ class ShmQueue final : public QueuePair {
   Registry* const registry_;
   const Ipv4Address ipv4_;
   const uint32_t max_frame_;
-  std::unique_ptr<hugepage::BufferPool> pool_;
-  uint32_t capacity_;
+  std::unique_ptr<PacketPool> pool_;
   QueueStats stats_;
   ShmCounters counters_;
   std::vector<uint16_t> bound_;  // ports bound, few

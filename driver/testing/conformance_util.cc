@@ -1,10 +1,15 @@
 #include "driver/testing/conformance_util.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace bypass::driver::testing {
 namespace {
@@ -120,6 +125,11 @@ size_t Pump::PollOurs(QueuePair& q, absl::Span<Packet*> scratch) {
   const uint64_t polls = std::min<uint64_t>(budget_, 10'000);
   for (uint64_t i = 0; i < polls; ++i) ours += PollOnce(q, scratch);
   return ours;
+}
+
+std::string LocalIp(int host) {
+  const unsigned pid = static_cast<unsigned>(getpid());
+  return absl::StrCat("127.", (pid >> 8) & 0xff, ".", pid & 0xff, ".", host);
 }
 
 }  // namespace bypass::driver::testing

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -68,6 +69,11 @@ class Pump {
   uint64_t budget_;
   uint64_t foreign_ = 0;
 };
+
+// 127.P.P.host, P.P the low 16 bits of this process's id: an address of
+// this process, so that test binaries running at once do not contend for
+// the same addresses and ports.
+std::string LocalIp(int host);
 
 }  // namespace bypass::driver::testing
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/device.h"
 #include "driver/testing/conformance.h"
+#include "driver/testing/conformance_util.h"
 #include "driver/udp/udp_device.h"
 #include "driver/uri.h"
 #include "gtest/gtest.h"
@@ -20,13 +21,7 @@ using ::bypass::driver::testing::BackendFactory;
 using ::bypass::driver::testing::BackendFeatures;
 using ::bypass::driver::testing::DeviceConformanceTest;
 using ::bypass::driver::testing::EndpointPair;
-
-// Addresses of this process (127.P.P.host): test binaries that run at once
-// do not contend for the suite's fixed ports.
-std::string LocalIp(int host) {
-  const unsigned pid = static_cast<unsigned>(getpid());
-  return absl::StrCat("127.", (pid >> 8) & 0xff, ".", pid & 0xff, ".", host);
-}
+using ::bypass::driver::testing::LocalIp;
 
 class UdpFactory final : public BackendFactory {
  public:

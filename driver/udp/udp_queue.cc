@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <optional>
 #include <utility>
 
@@ -18,9 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "driver/net_headers.h"
 #include "driver/udp/udp_device.h"
-#include "hugepage/pool.h"
-#include "hugepage/region.h"
-#include "hugepage/units.h"
 
 namespace bypass::driver::udp {
 namespace {
@@ -47,73 +43,24 @@ void RaiseBuffer(int fd, int force_opt, int opt) {
 
 absl::StatusOr<std::unique_ptr<UdpQueue>> UdpQueue::Create(const DeviceInfo& info,
                                                            uint32_t pool_buffers, int numa_node) {
-  hugepage::PoolOptions po;
-  po.buffer_size = hugepage::Bytes(kDataOffset + info.max_frame());
-  po.count = pool_buffers;
-  po.align = hugepage::Bytes(64);
-  // The kernel copies into these buffers; no DMA: leave the reserved
-  // hugetlb pages to DPDK and need no mlock allowance.
-  po.region.best = hugepage::Backing::kTransparent;
-  po.region.numa_node = numa_node;
-  po.region.lock = false;
-  po.region.prefault = true;
-  po.region.name = "bypass-udp";
-  absl::StatusOr<std::unique_ptr<hugepage::BufferPool>> pool = hugepage::BufferPool::Create(po);
-  if (!pool.ok()) {
-    return absl::Status(pool.status().code(),
-                        absl::StrCat("udp queue 0: ", pool.status().message()));
-  }
+  PacketPool::Options po;
+  po.max_frame = info.max_frame();
+  po.buffers = pool_buffers;
+  po.numa_node = numa_node;
+  po.region_name = "bypass-udp";
+  absl::StatusOr<std::unique_ptr<PacketPool>> pool = PacketPool::Create(po, "udp queue 0");
+  if (!pool.ok()) return pool.status();
   return std::unique_ptr<UdpQueue>(new UdpQueue(info, *std::move(pool)));
 }
 
-UdpQueue::UdpQueue(const DeviceInfo& info, std::unique_ptr<hugepage::BufferPool> pool)
-    : info_(info),
-      max_frame_(info.max_frame()),
-      pool_(std::move(pool)),
-      capacity_(static_cast<uint32_t>(pool_->buffer_size().value()) - kDataOffset) {
+UdpQueue::UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool)
+    : info_(info), max_frame_(info.max_frame()), pool_(std::move(pool)) {
   std::memset(rx_msgs_, 0, sizeof(rx_msgs_));
   std::memset(tx_msgs_, 0, sizeof(tx_msgs_));
 }
 
 UdpQueue::~UdpQueue() {
   for (uint32_t i = 0; i < num_bound_; ++i) close(bound_[i].fd);
-}
-
-Packet* UdpQueue::InitPacket(void* buf) {
-  Packet* p = new (buf) Packet;
-  p->data = static_cast<uint8_t*>(buf) + kDataOffset;
-  p->len = 0;
-  p->capacity = capacity_;
-  p->backend = 0;
-  p->rx_queue = 0;
-  p->ol_flags = 0;
-  p->reserved = 0;
-  return p;
-}
-
-bool UdpQueue::AllocBulk(absl::Span<Packet*> out) {
-  if (pool_->available() < out.size()) {
-    ++stats_.alloc_failures;
-    return false;
-  }
-  void* bufs[kBatch];
-  for (size_t done = 0; done < out.size();) {
-    const size_t n = std::min<size_t>(kBatch, out.size() - done);
-    pool_->GetBulk(absl::MakeSpan(bufs, n));  // cannot fail: checked above
-    for (size_t i = 0; i < n; ++i) out[done + i] = InitPacket(bufs[i]);
-    done += n;
-  }
-  return true;
-}
-
-void UdpQueue::FreeBulk(absl::Span<Packet* const> pkts) {
-  void* bufs[kBatch];
-  while (!pkts.empty()) {
-    const size_t n = std::min<size_t>(kBatch, pkts.size());
-    for (size_t i = 0; i < n; ++i) bufs[i] = pkts[i];
-    pool_->PutBulk(absl::MakeConstSpan(bufs, n));
-    pkts.remove_prefix(n);
-  }
 }
 
 int UdpQueue::FindBound(uint16_t port) const {
@@ -226,7 +173,7 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
         tos = *CMSG_DATA(c);
       }
     }
-    Packet* p = InitPacket(buf);
+    Packet* p = pool_->InitPacket(buf);
     // The headers the datagram would have had on the wire, so that the
     // layers above parse it as they parse a NIC's frame. The kernel has
     // checked the checksums; the UDP one is left 0 (none).
@@ -239,7 +186,7 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
                        b.port,
                        static_cast<uint8_t>(tos >> 2)};
     p->len = static_cast<uint32_t>(
-        WriteUdpHeaders(flow, rx_msgs_[j].msg_len, {p->data, capacity_}, UdpChecksumFill::kNone));
+        WriteUdpHeaders(flow, rx_msgs_[j].msg_len, {p->data, pool_->frame_capacity()}, UdpChecksumFill::kNone));
     p->ol_flags = kRxIpChecksumGood | kRxL4ChecksumGood;
     stats_.rx_bytes += p->len;
     out[(*got)++] = p;

@@ -16,17 +16,12 @@
 #include "absl/types/span.h"
 #include "driver/device.h"
 #include "driver/packet.h"
-#include "hugepage/pool.h"
+#include "driver/packet_pool.h"
 
 namespace bypass::driver::udp {
 
-// Buffer layout, as loopback's: the Packet at offset 0 (padded to a cache
-// line), 64 bytes of headroom, then the frame. A datagram is received at
-// frame + 42, where its synthesized headers end.
-inline constexpr uint32_t kPacketArea = 64;
-inline constexpr uint32_t kHeadroom = 64;
-inline constexpr uint32_t kDataOffset = kPacketArea + kHeadroom;
-static_assert(sizeof(Packet) <= kPacketArea);
+// Buffers are laid out as driver/packet_pool.h says (kDataOffset). A
+// datagram is received at frame + 42, where its synthesized headers end.
 
 // Drops beyond QueueStats, plain integers of the owner thread.
 struct UdpCounters {
@@ -54,8 +49,8 @@ class UdpQueue final : public QueuePair {
 
   uint16_t RxBurst(absl::Span<Packet*> out) override;
   uint16_t TxBurst(absl::Span<Packet* const> pkts) override;
-  bool AllocBulk(absl::Span<Packet*> out) override;
-  void FreeBulk(absl::Span<Packet* const> pkts) override;
+  bool AllocBulk(absl::Span<Packet*> out) override { return pool_->AllocBulk(out, &stats_); }
+  void FreeBulk(absl::Span<Packet* const> pkts) override { pool_->FreeBulk(pkts); }
   uint32_t PoolAvailable() const override { return pool_->available(); }
   uint32_t PoolCapacity() const override { return pool_->capacity(); }
   QueueStats stats() const override { return stats_; }
@@ -77,9 +72,8 @@ class UdpQueue final : public QueuePair {
   // The cmsg space of one received datagram: its TOS byte (IP_RECVTOS).
   static constexpr size_t kControlBytes = CMSG_SPACE(sizeof(int));
 
-  UdpQueue(const DeviceInfo& info, std::unique_ptr<hugepage::BufferPool> pool);
+  UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool);
 
-  Packet* InitPacket(void* buf);
   // Index in bound_ of `port`, or -1.
   int FindBound(uint16_t port) const;
   // Receives into the last `m` of bufs[0, *avail) from socket b; moves the
@@ -95,8 +89,7 @@ class UdpQueue final : public QueuePair {
 
   const DeviceInfo& info_;
   const uint32_t max_frame_;
-  std::unique_ptr<hugepage::BufferPool> pool_;
-  uint32_t capacity_;  // frame bytes a buffer holds
+  std::unique_ptr<PacketPool> pool_;
   Bound bound_[kMaxBoundPorts];
   uint32_t num_bound_ = 0;
   uint32_t rx_next_ = 0;  // the socket RxBurst starts at, round-robin

@@ -31,14 +31,8 @@ using ::bypass::driver::testing::FlowBetween;
 using ::bypass::driver::testing::Pump;
 using ::bypass::driver::testing::TestFrameSeq;
 using ::bypass::driver::testing::WriteTestFrame;
+using ::bypass::driver::testing::LocalIp;
 using ::testing::HasSubstr;
-
-// Addresses of this process (127.P.P.host), so that test binaries running
-// at once do not contend for ports.
-std::string LocalIp(int host) {
-  const unsigned pid = static_cast<unsigned>(getpid());
-  return absl::StrCat("127.", (pid >> 8) & 0xff, ".", pid & 0xff, ".", host);
-}
 
 std::unique_ptr<Device> MustOpen(const std::string& uri, const DeviceOptions& opts = {}) {
   absl::StatusOr<std::unique_ptr<Device>> dev = OpenDevice(uri, opts);

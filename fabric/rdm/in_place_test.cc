@@ -21,6 +21,8 @@ namespace {
 using testing::Drain;
 using testing::Net;
 using testing::NetOptions;
+using testing::RunTransfer;
+using testing::Transfer;
 
 constexpr uint64_t kThreshold = 16 * 1024;
 
@@ -30,24 +32,6 @@ NetOptions SameHost() {
   o.config.rendezvous_threshold = kThreshold;
   o.config.peer_timeout_ns = 20'000'000;
   return o;
-}
-
-struct Transfer {
-  std::vector<Completion> sent, got;
-  std::vector<ErrorCompletion> send_err, recv_err;
-  bool Done(size_t sends, size_t recvs) const {
-    return sent.size() + send_err.size() >= sends && got.size() + recv_err.size() >= recvs;
-  }
-};
-
-bool RunTransfer(Net& net, Transfer& t, size_t sends, size_t recvs, uint64_t steps = 500'000) {
-  return net.RunUntil(
-      [&] {
-        Drain(net.ep(0), &t.sent, &t.send_err);
-        Drain(net.ep(1), &t.got, &t.recv_err);
-        return t.Done(sends, recvs);
-      },
-      steps);
 }
 
 // What ep(1) receives: READ_DATA packets, and whether requests to send
@@ -73,6 +57,16 @@ void WatchReceiver(Net& net, Watch* w) {
   });
 }
 
+// The counters of one rendezvous message from ep(0) to ep(1): read in place,
+// or (in_place false) a failed read and the pull instead.
+void ExpectOneRendezvous(Net& net, bool in_place) {
+  const Counters& r = net.ep(1).counters();
+  EXPECT_EQ(r.rendezvous_copied_in_place, in_place ? 1u : 0u);
+  EXPECT_EQ(r.rendezvous_in_place_failed, in_place ? 0u : 1u);
+  EXPECT_EQ(r.rendezvous_pulled, in_place ? 0u : 1u);
+  EXPECT_EQ(net.ep(0).counters().rendezvous_read_by_peer, in_place ? 1u : 0u);
+}
+
 TEST(InPlaceTest, OneAndSixteenMebibytesCopiedOnce) {
   for (const uint64_t size : {uint64_t{1} << 20, uint64_t{16} << 20}) {
     SCOPED_TRACE(size);
@@ -96,15 +90,11 @@ TEST(InPlaceTest, OneAndSixteenMebibytesCopiedOnce) {
     EXPECT_EQ(t.got[0].context, &rctx);
     EXPECT_EQ(t.got[0].len, size);
     EXPECT_EQ(testing::CheckPattern(5, in), -1);
-    const Counters& r = net.ep(1).counters();
-    EXPECT_EQ(r.rendezvous_copied_in_place, 1u);
-    EXPECT_EQ(r.rendezvous_in_place_failed, 0u);
-    EXPECT_EQ(r.rendezvous_pulled, 0u);
-    EXPECT_EQ(net.ep(0).counters().rendezvous_read_by_peer, 1u);
+    ExpectOneRendezvous(net, /*in_place=*/true);
     EXPECT_EQ(w.requests, 1u);
     EXPECT_EQ(w.offers, 1u);
     EXPECT_EQ(w.read_data, 0u) << "no byte of the message went through packets";
-    EXPECT_LT(r.rx_data_packets, 10u);
+    EXPECT_LT(net.ep(1).counters().rx_data_packets, 10u);
   }
 }
 
@@ -140,26 +130,10 @@ TEST(InPlaceTest, ShorterReceiveTruncates) {
   for (const bool posted_first : {true, false}) {
     SCOPED_TRACE(posted_first ? "posted first" : "unexpected");
     Net net(SameHost());
-    const PeerId to_b = net.Peer(0, 1);
-    std::vector<uint8_t> out(4 * kThreshold), in(kThreshold + 100, 0xee);
-    testing::FillPattern(3, absl::MakeSpan(out));
-    const auto post = [&] {
-      ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
-    };
-    if (posted_first) post();
-    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
-    for (int i = 0; i < 2000; ++i) net.Step();
-    if (!posted_first) post();
     Transfer t;
-    ASSERT_TRUE(RunTransfer(net, t, 1, 1));
-    ASSERT_EQ(t.sent.size(), 1u) << "the sender's side completes normally";
-    EXPECT_EQ(t.sent[0].len, out.size());
-    ASSERT_EQ(t.recv_err.size(), 1u);
-    EXPECT_EQ(t.recv_err[0].err, EMSGSIZE);
-    EXPECT_EQ(t.recv_err[0].olen, out.size() - in.size());
-    EXPECT_EQ(t.recv_err[0].op.len, in.size());
-    EXPECT_EQ(std::memcmp(in.data(), out.data(), in.size()), 0);
-    EXPECT_EQ(net.ep(1).counters().truncated, 1u);
+    ASSERT_NO_FATAL_FAILURE(
+        testing::SendIntoShorterReceive(net, 4 * kThreshold, kThreshold + 100, posted_first, t));
+    EXPECT_EQ(t.sent[0].len, 4 * kThreshold);
     EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 1u);
     EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 0u);
   }
@@ -228,11 +202,7 @@ TEST(InPlaceTest, FailedReadFallsBackToThePull) {
     ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
     ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
     EXPECT_EQ(testing::CheckPattern(2, in), -1);
-    const Counters& r = net.ep(1).counters();
-    EXPECT_EQ(r.rendezvous_in_place_failed, 1u);
-    EXPECT_EQ(r.rendezvous_copied_in_place, 0u);
-    EXPECT_EQ(r.rendezvous_pulled, 1u);
-    EXPECT_EQ(net.ep(0).counters().rendezvous_read_by_peer, 0u);
+    ExpectOneRendezvous(net, /*in_place=*/false);
     EXPECT_GT(w.read_data, 700u);
   }
 }
@@ -293,6 +263,21 @@ TEST(InPlaceTest, PlainLoopbackOffersNothing) {
   EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 1u);
 }
 
+// Steps until ep(1) completes or fails a receive, and checks that it failed
+// as a receive from a sender that restarted does (reset or timed out).
+void ExpectReceiveFailsAsReset(Net& net, Transfer& t) {
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(1), &t.got, &t.recv_err);
+        return !t.got.empty() || !t.recv_err.empty();
+      },
+      500'000));
+  EXPECT_TRUE(t.got.empty());
+  ASSERT_EQ(t.recv_err.size(), 1u);
+  EXPECT_TRUE(t.recv_err[0].err == ECONNRESET || t.recv_err[0].err == ETIMEDOUT)
+      << t.recv_err[0].message;
+}
+
 // The sender restarts (same process: its old buffer still readable) after
 // its request waited unexpected: the receiver reads in place, but the
 // COPIED READ_REQ goes to a dead session; the receive fails as a pull's
@@ -311,16 +296,7 @@ TEST(InPlaceTest, SenderRestartsBeforeTheReceive) {
   ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);
   EXPECT_EQ(net.tap(1).read_calls(), reads + 1) << "it read the old buffer, which is still there";
   Transfer t;
-  ASSERT_TRUE(net.RunUntil(
-      [&] {
-        Drain(net.ep(1), &t.got, &t.recv_err);
-        return !t.got.empty() || !t.recv_err.empty();
-      },
-      500'000));
-  EXPECT_TRUE(t.got.empty());
-  ASSERT_EQ(t.recv_err.size(), 1u);
-  EXPECT_TRUE(t.recv_err[0].err == ECONNRESET || t.recv_err[0].err == ETIMEDOUT)
-      << t.recv_err[0].message;
+  ASSERT_NO_FATAL_FAILURE(ExpectReceiveFailsAsReset(net, t));
   EXPECT_EQ(t.recv_err[0].op.context, &in);
   EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 0u);
 }
@@ -345,16 +321,7 @@ TEST(InPlaceTest, SenderRestartsBeforeItsAnswer) {
   drop = false;
   net.Revive(0);
   Transfer t;
-  ASSERT_TRUE(net.RunUntil(
-      [&] {
-        Drain(net.ep(1), &t.got, &t.recv_err);
-        return !t.got.empty() || !t.recv_err.empty();
-      },
-      500'000));
-  EXPECT_TRUE(t.got.empty());
-  ASSERT_EQ(t.recv_err.size(), 1u);
-  EXPECT_TRUE(t.recv_err[0].err == ECONNRESET || t.recv_err[0].err == ETIMEDOUT)
-      << t.recv_err[0].message;
+  ASSERT_NO_FATAL_FAILURE(ExpectReceiveFailsAsReset(net, t));
   EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 0u);
 }
 

@@ -20,6 +20,8 @@ namespace {
 using testing::Drain;
 using testing::Net;
 using testing::NetOptions;
+using testing::RunTransfer;
+using testing::Transfer;
 
 constexpr uint64_t kThreshold = 16 * 1024;
 
@@ -28,24 +30,6 @@ NetOptions Options() {
   o.config.rendezvous_threshold = kThreshold;
   o.config.peer_timeout_ns = 20'000'000;
   return o;
-}
-
-struct Transfer {
-  std::vector<Completion> sent, got;
-  std::vector<ErrorCompletion> send_err, recv_err;
-  bool Done(size_t sends, size_t recvs) const {
-    return sent.size() + send_err.size() >= sends && got.size() + recv_err.size() >= recvs;
-  }
-};
-
-bool RunTransfer(Net& net, Transfer& t, size_t sends, size_t recvs, uint64_t steps = 500'000) {
-  return net.RunUntil(
-      [&] {
-        Drain(net.ep(0), &t.sent, &t.send_err);
-        Drain(net.ep(1), &t.got, &t.recv_err);
-        return t.Done(sends, recvs);
-      },
-      steps);
 }
 
 TEST(RendezvousTest, AroundTheThresholdPostedFirst) {
@@ -160,25 +144,9 @@ TEST(RendezvousTest, TaggedMatchesByTagInSendOrder) {
 TEST(RendezvousTest, ShorterReceiveTruncates) {
   for (bool posted_first : {true, false}) {
     Net net(Options());
-    const PeerId to_b = net.Peer(0, 1);
-    std::vector<uint8_t> out(4 * kThreshold), in(kThreshold + 100, 0xee);
-    testing::FillPattern(3, absl::MakeSpan(out));
-    const auto post = [&] {
-      ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
-    };
-    if (posted_first) post();
-    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
-    for (int i = 0; i < 2000; ++i) net.Step();
-    if (!posted_first) post();
     Transfer t;
-    ASSERT_TRUE(RunTransfer(net, t, 1, 1));
-    ASSERT_EQ(t.sent.size(), 1u) << "the sender's side completes normally";
-    ASSERT_EQ(t.recv_err.size(), 1u);
-    EXPECT_EQ(t.recv_err[0].err, EMSGSIZE);
-    EXPECT_EQ(t.recv_err[0].olen, out.size() - in.size());
-    EXPECT_EQ(t.recv_err[0].op.len, in.size());
-    EXPECT_EQ(std::memcmp(in.data(), out.data(), in.size()), 0);
-    EXPECT_EQ(net.ep(1).counters().truncated, 1u);
+    ASSERT_NO_FATAL_FAILURE(
+        testing::SendIntoShorterReceive(net, 4 * kThreshold, kThreshold + 100, posted_first, t));
   }
 }
 

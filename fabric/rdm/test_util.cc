@@ -1,7 +1,9 @@
 #include "fabric/rdm/test_util.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -179,6 +181,38 @@ int64_t TransferAndVerify(Net& net, int a, int b, const std::vector<size_t>& siz
   }
   if (sent.size() != sizes.size() || got.size() != sizes.size() || !errs.empty()) return -1;
   return static_cast<int64_t>(steps);
+}
+
+bool RunTransfer(Net& net, Transfer& t, size_t sends, size_t recvs, uint64_t steps) {
+  return net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &t.sent, &t.send_err);
+        Drain(net.ep(1), &t.got, &t.recv_err);
+        return t.Done(sends, recvs);
+      },
+      steps);
+}
+
+void SendIntoShorterReceive(Net& net, size_t send_len, size_t recv_len, bool posted_first,
+                            Transfer& t) {
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(send_len), in(recv_len, 0xee);
+  FillPattern(3, absl::MakeSpan(out));
+  const auto post = [&] {
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+  };
+  if (posted_first) post();
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+  for (int i = 0; i < 2000; ++i) net.Step();
+  if (!posted_first) post();
+  ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+  ASSERT_EQ(t.sent.size(), 1u) << "the sender's side completes normally";
+  ASSERT_EQ(t.recv_err.size(), 1u);
+  EXPECT_EQ(t.recv_err[0].err, EMSGSIZE);
+  EXPECT_EQ(t.recv_err[0].olen, out.size() - in.size());
+  EXPECT_EQ(t.recv_err[0].op.len, in.size());
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), in.size()), 0);
+  EXPECT_EQ(net.ep(1).counters().truncated, 1u);
 }
 
 void Drain(Endpoint& ep, std::vector<Completion>* ok, std::vector<ErrorCompletion>* err) {

@@ -141,6 +141,27 @@ int64_t TransferAndVerify(Net& net, int a, int b, const std::vector<size_t>& siz
 // Polls every completion and error of ep into the vectors.
 void Drain(Endpoint& ep, std::vector<Completion>* ok, std::vector<ErrorCompletion>* err);
 
+// The completions of ep(0)'s sends and of ep(1)'s receives.
+struct Transfer {
+  std::vector<Completion> sent, got;
+  std::vector<ErrorCompletion> send_err, recv_err;
+  bool Done(size_t sends, size_t recvs) const {
+    return sent.size() + send_err.size() >= sends && got.size() + recv_err.size() >= recvs;
+  }
+};
+
+// Steps, draining ep(0) and ep(1) into t, until `sends` sends and `recvs`
+// receives have completed or failed; false if `steps` ran out first.
+bool RunTransfer(Net& net, Transfer& t, size_t sends, size_t recvs, uint64_t steps = 500'000);
+
+// Sends a message of `send_len` bytes from ep(0) to a receive of ep(1) of
+// `recv_len` < send_len bytes, posted before the send or after 2000 steps
+// (unexpected), runs both to completion into t, and checks with gtest that
+// the sender's side completed and the receive failed with EMSGSIZE,
+// truncated, holding the message's first recv_len bytes.
+void SendIntoShorterReceive(Net& net, size_t send_len, size_t recv_len, bool posted_first,
+                            Transfer& t);
+
 }  // namespace bypass::rdm::testing
 
 #endif  // BYPASS_FABRIC_RDM_TEST_UTIL_H_

@@ -21,10 +21,12 @@ std::string LocalIp(int host) {
   return absl::StrCat("127.", (pid >> 8) & 0xff, ".", pid & 0xff, ".", host);
 }
 
-TEST(RdmOverUdp, ExchangeOnLoopbackInterface) {
-  auto a = Side::Create("udp:lo,ip=" + LocalIp(1), 4791, 0);
+// Sides on the devices uri_a and uri_b, both on `port`, connect to each
+// other and run the exchange.
+void Exchange(const std::string& uri_a, const std::string& uri_b, uint16_t port) {
+  auto a = Side::Create(uri_a, port, 0);
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = Side::Create("udp:lo,ip=" + LocalIp(2), 4791, 1);
+  auto b = Side::Create(uri_b, port, 1);
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_TRUE((*a)->Connect((*b)->address()).ok());
   ASSERT_TRUE((*b)->Connect((*a)->address()).ok());
@@ -33,17 +35,14 @@ TEST(RdmOverUdp, ExchangeOnLoopbackInterface) {
   std::fprintf(stderr, "%s\n%s\n", (*a)->Report().c_str(), (*b)->Report().c_str());
 }
 
+TEST(RdmOverUdp, ExchangeOnLoopbackInterface) {
+  Exchange("udp:lo,ip=" + LocalIp(1), "udp:lo,ip=" + LocalIp(2), 4791);
+}
+
 TEST(RdmOverUdp, ExchangeWithJumboMtu) {
   // 65000-byte frames: one datagram per 64 KiB message.
-  auto a = Side::Create("udp:lo,ip=" + LocalIp(3) + ",mtu=65000", 4792, 0);
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto b = Side::Create("udp:lo,ip=" + LocalIp(4) + ",mtu=65000", 4792, 1);
-  ASSERT_TRUE(b.ok()) << b.status();
-  ASSERT_TRUE((*a)->Connect((*b)->address()).ok());
-  ASSERT_TRUE((*b)->Connect((*a)->address()).ok());
-  const absl::Status s = RunBoth(**a, **b);
-  EXPECT_TRUE(s.ok()) << s;
-  std::fprintf(stderr, "%s\n%s\n", (*a)->Report().c_str(), (*b)->Report().c_str());
+  Exchange("udp:lo,ip=" + LocalIp(3) + ",mtu=65000", "udp:lo,ip=" + LocalIp(4) + ",mtu=65000",
+           4792);
 }
 
 }  // namespace
