@@ -38,6 +38,9 @@ absl::StatusOr<HostInterface> FindInterface(std::string_view name);
 // True for 127.0.0.0/8 and for every address of HostInterfaces().
 bool IsLocalIpv4(Ipv4Address ip);
 
+// True for 127.0.0.0/8.
+inline bool IsLoopbackIpv4(Ipv4Address ip) { return (ip.value >> 24) == 127; }
+
 // Copies len bytes at addr in process pid into dst with one
 // process_vm_readv (cross-memory attach: the kernel copies once). Returns
 // the bytes copied or a negative errno (-EPERM when ptrace rules, such as

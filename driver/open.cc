@@ -24,20 +24,6 @@ namespace {
 // Abseil here is built with its own string_view (ABSL_OPTION_USE_STD_* = 0).
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-// Where "LOCAL+REMOTE" splits: the first '+' followed by a scheme and ':'
-// (a '+' inside a path or devargs is not followed by one). npos: no split.
-size_t CompositeSplit(std::string_view text) {
-  for (size_t plus = text.find('+'); plus != std::string_view::npos;
-       plus = text.find('+', plus + 1)) {
-    size_t i = plus + 1;
-    while (i < text.size() && ((text[i] >= 'a' && text[i] <= 'z') || (text[i] >= '0' && text[i] <= '9'))) {
-      ++i;
-    }
-    if (i > plus + 1 && i < text.size() && text[i] == ':') return plus;
-  }
-  return std::string_view::npos;
-}
-
 // LOCAL+REMOTE: the remote device first, then the intra-host one with the
 // remote's address (unless LOCAL names its own ip=, which must agree).
 absl::StatusOr<std::unique_ptr<Device>> OpenComposite(std::string_view text, size_t plus,

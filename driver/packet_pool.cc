@@ -94,4 +94,10 @@ void PacketPool::FreeToOwners(absl::Span<Packet* const> pkts) {
   if (n > 0) owner->pool_->PutBulk(absl::MakeConstSpan(bufs, n));
 }
 
+uint32_t DefaultPoolBuffers(const DeviceOptions& opts, uint32_t max_frame) {
+  if (opts.pool_buffers != 0) return opts.pool_buffers;
+  const uint64_t cap = (uint64_t{64} << 20) / (kDataOffset + max_frame);
+  return static_cast<uint32_t>(std::min<uint64_t>(4u * opts.ring_size, std::max<uint64_t>(cap, 64)));
+}
+
 }  // namespace bypass::driver

@@ -23,6 +23,11 @@ inline constexpr uint32_t kHeadroom = 64;
 inline constexpr uint32_t kDataOffset = kPacketArea + kHeadroom;
 static_assert(sizeof(Packet) <= kPacketArea);
 
+// Buffers of a queue's pool when the options name none: the contract's
+// default (4 * ring_size), but at most 64 MiB of buffers (at mtu=65000
+// the default would prefault 267 MB per process).
+uint32_t DefaultPoolBuffers(const DeviceOptions& opts, uint32_t max_frame);
+
 // One queue's pool. Its packets name it in Packet::backend, so that
 // FreeToOwners returns each to the pool it came from. Owned by one thread,
 // as its queue.

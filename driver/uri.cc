@@ -144,4 +144,16 @@ absl::Status DeviceUri::CheckKnown(std::initializer_list<std::string_view> known
   return absl::OkStatus();
 }
 
+size_t CompositeSplit(std::string_view text) {
+  for (size_t plus = text.find('+'); plus != std::string_view::npos;
+       plus = text.find('+', plus + 1)) {
+    size_t i = plus + 1;
+    while (i < text.size() && ((text[i] >= 'a' && text[i] <= 'z') || (text[i] >= '0' && text[i] <= '9'))) {
+      ++i;
+    }
+    if (i > plus + 1 && i < text.size() && text[i] == ':') return plus;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace bypass::driver

@@ -36,6 +36,11 @@ struct DeviceUri {
   absl::Status CheckKnown(std::initializer_list<std::string_view> known) const;
 };
 
+// Where a composite "LOCAL+REMOTE" splits: the first '+' followed by a
+// scheme and ':' (a '+' inside a path or devargs is not followed by one).
+// npos: not a composite.
+size_t CompositeSplit(std::string_view text);
+
 }  // namespace bypass::driver
 
 #endif  // BYPASS_DRIVER_URI_H_

@@ -1,5 +1,7 @@
 #include "driver/composite/composite_device.h"
 
+#include <x86intrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -41,13 +43,12 @@ uint16_t CompositeQueue::RxBurst(absl::Span<Packet*> out) {
   uint16_t n = 0;
   if (local_first_) n = local_.RxBurst(out);
   if (n < out.size()) {
-    if (remote_skip_ > 0) {
-      --remote_skip_;
-    } else {
+    const uint64_t now = __rdtsc();
+    if (now >= remote_next_) {
       const uint16_t r = remote_.RxBurst(out.subspan(n));
       n = static_cast<uint16_t>(n + r);
-      remote_idle_ = r > 0 ? 0 : std::min(remote_idle_ * 2 + 1, kMaxRemoteSkip);
-      remote_skip_ = remote_idle_;
+      remote_gap_ = r > 0 ? 0 : std::clamp(remote_gap_ * 2, kMinRemoteGap, kMaxRemoteGap);
+      remote_next_ = now + remote_gap_;
     }
   }
   if (!local_first_ && n < out.size()) n = static_cast<uint16_t>(n + local_.RxBurst(out.subspan(n)));

@@ -9,6 +9,7 @@
 #ifndef BYPASS_DRIVER_COMPOSITE_COMPOSITE_DEVICE_H_
 #define BYPASS_DRIVER_COMPOSITE_COMPOSITE_DEVICE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -37,7 +38,12 @@ class CompositeQueue final : public QueuePair {
   bool AllocBulk(absl::Span<Packet*> out) override { return remote_.AllocBulk(out); }
   void FreeBulk(absl::Span<Packet* const> pkts) override;
   uint32_t PoolAvailable() const override { return remote_.PoolAvailable(); }
-  uint32_t PoolCapacity() const override { return remote_.PoolCapacity(); }
+  // The smaller pool: received packets come from either, and the engine
+  // holds at most a share of this (more from the smaller pool would starve
+  // its RX of the packet that completes what it holds).
+  uint32_t PoolCapacity() const override {
+    return std::min(local_.PoolCapacity(), remote_.PoolCapacity());
+  }
   QueueStats stats() const override;
   uint16_t id() const override { return 0; }
   // Both devices: the port is this process's on the host and on the wire.
@@ -56,17 +62,20 @@ class CompositeQueue final : public QueuePair {
   bool Local(const Packet* p);
   uint16_t SendRemote(absl::Span<Packet* const> run);
 
-  // Polls of the remote device skipped while it stays idle, doubling up to
-  // kMaxRemoteSkip: a kernel UDP poll is a system call (about as long as a
-  // whole round trip through shared memory), and a remote frame waits at
-  // most kMaxRemoteSkip empty local polls (well under a microsecond).
-  static constexpr uint32_t kMaxRemoteSkip = 31;
+  // While the remote device stays idle it is polled at most once per
+  // interval, doubling from kMinRemoteGap up to kMaxRemoteGap TSC ticks
+  // (about a microsecond at 2-4 GHz): a kernel UDP poll is a system call,
+  // about as long as a whole round trip through shared memory. Timed, not
+  // counted, so an application that polls rarely (a thread that sleeps
+  // between polls) does not delay remote frames by its sleeps.
+  static constexpr uint64_t kMinRemoteGap = 64;
+  static constexpr uint64_t kMaxRemoteGap = 4096;
 
   shm::ShmQueue& local_;
   QueuePair& remote_;
   bool local_first_ = true;
-  uint32_t remote_skip_ = 0;   // polls still to skip
-  uint32_t remote_idle_ = 0;   // the current skip length
+  uint64_t remote_next_ = 0;  // TSC of the next remote poll
+  uint64_t remote_gap_ = 0;   // the current interval (0: poll every time)
   RouteCounters routes_;
 };
 

@@ -46,6 +46,8 @@ class FaultQueue final : public QueuePair {
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
     return inner_.ReadPeerMemory(pid, addr, dst, len);
   }
+  absl::Status BindUdpPort(uint16_t port) override { return inner_.BindUdpPort(port); }
+  void UnbindUdpPort(uint16_t port) override { inner_.UnbindUdpPort(port); }
 
   const FaultCounters& counters() const { return counters_; }
   size_t held_reordered() const { return reorder_count_; }

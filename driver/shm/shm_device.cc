@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<ShmDevice>> Open(DeviceUri uri, const DeviceOptio
 
   info.uri = uri.text;
   info.driver = "shm";
+  info.host_address = true;  // the host's address: peers of this host find it by port
   info.mtu = mtu;
   info.num_queues = 1;
   info.ring_size = static_cast<uint16_t>(slots);

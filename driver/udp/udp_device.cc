@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "driver/host.h"
+#include "driver/packet_pool.h"
 #include "driver/options.h"
 
 namespace bypass::driver::udp {
@@ -81,6 +82,7 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
   DeviceInfo& info = dev->info_;
   info.uri = uri.text;
   info.driver = "udp";
+  info.host_address = true;  // its sockets are the host's: 127.0.0.1 and the rest name it
   info.mtu = opts.mtu;
   info.ipv4 = ip;
   info.mac = iface && iface->mac != MacAddress{} ? iface->mac : MacFromIpv4(ip);
@@ -91,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
   info.can_steer = false;
   info.owns_port = true;
 
-  const uint32_t pool_buffers = opts.pool_buffers != 0 ? opts.pool_buffers : 4u * opts.ring_size;
+  const uint32_t pool_buffers = DefaultPoolBuffers(opts, opts.mtu + 14);
   absl::StatusOr<std::unique_ptr<UdpQueue>> queue =
       UdpQueue::Create(dev->info_, pool_buffers, opts.numa_node);
   if (!queue.ok()) {

@@ -15,6 +15,7 @@
 #include "driver/clock.h"
 #include "driver/device.h"
 #include "driver/host.h"
+#include "driver/uri.h"
 #include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
@@ -125,10 +126,10 @@ fi_ops_domain g_domain_ops = {
 }  // namespace
 
 rdm::Address LocalToDevice(const Domain* d, rdm::Address a) {
-  if (d->local_ips.empty()) return a;
-  bool local = (a.ip.value >> 24) == 127;
-  for (uint32_t ip : d->local_ips) local = local || ip == a.ip.value;
-  if (local) a.ip = d->dev->info().ipv4;
+  const driver::DeviceInfo& info = d->dev->info();
+  if (info.host_address && driver::IsLoopbackIpv4(a.ip) && !driver::IsLoopbackIpv4(info.ipv4)) {
+    a.ip = info.ipv4;
+  }
   return a;
 }
 
@@ -151,6 +152,18 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
     return -FI_ENODEV;
   }
   absl::StatusOr<std::unique_ptr<driver::Device>> dev = driver::OpenDevice(uri);
+  if (const size_t plus = driver::CompositeSplit(uri); !dev.ok() && plus != std::string::npos) {
+    // LOCAL+REMOTE whose intra-host part cannot open (no writable run
+    // directory, /dev/shm full): the remote device alone still reaches
+    // every peer, this host's through the kernel.
+    const std::string remote = uri.substr(plus + 1);
+    absl::StatusOr<std::unique_ptr<driver::Device>> alone = driver::OpenDevice(remote);
+    if (alone.ok()) {
+      BYPASS_FI_WARN(FI_LOG_DOMAIN, "%s: %s; using %s alone (this host's processes too)\n",
+                     uri.c_str(), std::string(dev.status().message()).c_str(), remote.c_str());
+      dev = std::move(alone);
+    }
+  }
   if (!dev.ok()) {
     BYPASS_FI_WARN(FI_LOG_DOMAIN, "cannot open %s: %s\n", uri.c_str(),
                    std::string(dev.status().message()).c_str());
@@ -167,10 +180,7 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->uri = uri;
   d->dev = *std::move(dev);
   d->port = std::make_unique<rdm::Port>(d->dev->queue(0), d->dev->info());
-  if (d->dev->info().host_address) {
-    d->local_ips.push_back(0x7f000001);
-    for (const driver::HostInterface& h : driver::HostInterfaces()) d->local_ips.push_back(h.ipv4.value);
-  }
+
   if (info->domain_attr != nullptr) {
     const fi_threading t = info->domain_attr->threading;
     d->lock.thread_safe = t == FI_THREAD_SAFE || t == FI_THREAD_FID || t == FI_THREAD_ENDPOINT;

@@ -40,15 +40,8 @@ struct Domain {
   std::vector<Mr*> mrs;
   void* hmem_override = nullptr;  // FI_SET_OPS_HMEM_OVERRIDE (host memory only)
   uint64_t last_dgram_tx_ns = 0;  // when a datagram endpoint last sent
-  // The host's own IPv4s (127.0.0.1 and every interface's) when the device
-  // has the host's address (DeviceInfo::host_address): an address a user
-  // types with any of them names the device's IPv4 (LocalToDevice).
-  std::vector<uint32_t> local_ips;
 };
 
-// a with a local IPv4 (see Domain::local_ips) replaced by the device's, so
-// that the engine knows a peer by the address its packets carry; other
-// addresses as they are.
 rdm::Address LocalToDevice(const Domain* d, rdm::Address a);
 static_assert(offsetof(Domain, fid) == 0);
 

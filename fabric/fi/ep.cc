@@ -268,6 +268,7 @@ int Enable(Ep* ep) {
     return -FI_ENOCQ;
   }
   Domain* d = ep->domain;
+  const uint16_t first_port = ep->udp_port;
   absl::Status made = CreateEngineEndpoint(ep);
   // On a device whose ports the host shares (kernel UDP, intra-host), a
   // port no endpoint of this domain has may belong to another process: a
@@ -280,6 +281,10 @@ int Enable(Ep* ep) {
     ep->udp_port = next;
     ep->config.udp_port = next;
     made = CreateEngineEndpoint(ep);
+  }
+  if (made.ok() && ep->udp_port != first_port) {
+    BYPASS_FI_INFO(FI_LOG_EP_CTRL, "fi_enable: UDP port %u is another process's; the endpoint takes %u\n",
+                   first_port, ep->udp_port);
   }
   if (!made.ok()) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(made.message()).c_str());

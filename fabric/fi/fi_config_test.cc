@@ -66,9 +66,15 @@ TEST(ConfigTest, MissingInterfaceSaysWhichExist) {
   EXPECT_NE(log.find("lo"), std::string::npos) << log;
 }
 
-TEST(ConfigTest, UnusableDirectorySaysWhatToDo) {
+// The intra-host part of LOCAL+REMOTE cannot open: the domain runs on the
+// remote device alone (it reaches this host's processes too), and says so.
+TEST(ConfigTest, UnusableDirectorySaysWhatAndFallsBackToTheRemoteDevice) {
   std::string log;
-  EXPECT_NE(OpenDomain("shm:/proc/bypass-cannot-be-here+udp:", &log), 0);
+  EXPECT_EQ(OpenDomain("shm:/proc/bypass-cannot-be-here+udp:", &log), 0);
+  EXPECT_NE(log.find("/proc/bypass-cannot-be-here"), std::string::npos) << log;
+  EXPECT_NE(log.find("using udp: alone"), std::string::npos) << log;
+  // Alone, it is an error.
+  EXPECT_NE(OpenDomain("shm:/proc/bypass-cannot-be-here", &log), 0);
   EXPECT_NE(log.find("/proc/bypass-cannot-be-here"), std::string::npos) << log;
 }
 

@@ -46,7 +46,7 @@ void LogMismatch(const char* line) { BYPASS_FI_INFO(FI_LOG_CORE, "%s\n", line); 
 // A composite "LOCAL+REMOTE" is described as both: the smaller MTU, the
 // remote device's address.
 driver::DeviceInfo DescribeWithoutOpening(const std::string& uri) {
-  if (const size_t plus = uri.find('+'); plus != std::string::npos) {
+  if (const size_t plus = driver::CompositeSplit(uri); plus != std::string::npos) {
     driver::DeviceInfo local = DescribeWithoutOpening(uri.substr(0, plus));
     driver::DeviceInfo d = DescribeWithoutOpening(uri.substr(plus + 1));
     d.uri = uri;

@@ -191,7 +191,7 @@ void Engine::HandleFrame(driver::Packet* pkt) {
     v.msg.offer_addr = 0;
   }
   const uint32_t pi = session.peers().Find(v.flow.src_ip.value, v.flow.src_port);
-  if (pi != kNone && (pkt->ol_flags & driver::kRxSameHost) != 0) messaging.NoteSameHost(pi);
+  if (pi != kNone && (pkt->ol_flags & driver::kRxSameHost) != 0) session.NoteSameHost(pi);
   bool held = false;
   // The dispatcher: the one switch over packet types in the engine.
   switch (c.type) {

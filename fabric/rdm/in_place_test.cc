@@ -126,6 +126,32 @@ TEST(InPlaceTest, SameHostPeersGoInPlaceAboveTheLowerThreshold) {
   }
 }
 
+// A peer that cannot read us (its read fails, so it pulls) is not sent
+// medium messages by rendezvous again: an extra round trip for nothing.
+TEST(InPlaceTest, APeerThatCannotReadGetsEagerAgain) {
+  NetOptions o = SameHost();
+  o.config.rendezvous_threshold = 128 * 1024;
+  o.config.in_place_threshold = 4096;
+  Net net(o);
+  net.tap(1).set_read_peer_memory([](uint32_t, uint64_t, void*, size_t) { return int64_t{-EPERM}; });
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> out(8192), in(8192);
+  for (int m = 0; m < 4; ++m) {
+    testing::FillPattern(m, absl::MakeSpan(out));
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size()}), Result::kOk);
+    Transfer t;
+    ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+    ASSERT_EQ(t.got.size(), 1u);
+    EXPECT_EQ(testing::CheckPattern(m, in), -1);
+  }
+  // The first eager (nothing heard yet), the second offered and pulled,
+  // the rest eager.
+  EXPECT_EQ(net.ep(0).counters().rendezvous_sent, 1u);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_in_place_failed, 1u);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 1u);
+}
+
 TEST(InPlaceTest, ShorterReceiveTruncates) {
   for (const bool posted_first : {true, false}) {
     SCOPED_TRACE(posted_first ? "posted first" : "unexpected");
@@ -230,7 +256,9 @@ TEST(InPlaceTest, FramesWithoutSameHostNeverRead) {
   ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
   EXPECT_EQ(testing::CheckPattern(4, in), -1);
   EXPECT_EQ(testing::CheckPattern(6, in2), -1);
-  EXPECT_EQ(w.offers, 2u) << "the sender offered";
+  // The sender offered the first; the receiver pulled it, so the sender
+  // stopped offering (in_place_refused) and the second went without.
+  EXPECT_EQ(w.offers, 1u) << "the sender offered once";
   EXPECT_EQ(net.tap(1).read_calls(), probes) << "the receiver never read";
   EXPECT_EQ(net.ep(1).counters().rendezvous_in_place_failed, 0u);
   EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 2u);

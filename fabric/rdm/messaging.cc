@@ -52,7 +52,8 @@ Result Messaging::PostSend(const SendRequest& r) {
   if (ops_.user_free() == 0) return Result::kAgain;
   if ((r.flags & kSendInject) == 0 && !completions_.Reserve()) return Result::kAgain;
   const uint32_t pi = r.dest.slot();
-  const bool in_place = config.read_in_place && ctx_.dev.pid != 0 && peers_[pi].same_host;
+  const bool can_offer = config.read_in_place && ctx_.dev.pid != 0;
+  const bool in_place = can_offer && session_[pi].same_host;
   const bool rendezvous =
       !inject && r.len > (in_place ? std::min(config.in_place_threshold, config.rendezvous_threshold)
                                    : config.rendezvous_threshold);
@@ -85,8 +86,11 @@ Result Messaging::PostSend(const SendRequest& r) {
     op.msg.protocol = wire::MsgProtocol::kRendezvous;
     op.src = bytes;
     op.wire_len = 0;
-    if (ctx_.config.read_in_place && ctx_.dev.pid != 0) {
-      // A receiver of this host may read it in place (PROTOCOL.md).
+    if (can_offer) {
+      // A receiver of this host may read it in place (PROTOCOL.md). A
+      // candidate: the offer goes on the wire only to a peer known to be
+      // on this host when the request is sent (Reliability::WritePacket),
+      // never onto a network.
       op.msg.offer_pid = ctx_.dev.pid;
       op.msg.offer_addr = reinterpret_cast<uintptr_t>(bytes);
     }
@@ -635,6 +639,13 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
     reliability_.Queue(pi, o);
     return true;
   }
+  if (op.msg.offer_pid != 0) {
+    // We offered and the peer pulled: it cannot read our memory (ptrace
+    // rules, another pid namespace...). Messages to it go eager again up
+    // to the general threshold, where an extra round trip buys nothing.
+    session_[pi].same_host = false;
+    session_[pi].in_place_refused = true;
+  }
   op.rma.op = wire::RmaOp::kReadData;
   op.rma.flags = wire::kRmaFlagMessage;
   op.rma.rma_id = r.rma_id;
@@ -725,6 +736,10 @@ void Messaging::EndSession(uint32_t pi, int err, const char* why) {
   MsgPeer& p = peers_[pi];
   p.rx_next_msg_id = 0;
   p.rx_skip = false;
+  // The next session may be another process at this address: where it is
+  // is learned again from its frames.
+  session_[pi].same_host = false;
+  session_[pi].in_place_refused = false;
   // The messages still queued (none started) open the next session.
   p.next_msg_id = 0;
   const TxStream& t = reliability_.tx(pi);

@@ -50,9 +50,6 @@ struct MsgPeer {
   // The sender abandoned message rx_next_msg_id - 1: its other segments are
   // acknowledged and dropped.
   bool rx_skip = false;
-  // Its frames come through memory this host's processes share
-  // (kRxSameHost): its messages above in_place_threshold go by rendezvous.
-  bool same_host = false;
 };
 
 // Sends, receives, matching and rendezvous of one endpoint.
@@ -64,8 +61,6 @@ class Messaging {
   Messaging& operator=(const Messaging&) = delete;
 
   void AddPeer(uint32_t pi) { peers_[pi] = MsgPeer{}; }
-  // A frame from pi came with kRxSameHost.
-  void NoteSameHost(uint32_t pi) { peers_[pi].same_host = true; }
 
   // ---- The application's calls.
   Result PostSend(const SendRequest& r);

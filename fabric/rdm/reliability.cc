@@ -283,6 +283,13 @@ void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t f
   const driver::UdpFlow& flow = session_[pi].flow;
   const absl::Span<uint8_t> frame(pkt->data, pkt->capacity);
   if (op.type == wire::PacketType::kData) {
+    if (op.msg.offer_pid != 0 && !session_[pi].same_host) {
+      // An offer to read in place goes only to a peer known to be on this
+      // host; decided at the first send, so every copy of the request
+      // agrees (Messaging::PostSend).
+      ops_[e.op].msg.offer_pid = 0;
+      ops_[e.op].msg.offer_addr = 0;
+    }
     wire::MsgFields m = op.msg;
     m.offset = e.offset;
     if (op.abandoned) {  // given up: the PSN goes, the bytes do not

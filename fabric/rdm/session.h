@@ -46,6 +46,14 @@ struct SessionPeer {
   uint64_t probe_due_ns = 0;  // next liveness probe while only waiting
   bool probe_owed = false;    // the next ACK asks for one back (kFlagAckReq)
 
+  // Where it is: its frames came through memory this host's processes
+  // share (kRxSameHost), so our rendezvous requests offer to be read in
+  // place and messages above in_place_threshold go by rendezvous; unless
+  // it pulled a message we offered (it cannot read us: ptrace rules,
+  // another pid namespace), for the rest of the session.
+  bool same_host = false;
+  bool in_place_refused = false;
+
   bool established() const { return rx_known && tx_ready; }
   bool IsRetired(uint32_t inc) const {
     for (uint32_t r : retired) {
@@ -73,6 +81,8 @@ class Session {
   PeerTable& peers() { return peers_; }
   const PeerTable& peers() const { return peers_; }
   SessionPeer& operator[](uint32_t pi) { return state_[pi]; }
+  // A frame from pi came with kRxSameHost.
+  void NoteSameHost(uint32_t pi) { state_[pi].same_host = !state_[pi].in_place_refused; }
   const SessionPeer& operator[](uint32_t pi) const { return state_[pi]; }
   const Address& address(uint32_t pi) const { return peers_.address(pi); }
 

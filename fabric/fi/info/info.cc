@@ -464,6 +464,13 @@ sockaddr_in MakeAddr(uint32_t ip, uint16_t port, const driver::MacAddress& mac) 
   return ToSockaddr(a);
 }
 
+// Whether ip, of 127.0.0.0/8, names domain o's device: one with the host's
+// address that is not itself on a loopback address (as LocalToDevice).
+bool LoopbackNamesDevice(const DomainOffer& o, uint32_t ip) {
+  return o.device.host_address && driver::IsLoopbackIpv4(driver::Ipv4Address{ip}) &&
+         !driver::IsLoopbackIpv4(o.device.ipv4);
+}
+
 // The source and destination addresses of a candidate of domain o.
 Addresses ResolveAddresses(const DomainOffer& o, const internal::NodeService& ns, bool named,
                            uint64_t flags, const fi_info* hints, Checker* c) {
@@ -485,8 +492,9 @@ Addresses ResolveAddresses(const DomainOffer& o, const internal::NodeService& ns
     if (s.sin_port != 0) src_port = ntohs(s.sin_port);
   }
   if (src_ip == INADDR_ANY) src_ip = local_ip;
-  // A device with the host's address answers to every address of the host.
-  if (o.device.host_address && driver::IsLocalIpv4(driver::Ipv4Address{src_ip})) src_ip = local_ip;
+  // A device with the host's address answers to 127.0.0.1 (and the rest
+  // of 127.0.0.0/8) too.
+  if (LoopbackNamesDevice(o, src_ip)) src_ip = local_ip;
   if (src_ip != local_ip) {
     c->Fail("source %s is not this domain's IPv4 %s", driver::Ipv4Address{src_ip}.ToString(),
             o.device.ipv4.ToString());
@@ -507,9 +515,7 @@ Addresses ResolveAddresses(const DomainOffer& o, const internal::NodeService& ns
     dest = s;
   }
   if (dest.has_value()) {
-    if (o.device.host_address && driver::IsLocalIpv4(driver::Ipv4Address{ntohl(dest->sin_addr.s_addr)})) {
-      dest->sin_addr.s_addr = htonl(local_ip);
-    }
+    if (LoopbackNamesDevice(o, ntohl(dest->sin_addr.s_addr))) dest->sin_addr.s_addr = htonl(local_ip);
     const uint32_t ip = ntohl(dest->sin_addr.s_addr);
     driver::MacAddress known;
     std::memcpy(known.bytes.data(), dest->sin_zero, 6);
