@@ -122,6 +122,9 @@ Settings ReadSettings() {
   if (auto v = ParamInt("peer_timeout_ms")) c.peer_timeout_ns = static_cast<uint64_t>(*v) * 1'000'000;
   if (auto v = ParamInt("max_msg_size", FI_PARAM_SIZE_T)) c.max_msg_size = static_cast<uint64_t>(*v);
   if (auto v = ParamInt("inject_size", FI_PARAM_SIZE_T)) c.inject_size = static_cast<uint32_t>(*v);
+  // The default domain serves every process of a host: room for 256 peers
+  // per endpoint (about 21 KiB each today, allocated at fi_enable).
+  c.max_peers = 256;
   if (auto v = ParamInt("max_peers")) c.max_peers = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("ack_delay_ns")) c.ack_delay_ns = static_cast<uint64_t>(*v);
   if (auto v = ParamInt("cma", FI_PARAM_BOOL)) c.read_in_place = *v != 0;
