@@ -38,4 +38,19 @@ done
 # FI_LOG_LEVEL reaches the provider's log.
 out=$(FI_LOG_LEVEL=info fi_info -p bypass 2>&1)
 echo "$out" | grep -a -q ":bypass:" || fail "FI_LOG_LEVEL=info shows no bypass log line"
+
+# With nothing configured: the default domain, local and remote, and a node
+# given as 127.0.0.1, the host's name or its address.
+unset FI_BYPASS_DEVICES
+out=$(fi_info -p bypass -t FI_EP_RDM -v 2>&1) || fail "fi_info with no configuration failed: $out"
+echo "$out" | grep -q "domain: shm:+udp:" || fail "the default domain is not shm:+udp:: $(echo "$out" | grep domain:)"
+caps=$(echo "$out" | grep -m1 "caps:")
+for c in FI_LOCAL_COMM FI_REMOTE_COMM FI_TAGGED FI_DIRECTED_RECV; do
+  echo "$caps" | grep -q "$c" || fail "the default domain does not offer $c: $caps"
+done
+for node in 127.0.0.1 "$(hostname)" "$(hostname -I 2>/dev/null | awk '{print $1}')"; do
+  [ -n "$node" ] || continue
+  out=$(fi_info -p bypass -n "$node" -s 5000 2>&1) || fail "fi_info -n $node -s 5000 failed: $out"
+  echo "$out" | grep -q "provider: bypass" || fail "fi_info -n $node lists no bypass entry: $out"
+done
 echo PASS
