@@ -34,7 +34,8 @@ class ShmDevice;
 // lanes= senders this device can receive from at once (1..1024, default
 // 128); slots= frames per lane (a power of two 2..4096, default 32). One
 // queue, no steering (the registry delivers by port), link always up. Takes
-// bypass's own keys itself, with its own MTU range. Stale areas of this uid and stale links are reclaimed here.
+// bypass's own keys itself, with its own MTU range. Stale areas of this uid
+// and stale links are reclaimed here.
 //
 // Processes must open their devices after fork, not before: a child that
 // inherits the area's descriptor shares its lock, and keeps it "alive".

@@ -472,7 +472,8 @@ TEST_F(ShmTest, AFullDevShmIsNoLaneNotSigbus) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
         mount("tmpfs", kShmDir, "tmpfs", 0, "size=512k,mode=1777") != 0) {
       _exit(2);
     }
