@@ -109,4 +109,10 @@ unsigned long NetNamespaceId() {
   return static_cast<unsigned long>(st.st_ino);
 }
 
+unsigned long PidNamespaceId() {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<unsigned long>(st.st_ino);
+}
+
 }  // namespace bypass::driver

@@ -51,6 +51,11 @@ int64_t ReadProcessMemory(uint32_t pid, uint64_t addr, void* dst, size_t len);
 // /proc/self/ns/net (0 if unreadable): processes in one namespace share it.
 unsigned long NetNamespaceId();
 
+// The pid namespace this process is in, as the inode number of
+// /proc/self/ns/pid (0 if unreadable): a pid means the same process only to
+// processes that share it (process_vm_readv takes a pid).
+unsigned long PidNamespaceId();
+
 }  // namespace bypass::driver
 
 #endif  // BYPASS_DRIVER_HOST_H_

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -17,11 +18,19 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "driver/host.h"
 
 namespace bypass::driver::shm {
 namespace {
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+std::atomic<int> reserve_failure{0};  // FailReservationsForTesting
+
+// A regular file of this user: anything else under an area's name was put
+// there by someone else (/dev/shm is writable by all) or is debris, and
+// says nothing about an owner of ours.
+bool Ours(const struct stat& st) { return S_ISREG(st.st_mode) && st.st_uid == geteuid(); }
 
 std::string Errno(int e) { return std::strerror(e); }
 
@@ -89,21 +98,53 @@ std::optional<uint32_t> AreaPid(uid_t uid, const std::string& name) {
 }
 
 bool AreaAlive(const std::string& name) {
-  const int fd = open(AreaPath(name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return errno != ENOENT;  // unreadable: assume a live owner
-  const bool alive = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  const std::string path = AreaPath(name);
+  // O_NONBLOCK: a FIFO planted under the name must not hang the open.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  struct stat st;
+  if (fd < 0) {
+    if (errno == ENOENT) return false;
+    // Another user's 0600 file, or a symlink, is not ours; a file of ours
+    // we cannot open: assume a live owner.
+    return lstat(path.c_str(), &st) == 0 && Ours(st);
+  }
+  // The lock is trusted only on our own file: another user could create a
+  // dead area's name and hold its flock to keep its links and lanes.
+  const bool alive = fstat(fd, &st) == 0 && Ours(st) &&
+                     flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   close(fd);  // releases the lock if we took it
   return alive;
 }
 
 bool ReclaimArea(const std::string& name) {
   const std::string path = AreaPath(name);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return false;
+  if (!Ours(st)) {
+    // Not an area of ours, so no owner of ours to protect: removed if we
+    // may (the sticky /dev/shm lets only root remove another user's file).
+    return !S_ISDIR(st.st_mode) && unlink(path.c_str()) == 0;
+  }
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return false;
   bool removed = false;
-  if (flock(fd, LOCK_EX | LOCK_NB) == 0) removed = unlink(path.c_str()) == 0;
+  if (fstat(fd, &st) == 0 && Ours(st) && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    removed = unlink(path.c_str()) == 0;
+  }
   close(fd);
   return removed;
+}
+
+int ReserveRange(int fd, uint64_t offset, uint64_t len) {
+  if (const int e = reserve_failure.load(std::memory_order_relaxed); e != 0) return e;
+  while (fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(len)) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+void FailReservationsForTesting(int err) {
+  reserve_failure.store(err, std::memory_order_relaxed);
 }
 
 Mapping& Mapping::operator=(Mapping&& o) noexcept {
@@ -124,6 +165,7 @@ absl::StatusOr<OwnArea> OwnArea::Create(uint32_t max_frame, uint32_t lanes, uint
   OwnArea a;
   a.layout_ = AreaLayout::For(max_frame, lanes, slots);
   a.pid_ = static_cast<uint32_t>(getpid());
+  a.pid_ns_ = PidNamespaceId();
   // The file is made nameless (O_TMPFILE), sized, initialised and locked,
   // then linked under its name: nobody can see it unlocked or half-written.
   const int fd = open(kShmDir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -140,6 +182,14 @@ absl::StatusOr<OwnArea> OwnArea::Create(uint32_t max_frame, uint32_t lanes, uint
     return absl::ResourceExhaustedError(absl::StrCat(
         "shm: sizing an area file to ", a.layout_.area_bytes, " bytes in ", kShmDir, ": ",
         Errno(errno), " (fewer lanes=, slots= or a smaller mtu= make it smaller)"));
+  }
+  // The header page is written now and by senders later (active bits):
+  // allocated up front, so a full /dev/shm is this error and not a SIGBUS.
+  // Each lane is reserved by the sender that claims it.
+  if (const int e = ReserveRange(fd, 0, a.layout_.lanes_offset); e != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("shm: reserving an area's header in ",
+                                                     kShmDir, ": ", Errno(e),
+                                                     " (is it full? df ", kShmDir, ")"));
   }
   void* base = mmap(nullptr, a.layout_.area_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
@@ -166,6 +216,7 @@ absl::StatusOr<OwnArea> OwnArea::Create(uint32_t max_frame, uint32_t lanes, uint
     h->lane_stride = a.layout_.lane_stride;
     h->lanes_offset = a.layout_.lanes_offset;
     h->area_bytes = a.layout_.area_bytes;
+    h->pid_ns = a.pid_ns_;
     const std::string name = AreaName(geteuid(), a.pid_, nonce);
     // linkat through /proc needs no privilege (AT_EMPTY_PATH would).
     if (linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, AreaPath(name).c_str(), AT_SYMLINK_FOLLOW) == 0) {
@@ -184,6 +235,7 @@ OwnArea::OwnArea(OwnArea&& o) noexcept
     : name_(std::move(o.name_)),
       pid_(o.pid_),
       nonce_(o.nonce_),
+      pid_ns_(o.pid_ns_),
       layout_(o.layout_),
       map_(std::move(o.map_)),
       fd_(o.fd_) {
@@ -197,9 +249,9 @@ OwnArea::~OwnArea() {
   if (fd_ >= 0) close(fd_);
 }
 
-absl::StatusOr<Mapping> MapPeerArea(const std::string& name, AreaLayout* layout) {
+absl::StatusOr<Mapping> MapPeerArea(const std::string& name, AreaLayout* layout, FileId* id) {
   const std::string path = AreaPath(name);
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return absl::NotFoundError(absl::StrCat("shm: ", path, ": ", Errno(errno)));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
@@ -218,13 +270,33 @@ absl::StatusOr<Mapping> MapPeerArea(const std::string& name, AreaLayout* layout)
     return absl::FailedPreconditionError(
         absl::StrCat("shm: ", path, ": bad header (magic, version or sizes)"));
   }
+  // Its owner reads our memory by the pid we send (process_vm_readv): a pid
+  // of another pid namespace names another process, or none.
+  if (h.pid_ns != PidNamespaceId()) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shm: ", path, ": its owner is in another pid namespace (", h.pid_ns, ")"));
+  }
   void* base = mmap(nullptr, l->area_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);  // the mapping keeps the file
   if (base == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("shm: mapping ", path, ": ", Errno(errno)));
   }
   *layout = *l;
+  *id = FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   return Mapping(static_cast<uint8_t*>(base), l->area_bytes);
+}
+
+int ReopenPeerArea(const std::string& name, const FileId& id) {
+  const int fd = open(AreaPath(name).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_dev) != id.dev ||
+      static_cast<uint64_t>(st.st_ino) != id.ino) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 }  // namespace bypass::driver::shm

@@ -18,7 +18,8 @@
 namespace bypass::driver::shm {
 
 inline constexpr uint64_t kAreaMagic = 0x316d687373707962;  // "bypsshm1" in memory
-inline constexpr uint32_t kAreaVersion = 1;
+// 2: the header says the owner's pid namespace (pid_ns).
+inline constexpr uint32_t kAreaVersion = 2;
 inline constexpr uint32_t kMaxLanes = 1024;
 inline constexpr uint32_t kMaxSlots = 4096;
 inline constexpr uint32_t kMaxSlotBytes = 65536;
@@ -41,7 +42,9 @@ struct AreaHeader {
   uint64_t lane_stride;
   uint64_t lanes_offset;
   uint64_t area_bytes;
-  uint64_t reserved;
+  // The owner's PidNamespaceId(): senders of another pid namespace refuse
+  // the area, as a receiver reads its senders' memory by pid.
+  uint64_t pid_ns;
   // At kActiveOffset: (lanes + 63) / 64 uint64_t words, bit i = lane i has
   // (or had) a sender.
 };
@@ -101,12 +104,24 @@ inline std::string AreaPath(const std::string& name) {
   return std::string(kShmDir) + "/" + name;
 }
 
-// Whether the owner of area `name` is alive: its file exists and someone
-// holds its flock. Cold path (open, flock, close).
+// Whether the owner of area `name` is alive: its file exists, is a regular
+// file of ours, and someone holds its flock. A file of another user under
+// the name (/dev/shm is writable by all) is not ours and proves nothing: it
+// counts as dead. Cold path (open, fstat, flock, close).
 bool AreaAlive(const std::string& name);
 // Unlinks area `name` if its owner is dead (we take its lock first, so a
-// live owner is never touched). Returns true if it was removed.
+// live owner is never touched); a file that is not an area of ours is
+// unlinked whatever its lock, where we may (the sticky /dev/shm lets only
+// root remove another user's file). Returns true if it was removed.
 bool ReclaimArea(const std::string& name);
+
+// Allocates bytes [offset, offset + len) of an area file (fallocate), so
+// that touching them through a mapping cannot fault on a full tmpfs: a page
+// of a sparse file that tmpfs cannot allocate is a SIGBUS at the store.
+// Returns 0 or an errno (ENOSPC).
+int ReserveRange(int fd, uint64_t offset, uint64_t len);
+// For tests: every ReserveRange fails with `err` until called with 0.
+void FailReservationsForTesting(int err);
 
 // A mapping of a whole area, unmapped on destruction.
 class Mapping {
@@ -142,6 +157,8 @@ class OwnArea {
   const std::string& name() const { return name_; }
   uint32_t pid() const { return pid_; }
   uint32_t nonce() const { return nonce_; }
+  // PidNamespaceId() at creation, as written in the header.
+  uint64_t pid_ns() const { return pid_ns_; }
   uint64_t owner_word() const { return OwnerWord(pid_, nonce_); }
   const AreaLayout& layout() const { return layout_; }
   uint8_t* base() const { return map_.base(); }
@@ -151,14 +168,25 @@ class OwnArea {
   std::string name_;
   uint32_t pid_ = 0;
   uint32_t nonce_ = 0;
+  uint64_t pid_ns_ = 0;
   AreaLayout layout_;
   Mapping map_;
   int fd_ = -1;
 };
 
+// Which file a name was (a name is unlinked when its owner dies).
+struct FileId {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+};
+
 // Maps a peer's area read-write after checking that it is a regular file of
-// ours whose header and size match a layout we would have made.
-absl::StatusOr<Mapping> MapPeerArea(const std::string& name, AreaLayout* layout);
+// ours whose header and size match a layout we would have made, made by a
+// process of our pid namespace. `id` says which file it was.
+absl::StatusOr<Mapping> MapPeerArea(const std::string& name, AreaLayout* layout, FileId* id);
+// Opens area `name` read-write (to reserve lanes in it) if it is still file
+// `id`; -1 if it is gone or was replaced.
+int ReopenPeerArea(const std::string& name, const FileId& id);
 
 // Lane i of an area. REQUIRES: i < layout.lanes.
 inline LaneHeader* LaneAt(uint8_t* base, const AreaLayout& layout, uint32_t i) {

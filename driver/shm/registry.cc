@@ -51,7 +51,10 @@ std::string Advice() { return "give a writable directory of yours with shm:DIR";
 }  // namespace
 
 absl::StatusOr<std::string> DefaultDirectory() {
-  const std::string leaf = absl::StrCat("u", geteuid(), ".net", NetNamespaceId());
+  // Processes that share it must share the network namespace (ports are
+  // bound per namespace) and the pid namespace (memory is read by pid).
+  const std::string leaf =
+      absl::StrCat("u", geteuid(), ".net", NetNamespaceId(), ".pid", PidNamespaceId());
   int err = MakeDir("/run/bypass", 0755);
   std::string failed = "/run/bypass";
   if (err == 0) {

@@ -18,8 +18,8 @@
 
 namespace bypass::driver::shm {
 
-// The default directory, "/run/bypass/u<uid>.net<netns>", else under
-// $XDG_RUNTIME_DIR/bypass when /run/bypass cannot be written; one-line
+// The default directory, "/run/bypass/u<uid>.net<netns>.pid<pidns>", else
+// under $XDG_RUNTIME_DIR/bypass when /run/bypass cannot be written; one-line
 // error naming the directory that failed and what to do.
 absl::StatusOr<std::string> DefaultDirectory();
 

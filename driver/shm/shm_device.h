@@ -27,13 +27,15 @@ inline constexpr uint32_t kMaxShmMtu = 65000;
 class ShmDevice;
 
 // Opens `shm:[DIR][,ip=..][,mtu=..][,lanes=N][,slots=N]`. DIR is the
-// registry directory (default /run/bypass/u<uid>.net<netns>, else under
-// $XDG_RUNTIME_DIR/bypass); ip= the address it is reached at (default
-// PrimaryIpv4()); mtu= up to 65000; lanes= senders this device can receive
-// from at once (1..1024, default 128); slots= frames per lane (a power of
-// two 2..4096, default 32). One queue, no steering (the registry delivers
-// by port), link always up. Takes bypass's own keys itself, with its own
-// MTU range. Stale areas of this uid and stale links are reclaimed here.
+// registry directory (default /run/bypass/u<uid>.net<netns>.pid<pidns>,
+// else under $XDG_RUNTIME_DIR/bypass; devices of two pid namespaces given
+// one DIR do not reach each other, as memory is read by pid); ip= the
+// address it is reached at (default PrimaryIpv4()); mtu= up to 65000;
+// lanes= senders this device can receive from at once (1..1024, default
+// 128); slots= frames per lane (a power of two 2..4096, default 32). One
+// queue, no steering (the registry delivers by port), link always up. Takes
+// bypass's own keys itself, with its own MTU range. Stale areas of this uid
+// and stale links are reclaimed here.
 //
 // Processes must open their devices after fork, not before: a child that
 // inherits the area's descriptor shares its lock, and keeps it "alive".

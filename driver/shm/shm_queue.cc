@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -104,6 +105,11 @@ void ShmQueue::Revalidate() {
     }
     return false;
   });
+  // A lane may have been freed with the change (a sender closed): the next
+  // frame or Reaches to a destination without one tries to claim it.
+  for (auto& p : peers_) {
+    if (p->lane == nullptr) p->no_lane_count = kLaneRetry - 1;
+  }
 }
 
 ShmQueue::Peer* ShmQueue::Resolve(uint32_t ip, uint16_t port) {
@@ -142,8 +148,9 @@ ShmQueue::Peer* ShmQueue::MapPeer(const std::string& name) {
   }
   auto p = std::make_unique<Peer>();
   p->name = name;
-  absl::StatusOr<Mapping> m = MapPeerArea(name, &p->layout);
-  if (!m.ok()) return nullptr;  // gone, or not an area: an unknown destination
+  absl::StatusOr<Mapping> m = MapPeerArea(name, &p->layout, &p->file);
+  // Gone, not an area, or of another pid namespace: an unknown destination.
+  if (!m.ok()) return nullptr;
   p->map = *std::move(m);
   ClaimLane(*p);
   peers_.push_back(std::move(p));
@@ -152,15 +159,28 @@ ShmQueue::Peer* ShmQueue::MapPeer(const std::string& name) {
 }
 
 void ShmQueue::ClaimLane(Peer& p) {
+  p.no_memory = false;
+  // The area is sparse: a lane's pages are reserved (fallocate) before we
+  // touch any of them, its owner word included. On a full /dev/shm a page
+  // faulted in through the mapping is a SIGBUS; a failed reservation is
+  // only a lane we do without (the composite routes around us meanwhile).
+  const int fd = ReopenPeerArea(p.name, p.file);
+  if (fd < 0) return;  // gone or replaced: its owner closed or died
   const uint64_t me = area_->owner_word();
   const uint32_t lanes = p.layout.lanes;
   const uint32_t start = static_cast<uint32_t>(Mix(me) % lanes);
   LaneHeader* got = nullptr;
   uint32_t index = 0;
+  bool unreserved = false;
   // A free lane first; then one whose owner is dead (a system call each).
   for (int pass = 0; pass < 2 && got == nullptr; ++pass) {
     for (uint32_t k = 0; k < lanes && got == nullptr; ++k) {
       const uint32_t i = (start + k) % lanes;
+      if (ReserveRange(fd, p.layout.lanes_offset + p.layout.lane_stride * i,
+                       p.layout.lane_stride) != 0) {
+        unreserved = true;
+        continue;
+      }
       LaneHeader* l = LaneAt(p.map.base(), p.layout, i);
       uint64_t owner = Shared(l->owner).load(std::memory_order_acquire);
       if (pass == 0 && owner != 0) continue;
@@ -182,12 +202,22 @@ void ShmQueue::ClaimLane(Peer& p) {
       p.cached_head = head;
     }
   }
-  if (got == nullptr) return;
+  close(fd);
+  if (got == nullptr) {
+    p.no_memory = unreserved;
+    return;
+  }
   p.lane = got;
   p.lens = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(got) + kLensOffset);
   p.frames = reinterpret_cast<uint8_t*>(got) + p.layout.frames_offset;
   // seq_cst, paired with the receiver's clear-then-recheck of idle lanes.
   Shared(ActiveWords(p.map.base())[index / 64]).fetch_or(uint64_t{1} << (index % 64));
+}
+
+bool ShmQueue::HasLane(Peer& p) {
+  if (p.lane != nullptr) return true;
+  if (++p.no_lane_count % kLaneRetry == 0) ClaimLane(p);
+  return p.lane != nullptr;
 }
 
 void ShmQueue::ReleaseLane(Peer& p) {
@@ -243,9 +273,8 @@ uint16_t ShmQueue::Send(absl::Span<Packet* const> pkts) {
       ++counters_.tx_unknown_dest;
       continue;
     }
-    if (p->lane == nullptr && ++p->no_lane_count % kLaneRetry == 0) ClaimLane(*p);
-    if (p->lane == nullptr) {
-      ++counters_.tx_no_lane;
+    if (!HasLane(*p)) {
+      ++(p->no_memory ? counters_.tx_no_memory : counters_.tx_no_lane);
       continue;
     }
     if (pkt.len > p->layout.slot_bytes) {
@@ -258,17 +287,32 @@ uint16_t ShmQueue::Send(absl::Span<Packet* const> pkts) {
         ++counters_.tx_bad_peer;
         continue;
       }
-      // Full. A receiver that stays full for long may be dead: test it now
-      // and then (a system call), and if it is, reclaim it and drop.
+      // Full. A receiver whose head moves is slow: back-pressure. One whose
+      // head stays put for long is tested now and then (a system call): if
+      // dead it is reclaimed, if alive it has stopped reading, and its
+      // frames are dropped until its head moves (a lossy link, for the
+      // engine to retransmit over) rather than holding the caller's TX to
+      // every other destination behind it.
       const uint32_t head = p->cached_head;
-      p->stuck_count = head == p->stuck_head ? p->stuck_count + 1 : 1;
-      p->stuck_head = head;
-      if (p->stuck_count >= kStuckProbe) {
+      if (head != p->stuck_head) {
+        p->stuck_head = head;
         p->stuck_count = 0;
-        if (registry_->ReclaimIfDead(p->name)) p->dead = true;
+        p->stuck = false;
+      }
+      if (!p->stuck && ++p->stuck_count >= kStuckProbe) {
+        p->stuck_count = 0;
+        if (registry_->ReclaimIfDead(p->name)) {
+          p->dead = true;
+        } else {
+          p->stuck = true;
+        }
       }
       if (p->dead) {
         ++counters_.tx_dead_peer;
+        continue;
+      }
+      if (p->stuck) {
+        ++counters_.tx_lane_stuck;
         continue;
       }
       break;  // back-pressure: the caller keeps this one and the rest
@@ -278,6 +322,7 @@ uint16_t ShmQueue::Send(absl::Span<Packet* const> pkts) {
     std::memcpy(p->frames + static_cast<size_t>(slot) * p->layout.slot_bytes, f, pkt.len);
     ++p->staged;
     p->stuck_count = 0;
+    p->stuck = false;
     if (!p->touched) {
       p->touched = true;
       touched_.push_back(p);  // never reallocates: reserved to peers_.size()
@@ -298,13 +343,16 @@ uint16_t ShmQueue::TxBurst(absl::Span<Packet* const> pkts) {
 
 bool ShmQueue::Reaches(Ipv4Address ip, uint16_t udp_port) {
   Revalidate();
-  const Peer* p = Resolve(ip.value, udp_port);
-  return p != nullptr && !p->dead && p->lane != nullptr;
+  Peer* p = Resolve(ip.value, udp_port);
+  return p != nullptr && !p->dead && HasLane(*p);
 }
 
 // --- RX.
 
 int64_t ShmQueue::ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) {
+  // Our senders share our pid namespace (they checked our header) only if
+  // we know which it is: unknown, a pid could name another's process.
+  if (area_->pid_ns() == 0) return -EPERM;
   return ReadProcessMemory(pid, addr, dst, len);
 }
 

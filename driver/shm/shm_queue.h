@@ -27,6 +27,8 @@ struct ShmCounters {
   uint64_t tx_unknown_dest = 0;  // no live binding of the frame's ip:port
   uint64_t tx_not_udp = 0;       // not Ethernet/IPv4 (no options)/UDP, or a bad length
   uint64_t tx_no_lane = 0;       // the destination had no free lane for us
+  uint64_t tx_no_memory = 0;     // no lane: /dev/shm could not hold one (fallocate failed)
+  uint64_t tx_lane_stuck = 0;    // the live destination stopped reading its full lane
   uint64_t tx_too_long = 0;      // longer than the destination's slots
   uint64_t tx_dead_peer = 0;     // the destination died with its lane full
   uint64_t tx_bad_peer = 0;      // the destination's lane indices are corrupt
@@ -58,12 +60,17 @@ class ShmQueue final : public QueuePair {
   absl::Status BindUdpPort(uint16_t port) override;
   void UnbindUdpPort(uint16_t port) override;
   // Received frames carry kRxSameHost: their senders are processes of this
-  // user on this host, whose memory this reads (process_vm_readv).
+  // user on this host and of this pid namespace (they refuse an area of
+  // another), whose memory this reads (process_vm_readv). -EPERM when our
+  // pid namespace is unknown (no /proc): a pid could name anyone.
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;
 
   // For a composite device that sends some frames here and others to a NIC.
   // Whether a frame to ip:port would be delivered (answered from the cache:
-  // no system call while the registry's generation is unchanged).
+  // no system call while the registry's generation is unchanged). False
+  // while we hold no lane in the destination (none free, or /dev/shm full),
+  // so the composite sends over its remote device meanwhile; the claim is
+  // retried every kLaneRetry calls and frames, and when the generation moves.
   bool Reaches(Ipv4Address ip, uint16_t udp_port);
   // As TxBurst, but copies without taking ownership: the caller frees the
   // packets counted in the result (delivered or dropped), keeps the rest.
@@ -77,18 +84,22 @@ class ShmQueue final : public QueuePair {
   static constexpr uint32_t kChunk = 64;
   static constexpr uint32_t kCacheEntries = 1024;  // power of two
   // Full-lane retries with an unmoving head before the receiver's liveness
-  // is tested (a system call), so a dead receiver does not hold our TX.
+  // is tested (a system call): a dead receiver is reclaimed, and a live one
+  // that stopped reading has its frames dropped until its head moves, so
+  // neither holds our TX to everyone else (the engine retransmits).
   static constexpr uint32_t kStuckProbe = 256;
-  // Frames dropped for want of a lane before the claim is tried again
-  // (a lane's owner may have closed without the generation moving).
+  // Frames dropped (or Reaches calls answered false) for want of a lane
+  // before the claim is tried again (a lane's owner may have closed, or
+  // /dev/shm been freed, without the generation moving).
   static constexpr uint32_t kLaneRetry = 1024;
 
   // A peer area we have mapped, and our lane in it.
   struct Peer {
     std::string name;
     Mapping map;
+    FileId file;  // reopened to reserve a lane
     AreaLayout layout;
-    LaneHeader* lane = nullptr;  // nullptr: no lane was free
+    LaneHeader* lane = nullptr;  // nullptr: no lane was free (or reservable)
     uint32_t* lens = nullptr;
     uint8_t* frames = nullptr;
     uint32_t staged = 0;        // our tail, private
@@ -97,6 +108,8 @@ class ShmQueue final : public QueuePair {
     uint32_t stuck_head = 0;
     uint32_t stuck_count = 0;
     uint32_t no_lane_count = 0;  // drops for want of a lane; a claim is retried now and then
+    bool no_memory = false;      // the last claim found no lane it could reserve
+    bool stuck = false;          // alive but not reading: drop until its head moves
     bool dead = false;
     bool touched = false;       // staged frames this burst
   };
@@ -115,6 +128,8 @@ class ShmQueue final : public QueuePair {
   Peer* Miss(uint32_t ip, uint16_t port);
   Peer* MapPeer(const std::string& name);
   void ClaimLane(Peer& p);
+  // Whether p has a lane, retrying the claim now and then while it has none.
+  bool HasLane(Peer& p);
   bool CanStage(Peer& p, bool* corrupt);
   void ReleaseLane(Peer& p);
   void PublishTouched();

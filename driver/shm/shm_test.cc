@@ -1,15 +1,20 @@
 // The shm device's own behaviour: the registry (conflicts, rebinding, dead
-// holders, stale areas), lane takeover, directory checks and messages, the
-// composite-facing calls (Reaches, Send, Owns), drops, back-pressure, and
-// RX over a corrupted area.
+// holders, stale areas, files of others under area names), lane takeover,
+// directory checks and messages, the composite-facing calls (Reaches, Send,
+// Owns) and their lane claims, drops, back-pressure and receivers that stop
+// reading, a full /dev/shm, pid namespaces, and RX over a corrupted area.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -19,8 +24,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "driver/device.h"
+#include "driver/host.h"
 #include "driver/net_headers.h"
 #include "driver/shm/area.h"
+#include "driver/shm/registry.h"
 #include "driver/shm/shm_device.h"
 #include "driver/uri.h"
 #include "gtest/gtest.h"
@@ -418,6 +425,247 @@ TEST_F(ShmTest, RxDropsWhatACorruptPeerWroteAndDoesNotCrash) {
   pkts = Frames(*c, kIpA, 8200, 1, 50);
   ASSERT_EQ(c->queue(0).TxBurst(pkts), 1);
   EXPECT_EQ(Drain(a->queue(0)), (std::vector<uint8_t>{50}));
+}
+
+// Every reservation fails (as on a full /dev/shm) while one of these lives.
+struct FailReservations {
+  FailReservations() { FailReservationsForTesting(ENOSPC); }
+  ~FailReservations() { FailReservationsForTesting(0); }
+};
+
+TEST_F(ShmTest, ALaneThatCannotBeReservedIsNoLaneUntilItCan) {
+  auto a = OpenAt(kIpA);
+  auto b = OpenAt(kIpB);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->queue(0).BindUdpPort(8300).ok());
+  ShmQueue& bq = b->shm_queue();
+  {
+    FailReservations full;
+    EXPECT_FALSE(bq.Reaches(kIpA, 8300)) << "no lane while /dev/shm cannot hold one";
+    std::vector<Packet*> pkts = Frames(*b, kIpA, 8300, 3);
+    EXPECT_EQ(b->queue(0).TxBurst(pkts), 3) << "dropped, not held";
+    EXPECT_EQ(bq.counters().tx_no_memory, 3u);
+    EXPECT_EQ(bq.counters().tx_no_lane, 0u);
+    EXPECT_EQ(b->queue(0).stats().tx_packets, 0u);
+    // Nor can a device open: its area's header is reserved first.
+    const absl::Status s =
+        shm::Open(*DeviceUri::Parse(absl::StrCat("shm:", dir_, ",ip=10.88.0.3")), {}).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_NE(s.message().find("No space left"), absl::string_view::npos) << s;
+    EXPECT_EQ(s.message().find('\n'), absl::string_view::npos) << s;
+  }
+  // Room again: a later call claims the lane (the claim is retried).
+  int calls = 1;
+  while (!bq.Reaches(kIpA, 8300) && calls < 4096) ++calls;
+  EXPECT_LT(calls, 4096);
+  std::vector<Packet*> pkts = Frames(*b, kIpA, 8300, 2, 10);
+  EXPECT_EQ(b->queue(0).TxBurst(pkts), 2);
+  EXPECT_EQ(Drain(a->queue(0)), (std::vector<uint8_t>{10, 11}));
+}
+
+// The real thing, as root: a private mount namespace with a tiny tmpfs on
+// /dev/shm, filled by senders' lanes. Those that find no room get no lane
+// (and Reaches false); without the reservation they would die of SIGBUS.
+TEST_F(ShmTest, AFullDevShmIsNoLaneNotSigbus) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  constexpr int kSenders = 40;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", kShmDir, "tmpfs", 0, "size=512k,mode=1777") != 0) {
+      _exit(2);
+    }
+    // Receiver: 8 slots of 1536 bytes, 16 KiB a lane; every header 4 KiB.
+    auto r = OpenAt(kIpA, ",slots=8");
+    if (!r || !r->queue(0).BindUdpPort(8350).ok()) _exit(3);
+    std::vector<std::unique_ptr<ShmDevice>> senders;
+    for (int i = 0; i < kSenders; ++i) {
+      senders.push_back(OpenAt(kIpB));
+      if (!senders.back()) _exit(4);
+    }
+    int reached = 0;
+    int refused = 0;
+    for (auto& s : senders) {
+      std::vector<Packet*> pkts = Frames(*s, kIpA, 8350, 8);  // every slot: every page
+      if (s->queue(0).TxBurst(pkts) != 8) _exit(5);
+      const ShmCounters& c = s->shm_queue().counters();
+      if (c.tx_no_memory == 8 && s->queue(0).stats().tx_packets == 0 &&
+          !s->shm_queue().Reaches(kIpA, 8350)) {
+        ++refused;
+      } else if (c.tx_no_memory == 0 && s->queue(0).stats().tx_packets == 8) {
+        ++reached;
+      } else {
+        _exit(6);
+      }
+    }
+    if (reached == 0 || refused == 0) _exit(7);
+    if (Drain(r->queue(0)).size() != 8u * static_cast<size_t>(reached)) _exit(8);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status);
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "no private mount namespace here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST_F(ShmTest, AReceiverThatStopsReadingDoesNotHoldTxToOthers) {
+  auto idle = OpenAt(kIpA, ",slots=4");
+  auto live = OpenAt(kIpA);
+  auto s = OpenAt(kIpB);
+  ASSERT_TRUE(idle && live && s);
+  ASSERT_TRUE(idle->queue(0).BindUdpPort(8400).ok());
+  ASSERT_TRUE(live->queue(0).BindUdpPort(8401).ok());
+  std::vector<Packet*> pkts = Frames(*s, kIpA, 8400, 4);
+  ASSERT_EQ(s->queue(0).TxBurst(pkts), 4);
+  // A frame to the full lane ahead of one to the live receiver: held back
+  // while the idle one might just be slow, then dropped.
+  auto both = [&](uint8_t first) {
+    std::vector<Packet*> two = Frames(*s, kIpA, 8400, 1, first);
+    two.push_back(Frames(*s, kIpA, 8401, 1, static_cast<uint8_t>(first + 1))[0]);
+    const uint16_t n = s->queue(0).TxBurst(two);
+    s->queue(0).FreeBulk(absl::MakeConstSpan(two).subspan(n));
+    return n;
+  };
+  int attempts = 0;
+  while (both(50) == 0 && attempts < 4096) ++attempts;
+  EXPECT_GT(attempts, 0) << "back-pressure first";
+  EXPECT_LT(attempts, 4096);
+  const ShmCounters& c = s->shm_queue().counters();
+  EXPECT_EQ(c.tx_lane_stuck, 1u);
+  EXPECT_EQ(c.tx_dead_peer, 0u) << "it is alive";
+  EXPECT_EQ(Drain(live->queue(0)), (std::vector<uint8_t>{51}));
+  // While it stays stuck its frames are dropped at once.
+  EXPECT_EQ(both(60), 2);
+  EXPECT_EQ(c.tx_lane_stuck, 2u);
+  EXPECT_EQ(Drain(live->queue(0)), (std::vector<uint8_t>{61}));
+  // It reads again: back-pressure, not drops.
+  EXPECT_EQ(Drain(idle->queue(0)), (std::vector<uint8_t>{0, 1, 2, 3}));
+  pkts = Frames(*s, kIpA, 8400, 6, 70);
+  EXPECT_EQ(s->queue(0).TxBurst(pkts), 4);
+  s->queue(0).FreeBulk(absl::MakeConstSpan(pkts).subspan(4));
+  EXPECT_EQ(c.tx_lane_stuck, 2u);
+  EXPECT_EQ(Drain(idle->queue(0)), (std::vector<uint8_t>{70, 71, 72, 73}));
+}
+
+TEST_F(ShmTest, ReachesRetriesTheLaneClaim) {
+  auto r = OpenAt(kIpA, ",lanes=1");
+  auto s1 = OpenAt(kIpB);
+  auto s2 = OpenAt(kIpB);
+  ASSERT_TRUE(r && s1 && s2);
+  ASSERT_TRUE(r->queue(0).BindUdpPort(8500).ok());
+  EXPECT_TRUE(s1->shm_queue().Reaches(kIpA, 8500));
+  EXPECT_FALSE(s2->shm_queue().Reaches(kIpA, 8500)) << "the only lane is s1's";
+  // s1 closes having bound nothing: the generation stays, and s2 finds the
+  // lane free at a later retry.
+  s1.reset();
+  int calls = 1;
+  while (!s2->shm_queue().Reaches(kIpA, 8500) && calls < 4096) ++calls;
+  EXPECT_GT(calls, 1) << "answered from the cache meanwhile";
+  EXPECT_LT(calls, 4096);
+  // When the generation moves (s2 unbinds as it closes), at once.
+  auto s3 = OpenAt(kIpB);
+  ASSERT_TRUE(s3);
+  ASSERT_TRUE(s2->queue(0).BindUdpPort(8501).ok());
+  EXPECT_FALSE(s3->shm_queue().Reaches(kIpA, 8500));
+  s2.reset();
+  EXPECT_TRUE(s3->shm_queue().Reaches(kIpA, 8500));
+  std::vector<Packet*> pkts = Frames(*s3, kIpA, 8500, 1, 7);
+  EXPECT_EQ(s3->queue(0).TxBurst(pkts), 1);
+  EXPECT_EQ(Drain(r->queue(0)), (std::vector<uint8_t>{7}));
+}
+
+TEST_F(ShmTest, AFileNotOursUnderAnAreaNameIsNotALiveOwner) {
+  // A FIFO: not an area (and opening it to look must not hang).
+  const std::string fifo = AreaName(geteuid(), 0x7ffffff1, 0x0badf00d);
+  ASSERT_EQ(mkfifo(AreaPath(fifo).c_str(), 0600), 0);
+  EXPECT_FALSE(AreaAlive(fifo));
+  EXPECT_TRUE(ReclaimArea(fifo));
+  EXPECT_FALSE(Exists(AreaPath(fifo)));
+  if (geteuid() != 0) GTEST_SKIP() << "a file of another uid needs root to make";
+  // Another user's file under a dead area's name, holding its flock, with a
+  // link to it: the link does not hold the port, and the file is removed
+  // (root may).
+  auto a = OpenAt(kIpA);
+  ASSERT_TRUE(a);
+  const std::string squat = AreaName(geteuid(), 0x7ffffff2, 0x0badf00d);
+  const int fd = open(AreaPath(squat).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fchown(fd, 65534, 65534), 0);
+  ASSERT_EQ(flock(fd, LOCK_EX), 0);
+  ASSERT_EQ(symlink(squat.c_str(), (dir_ + "/10.88.0.1:8600").c_str()), 0);
+  EXPECT_FALSE(AreaAlive(squat));
+  EXPECT_TRUE(a->queue(0).BindUdpPort(8600).ok());
+  EXPECT_FALSE(Exists(AreaPath(squat)));
+  close(fd);
+}
+
+TEST_F(ShmTest, AnAreaOfAnotherPidNamespaceIsRefused) {
+  EXPECT_NE(PidNamespaceId(), 0u);
+  absl::StatusOr<std::string> def = DefaultDirectory();
+  ASSERT_TRUE(def.ok()) << def.status();
+  EXPECT_NE(def->find(absl::StrCat(".net", NetNamespaceId(), ".pid", PidNamespaceId())),
+            std::string::npos)
+      << *def;
+  auto a = OpenAt(kIpA);
+  auto b = OpenAt(kIpB);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->queue(0).BindUdpPort(8700).ok());
+  {
+    Vandal v(a->area_name());
+    reinterpret_cast<AreaHeader*>(v.base)->pid_ns = PidNamespaceId() + 1;
+    EXPECT_FALSE(b->shm_queue().Reaches(kIpA, 8700));
+    reinterpret_cast<AreaHeader*>(v.base)->pid_ns = PidNamespaceId();
+  }
+  if (geteuid() != 0) GTEST_SKIP() << "a pid namespace needs root to make";
+  // A device in a child pid namespace on the same DIR: neither reaches the
+  // other. The child unshares, its child (pid 1 there) opens and answers.
+  int up[2];
+  int down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only the parent writes `down`: its close is the inner device's cue.
+    close(up[0]);
+    close(down[1]);
+    if (unshare(CLONE_NEWPID) != 0) _exit(2);
+    const pid_t inner = fork();
+    if (inner < 0) _exit(1);
+    if (inner == 0) {
+      auto c = OpenAt(kIpB);
+      const char ok = c && c->queue(0).BindUdpPort(8701).ok() &&
+                              !c->shm_queue().Reaches(kIpA, 8700) && getpid() == 1
+                          ? 'y'
+                          : 'n';
+      if (write(up[1], &ok, 1) != 1) _exit(1);
+      char done;
+      (void)!read(down[0], &done, 1);  // end of file: the parent has looked
+      _exit(0);
+    }
+    int status = 0;
+    _exit(waitpid(inner, &status, 0) == inner && WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+  }
+  close(up[1]);
+  close(down[0]);
+  char ok = 0;
+  const bool answered = read(up[0], &ok, 1) == 1;
+  if (answered) {
+    EXPECT_EQ(ok, 'y') << "the child's device reached ours, or failed to open";
+    EXPECT_FALSE(b->shm_queue().Reaches(kIpB, 8701)) << "ours reached the child's";
+  }
+  close(down[1]);
+  close(up[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  if (!answered && WIFEXITED(status) && WEXITSTATUS(status) == 2) {
+    GTEST_SKIP() << "no pid namespace here";
+  }
+  EXPECT_TRUE(answered);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace
