@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "driver/host.h"
+#include "driver/packet_pool.h"
 #include "driver/options.h"
 
 namespace bypass::driver::shm {
@@ -79,13 +80,7 @@ absl::StatusOr<std::unique_ptr<ShmDevice>> Open(DeviceUri uri, const DeviceOptio
 
   DeviceInfo& info = dev->info_;
   info.ipv4 = opts.ipv4 ? *opts.ipv4 : PrimaryIpv4();
-  // The contract's default (4 * ring_size), but at most 64 MiB of buffers:
-  // at mtu=65000 that default would prefault 267 MB per process.
-  uint32_t pool_buffers = opts.pool_buffers;
-  if (pool_buffers == 0) {
-    const uint64_t cap = (uint64_t{64} << 20) / (kDataOffset + max_frame);
-    pool_buffers = static_cast<uint32_t>(std::min<uint64_t>(4u * opts.ring_size, cap));
-  }
+  const uint32_t pool_buffers = DefaultPoolBuffers(opts, max_frame);
   absl::StatusOr<std::unique_ptr<ShmQueue>> queue = ShmQueue::Create(
       dev->area_.get(), dev->registry_.get(), info.ipv4, max_frame, pool_buffers, opts.numa_node);
   if (!queue.ok()) {
