@@ -35,6 +35,17 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
   DeviceOptions opts = defaults;
   if (absl::Status s = TakeUriOptions(uri, opts, kMaxUdpSocketMtu); !s.ok()) return s;
   if (absl::Status s = ValidateOptions(opts, kMaxUdpSocketMtu); !s.ok()) return s;
+  // gso=0 sends and receives one datagram per frame (no UDP_SEGMENT or
+  // UDP_GRO): for tests of that path, and kernels that mishandle them.
+  UdpOffloads offloads;
+  if (std::optional<std::string> gso = uri.Take("gso")) {
+    if (*gso != "0" && *gso != "1") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device '", uri.text, "': gso=", *gso, " is not 0 or 1 (1, the default, uses UDP "
+          "segmentation and receive offload)"));
+    }
+    offloads.gso = offloads.gro = *gso == "1";
+  }
   if (absl::Status s = uri.CheckKnown({"ip", "mtu", "queues", "ring"}); !s.ok()) return s;
   if (opts.queues != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -95,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
 
   const uint32_t pool_buffers = DefaultPoolBuffers(opts, opts.mtu + 14);
   absl::StatusOr<std::unique_ptr<UdpQueue>> queue =
-      UdpQueue::Create(dev->info_, pool_buffers, opts.numa_node);
+      UdpQueue::Create(dev->info_, pool_buffers, opts.numa_node, offloads);
   if (!queue.ok()) {
     return absl::Status(queue.status().code(),
                         absl::StrCat("device '", uri.text, "': ", queue.status().message()));

@@ -23,12 +23,13 @@ namespace bypass::driver::udp {
 // bytes of `ip`.
 MacAddress MacFromIpv4(Ipv4Address ip);
 
-// Opens `udp:[IFACE|A.B.C.D][,ip=..][,mtu=..][,ring=..]`. Its IPv4: ip= if
+// Opens `udp:[IFACE|A.B.C.D][,ip=..][,mtu=..][,ring=..][,gso=0]`. Its IPv4: ip= if
 // given, else the literal, else the interface's, else PrimaryIpv4(); it must
 // be an address of this host. Its MAC: its interface's, else MacFromIpv4.
 // One queue; the MTU (up to kMaxUdpSocketMtu) bounds the datagrams it
 // sends and receives, and the kernel fragments those larger than the
-// link's. bypass's own keys are taken here too if OpenDevice has not.
+// link's. gso=0 sends and receives one datagram per frame (no UDP_SEGMENT or
+// UDP_GRO). bypass's own keys are taken here too if OpenDevice has not.
 absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions& opts);
 
 // A UDP device: one queue pair whose sockets are bound by BindUdpPort.

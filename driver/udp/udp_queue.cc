@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/ip.h>
+#include <netinet/udp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,7 +43,8 @@ void RaiseBuffer(int fd, int force_opt, int opt) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<UdpQueue>> UdpQueue::Create(const DeviceInfo& info,
-                                                           uint32_t pool_buffers, int numa_node) {
+                                                           uint32_t pool_buffers, int numa_node,
+                                                           UdpOffloads offloads) {
   PacketPool::Options po;
   po.max_frame = info.max_frame();
   po.buffers = pool_buffers;
@@ -50,13 +52,19 @@ absl::StatusOr<std::unique_ptr<UdpQueue>> UdpQueue::Create(const DeviceInfo& inf
   po.region_name = "bypass-udp";
   absl::StatusOr<std::unique_ptr<PacketPool>> pool = PacketPool::Create(po, "udp queue 0");
   if (!pool.ok()) return pool.status();
-  return std::unique_ptr<UdpQueue>(new UdpQueue(info, *std::move(pool)));
+  return std::unique_ptr<UdpQueue>(new UdpQueue(info, *std::move(pool), offloads));
 }
 
-UdpQueue::UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool)
-    : info_(info), max_frame_(info.max_frame()), pool_(std::move(pool)) {
+UdpQueue::UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool, UdpOffloads offloads)
+    : info_(info),
+      max_frame_(info.max_frame()),
+      gso_(offloads.gso),
+      gro_(offloads.gro),
+      pool_(std::move(pool)) {
   std::memset(rx_msgs_, 0, sizeof(rx_msgs_));
   std::memset(tx_msgs_, 0, sizeof(tx_msgs_));
+  // Not touched here: pages are faulted in as GRO messages arrive.
+  if (gro_) rx_bounce_.reset(new uint8_t[size_t{kRxBounce} * kRxBounceBytes]);
 }
 
 UdpQueue::~UdpQueue() {
@@ -97,6 +105,21 @@ absl::Status UdpQueue::BindUdpPort(uint16_t port) {
     close(fd);
     return absl::InternalError(
         absl::StrCat("udp: setting socket options for ", where, ": ", strerror(err)));
+  }
+  // A kernel without UDP_SEGMENT (before 4.18) says so here; without
+  // UDP_GRO (before 5.0), likewise. Either goes off for the whole queue.
+  const int zero = 0;
+  if (gso_ && setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) != 0) {
+    gso_ = false;
+    ++counters_.tx_gso_refused;
+  }
+  if (gro_ && setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0) {
+    // The sockets that have it would hand the direct path whole runs.
+    for (uint32_t i = 0; i < num_bound_; ++i) {
+      (void)setsockopt(bound_[i].fd, SOL_UDP, UDP_GRO, &zero, sizeof(zero));
+    }
+    gro_ = false;
+    ++counters_.rx_gro_refused;
   }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -173,23 +196,7 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
         tos = *CMSG_DATA(c);
       }
     }
-    Packet* p = pool_->InitPacket(buf);
-    // The headers the datagram would have had on the wire, so that the
-    // layers above parse it as they parse a NIC's frame. The kernel has
-    // checked the checksums; the UDP one is left 0 (none).
-    const Ipv4Address src{ntohl(rx_from_[j].sin_addr.s_addr)};
-    const UdpFlow flow{MacFromIpv4(src),
-                       info_.mac,
-                       src,
-                       info_.ipv4,
-                       ntohs(rx_from_[j].sin_port),
-                       b.port,
-                       static_cast<uint8_t>(tos >> 2)};
-    p->len = static_cast<uint32_t>(
-        WriteUdpHeaders(flow, rx_msgs_[j].msg_len, {p->data, pool_->frame_capacity()}, UdpChecksumFill::kNone));
-    p->ol_flags = kRxIpChecksumGood | kRxL4ChecksumGood;
-    stats_.rx_bytes += p->len;
-    out[(*got)++] = p;
+    out[(*got)++] = Deliver(buf, rx_from_[j], b.port, tos, rx_msgs_[j].msg_len);
   }
   // The buffers recvmmsg did not fill follow the kept ones.
   for (uint32_t j = n; j < m; ++j) bufs[base + keep + (j - n)] = bufs[base + j];
@@ -197,14 +204,145 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
   return n == m;
 }
 
+Packet* UdpQueue::Deliver(void* buf, const sockaddr_in& from, uint16_t port, uint8_t tos,
+                          uint32_t payload_len) {
+  Packet* p = pool_->InitPacket(buf);
+  // The headers the datagram would have had on the wire, so that the
+  // layers above parse it as they parse a NIC's frame. The kernel has
+  // checked the checksums; the UDP one is left 0 (none).
+  const Ipv4Address src{ntohl(from.sin_addr.s_addr)};
+  const UdpFlow flow{MacFromIpv4(src), info_.mac,           src, info_.ipv4,
+                     ntohs(from.sin_port), port, static_cast<uint8_t>(tos >> 2)};
+  p->len = static_cast<uint32_t>(
+      WriteUdpHeaders(flow, payload_len, {p->data, pool_->frame_capacity()}, UdpChecksumFill::kNone));
+  p->ol_flags = kRxIpChecksumGood | kRxL4ChecksumGood;
+  stats_.rx_bytes += p->len;
+  return p;
+}
+
+bool UdpQueue::ReceiveGro(const Bound& b) {
+  for (uint32_t j = 0; j < kRxBounce; ++j) {
+    rx_iov_[j].iov_base = rx_bounce_.get() + size_t{j} * kRxBounceBytes;
+    rx_iov_[j].iov_len = kRxBounceBytes;
+    msghdr& h = rx_msgs_[j].msg_hdr;
+    h.msg_name = &rx_from_[j];
+    h.msg_namelen = sizeof(rx_from_[j]);
+    h.msg_iov = &rx_iov_[j];
+    h.msg_iovlen = 1;
+    h.msg_control = rx_control_[j];
+    h.msg_controllen = kControlBytes;
+    h.msg_flags = 0;
+  }
+  const int r = recvmmsg(b.fd, rx_msgs_, kRxBounce, MSG_DONTWAIT, nullptr);
+  if (r <= 0) {
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++counters_.rx_errors;
+    return false;
+  }
+  const uint32_t n = static_cast<uint32_t>(r);
+  for (uint32_t j = 0; j < n; ++j) {
+    msghdr& h = rx_msgs_[j].msg_hdr;
+    rx_tos_[j] = 0;
+    rx_segment_[j] = 0;  // one datagram
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
+        rx_tos_[j] = *CMSG_DATA(c);
+      } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+                 c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+        int segment;
+        std::memcpy(&segment, CMSG_DATA(c), sizeof(segment));
+        if (segment > 0) rx_segment_[j] = static_cast<uint32_t>(segment);
+      }
+    }
+    if (rx_segment_[j] != 0 && rx_segment_[j] < rx_msgs_[j].msg_len) ++counters_.rx_gro_messages;
+  }
+  rx_pending_ = RxPending{n, 0, 0, b.port};
+  return true;
+}
+
+bool UdpQueue::SplitPending(void** bufs, uint32_t* avail, absl::Span<Packet*> out,
+                            uint32_t* got) {
+  // A datagram longer than the MTU allows has no room behind its headers.
+  const uint32_t room = max_frame_ - kUdpFrameHeaderBytes;
+  RxPending& q = rx_pending_;
+  while (q.next < q.count) {
+    const uint32_t j = q.next;
+    const msghdr& h = rx_msgs_[j].msg_hdr;
+    const uint32_t len = rx_msgs_[j].msg_len;
+    if ((h.msg_flags & MSG_TRUNC) != 0 || rx_from_[j].sin_family != AF_INET) {
+      ++counters_.rx_truncated;
+      ++stats_.rx_dropped;
+      ++q.next;
+      q.offset = 0;
+      continue;
+    }
+    const uint8_t* data = rx_bounce_.get() + size_t{j} * kRxBounceBytes;
+    // Without the cmsg the message is one datagram (perhaps empty).
+    const uint32_t segment = rx_segment_[j] != 0 ? rx_segment_[j] : std::max<uint32_t>(len, 1);
+    do {
+      const uint32_t n = std::min(segment, len - q.offset);
+      if (n > room) {
+        ++counters_.rx_truncated;
+        ++stats_.rx_dropped;
+        q.offset += n;
+        continue;
+      }
+      if (*got == out.size()) return false;
+      if (*avail == 0) {
+        *avail = pool_->GetBurst(absl::MakeSpan(
+            bufs, std::min<size_t>(kBatch, out.size() - *got)));
+        if (*avail == 0) {
+          ++counters_.rx_no_buffer;
+          return false;  // the rest waits for buffers: nothing is dropped
+        }
+      }
+      void* buf = bufs[--*avail];
+      std::memcpy(static_cast<uint8_t*>(buf) + kDataOffset + kUdpFrameHeaderBytes,
+                  data + q.offset, n);
+      out[(*got)++] = Deliver(buf, rx_from_[j], q.port, rx_tos_[j], n);
+      q.offset += n;
+    } while (q.offset < len);
+    ++q.next;
+    q.offset = 0;
+  }
+  return true;
+}
+
 uint16_t UdpQueue::RxBurst(absl::Span<Packet*> out) {
   out = out.first(std::min<size_t>(out.size(), UINT16_MAX));  // the count is 16 bits
+  if (out.empty()) return 0;
   const uint32_t n_bound = num_bound_;
-  if (n_bound == 0 || out.empty()) return 0;
   const uint32_t want = static_cast<uint32_t>(out.size());
   void* bufs[kBatch];
   uint32_t avail = 0;  // buffers taken from the pool for this call, in bufs
   uint32_t got = 0;
+  if (gro_) {
+    // What the last call left comes first: it was received first.
+    bool more = SplitPending(bufs, &avail, out, &got);
+    for (uint32_t k = 0; more && k < n_bound && got < want; ++k) {
+      const Bound& b = bound_[(rx_next_ + k) % n_bound];
+      while (got < want) {
+        if (avail == 0) {
+          avail = pool_->GetBurst(absl::MakeSpan(bufs, std::min(kBatch, want - got)));
+          if (avail == 0) {
+            ++counters_.rx_no_buffer;
+            more = false;
+            break;
+          }
+        }
+        if (!ReceiveGro(b)) break;
+        if (!SplitPending(bufs, &avail, out, &got)) {
+          more = false;
+          break;
+        }
+        if (rx_pending_.count < kRxBounce) break;  // the socket had no more
+      }
+    }
+    if (avail > 0) pool_->PutBulk(absl::MakeConstSpan(bufs, avail));
+    if (n_bound > 0) rx_next_ = (rx_next_ + 1) % n_bound;
+    stats_.rx_packets += got;
+    return static_cast<uint16_t>(got);
+  }
+  if (n_bound == 0) return 0;
   bool pool_empty = false;
   for (uint32_t k = 0; k < n_bound && got < want && !pool_empty; ++k) {
     const Bound& b = bound_[(rx_next_ + k) % n_bound];
@@ -227,17 +365,21 @@ uint16_t UdpQueue::RxBurst(absl::Span<Packet*> out) {
   return static_cast<uint16_t>(got);
 }
 
-uint32_t UdpQueue::Flush(int fd, absl::Span<Packet* const> frames, bool* full) {
-  const uint32_t n = static_cast<uint32_t>(frames.size());
-  uint32_t done = 0;
-  while (done < n) {
-    const int r = sendmmsg(fd, tx_msgs_ + done, n - done, MSG_DONTWAIT);
+uint32_t UdpQueue::Flush(int fd, uint32_t msgs, absl::Span<Packet* const> frames, bool* full,
+                         bool* retry) {
+  uint32_t sent = 0;  // messages done
+  uint32_t done = 0;  // their frames
+  while (sent < msgs) {
+    const int r = sendmmsg(fd, tx_msgs_ + sent, msgs - sent, MSG_DONTWAIT);
     if (r > 0) {
-      for (int k = 0; k < r; ++k) {
-        ++stats_.tx_packets;
-        stats_.tx_bytes += frames[done + k]->len;
+      for (uint32_t m = sent; m < sent + static_cast<uint32_t>(r); ++m) {
+        if (tx_msg_frames_[m] > 1) ++counters_.tx_gso_messages;
+        for (uint32_t k = 0; k < tx_msg_frames_[m]; ++k) {
+          ++stats_.tx_packets;
+          stats_.tx_bytes += frames[done++]->len;
+        }
       }
-      done += static_cast<uint32_t>(r);
+      sent += static_cast<uint32_t>(r);
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
@@ -245,27 +387,58 @@ uint32_t UdpQueue::Flush(int fd, absl::Span<Packet* const> frames, bool* full) {
       *full = true;  // the kernel's send buffer: the caller keeps the rest
       break;
     }
+    const uint32_t n = tx_msg_frames_[sent];
+    if (n > 1 && (errno == EIO || errno == EINVAL || errno == EMSGSIZE)) {
+      // The kernel refused the segmentation, not the frames: EIO when the
+      // route's device cannot checksum for it (GSO off for good), EINVAL
+      // or EMSGSIZE when a segment exceeds the path's MTU (an mtu= above
+      // the link's): segments that long are not merged again. Its frames
+      // go again, one by one.
+      ++counters_.tx_gso_refused;
+      if (errno == EIO) {
+        gso_ = false;
+      } else {
+        gso_max_segment_ = static_cast<uint32_t>(tx_msgs_[sent].msg_hdr.msg_iov[0].iov_len) - 1;
+      }
+      *retry = true;
+      break;
+    }
     // Refused for a reason of its own (an unreachable network, EPERM from
-    // a firewall): drop that one frame, so one bad destination cannot wedge
-    // the queue.
-    ++counters_.tx_send_errors;
-    ++done;
+    // a firewall): drop that message's frames, so one bad destination
+    // cannot wedge the queue.
+    counters_.tx_send_errors += n;
+    done += n;
+    ++sent;
   }
   return done;
 }
 
 uint16_t UdpQueue::TxBurst(absl::Span<Packet* const> pkts) {
   pkts = pkts.first(std::min<size_t>(pkts.size(), UINT16_MAX));  // the count is 16 bits
-  size_t taken = 0;  // pkts[0, taken) are sent or dropped
-  uint32_t staged = 0;  // tx_msgs_[0, staged) carry pkts[taken, taken + staged)
+  size_t taken = 0;     // pkts[0, taken) are sent or dropped
+  uint32_t msgs = 0;    // tx_msgs_[0, msgs) carry pkts[taken, taken + staged)
+  uint32_t staged = 0;
+  uint32_t segment = 0;  // the payload length of the last message's frames
+  uint32_t bytes = 0;    // its payload bytes
+  bool closed = false;   // its last frame was shorter: no more join it
   int batch_socket = -1;
   bool full = false;
+  bool retry = false;
   const auto flush = [&] {
-    if (staged == 0) return;
-    taken += Flush(bound_[batch_socket].fd, pkts.subspan(taken, staged), &full);
+    if (msgs == 0) return;
+    taken += Flush(bound_[batch_socket].fd, msgs, pkts.subspan(taken, staged), &full, &retry);
+    msgs = 0;
     staged = 0;
   };
-  for (size_t i = 0; i < pkts.size() && !full; ++i) {
+  size_t i = 0;  // the next frame to stage
+  while (!full) {
+    if (i == pkts.size()) {
+      flush();
+      if (!retry) break;
+      retry = false;  // GSO refused at the last flush: what it left goes again
+      i = taken;
+      continue;
+    }
     const Packet& p = *pkts[i];
     // Trust nothing: the frame's headers say where its payload goes.
     const std::optional<UdpFrameLayout> at =
@@ -276,15 +449,41 @@ uint16_t UdpQueue::TxBurst(absl::Span<Packet* const> pkts) {
       // Dropped; the frames staged before it go first, so order holds.
       flush();
       if (full) break;
+      if (retry) {  // GSO refused: the frames not sent are staged again
+        retry = false;
+        i = taken;
+        continue;
+      }
       ++(at ? counters_.tx_unbound_port : counters_.tx_not_udp);
       ++taken;
+      ++i;
       continue;
     }
     const uint8_t* ip = p.data + kEthHeader;
+    const uint8_t* udp = ip + at->ipv4_header_bytes;
     const uint8_t tos = ip[offsetof(Ipv4Header, dscp_ecn)];
-    if (staged > 0 && (s != batch_socket || staged == kBatch || tos != bound_[s].tos)) {
+    const uint16_t dst_port = htons(Load16(udp + offsetof(UdpHeader, dst_port)));
+    const uint32_t dst_ip = htonl(Load32(ip + offsetof(Ipv4Header, dst)));
+    const uint32_t len = static_cast<uint32_t>(at->udp_bytes - sizeof(UdpHeader));
+    // It joins the last message as one more segment when nothing about
+    // the datagram the kernel cuts for it would differ, but that it is
+    // the last (a shorter one).
+    const bool join = gso_ && msgs > 0 && s == batch_socket && tos == bound_[s].tos && !closed &&
+                      len > 0 && len <= segment && segment <= gso_max_segment_ &&
+                      tx_to_[msgs - 1].sin_port == dst_port &&
+                      tx_to_[msgs - 1].sin_addr.s_addr == dst_ip &&
+                      tx_msg_frames_[msgs - 1] < kMaxSegments && bytes + len <= kMaxGsoBytes &&
+                      staged < kMaxStagedFrames;
+    if (!join && msgs > 0 &&
+        (s != batch_socket || msgs == kBatch || staged == kMaxStagedFrames ||
+         tos != bound_[s].tos)) {
       flush();
       if (full) break;
+      if (retry) {
+        retry = false;
+        i = taken;
+        continue;
+      }
     }
     if (tos != bound_[s].tos) {
       // The engine sets DSCP per endpoint: a socket's TOS changes rarely.
@@ -292,24 +491,49 @@ uint16_t UdpQueue::TxBurst(absl::Span<Packet* const> pkts) {
       if (setsockopt(bound_[s].fd, IPPROTO_IP, IP_TOS, &v, sizeof(v)) == 0) bound_[s].tos = tos;
     }
     batch_socket = s;
-    const uint8_t* udp = ip + at->ipv4_header_bytes;
-    sockaddr_in& to = tx_to_[staged];
-    to.sin_family = AF_INET;
-    to.sin_port = htons(Load16(udp + offsetof(UdpHeader, dst_port)));
-    to.sin_addr.s_addr = htonl(Load32(ip + offsetof(Ipv4Header, dst)));
-    tx_iov_[staged].iov_base = const_cast<uint8_t*>(udp + sizeof(UdpHeader));
-    tx_iov_[staged].iov_len = at->udp_bytes - sizeof(UdpHeader);
-    msghdr& h = tx_msgs_[staged].msg_hdr;
-    h.msg_name = &to;
-    h.msg_namelen = sizeof(to);
-    h.msg_iov = &tx_iov_[staged];
-    h.msg_iovlen = 1;
-    h.msg_control = nullptr;
-    h.msg_controllen = 0;
-    h.msg_flags = 0;
+    iovec& v = tx_iov_[staged];
+    v.iov_base = const_cast<uint8_t*>(udp + sizeof(UdpHeader));
+    v.iov_len = len;
+    if (join) {
+      const uint32_t m = msgs - 1;
+      msghdr& h = tx_msgs_[m].msg_hdr;
+      ++h.msg_iovlen;
+      if (++tx_msg_frames_[m] == 2) {
+        // A second frame makes it a GSO message: every segment but the
+        // last is `segment` bytes.
+        h.msg_control = tx_control_[m];
+        h.msg_controllen = kTxControlBytes;
+        cmsghdr* c = CMSG_FIRSTHDR(&h);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const uint16_t gso_size = static_cast<uint16_t>(segment);
+        std::memcpy(CMSG_DATA(c), &gso_size, sizeof(gso_size));
+      }
+      bytes += len;
+      closed = len < segment;
+    } else {
+      sockaddr_in& to = tx_to_[msgs];
+      to.sin_family = AF_INET;
+      to.sin_port = dst_port;
+      to.sin_addr.s_addr = dst_ip;
+      msghdr& h = tx_msgs_[msgs].msg_hdr;
+      h.msg_name = &to;
+      h.msg_namelen = sizeof(to);
+      h.msg_iov = &v;
+      h.msg_iovlen = 1;
+      h.msg_control = nullptr;
+      h.msg_controllen = 0;
+      h.msg_flags = 0;
+      tx_msg_frames_[msgs] = 1;
+      ++msgs;
+      segment = len;
+      bytes = len;
+      closed = false;
+    }
     ++staged;
+    ++i;
   }
-  if (!full) flush();
   stats_.tx_ring_full += pkts.size() - taken;
   FreeBulk(pkts.first(taken));
   return static_cast<uint16_t>(taken);

@@ -21,7 +21,8 @@
 namespace bypass::driver::udp {
 
 // Buffers are laid out as driver/packet_pool.h says (kDataOffset). A
-// datagram is received at frame + 42, where its synthesized headers end.
+// datagram is received at frame + 42, where its synthesized headers end
+// (without GRO), or copied there from a bounce buffer (with it).
 
 // Drops beyond QueueStats, plain integers of the owner thread.
 struct UdpCounters {
@@ -31,18 +32,49 @@ struct UdpCounters {
   uint64_t rx_truncated = 0;      // a datagram longer than the MTU allows (also rx_dropped)
   uint64_t rx_no_buffer = 0;      // RxBurst calls that found the pool empty
   uint64_t rx_errors = 0;         // recvmmsg failures other than "nothing there"
+  // 1 once the kernel refused UDP_SEGMENT (EINVAL/EIO) and TX went back to
+  // one datagram per frame for good; likewise UDP_GRO for RX.
+  uint64_t tx_gso_refused = 0;
+  uint64_t rx_gro_refused = 0;
+  uint64_t tx_gso_messages = 0;   // messages of several segments sent (UDP_SEGMENT)
+  uint64_t rx_gro_messages = 0;   // messages of several datagrams received (UDP_GRO)
+};
+
+// Whether the queue uses UDP generic segmentation (TX) and receive offload
+// (RX): on unless the URI says gso=0.
+struct UdpOffloads {
+  bool gso = true;
+  bool gro = true;
 };
 
 // The single queue pair of a UDP device. Its sockets are made by
 // BindUdpPort (cold path); RxBurst and TxBurst make system calls (the kernel
 // is the NIC here) but allocate nothing.
+//
+// With GSO, TxBurst sends a run of consecutive frames of one socket to one
+// destination with one TOS and one payload length (the last may be shorter)
+// as one message: their payloads gathered (no copy) under a UDP_SEGMENT
+// cmsg, which the kernel cuts into the same datagrams, so that a 64 KiB
+// message is a trip or two through the kernel instead of 45. With GRO the
+// kernel hands RxBurst such runs whole (into bounce buffers), and RxBurst
+// splits them back into frames.
 class UdpQueue final : public QueuePair {
  public:
   static constexpr uint32_t kMaxBoundPorts = 64;
-  static constexpr uint32_t kBatch = 64;  // datagrams per recvmmsg/sendmmsg
+  static constexpr uint32_t kBatch = 64;  // datagrams (messages) per recvmmsg/sendmmsg
+  // One GSO message: the kernel's segment limit (UDP_MAX_SEGMENTS is 64
+  // before Linux 6.9), and payload bytes that fit one IPv4 datagram.
+  static constexpr uint32_t kMaxSegments = 64;
+  static constexpr uint32_t kMaxGsoBytes = 65000;
+  // Frames one TxBurst stages before it sends (their iovecs).
+  static constexpr uint32_t kMaxStagedFrames = 1024;
+  // RX bounce buffers: messages per recvmmsg with GRO, each up to 64 KiB.
+  static constexpr uint32_t kRxBounce = 16;
+  static constexpr uint32_t kRxBounceBytes = 65536;
 
   static absl::StatusOr<std::unique_ptr<UdpQueue>> Create(const DeviceInfo& info,
-                                                          uint32_t pool_buffers, int numa_node);
+                                                          uint32_t pool_buffers, int numa_node,
+                                                          UdpOffloads offloads = {});
   UdpQueue(const UdpQueue&) = delete;
   UdpQueue& operator=(const UdpQueue&) = delete;
   ~UdpQueue() override;  // closes the sockets
@@ -62,6 +94,9 @@ class UdpQueue final : public QueuePair {
   void UnbindUdpPort(uint16_t port) override;
 
   const UdpCounters& counters() const { return counters_; }
+  // Whether GSO and GRO are in use (not off by the URI, not refused).
+  bool gso() const { return gso_; }
+  bool gro() const { return gro_; }
 
  private:
   struct Bound {
@@ -69,10 +104,23 @@ class UdpQueue final : public QueuePair {
     uint16_t port = 0;
     uint8_t tos = 0;  // the socket's IP_TOS, as last set
   };
-  // The cmsg space of one received datagram: its TOS byte (IP_RECVTOS).
-  static constexpr size_t kControlBytes = CMSG_SPACE(sizeof(int));
+  // The cmsg space of one received datagram or GRO message: its TOS byte
+  // (IP_RECVTOS) and its segment size (UDP_GRO, an int).
+  static constexpr size_t kControlBytes = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(int));
+  // The cmsg of one GSO message: its segment size (UDP_SEGMENT, a u16).
+  static constexpr size_t kTxControlBytes = CMSG_SPACE(sizeof(uint16_t));
 
-  UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool);
+  // The GRO messages of the last recvmmsg, split into frames from message
+  // `next` at byte `offset` on; RxBurst finishes them before it receives
+  // more (a short pool or a short `out` leaves the rest here).
+  struct RxPending {
+    uint32_t count = 0;   // messages received; none pending when next == count
+    uint32_t next = 0;
+    uint32_t offset = 0;
+    uint16_t port = 0;    // the socket's port: their destination
+  };
+
+  UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool, UdpOffloads offloads);
 
   // Index in bound_ of `port`, or -1.
   int FindBound(uint16_t port) const;
@@ -81,14 +129,34 @@ class UdpQueue final : public QueuePair {
   // the socket had nothing more.
   bool ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_t m,
                    absl::Span<Packet*> out, uint32_t* got);
-  // Sends tx_msgs_[0, frames.size()), which carry `frames`, on socket fd;
-  // returns how many are done, and sets *full when the kernel's buffer was
-  // full (EAGAIN, ENOBUFS). Frames it refused otherwise are counted and
-  // done (taken, dropped).
-  uint32_t Flush(int fd, absl::Span<Packet* const> frames, bool* full);
+  // The GRO path: receives up to kRxBounce messages from socket b into the
+  // bounce buffers (only when none are pending). False when it had nothing.
+  bool ReceiveGro(const Bound& b);
+  // Splits rx_pending_ into frames out[*got...], taking pool buffers from
+  // bufs[0, *avail) and the pool. False when it stopped short (out full or
+  // the pool empty); what is left stays pending.
+  bool SplitPending(void** bufs, uint32_t* avail, absl::Span<Packet*> out, uint32_t* got);
+  // A received frame in buffer `buf`: headers for `payload_len` bytes
+  // already at its payload's place, from `from` to `port`.
+  Packet* Deliver(void* buf, const sockaddr_in& from, uint16_t port, uint8_t tos,
+                  uint32_t payload_len);
+  // Sends tx_msgs_[0, msgs), which carry `frames` (tx_msg_frames_[m] each,
+  // in order), on socket fd; returns how many frames are done, and sets
+  // *full when the kernel's buffer was full (EAGAIN, ENOBUFS). A message
+  // it refused otherwise has its frames counted and done (taken, dropped),
+  // but for a GSO message refused with EINVAL/EIO: GSO goes off for good
+  // and Flush returns before it (*retry), so that its frames go again one
+  // by one.
+  uint32_t Flush(int fd, uint32_t msgs, absl::Span<Packet* const> frames, bool* full,
+                 bool* retry);
 
   const DeviceInfo& info_;
   const uint32_t max_frame_;
+  bool gso_;
+  bool gro_;
+  // Segments longer than this are not merged: the kernel refused one of
+  // this length (beyond the path's MTU).
+  uint32_t gso_max_segment_ = kMaxGsoBytes;
   std::unique_ptr<PacketPool> pool_;
   Bound bound_[kMaxBoundPorts];
   uint32_t num_bound_ = 0;
@@ -102,9 +170,15 @@ class UdpQueue final : public QueuePair {
   iovec rx_iov_[kBatch];
   sockaddr_in rx_from_[kBatch];
   alignas(cmsghdr) uint8_t rx_control_[kBatch][kControlBytes];
+  RxPending rx_pending_;
+  std::unique_ptr<uint8_t[]> rx_bounce_;  // kRxBounce * kRxBounceBytes, with GRO
+  uint32_t rx_segment_[kRxBounce];        // each GRO message's segment size
+  uint8_t rx_tos_[kRxBounce];
   mmsghdr tx_msgs_[kBatch];
-  iovec tx_iov_[kBatch];
+  uint32_t tx_msg_frames_[kBatch];
+  iovec tx_iov_[kMaxStagedFrames];
   sockaddr_in tx_to_[kBatch];
+  alignas(cmsghdr) uint8_t tx_control_[kBatch][kTxControlBytes];
 };
 
 }  // namespace bypass::driver::udp

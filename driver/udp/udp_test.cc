@@ -1,5 +1,6 @@
 // The UDP device's own behaviour: opening (targets, errors), port binding
-// and its conflicts, what TxBurst drops, large datagrams and DSCP.
+// and its conflicts, what TxBurst drops, large datagrams and DSCP, and the
+// UDP segmentation/receive offload (GSO/GRO) paths and their fallback.
 #include "driver/udp/udp_device.h"
 
 #include <unistd.h>
@@ -154,9 +155,11 @@ class UdpPairTest : public ::testing::Test {
   static constexpr uint16_t kSrc = 43401;
   static constexpr uint16_t kDst = 43400;
 
-  void Open(const DeviceOptions& opts_a, const DeviceOptions& opts_b) {
-    a_ = MustOpen("udp:lo,ip=" + LocalIp(6), opts_a);
-    b_ = MustOpen("udp:lo,ip=" + LocalIp(7), opts_b);
+  // `suffix` ends both URIs (",gso=0").
+  void Open(const DeviceOptions& opts_a, const DeviceOptions& opts_b,
+            const std::string& suffix = "") {
+    a_ = MustOpen("udp:lo,ip=" + LocalIp(6) + suffix, opts_a);
+    b_ = MustOpen("udp:lo,ip=" + LocalIp(7) + suffix, opts_b);
     ASSERT_NE(a_, nullptr);
     ASSERT_NE(b_, nullptr);
     ASSERT_TRUE(a_->queue(0).BindUdpPort(kSrc).ok());
@@ -314,6 +317,161 @@ TEST_F(UdpPairTest, EverySocketIsPolled) {
   EXPECT_EQ(per_port[2], 10);
   b_->queue(0).FreeBulk(got);
 }
+
+TEST(UdpDevice, GsoKeyIsZeroOrOne) {
+  std::unique_ptr<Device> off = MustOpen("udp:lo,gso=0");
+  ASSERT_NE(off, nullptr);
+  EXPECT_FALSE(Q(*off).gso());
+  EXPECT_FALSE(Q(*off).gro());
+  absl::StatusOr<std::unique_ptr<Device>> bad = OpenDevice("udp:lo,gso=yes");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("gso=yes"));
+}
+
+// Each case runs with GSO/GRO (the default) and without (gso=0).
+class UdpOffloadTest : public UdpPairTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void OpenBoth(DeviceOptions a = {}, DeviceOptions b = {}) {
+    ASSERT_NO_FATAL_FAILURE(Open(a, b, GetParam() ? "" : ",gso=0"));
+    ASSERT_EQ(Q(*a_).gso(), GetParam()) << "this kernel refused UDP_SEGMENT";
+    ASSERT_EQ(Q(*b_).gro(), GetParam()) << "this kernel refused UDP_GRO";
+  }
+  // n frames to kDst from kSrc, seq first_seq..., payload_len(i) bytes each.
+  std::vector<Packet*> Frames(size_t n, uint64_t first_seq, size_t (*payload_len)(size_t)) {
+    std::vector<Packet*> pkts(n);
+    EXPECT_TRUE(a_->queue(0).AllocBulk(absl::MakeSpan(pkts)));
+    const UdpFlow flow = FlowBetween(*a_, *b_, kDst);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(WriteTestFrame(pkts[i], flow, first_seq + i, payload_len(i)));
+    }
+    return pkts;
+  }
+};
+
+TEST_P(UdpOffloadTest, ARunOfSameSizeFramesArrivesAsTheSameFramesInOrder) {
+  ASSERT_NO_FATAL_FAILURE(OpenBoth());
+  // 100 frames of 1472 bytes: two messages of 44 and one of 12 with GSO.
+  std::vector<Packet*> pkts = Frames(100, 0, [](size_t) -> size_t { return 1472; });
+  ASSERT_TRUE(Pump(Budget()).SendAll(a_->queue(0), pkts));
+  Pump pump(Budget());
+  std::vector<Packet*> got = pump.Receive(b_->queue(0), 100);
+  ASSERT_EQ(got.size(), 100u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]->len, 1514u) << i;
+    EXPECT_EQ(TestFrameSeq(got[i]), i) << "intact and in order";
+  }
+  b_->queue(0).FreeBulk(got);
+  EXPECT_EQ(a_->queue(0).stats().tx_packets, 100u) << "counted per frame, not per message";
+  if (GetParam()) {
+    EXPECT_GE(Q(*a_).counters().tx_gso_messages, 3u);
+    EXPECT_GE(Q(*b_).counters().rx_gro_messages, 1u) << "lo hands a GSO message whole";
+  } else {
+    EXPECT_EQ(Q(*a_).counters().tx_gso_messages, 0u);
+    EXPECT_EQ(Q(*b_).counters().rx_gro_messages, 0u);
+  }
+}
+
+TEST_P(UdpOffloadTest, AShortLastSegmentEndsTheRun) {
+  ASSERT_NO_FATAL_FAILURE(OpenBoth());
+  // 5 x 1000, then 300 (the short last of that message), then 5 x 1000.
+  std::vector<Packet*> pkts =
+      Frames(11, 0, [](size_t i) -> size_t { return i == 5 ? 300 : 1000; });
+  ASSERT_TRUE(Pump(Budget()).SendAll(a_->queue(0), pkts));
+  Pump pump(Budget());
+  std::vector<Packet*> got = pump.Receive(b_->queue(0), 11);
+  ASSERT_EQ(got.size(), 11u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]->len, (i == 5 ? 300u : 1000u) + 42) << i;
+    EXPECT_EQ(TestFrameSeq(got[i]), i);
+  }
+  b_->queue(0).FreeBulk(got);
+  if (GetParam()) {
+    EXPECT_EQ(Q(*a_).counters().tx_gso_messages, 2u);
+  }
+}
+
+TEST_P(UdpOffloadTest, MixedDestinationsSizesSourcesAndDscpKeepOrder) {
+  ASSERT_NO_FATAL_FAILURE(OpenBoth());
+  ASSERT_TRUE(a_->queue(0).BindUdpPort(kSrc + 10).ok());
+  ASSERT_TRUE(b_->queue(0).BindUdpPort(kDst + 10).ok());
+  // 120 frames in runs of 1-7 that change source port, destination port,
+  // size or DSCP; each destination must see its own in order and intact.
+  std::vector<Packet*> pkts(120);
+  ASSERT_TRUE(a_->queue(0).AllocBulk(absl::MakeSpan(pkts)));
+  for (size_t i = 0; i < pkts.size(); ++i) {
+    const size_t run = (i * 7 / 23) % 5;
+    UdpFlow flow = FlowBetween(*a_, *b_, static_cast<uint16_t>(kDst + (run % 2) * 10));
+    flow.src_port = static_cast<uint16_t>(kSrc + ((run / 2) % 2) * 10);
+    flow.dscp = run == 4 ? 46 : 0;
+    ASSERT_TRUE(WriteTestFrame(pkts[i], flow, i, run == 3 ? 64 : 700 + (i % 3 == 2 ? 0 : 100)));
+  }
+  ASSERT_TRUE(Pump(Budget()).SendAll(a_->queue(0), pkts));
+  Pump pump(Budget());
+  std::vector<Packet*> got = pump.Receive(b_->queue(0), pkts.size());
+  ASSERT_EQ(got.size(), pkts.size());
+  int64_t last[2] = {-1, -1};
+  size_t with_ef = 0;
+  for (Packet* p : got) {
+    std::optional<ParsedUdpFrame> parsed = ParseUdpFrame({p->data, p->len});
+    ASSERT_TRUE(parsed.has_value());
+    const size_t dst = (parsed->flow.dst_port - kDst) / 10;
+    const std::optional<uint64_t> seq = TestFrameSeq(p);
+    ASSERT_TRUE(seq.has_value());
+    EXPECT_GT(static_cast<int64_t>(*seq), last[dst]) << "in order per destination";
+    last[dst] = static_cast<int64_t>(*seq);
+    const size_t run = (*seq * 7 / 23) % 5;
+    EXPECT_EQ(parsed->flow.src_port, kSrc + ((run / 2) % 2) * 10) << *seq;
+    EXPECT_EQ(parsed->flow.dscp, run == 4 ? 46 : 0) << *seq;
+    with_ef += parsed->flow.dscp == 46;
+  }
+  EXPECT_GT(with_ef, 0u);
+  b_->queue(0).FreeBulk(got);
+}
+
+TEST_P(UdpOffloadTest, ShortPoolMidSplitLosesNothing) {
+  DeviceOptions small;
+  small.pool_buffers = 16;
+  ASSERT_NO_FATAL_FAILURE(OpenBoth({}, small));
+  std::vector<Packet*> pkts = Frames(40, 0, [](size_t) -> size_t { return 1000; });
+  ASSERT_TRUE(Pump(Budget()).SendAll(a_->queue(0), pkts));
+  // Holds what arrives until the pool is empty, then lets it go: 40 frames
+  // through a pool of 16.
+  std::vector<uint64_t> seqs;
+  Packet* scratch[64];
+  for (int polls = 0; polls < 1'000'000 && seqs.size() < 40; ++polls) {
+    const uint16_t n = b_->queue(0).RxBurst(scratch);
+    for (uint16_t k = 0; k < n; ++k) seqs.push_back(TestFrameSeq(scratch[k]).value_or(~0ull));
+    if (n > 0) {
+      EXPECT_EQ(b_->queue(0).RxBurst(scratch), 0) << "the pool is empty";
+      b_->queue(0).FreeBulk({scratch, n});
+    }
+  }
+  ASSERT_EQ(seqs.size(), 40u);
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i);
+  EXPECT_EQ(b_->queue(0).stats().rx_dropped, 0u);
+  EXPECT_GT(Q(*b_).counters().rx_no_buffer, 0u);
+}
+
+TEST_P(UdpOffloadTest, AShortOutputMidSplitLosesNothing) {
+  ASSERT_NO_FATAL_FAILURE(OpenBoth());
+  std::vector<Packet*> pkts = Frames(30, 0, [](size_t) -> size_t { return 500; });
+  ASSERT_TRUE(Pump(Budget()).SendAll(a_->queue(0), pkts));
+  std::vector<uint64_t> seqs;
+  Packet* one[3];
+  for (int polls = 0; polls < 1'000'000 && seqs.size() < 30; ++polls) {
+    const uint16_t n = b_->queue(0).RxBurst(one);  // three at a time
+    for (uint16_t k = 0; k < n; ++k) seqs.push_back(TestFrameSeq(one[k]).value_or(~0ull));
+    b_->queue(0).FreeBulk({one, n});
+  }
+  ASSERT_EQ(seqs.size(), 30u);
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gso, UdpOffloadTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "On" : "Off";
+                         });
 
 }  // namespace
 }  // namespace bypass::driver::udp
