@@ -165,21 +165,9 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
   for (uint32_t j = 0; j < m; ++j) {
     rx_iov_[j].iov_base = static_cast<uint8_t*>(bufs[base + j]) + kDataOffset + kUdpFrameHeaderBytes;
     rx_iov_[j].iov_len = room;
-    msghdr& h = rx_msgs_[j].msg_hdr;
-    h.msg_name = &rx_from_[j];
-    h.msg_namelen = sizeof(rx_from_[j]);
-    h.msg_iov = &rx_iov_[j];
-    h.msg_iovlen = 1;
-    h.msg_control = rx_control_[j];
-    h.msg_controllen = kControlBytes;
-    h.msg_flags = 0;
   }
-  const int r = recvmmsg(b.fd, rx_msgs_, m, MSG_DONTWAIT, nullptr);
-  if (r <= 0) {
-    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++counters_.rx_errors;
-    return false;
-  }
-  const uint32_t n = static_cast<uint32_t>(r);
+  const uint32_t n = Receive(b.fd, m);
+  if (n == 0) return false;
   uint32_t keep = 0;  // buffers of dropped datagrams, reused
   for (uint32_t j = 0; j < n; ++j) {
     void* buf = bufs[base + j];
@@ -191,17 +179,46 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
       continue;
     }
     uint8_t tos = 0;
-    for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
-      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
-        tos = *CMSG_DATA(c);
-      }
-    }
+    uint32_t segment = 0;
+    ReadControl(j, &tos, &segment);
     out[(*got)++] = Deliver(buf, rx_from_[j], b.port, tos, rx_msgs_[j].msg_len);
   }
   // The buffers recvmmsg did not fill follow the kept ones.
   for (uint32_t j = n; j < m; ++j) bufs[base + keep + (j - n)] = bufs[base + j];
   *avail = base + keep + (m - n);
   return n == m;
+}
+
+uint32_t UdpQueue::Receive(int fd, uint32_t m) {
+  for (uint32_t j = 0; j < m; ++j) {
+    msghdr& h = rx_msgs_[j].msg_hdr;
+    h.msg_name = &rx_from_[j];
+    h.msg_namelen = sizeof(rx_from_[j]);
+    h.msg_iov = &rx_iov_[j];
+    h.msg_iovlen = 1;
+    h.msg_control = rx_control_[j];
+    h.msg_controllen = kControlBytes;
+    h.msg_flags = 0;
+  }
+  const int r = recvmmsg(fd, rx_msgs_, m, MSG_DONTWAIT, nullptr);
+  if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++counters_.rx_errors;
+  return r > 0 ? static_cast<uint32_t>(r) : 0;
+}
+
+void UdpQueue::ReadControl(uint32_t j, uint8_t* tos, uint32_t* segment) {
+  msghdr& h = rx_msgs_[j].msg_hdr;
+  *tos = 0;
+  *segment = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
+      *tos = *CMSG_DATA(c);
+    } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+               c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int size;
+      std::memcpy(&size, CMSG_DATA(c), sizeof(size));
+      if (size > 0) *segment = static_cast<uint32_t>(size);
+    }
+  }
 }
 
 Packet* UdpQueue::Deliver(void* buf, const sockaddr_in& from, uint16_t port, uint8_t tos,
@@ -224,35 +241,11 @@ bool UdpQueue::ReceiveGro(const Bound& b) {
   for (uint32_t j = 0; j < kRxBounce; ++j) {
     rx_iov_[j].iov_base = rx_bounce_.get() + size_t{j} * kRxBounceBytes;
     rx_iov_[j].iov_len = kRxBounceBytes;
-    msghdr& h = rx_msgs_[j].msg_hdr;
-    h.msg_name = &rx_from_[j];
-    h.msg_namelen = sizeof(rx_from_[j]);
-    h.msg_iov = &rx_iov_[j];
-    h.msg_iovlen = 1;
-    h.msg_control = rx_control_[j];
-    h.msg_controllen = kControlBytes;
-    h.msg_flags = 0;
   }
-  const int r = recvmmsg(b.fd, rx_msgs_, kRxBounce, MSG_DONTWAIT, nullptr);
-  if (r <= 0) {
-    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++counters_.rx_errors;
-    return false;
-  }
-  const uint32_t n = static_cast<uint32_t>(r);
+  const uint32_t n = Receive(b.fd, kRxBounce);
+  if (n == 0) return false;
   for (uint32_t j = 0; j < n; ++j) {
-    msghdr& h = rx_msgs_[j].msg_hdr;
-    rx_tos_[j] = 0;
-    rx_segment_[j] = 0;  // one datagram
-    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
-      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
-        rx_tos_[j] = *CMSG_DATA(c);
-      } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-                 c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-        int segment;
-        std::memcpy(&segment, CMSG_DATA(c), sizeof(segment));
-        if (segment > 0) rx_segment_[j] = static_cast<uint32_t>(segment);
-      }
-    }
+    ReadControl(j, &rx_tos_[j], &rx_segment_[j]);  // segment 0: one datagram
     if (rx_segment_[j] != 0 && rx_segment_[j] < rx_msgs_[j].msg_len) ++counters_.rx_gro_messages;
   }
   rx_pending_ = RxPending{n, 0, 0, b.port};

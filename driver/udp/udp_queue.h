@@ -132,6 +132,12 @@ class UdpQueue final : public QueuePair {
   // The GRO path: receives up to kRxBounce messages from socket b into the
   // bounce buffers (only when none are pending). False when it had nothing.
   bool ReceiveGro(const Bound& b);
+  // recvmmsg of up to m datagrams from fd into rx_iov_[0, m) (set by the
+  // caller), with their addresses and control messages; how many came (0
+  // on none; errors other than "nothing there" are counted).
+  uint32_t Receive(int fd, uint32_t m);
+  // Message j's TOS byte and GRO segment size (0: one datagram).
+  void ReadControl(uint32_t j, uint8_t* tos, uint32_t* segment);
   // Splits rx_pending_ into frames out[*got...], taking pool buffers from
   // bufs[0, *avail) and the pool. False when it stopped short (out full or
   // the pool empty); what is left stays pending.
