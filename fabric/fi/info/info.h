@@ -54,7 +54,7 @@ inline constexpr uint64_t kDefaultTagFormat = 0xAAAAAAAAAAAAAAAAull;
 
 // What one domain (one device) offers, before hints.
 struct DomainOffer {
-  std::string name;           // domain_attr->name: the device URI, e.g. "memif:/run/bypass/fi.sock"
+  std::string name;           // domain_attr->name: the device URI, e.g. "shm:+udp:"
   driver::DeviceInfo device;  // mtu, mac, ipv4, queues, can_steer (driver/device.h)
   rdm::EndpointConfig limits;  // sizes an endpoint would be created with (fabric/rdm/config.h)
   // The UDP port a destination named by node alone gets (the base port:
