@@ -464,6 +464,7 @@ class Bench:
         self.t0 = time.monotonic()
         self.fi_dir = None      # a directory with libbypass-fi.so alone, for FI_PROVIDER_PATH
         self.providers = set()  # what fi_info -l lists
+        self.fi_lib_sanitized = False  # libbypass-fi.so needs a sanitizer runtime
         self.veth = None
 
     # ---- progress: one line on stderr, rewritten in place
@@ -604,6 +605,9 @@ class Bench:
             c.unavailable = None
             if c.provider == "bypass" and not self.fi_dir:
                 c.unavailable = FI_LIB_MISSING
+            elif c.tool == "fi_pingpong" and c.provider == "bypass" and self.fi_lib_sanitized:
+                c.unavailable = ("n/a (libbypass-fi.so is sanitizer-built: Debian's fi_pingpong "
+                                 "cannot load it)")
             elif c.tool == "fi_pingpong" and not self.tools.get("fi_pingpong"):
                 c.unavailable = "n/a (fi_pingpong is missing: tools/setup.sh installs libfabric-bin)"
             elif c.provider and c.provider != "bypass" and c.provider not in self.providers:
@@ -1007,6 +1011,20 @@ def find_tool(rel):
 FI_LIB_USED = None  # the libbypass-fi.so this run loads, for the report
 
 
+def sanitizer_built(lib):
+    """Whether lib needs a sanitizer runtime (--config=asan/tsan): a program
+    that is not instrumented, such as Debian's fi_pingpong, cannot load it."""
+    nm = shutil.which("nm")
+    if not lib or not nm:
+        return False
+    try:
+        r = subprocess.run([nm, "-D", "--undefined-only", lib], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return False
+    return any(w in r.stdout for w in ("__asan_init", "__tsan_init"))
+
+
 def find_fi_lib(explicit):
     """A directory holding only libbypass-fi.so (for FI_PROVIDER_PATH), or None."""
     global FI_LIB_USED
@@ -1027,13 +1045,15 @@ def find_fi_lib(explicit):
     return None
 
 
-def fi_providers(fi_dir):
+def fi_providers():
+    """libfabric's own providers (bypass's is found by find_fi_lib): fi_info
+    lists them without loading ours, which it may not be able to (a
+    sanitizer-built libbypass-fi.so)."""
     exe = shutil.which("fi_info")
     if not exe:
         return set()
     env = dict(os.environ)
-    if fi_dir:
-        env["FI_PROVIDER_PATH"] = fi_dir
+    env.pop("FI_PROVIDER_PATH", None)
     try:
         r = subprocess.run([exe, "-l"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                            text=True, env=env, timeout=20)
@@ -1181,7 +1201,8 @@ def main(argv):
             fail("cannot find %s in the runfiles: run bench with bazel run //tools:bench" % k)
     b = Bench(a, tools)
     b.fi_dir = find_fi_lib(a.fi_lib)
-    b.providers = fi_providers(b.fi_dir)
+    b.providers = fi_providers()
+    b.fi_lib_sanitized = sanitizer_built(FI_LIB_USED)
 
     local = b.new_section("local", LOCAL_COLUMNS, "bare", "shm")
     local["title"] = ("two processes on this host (memif, and bypass's default domain: shared memory; "

@@ -6,6 +6,12 @@
 set -euo pipefail
 root="$TEST_SRCDIR/bypass"
 prefix="$TEST_TMPDIR/prefix"
+# Debian's fi_info and a plain cc link cannot use objects built with a
+# sanitizer (the runtime must come first in the process).
+if nm -D --undefined-only "$root/fabric/fi/libbypass-fi.so" 2>/dev/null | grep -q -E '__(asan|tsan)_init'; then
+  echo "SKIP: a sanitizer build; Debian's fi_info and a plain C link need an uninstrumented provider and archive"
+  exit 0
+fi
 BYPASS_SOURCE_ROOT="$root" "$root/tools/install.sh" --prefix="$prefix" --from="$root"
 for f in lib/libfabric/libbypass-fi.so lib/libbypass-fi.a lib/pkgconfig/bypass-fi.pc \
          include/bypass/fabric/rdm/rdm.h include/bypass/driver/device.h; do
