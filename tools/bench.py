@@ -1022,7 +1022,7 @@ def sanitizer_built(lib):
                            stderr=subprocess.DEVNULL, text=True, timeout=20)
     except subprocess.TimeoutExpired:
         return False
-    return any(w in r.stdout for w in ("__asan_init", "__tsan_init"))
+    return any(w in r.stdout for w in ("__asan_init", "__tsan_init", "__tsan_func_entry"))
 
 
 def find_fi_lib(explicit):
