@@ -97,10 +97,13 @@ uint16_t CompositeQueue::SendRemote(absl::Span<Packet* const> run) {
 
 uint16_t CompositeQueue::TxBurst(absl::Span<Packet* const> pkts) {
   size_t i = 0;
+  // Each frame's route is looked up once: the frame that ends a run starts
+  // the next.
+  bool local = !pkts.empty() && Local(pkts[0]);
   while (i < pkts.size()) {
-    const bool local = Local(pkts[i]);
     size_t j = i + 1;
-    while (j < pkts.size() && Local(pkts[j]) == local) ++j;
+    bool next = local;
+    while (j < pkts.size() && (next = Local(pkts[j])) == local) ++j;
     const absl::Span<Packet* const> run = pkts.subspan(i, j - i);
     uint16_t took;
     if (local) {
@@ -113,6 +116,7 @@ uint16_t CompositeQueue::TxBurst(absl::Span<Packet* const> pkts) {
     }
     i += took;
     if (took < run.size()) break;
+    local = next;
   }
   return static_cast<uint16_t>(i);
 }
