@@ -19,6 +19,8 @@ PACKAGES=(
   dpdk dpdk-dev libdpdk-dev
   libibverbs-dev rdma-core ibverbs-providers
   libfabric-dev libfabric1 libfabric-bin
+  # MACs and randomness (SECURITY.md)
+  libsodium-dev
   # fuzzing and sanitizers
   clang libclang-rt-14-dev
   # multi-host tests: network namespaces and veth pairs
