@@ -3,6 +3,7 @@
 #ifndef BYPASS_FABRIC_RDM_CONFIG_H_
 #define BYPASS_FABRIC_RDM_CONFIG_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -17,6 +18,11 @@ inline constexpr uint32_t kMaxWindowPackets = 256;
 struct EndpointConfig {
   uint16_t udp_port = 0;  // REQUIRED, non-zero
   uint32_t auth_key = 0;  // packets carrying another key are dropped
+  // The shared secret that authenticates handshakes (SECURITY.md): never
+  // sent; set by the provider from FI_BYPASS_AUTH_KEY_FILE, the domain's
+  // auth_key, or the intra-host device's per-user key. Unset: handshakes
+  // run unauthenticated.
+  std::optional<std::array<uint8_t, 32>> handshake_key = std::nullopt;
   // The incarnation and the PRNG for initial PSNs; unset: random (tests set
   // both for determinism).
   std::optional<uint32_t> incarnation = std::nullopt;
