@@ -23,6 +23,11 @@ struct EndpointConfig {
   // auth_key, or the intra-host device's per-user key. Unset: handshakes
   // run unauthenticated.
   std::optional<std::array<uint8_t, 32>> handshake_key = std::nullopt;
+  // The key for peers this host's processes reach through shared memory
+  // (frames received with kRxSameHost, destinations the device reaches on
+  // this host): the intra-host device always has one (a per-user random key,
+  // SECURITY.md); unset: handshake_key is used for them too.
+  std::optional<std::array<uint8_t, 32>> same_host_key = std::nullopt;
   // The incarnation and the PRNG for initial PSNs; unset: random (tests set
   // both for determinism).
   std::optional<uint32_t> incarnation = std::nullopt;
