@@ -22,6 +22,7 @@
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
 #include "fabric/fi/fabric.h"
+#include "fabric/fi/info/info.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/services.h"
 
@@ -57,6 +58,7 @@ int DomainBind(fid* f, fid* bfid, uint64_t flags) {
   DomainGuard g(d->lock);
   if (d->eq != nullptr) return -FI_EINVAL;  // one EQ per domain
   d->eq = eq;
+  d->eq_reg_mr = (flags & FI_REG_MR) != 0;
   eq->obj.refs.fetch_add(1);
   return 0;
 }
@@ -123,6 +125,19 @@ fi_ops_domain g_domain_ops = {
     .endpoint2 = Endpoint2,
 };
 
+// The mr_mode bits the domain follows: the legacy values as the bits they
+// stand for (fi_mr(3): FI_MR_BASIC is FI_MR_VIRT_ADDR, FI_MR_ALLOCATED and
+// FI_MR_PROV_KEY; FI_MR_SCALABLE none), and of the rest only the ones
+// fi_getinfo offers (fabric/fi/info), so an FI_MR_ENDPOINT set by hand is
+// not half followed.
+static_assert(kMaxEndpoints == rdm::Port::kMaxEndpoints, "ep_cnt is the port's endpoints");
+
+uint64_t MrModeBits(int mr_mode) {
+  if (mr_mode == FI_MR_BASIC) return FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  if (mr_mode == FI_MR_SCALABLE) return 0;
+  return static_cast<uint64_t>(mr_mode) & (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY);
+}
+
 }  // namespace
 
 rdm::Address LocalToDevice(const Domain* d, rdm::Address a) {
@@ -181,12 +196,17 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->dev = *std::move(dev);
   d->port = std::make_unique<rdm::Port>(d->dev->queue(0), d->dev->info());
 
+  // Every endpoint of the domain shares its device queue (and the engine
+  // progresses it from any of them), so only FI_THREAD_DOMAIN, where the
+  // application serializes the whole domain, may go without the lock.
+  d->lock.thread_safe = true;
   if (info->domain_attr != nullptr) {
-    const fi_threading t = info->domain_attr->threading;
-    d->lock.thread_safe = t == FI_THREAD_SAFE || t == FI_THREAD_FID || t == FI_THREAD_ENDPOINT;
-    d->mr_mode = static_cast<uint64_t>(info->domain_attr->mr_mode);
+    d->lock.thread_safe = RawEnum(info->domain_attr->threading) != FI_THREAD_DOMAIN;
+    d->mr_mode = MrModeBits(info->domain_attr->mr_mode);
     d->av_type = info->domain_attr->av_type;
   }
+  d->ep_cnt = kMaxEndpoints;
+  d->mr_cnt = fab->settings.engine.max_regions;
   d->caps = info->caps;
   fab->obj.refs.fetch_add(1);
   BYPASS_FI_INFO(FI_LOG_DOMAIN, "opened %s: %s mac %s mtu %u\n", uri.c_str(),

@@ -31,11 +31,15 @@ struct Domain {
   std::string uri;
   std::unique_ptr<driver::Device> dev;
   std::unique_ptr<rdm::Port> port;
-  DomainLock lock;  // FI_THREAD_SAFE: every call takes it (DomainGuard)
+  DomainLock lock;  // every level but FI_THREAD_DOMAIN: every call takes it (DomainGuard)
   uint64_t mr_mode = 0;
   fi_av_type av_type = FI_AV_UNSPEC;
   uint64_t caps = 0;
   Eq* eq = nullptr;  // fi_domain_bind: asynchronous events
+  bool eq_reg_mr = false;  // bound with FI_REG_MR: registrations report to eq
+  // Limits of domain_attr (fabric/fi/info): enforced where objects open.
+  size_t ep_cnt = 0;
+  size_t mr_cnt = 0;
   std::vector<Ep*> eps;
   std::vector<Mr*> mrs;
   void* hmem_override = nullptr;  // FI_SET_OPS_HMEM_OVERRIDE (host memory only)

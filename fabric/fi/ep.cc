@@ -512,6 +512,7 @@ int SetName(fid_t f, void* addr, size_t addrlen) {
   DomainGuard g(ep->domain->lock);
   if (Enabled(ep)) return -FI_EOPBADSTATE;  // before fi_enable only
   const driver::DeviceInfo& info = ep->domain->dev->info();
+  *a = LocalToDevice(ep->domain, *a);  // 127.0.0.1 names a device with the host's address
   if (a->ip.value != 0 && !(a->ip == info.ipv4)) return -FI_EADDRNOTAVAIL;
   for (Ep* other : ep->domain->eps) {
     if (other != ep && other->udp_port == a->udp_port) return -FI_EADDRINUSE;
@@ -588,6 +589,11 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
     return -FI_ENOSYS;
   }
   DomainGuard g(d->lock);
+  if (d->eps.size() >= d->ep_cnt) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "the domain already has ep_cnt (%zu) endpoints; close one or "
+                   "open another domain\n", d->ep_cnt);
+    return -FI_EINVAL;
+  }
   auto ep = std::make_unique<Ep>();
   std::memset(&ep->fid, 0, sizeof(ep->fid));
   ep->fid.fid.fclass = FI_CLASS_EP;
@@ -606,7 +612,8 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   ep->caps = info->caps;
   ep->config = d->fabric->settings.engine;
   uint16_t port = 0;
-  if (info->src_addr != nullptr && info->addr_format == FI_SOCKADDR_IN) {
+  if (info->src_addr != nullptr &&
+      (info->addr_format == FI_SOCKADDR_IN || info->addr_format == FI_SOCKADDR)) {
     if (auto a = FromSockaddr(info->src_addr, info->src_addrlen)) port = a->udp_port;
   }
   ep->port_given = port != 0;

@@ -12,6 +12,7 @@
 
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
+#include "fabric/fi/eq.h"
 #include "fabric/fi/services.h"
 #include "fabric/rdm/rdm.h"
 
@@ -84,6 +85,23 @@ fi_ops g_mr_fi_ops = {
     .ops_set = NoSysOpsSet,
 };
 
+// FI_REG_MR (fi_domain_bind): registration is asynchronous; it is done by
+// now, so its FI_MR_COMPLETE event goes to the domain's EQ at once (after
+// *mr is written, as fi_mr(3) asks).
+int ReportRegistration(Eq* eq, fid_mr* mr, void* context) {
+  fi_eq_entry entry{};
+  entry.fid = &mr->fid;
+  entry.context = context;
+  EqEvent ev;
+  ev.event = FI_MR_COMPLETE;
+  ev.bytes.assign(reinterpret_cast<uint8_t*>(&entry),
+                  reinterpret_cast<uint8_t*>(&entry) + sizeof(entry));
+  if (EqPush(eq, std::move(ev))) return 0;
+  // No room for the event: the registration is undone and may be retried.
+  (void)MrClose(&mr->fid);
+  return -FI_EAGAIN;
+}
+
 uint64_t RandomKey() {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   return rng();
@@ -134,12 +152,19 @@ int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   if (attr->iov_count > 1) return -FI_EINVAL;  // mr_iov_limit is 1
   if (attr->iov_count == 1 && attr->mr_iov == nullptr) return -FI_EINVAL;
   if ((attr->access & ~kAccessBits) != 0) return -FI_EINVAL;
-  if (attr->iface != FI_HMEM_SYSTEM) return -FI_ENOSYS;  // host memory only
+  // Host memory only: the provider offers no FI_HMEM, so device memory is
+  // refused rather than read as host memory.
+  if (attr->iface != FI_HMEM_SYSTEM) return -FI_EOPNOTSUPP;
   if (flags != 0 && flags != FI_RMA_EVENT) return -FI_EBADFLAGS;
   void* addr = attr->iov_count == 1 ? attr->mr_iov[0].iov_base : nullptr;
   const size_t len = attr->iov_count == 1 ? attr->mr_iov[0].iov_len : 0;
   if (addr == nullptr && len > 0) return -FI_EINVAL;
   DomainGuard g(d->lock);
+  if (d->mrs.size() >= d->mr_cnt) {
+    BYPASS_FI_WARN(FI_LOG_MR, "the domain already has mr_cnt (%zu) regions; close one first\n",
+                   d->mr_cnt);
+    return -FI_EINVAL;
+  }
   uint64_t key;
   if (d->mr_mode & FI_MR_PROV_KEY) {
     key = RandomKey();
@@ -158,7 +183,9 @@ int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   mr->domain = d;
   mr->addr = addr;
   mr->len = len;
-  mr->access = attr->access == 0 ? kAccessBits : attr->access;
+  // fi_mr(3): exactly the rights asked; no remote bit, no remote access
+  // (the engine never hears of the region, so peers get a bad key).
+  mr->access = attr->access;
   mr->offset = attr->offset;
   mr->context = attr->context;
   mr->fid.mem_desc = mr.get();  // fi_mr_desc: the region itself
@@ -177,6 +204,7 @@ int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   d->mrs.push_back(mr.get());
   d->obj.refs.fetch_add(1);
   *out = &mr.release()->fid;
+  if (d->eq_reg_mr) return ReportRegistration(d->eq, *out, attr->context);
   return 0;
 }
 

@@ -141,6 +141,13 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
   return d;
 }
 
+// fi_getinfo(3): FI_SOCKADDR is a sockaddr whose sa_family tells the rest;
+// ours is always AF_INET, so the same sockaddr_in serves both. No device
+// has an IPv6 address (FI_SOCKADDR_IN6 is refused).
+bool AddrFormatOffered(uint32_t f) {
+  return f == FI_FORMAT_UNSPEC || f == FI_SOCKADDR_IN || f == FI_SOCKADDR;
+}
+
 bool Legacy(uint32_t version) { return FI_VERSION_LT(version, FI_VERSION(1, 5)); }
 
 // The returned mr_mode for a hint's, or a mismatch.
@@ -352,10 +359,9 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   dom->mr_key_size = kMrKeySize;
   dom->cq_data_size = d.cq_data_size;
   dom->cq_cnt = kMaxCqs;
-  const size_t queues = o.device.num_queues != 0 ? o.device.num_queues : 1;
-  dom->ep_cnt = queues;
-  dom->tx_ctx_cnt = queues;
-  dom->rx_ctx_cnt = queues;
+  dom->ep_cnt = kMaxEndpoints;
+  dom->tx_ctx_cnt = kMaxEndpoints;
+  dom->rx_ctx_cnt = kMaxEndpoints;
   dom->max_ep_tx_ctx = o.max_ep_ctx;
   dom->max_ep_rx_ctx = o.max_ep_ctx;
   dom->max_ep_stx_ctx = 0;
@@ -366,7 +372,7 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   dom->mode = 0;
   dom->auth_key_size = Legacy(version) ? 0 : kAuthKeySize;
   dom->max_err_data = sizeof(rdm::ErrorCompletion::message);
-  dom->mr_cnt = kMaxMrs;
+  dom->mr_cnt = o.limits.max_regions;
 
   fi_fabric_attr* fab = info->fabric_attr;
   fab->name = strdup(kFabricName);
@@ -394,6 +400,7 @@ bool SetKey(uint8_t** dst, const uint8_t* key, size_t len) {
 bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) {
   info->domain_attr->mr_mode = mr_mode;
   if (hints == nullptr) return true;
+  if (hints->addr_format != FI_FORMAT_UNSPEC) info->addr_format = hints->addr_format;
   if (hints->caps != 0) {
     // fi_getinfo(3): the primary capabilities asked (with their modifiers),
     // and the secondary ones we offer at no cost.
@@ -619,10 +626,10 @@ int GetInfo(uint32_t version, const char* node, const char* service, uint64_t fl
       return -FI_ENODATA;
     }
   }
-  if (hints != nullptr && hints->addr_format != FI_FORMAT_UNSPEC &&
-      hints->addr_format != FI_SOCKADDR_IN) {
-    g_mismatch = absl::StrFormat("addr_format %u asked; bypass addresses are FI_SOCKADDR_IN",
-                                 hints->addr_format);
+  if (hints != nullptr && !AddrFormatOffered(hints->addr_format)) {
+    g_mismatch = absl::StrFormat(
+        "addr_format %u asked; bypass addresses are IPv4: FI_SOCKADDR_IN or FI_SOCKADDR",
+        hints->addr_format);
     if (MismatchLogFn log = g_log.load(); log != nullptr) log(g_mismatch.c_str());
     return -FI_ENODATA;
   }

@@ -45,7 +45,11 @@ inline constexpr uint32_t kDgramProtocolVersion = 1;
 // Limits of a domain that are ours to choose (host memory objects).
 inline constexpr size_t kMaxCqs = 1024;
 inline constexpr size_t kMaxCntrs = 1024;
-inline constexpr size_t kMaxMrs = 1u << 16;
+// Endpoints of one domain: each has its own UDP port on the device's
+// queue, demultiplexed by rdm::Port (its kMaxEndpoints); each is one
+// transmit and one receive context. Memory regions: the engine's
+// max_regions (fabric/rdm/config.h), the regions each endpoint can serve.
+inline constexpr size_t kMaxEndpoints = 64;
 // One buffer per operation: the engine's sends, receives and regions take
 // one contiguous buffer each.
 inline constexpr size_t kIovLimit = 1;

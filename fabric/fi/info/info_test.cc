@@ -117,7 +117,7 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_EQ(d->mr_mode, 0);
   EXPECT_EQ(d->mr_key_size, 8u);
   EXPECT_EQ(d->cq_data_size, 8u);
-  EXPECT_EQ(d->ep_cnt, 4u);
+  EXPECT_EQ(d->ep_cnt, kMaxEndpoints);
   EXPECT_EQ(d->max_ep_tx_ctx, 1u);
   EXPECT_EQ(d->max_ep_stx_ctx, 0u);
   EXPECT_EQ(d->mr_iov_limit, 1u);
@@ -301,6 +301,45 @@ TEST_F(InfoTest, AddressFormats) {
   }
 }
 
+// fi_getinfo(3): FI_SOCKADDR is a sockaddr told by its sa_family: asked for,
+// it is returned as asked, and the addresses are AF_INET sockaddr_ins.
+TEST_F(InfoTest, SockaddrFormatAnswersInThatFormat) {
+  hints_->addr_format = FI_SOCKADDR;
+  ASSERT_EQ(Get("10.0.0.9", "7100"), 0) << LastMismatch();
+  for (fi_info* i : List()) {
+    EXPECT_EQ(i->addr_format, FI_SOCKADDR);
+    ASSERT_EQ(i->dest_addrlen, sizeof(sockaddr_in));
+    sockaddr_in d;
+    std::memcpy(&d, i->dest_addr, sizeof(d));
+    EXPECT_EQ(d.sin_family, AF_INET);
+    EXPECT_EQ(ntohs(d.sin_port), 7100);
+    EXPECT_EQ(Src(i).sin_family, AF_INET);
+  }
+  hints_->addr_format = FI_SOCKADDR_IN;
+  ASSERT_EQ(Get("10.0.0.9", "7100"), 0) << LastMismatch();
+  EXPECT_EQ(result_->addr_format, FI_SOCKADDR_IN);
+}
+
+// A hinted FI_SOCKADDR src_addr of another family matches nothing.
+TEST_F(InfoTest, SockaddrOfAnotherFamilyIsRefused) {
+  sockaddr_in6 six{};
+  six.sin6_family = AF_INET6;
+  hints_->addr_format = FI_SOCKADDR;
+  hints_->src_addr = std::malloc(sizeof(six));
+  std::memcpy(hints_->src_addr, &six, sizeof(six));
+  hints_->src_addrlen = sizeof(six);
+  ExpectNoMatch("not AF_INET");
+}
+
+// fi_getinfo(3): with FI_SOURCE, a service alone names a local port on the
+// domain's address.
+TEST_F(InfoTest, SourceServiceWithNullNode) {
+  ASSERT_EQ(Get(nullptr, "7300", FI_SOURCE), 0) << LastMismatch();
+  EXPECT_EQ(ntohs(Src(result_).sin_port), 7300);
+  EXPECT_EQ(ntohl(Src(result_).sin_addr.s_addr), ntohl(inet_addr("10.0.0.1")));
+  EXPECT_EQ(result_->dest_addr, nullptr);
+}
+
 TEST_F(InfoTest, Threading) {
   for (fi_threading t : {FI_THREAD_SAFE, FI_THREAD_FID, FI_THREAD_DOMAIN, FI_THREAD_COMPLETION,
                          FI_THREAD_ENDPOINT}) {
@@ -389,14 +428,14 @@ TEST_F(InfoTest, DomainSizesAndCounts) {
   d->mr_key_size = 8;
   d->cq_data_size = 8;
   d->cq_cnt = kMaxCqs;
-  d->ep_cnt = 4;
-  d->tx_ctx_cnt = 4;
-  d->rx_ctx_cnt = 4;
+  d->ep_cnt = kMaxEndpoints;
+  d->tx_ctx_cnt = kMaxEndpoints;
+  d->rx_ctx_cnt = kMaxEndpoints;
   d->max_ep_tx_ctx = 1;
   d->max_ep_rx_ctx = 1;
   d->cntr_cnt = kMaxCntrs;
   d->mr_iov_limit = 1;
-  d->mr_cnt = kMaxMrs;
+  d->mr_cnt = offers_[0].limits.max_regions;
   d->max_err_data = 64;
   ExpectEntries(1);  // cq_data_size 8: not DGRAM
   EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
@@ -409,16 +448,16 @@ TEST_F(InfoTest, DomainSizesAndCounts) {
       {&fi_domain_attr::mr_key_size, 16, "mr_key_size"},
       {&fi_domain_attr::cq_data_size, 9, "cq_data_size"},
       {&fi_domain_attr::cq_cnt, kMaxCqs + 1, "cq_cnt"},
-      {&fi_domain_attr::ep_cnt, 5, "ep_cnt"},
-      {&fi_domain_attr::tx_ctx_cnt, 5, "tx_ctx_cnt"},
-      {&fi_domain_attr::rx_ctx_cnt, 5, "rx_ctx_cnt"},
+      {&fi_domain_attr::ep_cnt, kMaxEndpoints + 1, "ep_cnt"},
+      {&fi_domain_attr::tx_ctx_cnt, kMaxEndpoints + 1, "tx_ctx_cnt"},
+      {&fi_domain_attr::rx_ctx_cnt, kMaxEndpoints + 1, "rx_ctx_cnt"},
       {&fi_domain_attr::max_ep_tx_ctx, 2, "max_ep_tx_ctx"},
       {&fi_domain_attr::max_ep_rx_ctx, 2, "max_ep_rx_ctx"},
       {&fi_domain_attr::max_ep_stx_ctx, 1, "max_ep_stx_ctx"},
       {&fi_domain_attr::max_ep_srx_ctx, 1, "max_ep_srx_ctx"},
       {&fi_domain_attr::cntr_cnt, kMaxCntrs + 1, "cntr_cnt"},
       {&fi_domain_attr::mr_iov_limit, 2, "mr_iov_limit"},
-      {&fi_domain_attr::mr_cnt, kMaxMrs + 1, "mr_cnt"},
+      {&fi_domain_attr::mr_cnt, offers_[0].limits.max_regions + 1u, "mr_cnt"},
       {&fi_domain_attr::max_err_data, 100000, "max_err_data"},
   };
   for (const Case& c : cases) {
