@@ -11,6 +11,7 @@
 
 #include "driver/clock.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/info/info.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 
@@ -23,6 +24,7 @@ int CntrClose(fid* f) {
   Domain* d = c->domain;
   DomainGuard g(d->lock);
   if (c->obj.refs.load() > 0) return -FI_EBUSY;
+  d->cntrs.fetch_sub(1);
   d->obj.refs.fetch_sub(1);
   c->obj.magic = Obj::kDead;
   Retire(c);
@@ -129,6 +131,7 @@ int OpenCntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** out, void* conte
     if (!BusyPollWait(attr->wait_obj)) return -FI_ENOSYS;
     if (attr->flags != 0) return -FI_EBADFLAGS;
   }
+  if (!TakeSlot(d->cntrs, kMaxCntrs)) return -FI_EINVAL;  // cntr_cnt (fabric/fi/info)
   auto c = std::make_unique<Cntr>();
   std::memset(&c->fid, 0, sizeof(c->fid));
   c->fid.fid.fclass = FI_CLASS_CNTR;

@@ -13,6 +13,7 @@
 
 #include "driver/clock.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/info/info.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 
@@ -30,6 +31,7 @@ int CqClose(fid* f) {
   if (cq->obj.refs.load() > 0) return -FI_EBUSY;
   cq->entries.clear();
   cq->errors.clear();
+  d->cqs.fetch_sub(1);
   d->obj.refs.fetch_sub(1);
   cq->obj.magic = Obj::kDead;
   Retire(cq);
@@ -195,6 +197,7 @@ int OpenCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context) {
   }
   if (attr->size > kMaxCqSize) return -FI_EINVAL;
   if ((attr->flags & ~static_cast<uint64_t>(FI_AFFINITY)) != 0) return -FI_EBADFLAGS;
+  if (!TakeSlot(d->cqs, kMaxCqs)) return -FI_EINVAL;  // cq_cnt (fabric/fi/info)
   auto cq = std::make_unique<Cq>();
   std::memset(&cq->fid, 0, sizeof(cq->fid));
   cq->fid.fid.fclass = FI_CLASS_CQ;

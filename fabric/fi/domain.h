@@ -6,6 +6,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -40,11 +41,22 @@ struct Domain {
   // Limits of domain_attr (fabric/fi/info): enforced where objects open.
   size_t ep_cnt = 0;
   size_t mr_cnt = 0;
+  // Open CQs and counters, against cq_cnt and cntr_cnt (TakeSlot).
+  std::atomic<size_t> cqs{0};
+  std::atomic<size_t> cntrs{0};
   std::vector<Ep*> eps;
   std::vector<Mr*> mrs;
   void* hmem_override = nullptr;  // FI_SET_OPS_HMEM_OVERRIDE (host memory only)
   uint64_t last_dgram_tx_ns = 0;  // when a datagram endpoint last sent
 };
+
+// Takes one of max slots counted by used (the domain's cq_cnt, cntr_cnt);
+// false when all are taken. The object's close gives it back (fetch_sub).
+inline bool TakeSlot(std::atomic<size_t>& used, size_t max) {
+  if (used.fetch_add(1) < max) return true;
+  used.fetch_sub(1);
+  return false;
+}
 
 rdm::Address LocalToDevice(const Domain* d, rdm::Address a);
 static_assert(offsetof(Domain, fid) == 0);

@@ -20,6 +20,7 @@
 #include "fabric/fi/domain.h"
 #include "fabric/fi/eq.h"
 #include "fabric/fi/fabric.h"
+#include "fabric/fi/info/info.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
@@ -554,6 +555,27 @@ uint16_t FreePort(const Domain* d, uint16_t base) {
   return 0;
 }
 
+// The first attribute of info beyond what an endpoint of this domain has
+// (fabric/fi/info offers these limits), or null. fi_getinfo's own entries
+// never exceed them; an application that raises one by hand is told which.
+const char* AttrBeyondLimits(const fi_info* info, const rdm::EndpointConfig& c, fi_ep_type type) {
+  if (const fi_tx_attr* tx = info->tx_attr; tx != nullptr) {
+    if (tx->iov_limit > kIovLimit) return "tx_attr->iov_limit";
+    if (tx->rma_iov_limit > kIovLimit) return "tx_attr->rma_iov_limit";
+    if (type != FI_EP_DGRAM && tx->inject_size > c.inject_size) return "tx_attr->inject_size";
+  }
+  if (info->rx_attr != nullptr && info->rx_attr->iov_limit > kIovLimit) {
+    return "rx_attr->iov_limit";
+  }
+  if (const fi_ep_attr* ep = info->ep_attr; ep != nullptr) {
+    if (type != FI_EP_DGRAM && ep->max_msg_size > c.max_msg_size) return "ep_attr->max_msg_size";
+    // One context each way; no scalable endpoints, no shared contexts.
+    if (ep->tx_ctx_cnt > 1) return "ep_attr->tx_ctx_cnt";
+    if (ep->rx_ctx_cnt > 1) return "ep_attr->rx_ctx_cnt";
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
@@ -592,6 +614,11 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   if (d->eps.size() >= d->ep_cnt) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "the domain already has ep_cnt (%zu) endpoints; close one or "
                    "open another domain\n", d->ep_cnt);
+    return -FI_EINVAL;
+  }
+  if (const char* attr = AttrBeyondLimits(info, d->fabric->settings.engine, type)) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "%s is beyond what fi_getinfo offers for this domain; "
+                   "use the value fi_getinfo returned\n", attr);
     return -FI_EINVAL;
   }
   auto ep = std::make_unique<Ep>();

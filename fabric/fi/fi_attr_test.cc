@@ -249,6 +249,65 @@ TEST(DomainLimitsTest, MrCntIsEnforced) {
   d.Close();
 }
 
+// cq_cnt CQs and cntr_cnt counters open; one more of either is refused
+// until one closes.
+TEST(DomainLimitsTest, CqCntAndCntrCntAreEnforced) {
+  fi_info* hints = RdmHints();
+  Dom d;
+  d.Open(hints);
+  fi_freeinfo(hints);
+  std::vector<fid_cq*> cqs(d.info->domain_attr->cq_cnt, nullptr);
+  fi_cq_attr cq_attr{};
+  cq_attr.size = 1;
+  for (fid_cq*& cq : cqs) ASSERT_EQ(fi_cq_open(d.domain, &cq_attr, &cq, nullptr), 0);
+  fid_cq* extra_cq = nullptr;
+  EXPECT_EQ(fi_cq_open(d.domain, &cq_attr, &extra_cq, nullptr), -FI_EINVAL);
+  ASSERT_EQ(fi_close(&cqs[0]->fid), 0);
+  ASSERT_EQ(fi_cq_open(d.domain, &cq_attr, &cqs[0], nullptr), 0);
+  for (fid_cq* cq : cqs) EXPECT_EQ(fi_close(&cq->fid), 0);
+
+  std::vector<fid_cntr*> cntrs(d.info->domain_attr->cntr_cnt, nullptr);
+  for (fid_cntr*& c : cntrs) ASSERT_EQ(fi_cntr_open(d.domain, nullptr, &c, nullptr), 0);
+  fid_cntr* extra_cntr = nullptr;
+  EXPECT_EQ(fi_cntr_open(d.domain, nullptr, &extra_cntr, nullptr), -FI_EINVAL);
+  ASSERT_EQ(fi_close(&cntrs[0]->fid), 0);
+  ASSERT_EQ(fi_cntr_open(d.domain, nullptr, &cntrs[0], nullptr), 0);
+  for (fid_cntr* c : cntrs) EXPECT_EQ(fi_close(&c->fid), 0);
+  d.Close();
+}
+
+// fi_endpoint with an entry raised beyond what fi_getinfo offered.
+TEST(DomainLimitsTest, EndpointAttributesBeyondTheOfferAreRefused) {
+  fi_info* hints = RdmHints(FI_MSG | FI_RMA);
+  Dom d;
+  d.Open(hints);
+  fi_freeinfo(hints);
+  fi_info* info = d.info;
+  struct Raise {
+    size_t* field;
+    const char* name;
+  };
+  const Raise raises[] = {
+      {&info->tx_attr->iov_limit, "tx iov_limit"},
+      {&info->tx_attr->rma_iov_limit, "rma_iov_limit"},
+      {&info->tx_attr->inject_size, "inject_size"},
+      {&info->rx_attr->iov_limit, "rx iov_limit"},
+      {&info->ep_attr->max_msg_size, "max_msg_size"},
+      {&info->ep_attr->tx_ctx_cnt, "tx_ctx_cnt"},
+      {&info->ep_attr->rx_ctx_cnt, "rx_ctx_cnt"},
+  };
+  fid_ep* ep = nullptr;
+  for (const Raise& r : raises) {
+    const size_t saved = *r.field;
+    *r.field = saved + 1;
+    EXPECT_EQ(fi_endpoint(d.domain, info, &ep, nullptr), -FI_EINVAL) << r.name;
+    *r.field = saved;
+  }
+  ASSERT_EQ(fi_endpoint(d.domain, info, &ep, nullptr), 0);
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+  d.Close();
+}
+
 // Hints asking more than a domain has match nothing.
 TEST(DomainLimitsTest, HintsAskingMoreGetNoData) {
   fi_info* list = nullptr;
