@@ -4,7 +4,6 @@
 #include "fabric/fi/av.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
@@ -16,11 +15,11 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "fabric/fi/address/address.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
+#include "fabric/fi/info/resolve.h"
 #include "fabric/fi/services.h"
 #include "fabric/rdm/rdm.h"
 
@@ -134,23 +133,20 @@ int AvInsert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint
   return FinishInsert(av, count, ok, flags, context);
 }
 
-// node: dotted IPv4 or a host name; service: a UDP port number.
+// node: dotted IPv4 or a host name; service: a UDP port number or a UDP
+// service name (fi_av(3)); resolved as fi_getinfo resolves them.
 std::optional<rdm::Address> Resolve(const char* node, const char* service) {
   if (node == nullptr || service == nullptr) return std::nullopt;
-  uint32_t port = 0;
-  if (!absl::SimpleAtoi(service, &port) || port == 0 || port > 65535) return std::nullopt;
-  in_addr in{};
-  if (inet_pton(AF_INET, node, &in) != 1) {
-    addrinfo hints{};
-    hints.ai_family = AF_INET;
-    addrinfo* res = nullptr;
-    if (getaddrinfo(node, nullptr, &hints, &res) != 0 || res == nullptr) return std::nullopt;
-    in = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-    freeaddrinfo(res);
+  internal::NodeService ns;
+  const std::string err = internal::ResolveNodeService(node, service, false, &ns);
+  if (!err.empty() || !ns.ip || !ns.port || *ns.port == 0) {
+    BYPASS_FI_WARN(FI_LOG_AV, "cannot insert %s:%s: %s\n", node, service,
+                   err.empty() ? "port 0 names no endpoint" : err.c_str());
+    return std::nullopt;
   }
   rdm::Address a;
-  a.ip.value = ntohl(in.s_addr);
-  a.udp_port = static_cast<uint16_t>(port);
+  a.ip.value = *ns.ip;
+  a.udp_port = *ns.port;
   return a;
 }
 

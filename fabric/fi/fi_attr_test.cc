@@ -512,6 +512,17 @@ TEST(AddressTest, InsertFormsNameTheSamePeer) {
   }
   ASSERT_EQ(fi_av_lookup(p.a.av, sym[1], &got, &len), 0);
   EXPECT_EQ(ntohs(got.sin_port), ntohs(b.sin_port) + 1);
+  // A service name (fi_av(3): "service name or port number"), and names
+  // that resolve to nothing.
+  fi_addr_t named = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insertsvc(p.a.av, "10.77.1.2", "domain", &named, 0, nullptr), 1)
+      << "needs the service \"domain\" in /etc/services (Debian package netbase)";
+  ASSERT_EQ(fi_av_lookup(p.a.av, named, &got, &len), 0);
+  EXPECT_EQ(ntohs(got.sin_port), 53);
+  fi_addr_t bad = 0;
+  EXPECT_EQ(fi_av_insertsvc(p.a.av, "10.77.1.2", "no-such-service", &bad, 0, nullptr), 0);
+  EXPECT_EQ(bad, FI_ADDR_NOTAVAIL);
+  EXPECT_EQ(fi_av_insertsvc(p.a.av, "10.77.1.2", "0", &bad, 0, nullptr), 0);
   // A message to the peer named by its service.
   char in[4] = {}, out[4] = "svc";
   ASSERT_EQ(fi_recv(p.b.ep, in, sizeof(in), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
