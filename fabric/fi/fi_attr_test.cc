@@ -142,9 +142,13 @@ struct Dom {
   fid_fabric* fabric = nullptr;
   fid_domain* domain = nullptr;
 
-  void Open(fi_info* hints, uint32_t version = FI_VERSION(1, 17)) {
+  // The entry of RDM hints with these caps.
+  void Open(uint64_t caps) {
+    fi_info* hints = RdmHints(caps);
     fi_info* list = nullptr;
-    ASSERT_EQ(fi_getinfo(version, nullptr, nullptr, 0, hints, &list), 0);
+    const int ret = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
+    fi_freeinfo(hints);
+    ASSERT_EQ(ret, 0);
     fi_info* entry = ForDomain(list, kDevA);
     ASSERT_NE(entry, nullptr);
     info = fi_dupinfo(entry);
@@ -167,10 +171,8 @@ struct Dom {
 // ep_cnt endpoints on one domain, each with its own address, and two of them
 // talk; the ep_cnt+1-th fi_endpoint is refused until one closes.
 TEST(DomainLimitsTest, EpCntEndpointsEachWithItsOwnAddress) {
-  fi_info* hints = RdmHints();
   Dom d;
-  d.Open(hints);
-  fi_freeinfo(hints);
+  d.Open(FI_MSG | FI_TAGGED);
   const size_t n = d.info->domain_attr->ep_cnt;
   ASSERT_GT(n, 1u);
   fid_av* av = nullptr;
@@ -226,10 +228,8 @@ TEST(DomainLimitsTest, EpCntEndpointsEachWithItsOwnAddress) {
 
 // mr_cnt regions register; the mr_cnt+1-th is refused until one closes.
 TEST(DomainLimitsTest, MrCntIsEnforced) {
-  fi_info* hints = RdmHints(FI_MSG | FI_RMA);
   Dom d;
-  d.Open(hints);
-  fi_freeinfo(hints);
+  d.Open(FI_MSG | FI_RMA);
   const size_t n = d.info->domain_attr->mr_cnt;
   ASSERT_GT(n, 0u);
   std::vector<uint8_t> buf(64);
@@ -252,10 +252,8 @@ TEST(DomainLimitsTest, MrCntIsEnforced) {
 // cq_cnt CQs and cntr_cnt counters open; one more of either is refused
 // until one closes.
 TEST(DomainLimitsTest, CqCntAndCntrCntAreEnforced) {
-  fi_info* hints = RdmHints();
   Dom d;
-  d.Open(hints);
-  fi_freeinfo(hints);
+  d.Open(FI_MSG | FI_TAGGED);
   std::vector<fid_cq*> cqs(d.info->domain_attr->cq_cnt, nullptr);
   fi_cq_attr cq_attr{};
   cq_attr.size = 1;
@@ -278,10 +276,8 @@ TEST(DomainLimitsTest, CqCntAndCntrCntAreEnforced) {
 
 // fi_endpoint with an entry raised beyond what fi_getinfo offered.
 TEST(DomainLimitsTest, EndpointAttributesBeyondTheOfferAreRefused) {
-  fi_info* hints = RdmHints(FI_MSG | FI_RMA);
   Dom d;
-  d.Open(hints);
-  fi_freeinfo(hints);
+  d.Open(FI_MSG | FI_RMA);
   fi_info* info = d.info;
   struct Raise {
     size_t* field;
@@ -334,10 +330,8 @@ TEST(DomainLimitsTest, HintsAskingMoreGetNoData) {
 
 // Device memory is refused: the provider offers no FI_HMEM.
 TEST(MrModeTest, DeviceMemoryIsRefused) {
-  fi_info* hints = RdmHints(FI_MSG | FI_RMA);
   Dom d;
-  d.Open(hints);
-  fi_freeinfo(hints);
+  d.Open(FI_MSG | FI_RMA);
   std::vector<uint8_t> buf(64);
   iovec iov{buf.data(), buf.size()};
   fi_mr_attr attr{};
@@ -357,10 +351,8 @@ TEST(MrModeTest, DeviceMemoryIsRefused) {
 // the region and the registration's context; with no room for it the call
 // fails and may be retried.
 TEST(MrModeTest, AsynchronousRegistrationReportsOnTheEq) {
-  fi_info* hints = RdmHints(FI_MSG | FI_RMA);
   Dom d;
-  d.Open(hints);
-  fi_freeinfo(hints);
+  d.Open(FI_MSG | FI_RMA);
   fid_eq* eq = nullptr;
   fi_eq_attr eq_attr{};
   eq_attr.size = 1;
@@ -536,10 +528,8 @@ TEST(AddressTest, InsertFormsNameTheSamePeer) {
 // ---- closing order (fi_endpoint(3), fi_domain(3), fi_cq(3)) ----
 
 TEST(CloseOrderTest, EverythingBoundToAnOpenObjectIsBusy) {
-  fi_info* hints = RdmHints(FI_MSG | FI_RMA);
   Dom d;
-  d.Open(hints);
-  fi_freeinfo(hints);
+  d.Open(FI_MSG | FI_RMA);
   fid_eq* eq = nullptr;
   fi_eq_attr eq_attr{};
   ASSERT_EQ(fi_eq_open(d.fabric, &eq_attr, &eq, nullptr), 0);
