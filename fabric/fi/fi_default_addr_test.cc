@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -209,6 +210,55 @@ TEST(DefaultAddressTest, EndpointsNamedEveryWay) {
   c.Close();
   b.Close();
   a.Close();
+  fi_freeinfo(info);
+}
+
+// The default domain holds ep_cnt endpoints, each with its own port; the
+// first and the last talk through it.
+TEST(DefaultAddressTest, EpCntEndpointsOnOneDomain) {
+  fi_info* info = Get(nullptr, nullptr);
+  ASSERT_NE(info, nullptr);
+  const size_t n = info->domain_attr->ep_cnt;
+  Ep first;
+  first.Open(info);
+  std::vector<fid_ep*> eps{first.ep};
+  std::vector<uint16_t> ports{ntohs(first.Name().sin_port)};
+  for (size_t i = 1; i < n; ++i) {
+    fid_ep* ep = nullptr;
+    ASSERT_EQ(fi_endpoint(first.domain, info, &ep, nullptr), 0) << "endpoint " << i;
+    eps.push_back(ep);
+    ASSERT_EQ(fi_ep_bind(ep, &first.av->fid, 0), 0);
+    ASSERT_EQ(fi_ep_bind(ep, &first.cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    ASSERT_EQ(fi_enable(ep), 0) << "endpoint " << i;
+    sockaddr_in s{};
+    size_t len = sizeof(s);
+    ASSERT_EQ(fi_getname(&ep->fid, &s, &len), 0);
+    ports.push_back(ntohs(s.sin_port));
+  }
+  std::sort(ports.begin(), ports.end());
+  EXPECT_EQ(std::unique(ports.begin(), ports.end()), ports.end()) << "two endpoints share a port";
+  fid_ep* extra = nullptr;
+  EXPECT_EQ(fi_endpoint(first.domain, info, &extra, nullptr), -FI_EINVAL);
+
+  sockaddr_in last{};
+  size_t len = sizeof(last);
+  ASSERT_EQ(fi_getname(&eps.back()->fid, &last, &len), 0);
+  fi_addr_t to = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(first.av, &last, 1, &to, 0, nullptr), 1);
+  char in[8] = {}, out[8] = "last";
+  ASSERT_EQ(fi_recv(eps.back(), in, sizeof(in), nullptr, FI_ADDR_UNSPEC, in), 0);
+  ASSERT_EQ(fi_send(first.ep, out, sizeof(out), nullptr, to, out), 0);
+  int done = 0;
+  for (int i = 0; i < 200'000 && done < 2; ++i) {
+    fi_cq_entry e;
+    const ssize_t r = fi_cq_read(first.cq, &e, 1);
+    ASSERT_TRUE(r == 1 || r == -FI_EAGAIN) << r;
+    if (r == 1) ++done;
+  }
+  EXPECT_EQ(done, 2);
+  EXPECT_STREQ(in, "last");
+  for (size_t i = 1; i < eps.size(); ++i) EXPECT_EQ(fi_close(&eps[i]->fid), 0);
+  first.Close();
   fi_freeinfo(info);
 }
 
