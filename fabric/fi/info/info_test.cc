@@ -331,15 +331,6 @@ TEST_F(InfoTest, SockaddrOfAnotherFamilyIsRefused) {
   ExpectNoMatch("not AF_INET");
 }
 
-// fi_getinfo(3): with FI_SOURCE, a service alone names a local port on the
-// domain's address.
-TEST_F(InfoTest, SourceServiceWithNullNode) {
-  ASSERT_EQ(Get(nullptr, "7300", FI_SOURCE), 0) << LastMismatch();
-  EXPECT_EQ(ntohs(Src(result_).sin_port), 7300);
-  EXPECT_EQ(ntohl(Src(result_).sin_addr.s_addr), ntohl(inet_addr("10.0.0.1")));
-  EXPECT_EQ(result_->dest_addr, nullptr);
-}
-
 TEST_F(InfoTest, Threading) {
   for (fi_threading t : {FI_THREAD_SAFE, FI_THREAD_FID, FI_THREAD_DOMAIN, FI_THREAD_COMPLETION,
                          FI_THREAD_ENDPOINT}) {
