@@ -80,10 +80,11 @@ struct DomainOffer {
 
 // Returned attributes the facade must honour when it opens objects from an
 // entry: domain_attr->threading is the hint's (FI_THREAD_DOMAIN when none;
-// FI_THREAD_SAFE, FID and ENDPOINT need locks, COMPLETION and DOMAIN do
-// not); mr_mode keeps only FI_MR_VIRT_ADDR and FI_MR_PROV_KEY of the hint's
-// bits (offsets and application keys otherwise), or FI_MR_BASIC /
-// FI_MR_SCALABLE as asked (legacy); av_type is the hint's (FI_AV_UNSPEC when
+// every level but FI_THREAD_DOMAIN needs the domain's lock: its endpoints
+// share one device queue); mr_mode keeps only FI_MR_VIRT_ADDR and
+// FI_MR_PROV_KEY of the hint's bits (offsets and application keys
+// otherwise), or FI_MR_BASIC / FI_MR_SCALABLE as asked (legacy: the
+// domain follows them as the bits they stand for); av_type is the hint's (FI_AV_UNSPEC when
 // none: either type opens); resource_mgmt is the hint's (FI_RM_ENABLED when
 // none); both progress models are FI_PROGRESS_MANUAL.
 
