@@ -29,6 +29,12 @@ first=$(echo "$out" | grep -m1 "provider:")
 
 out=$(fi_info -p bypass -t FI_EP_RDM -c FI_TAGGED -v 2>&1) || fail "fi_info -v failed: $out"
 echo "$out" | grep -q "FI_PROGRESS_MANUAL" || fail "progress is not FI_PROGRESS_MANUAL"
+# The limits the domain enforces (fi_attr_test): 64 endpoints per domain.
+echo "$out" | grep -q "ep_cnt: 64" || fail "ep_cnt is not 64: $(echo "$out" | grep ep_cnt:)"
+# Addresses in the format asked: FI_SOCKADDR as well as FI_SOCKADDR_IN.
+out=$(fi_info -p bypass -a FI_SOCKADDR -v 2>&1) || fail "fi_info -a FI_SOCKADDR failed: $out"
+echo "$out" | grep -q "addr_format: FI_SOCKADDR$" ||
+  fail "fi_info -a FI_SOCKADDR answers $(echo "$out" | grep -m1 addr_format:)"
 
 out=$(fi_info -e 2>&1)
 for p in FI_BYPASS_DEVICES FI_BYPASS_PORT FI_BYPASS_WINDOW FI_BYPASS_RTO_MIN_US; do
