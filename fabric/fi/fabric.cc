@@ -126,6 +126,7 @@ Settings ReadSettings() {
   // per endpoint (about 21 KiB each today, allocated at fi_enable).
   c.max_peers = 256;
   if (auto v = ParamInt("max_peers")) c.max_peers = static_cast<uint32_t>(*v);
+  if (auto v = ParamInt("linger_ms"); v && *v >= 0) s.linger_quiet_ns = static_cast<uint64_t>(*v) * 1'000'000;
   if (auto v = ParamInt("ack_delay_ns")) c.ack_delay_ns = static_cast<uint64_t>(*v);
   if (auto v = ParamInt("cma", FI_PARAM_BOOL)) c.read_in_place = *v != 0;
   if (auto v = ParamInt("in_place_threshold", FI_PARAM_SIZE_T)) {
