@@ -72,13 +72,13 @@ void Unbind(Ep* ep) {
 }
 
 // Before an endpoint goes, like TCP's TIME_WAIT: keep progressing until its
-// own sends are acknowledged and nothing has arrived for kQuietNs, so the
+// own sends are acknowledged and nothing has arrived for FI_BYPASS_LINGER_MS, so the
 // acknowledgements it owes get out and a peer that missed one (and
 // retransmits) is answered; at most kLingerMaxNs. A peer whose last
 // message was not acknowledged before we left would fail it after its
 // peer timeout. Completions arriving meanwhile go to the CQs as usual.
 void Linger(Ep* ep) {
-  constexpr uint64_t kQuietNs = 100'000'000;
+  const uint64_t quiet_ns = ep->base->domain->fabric->settings.linger_quiet_ns;
   constexpr uint64_t kLingerMaxNs = 1'000'000'000;
   if (ep->peers.addr_of.empty()) return;  // never talked to anyone
   const driver::Clock& clock = driver::SteadyClock::Get();
@@ -93,7 +93,7 @@ void Linger(Ep* ep) {
       last_rx = now;
     }
     if (now - start >= kLingerMaxNs) return;
-    if (now - last_rx < kQuietNs || ep->rdm->HasTxWork()) continue;
+    if (now - last_rx < quiet_ns || ep->rdm->HasTxWork()) continue;
     bool pending = false;
     for (size_t i = 0; i < ep->peers.peer_of.size() && !pending; ++i) {
       std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(ep->peers.peer_of[i]);

@@ -20,6 +20,11 @@ struct Settings {
   std::vector<std::string> devices;  // URIs; each is a domain
   uint16_t base_port = 0;            // endpoints take base_port, base_port + 1, ...
   rdm::EndpointConfig engine;        // sizes and timers every endpoint starts from
+  // A closing endpoint keeps answering its peers until none has spoken for
+  // this long (their last packets, retransmissions of what our final ACK
+  // acknowledged, need an answer; fi_close takes at least this long once
+  // an endpoint has had peers).
+  uint64_t linger_quiet_ns = 100'000'000;
 };
 Settings ReadSettings();
 

@@ -145,6 +145,10 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
               "Delay before a standalone ACK when no packet back carries it, in nanoseconds "
               "(default 5000); the last packet of a send whose completion waits for it is "
               "acknowledged at once");
+  DefineParam("linger_ms", FI_PARAM_INT,
+              "A closing endpoint keeps answering its peers until they have been quiet this "
+              "long, in milliseconds, at most 1 s (default 100; 0: only until its own sends "
+              "are acknowledged)");
   DefineParam("cma", FI_PARAM_BOOL,
               "Copy large messages between this host's processes once, the receiver reading "
               "the sender's buffer in place (cross-memory attach; needs ptrace permission, "
