@@ -152,6 +152,17 @@ Key KeyFromBytes(absl::Span<const uint8_t> material) {
   return key;
 }
 
+std::string KeyId(const Key& key) {
+  InitSodium();
+  static constexpr char kLabel[] = "bypass key id";
+  uint8_t mac[16];
+  crypto_generichash(mac, sizeof(mac), reinterpret_cast<const uint8_t*>(kLabel),
+                     sizeof(kLabel) - 1, key.data(), key.size());
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%02x%02x%02x%02x", mac[0], mac[1], mac[2], mac[3]);
+  return hex;
+}
+
 std::string UserKeyPath(const std::string& registry_dir) {
   std::string parent = registry_dir;
   while (parent.size() > 1 && parent.back() == '/') parent.pop_back();

@@ -36,6 +36,10 @@ absl::StatusOr<std::string> ReadKeyFile(const std::string& path, size_t min_byte
 // REQUIRES: material.size() >= kKeyBytes.
 Key KeyFromBytes(absl::Span<const uint8_t> material);
 
+// A short public name of a key, for logs: 8 hex digits of a MAC of a
+// constant under the key (tells keys apart, gives nothing of them away).
+std::string KeyId(const Key& key);
+
 // Where the per-user key of the registry directory `registry_dir` lives:
 // next to it, "<parent>/u<uid>.key" (/run/bypass/u<uid>.key for the
 // default directories).

@@ -14,6 +14,7 @@
 
 #include "driver/device.h"
 #include "fabric/fi/common.h"
+#include "fabric/fi/keys.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -35,6 +36,7 @@ struct Domain {
   uint64_t mr_mode = 0;
   fi_av_type av_type = FI_AV_UNSPEC;
   uint64_t caps = 0;
+  UserKey user_key;  // auth_key of 32+ bytes or FI_BYPASS_AUTH_KEY_FILE (keys.h)
   Eq* eq = nullptr;  // fi_domain_bind: asynchronous events
   std::vector<Ep*> eps;
   std::vector<Mr*> mrs;
