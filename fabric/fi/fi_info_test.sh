@@ -31,7 +31,7 @@ out=$(fi_info -p bypass -t FI_EP_RDM -c FI_TAGGED -v 2>&1) || fail "fi_info -v f
 echo "$out" | grep -q "FI_PROGRESS_MANUAL" || fail "progress is not FI_PROGRESS_MANUAL"
 
 out=$(fi_info -e 2>&1)
-for p in FI_BYPASS_DEVICES FI_BYPASS_PORT FI_BYPASS_WINDOW FI_BYPASS_RTO_MIN_US; do
+for p in FI_BYPASS_DEVICES FI_BYPASS_PORT FI_BYPASS_WINDOW FI_BYPASS_RTO_MIN_US FI_BYPASS_AUTH_KEY_FILE; do
   echo "$out" | grep -q "$p" || fail "fi_info -e does not list $p"
 done
 
