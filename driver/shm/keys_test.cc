@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sodium.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -212,7 +214,8 @@ TEST_F(KeysTest, AnShmDeviceCreatesOnlyPrivateFilesAndCarriesTheUserKey) {
 }
 
 // The default directory (the host's /run/bypass, or $XDG_RUNTIME_DIR's):
-// its parent is not writable by others, its own entries are private.
+// its parent is not writable by others (unless sticky), its own entries
+// are private.
 TEST_F(KeysTest, TheDefaultDirectoryIsPrivateAndItsParentNotWorldWritable) {
   absl::StatusOr<std::unique_ptr<ShmDevice>> dev = shm::Open(*DeviceUri::Parse("shm:"), {});
   ASSERT_TRUE(dev.ok()) << dev.status()
@@ -220,7 +223,42 @@ TEST_F(KeysTest, TheDefaultDirectoryIsPrivateAndItsParentNotWorldWritable) {
   ExpectPrivateFiles(**dev);
   const std::string parent = UserKeyPath((*dev)->directory());
   const std::string base = parent.substr(0, parent.rfind('/'));
-  EXPECT_EQ(ModeOf(base) & 0022, 0u) << base << " is writable by group or others";
+  const mode_t mode = ModeOf(base);
+  EXPECT_TRUE((mode & 0022) == 0 || (mode & S_ISVTX) != 0)
+      << base << " is writable by group or others and not sticky";
+}
+
+// A /run/bypass others may write in (and not sticky) is refused with one
+// line; 0755 and 1777 are fine. In a private mount namespace with a tmpfs
+// on /run, so the host's is not touched.
+TEST_F(KeysTest, ARunDirectoryOthersMayWriteInIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/run", "tmpfs", 0, "size=64k,mode=0755") != 0) {
+      _exit(2);
+    }
+    if (mkdir("/run/bypass", 0755) != 0 || chmod("/run/bypass", 0777) != 0) _exit(3);
+    absl::StatusOr<std::string> open_dir = DefaultDirectory();
+    if (open_dir.ok() || open_dir.status().message().find("has mode 0777: others may replace "
+                                                          "what is in it; chmod 755") ==
+                             absl::string_view::npos) {
+      _exit(4);
+    }
+    if (chmod("/run/bypass", 01777) != 0 || !DefaultDirectory().ok()) _exit(5);
+    if (chmod("/run/bypass", 0755) != 0) _exit(6);
+    absl::StatusOr<std::string> dir = DefaultDirectory();
+    if (!dir.ok() || !UserKey(*dir).ok() || ModeOf(UserKeyPath(*dir)) != 0600) _exit(7);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status);
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "no private mount namespace here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace
