@@ -6,8 +6,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sodium.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -226,39 +224,6 @@ TEST_F(KeysTest, TheDefaultDirectoryIsPrivateAndItsParentNotWorldWritable) {
   const mode_t mode = ModeOf(base);
   EXPECT_TRUE((mode & 0022) == 0 || (mode & S_ISVTX) != 0)
       << base << " is writable by group or others and not sticky";
-}
-
-// A /run/bypass others may write in (and not sticky) is refused with one
-// line; 0755 and 1777 are fine. In a private mount namespace with a tmpfs
-// on /run, so the host's is not touched.
-TEST_F(KeysTest, ARunDirectoryOthersMayWriteInIsRefused) {
-  if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    if (unshare(CLONE_NEWNS) != 0 ||
-        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        mount("tmpfs", "/run", "tmpfs", 0, "size=64k,mode=0755") != 0) {
-      _exit(2);
-    }
-    if (mkdir("/run/bypass", 0755) != 0 || chmod("/run/bypass", 0777) != 0) _exit(3);
-    absl::StatusOr<std::string> open_dir = DefaultDirectory();
-    if (open_dir.ok() || open_dir.status().message().find("has mode 0777: others may replace "
-                                                          "what is in it; chmod 755") ==
-                             absl::string_view::npos) {
-      _exit(4);
-    }
-    if (chmod("/run/bypass", 01777) != 0 || !DefaultDirectory().ok()) _exit(5);
-    if (chmod("/run/bypass", 0755) != 0) _exit(6);
-    absl::StatusOr<std::string> dir = DefaultDirectory();
-    if (!dir.ok() || !UserKey(*dir).ok() || ModeOf(UserKeyPath(*dir)) != 0600) _exit(7);
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status);
-  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "no private mount namespace here";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

@@ -55,23 +55,31 @@ std::string ModeText(mode_t m) {
   return text;
 }
 
+// The lstat of directory `dir`; a symlink or a file is refused.
+absl::StatusOr<struct stat> StatDirectory(const std::string& dir) {
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("shm: directory ", dir, ": ", Errno(errno), "; ", Advice()));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shm: ", dir, " is not a directory (a symlink is refused); ", Advice()));
+  }
+  return st;
+}
+
 // The directory holding the per-user directories and keys: others may not
 // write in it unless it is sticky (as /tmp), else they could rename a
 // user's directory or key away and put their own in its place.
 absl::Status CheckBase(const std::string& base) {
-  struct stat st;
-  if (lstat(base.c_str(), &st) != 0) {
+  absl::StatusOr<struct stat> st = StatDirectory(base);
+  if (!st.ok()) return st.status();
+  if ((st->st_mode & 022) != 0 && (st->st_mode & S_ISVTX) == 0) {
     return absl::PermissionDeniedError(
-        absl::StrCat("shm: ", base, ": ", Errno(errno), "; ", Advice()));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shm: ", base, " is not a directory (a symlink is refused); ", Advice()));
-  }
-  if ((st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "shm: ", base, " has mode ", ModeText(st.st_mode), ": others may replace what is in it; chmod 755 ",
-        base, " (or 1777 for every user's) or ", Advice()));
+        absl::StrCat("shm: ", base, " has mode ", ModeText(st->st_mode),
+                     ": others may replace what is in it; chmod 755 ", base,
+                     " (or 1777 for every user's) or ", Advice()));
   }
   return absl::OkStatus();
 }
@@ -122,23 +130,16 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& give
     return absl::PermissionDeniedError(
         absl::StrCat("shm: cannot create directory ", dir, ": ", Errno(err), "; ", Advice()));
   }
-  struct stat st;
-  if (lstat(dir.c_str(), &st) != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("shm: directory ", dir, ": ", Errno(errno), "; ", Advice()));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shm: ", dir, " is not a directory (a symlink is refused); ", Advice()));
-  }
-  if (st.st_uid != geteuid()) {
+  absl::StatusOr<struct stat> st = StatDirectory(dir);
+  if (!st.ok()) return st.status();
+  if (st->st_uid != geteuid()) {
     return absl::PermissionDeniedError(absl::StrCat("shm: directory ", dir, " is owned by uid ",
-                                                    st.st_uid, ", not by us (uid ", geteuid(),
+                                                    st->st_uid, ", not by us (uid ", geteuid(),
                                                     "); ", Advice()));
   }
-  if ((st.st_mode & 077) != 0) {
+  if ((st->st_mode & 077) != 0) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "shm: directory ", dir, " has mode ", ModeText(st.st_mode),
+        "shm: directory ", dir, " has mode ", ModeText(st->st_mode),
         ", open to group or others; make it 0700 (chmod 700 ", dir, ") or use another shm:DIR"));
   }
   std::unique_ptr<Registry> r(new Registry());

@@ -82,22 +82,16 @@ int DomainUserKey(const std::string& key_file, const fi_domain_attr* attr, UserK
 
 int EndpointKeys(const Domain* d, const fi_info* info, bool reliable, rdm::EndpointConfig* c) {
   UserKey user = d->user_key;
-  if (info->domain_attr != nullptr) {
-    const fi_domain_attr* a = info->domain_attr;
-    if (int ret = TakeAuthKey("domain auth_key", a->auth_key, a->auth_key_size, &c->auth_key,
-                              &user);
-        ret != 0) {
-      return ret;
-    }
+  const fi_domain_attr* da = info->domain_attr;
+  const fi_ep_attr* ea = info->ep_attr;
+  int ret = 0;
+  if (da != nullptr) {
+    ret = TakeAuthKey("domain auth_key", da->auth_key, da->auth_key_size, &c->auth_key, &user);
   }
-  if (info->ep_attr != nullptr) {
-    const fi_ep_attr* a = info->ep_attr;
-    if (int ret = TakeAuthKey("endpoint auth_key", a->auth_key, a->auth_key_size, &c->auth_key,
-                              &user);
-        ret != 0) {
-      return ret;
-    }
+  if (ret == 0 && ea != nullptr) {
+    ret = TakeAuthKey("endpoint auth_key", ea->auth_key, ea->auth_key_size, &c->auth_key, &user);
   }
+  if (ret != 0) return ret;
   const driver::DeviceInfo& dev = d->dev->info();
   c->handshake_key = user.key;
   // A user key covers this host's peers too (config.h: unset same_host_key).
