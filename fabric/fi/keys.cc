@@ -96,8 +96,9 @@ int EndpointKeys(const Domain* d, const fi_info* info, bool reliable, rdm::Endpo
   c->handshake_key = user.key;
   // A user key covers this host's peers too (config.h: unset same_host_key).
   c->same_host_key = user.key ? std::nullopt : dev.same_host_key;
-  BYPASS_FI_INFO(FI_LOG_EP_CTRL, "endpoint port %u: handshake key %s (%s), same-host key %s\n",
-                 c->udp_port, Id(user.key).c_str(), user.source,
+  // (Its port may still change at fi_enable: the line names none.)
+  BYPASS_FI_INFO(FI_LOG_EP_CTRL, "new endpoint on %s: handshake key %s (%s), same-host key %s\n",
+                 dev.uri.c_str(), Id(user.key).c_str(), user.source,
                  user.key ? "the handshake key" : Id(dev.same_host_key).c_str());
   const bool only_this_host = dev.same_host_key && dev.driver.find('+') == std::string::npos;
   if (reliable && !user.key && !only_this_host) WarnUnauthenticatedOnce(dev.driver);
