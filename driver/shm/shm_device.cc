@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "driver/host.h"
 #include "driver/packet_pool.h"
-#include "driver/shm/keys.h"
 #include "driver/options.h"
+#include "driver/shm/keys.h"
 
 namespace bypass::driver::shm {
 namespace {
