@@ -65,6 +65,10 @@ struct DeviceInfo {
   // local address (127.0.0.0/8 and the host's others, driver/host.h) names
   // this device, and peers on this host are reached by port.
   bool host_address = false;
+  // The key peers this device reaches on this host share (the intra-host
+  // device's per-user key file, driver/shm/keys.h): the engine's
+  // EndpointConfig::same_host_key. Unset for devices that reach no such peer.
+  std::optional<std::array<uint8_t, 32>> same_host_key;
 
   uint32_t max_frame() const { return mtu + 14; }
 };

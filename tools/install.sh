@@ -58,7 +58,7 @@ done
 # shared libraries (their link flags only: DPDK's compile flags stay out of
 # an application's build).
 modules="libdpdk libibverbs libmlx5 numa absl_status absl_statusor absl_strings absl_str_format
-         absl_synchronization absl_time absl_flags absl_flags_parse absl_random_random"
+         absl_synchronization absl_time absl_flags absl_flags_parse absl_random_random libsodium"
 # shellcheck disable=SC2086
 if ! syslibs=$(pkg-config --libs $modules 2>&1); then
   echo "install.sh: pkg-config cannot find what the archive needs ($syslibs); run tools/setup.sh" >&2

@@ -188,6 +188,7 @@ absl::StatusOr<std::unique_ptr<CompositeDevice>> CompositeDevice::Create(
   d->info_.driver = absl::StrCat(local->info().driver, "+", remote->info().driver);
   d->info_.mtu = std::min(local->info().mtu, remote->info().mtu);
   d->info_.host_address = remote->info().host_address || IsLocalIpv4(remote->info().ipv4);
+  d->info_.same_host_key = local->info().same_host_key;
   d->queue_ = std::make_unique<CompositeQueue>(*shm_queue, remote->queue(0));
   d->local_ = std::move(local);
   d->remote_ = std::move(remote);

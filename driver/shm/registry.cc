@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -48,6 +49,41 @@ int MakeDir(const std::string& path, mode_t mode) {
 
 std::string Advice() { return "give a writable directory of yours with shm:DIR"; }
 
+std::string ModeText(mode_t m) {
+  char text[8];
+  std::snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(m & 07777));
+  return text;
+}
+
+// The lstat of directory `dir`; a symlink or a file is refused.
+absl::StatusOr<struct stat> StatDirectory(const std::string& dir) {
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("shm: directory ", dir, ": ", Errno(errno), "; ", Advice()));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shm: ", dir, " is not a directory (a symlink is refused); ", Advice()));
+  }
+  return st;
+}
+
+// The directory holding the per-user directories and keys: others may not
+// write in it unless it is sticky (as /tmp), else they could rename a
+// user's directory or key away and put their own in its place.
+absl::Status CheckBase(const std::string& base) {
+  absl::StatusOr<struct stat> st = StatDirectory(base);
+  if (!st.ok()) return st.status();
+  if ((st->st_mode & 022) != 0 && (st->st_mode & S_ISVTX) == 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("shm: ", base, " has mode ", ModeText(st->st_mode),
+                     ": others may replace what is in it; chmod 755 ", base,
+                     " (or 1777 for every user's) or ", Advice()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> DefaultDirectory() {
@@ -58,6 +94,7 @@ absl::StatusOr<std::string> DefaultDirectory() {
   int err = MakeDir("/run/bypass", 0755);
   std::string failed = "/run/bypass";
   if (err == 0) {
+    if (absl::Status s = CheckBase("/run/bypass"); !s.ok()) return s;
     const std::string dir = "/run/bypass/" + leaf;
     err = MakeDir(dir, 0700);
     if (err == 0) return dir;
@@ -70,7 +107,10 @@ absl::StatusOr<std::string> DefaultDirectory() {
     const std::string base = std::string(xdg) + "/bypass";
     int xerr = MakeDir(base, 0700);
     const std::string dir = base + "/" + leaf;
-    if (xerr == 0) xerr = MakeDir(dir, 0700);
+    if (xerr == 0) {
+      if (absl::Status s = CheckBase(base); !s.ok()) return s;
+      xerr = MakeDir(dir, 0700);
+    }
     if (xerr == 0) return dir;
     return absl::PermissionDeniedError(absl::StrCat("shm: cannot create ", failed, " (",
                                                     Errno(err), ") nor ", dir, " (", Errno(xerr),
@@ -90,25 +130,16 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& give
     return absl::PermissionDeniedError(
         absl::StrCat("shm: cannot create directory ", dir, ": ", Errno(err), "; ", Advice()));
   }
-  struct stat st;
-  if (lstat(dir.c_str(), &st) != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("shm: directory ", dir, ": ", Errno(errno), "; ", Advice()));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shm: ", dir, " is not a directory (a symlink is refused); ", Advice()));
-  }
-  if (st.st_uid != geteuid()) {
+  absl::StatusOr<struct stat> st = StatDirectory(dir);
+  if (!st.ok()) return st.status();
+  if (st->st_uid != geteuid()) {
     return absl::PermissionDeniedError(absl::StrCat("shm: directory ", dir, " is owned by uid ",
-                                                    st.st_uid, ", not by us (uid ", geteuid(),
+                                                    st->st_uid, ", not by us (uid ", geteuid(),
                                                     "); ", Advice()));
   }
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  if ((st->st_mode & 077) != 0) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "shm: directory ", dir, " has mode ", mode,
+        "shm: directory ", dir, " has mode ", ModeText(st->st_mode),
         ", open to group or others; make it 0700 (chmod 700 ", dir, ") or use another shm:DIR"));
   }
   std::unique_ptr<Registry> r(new Registry());

@@ -20,7 +20,9 @@ namespace bypass::driver::shm {
 
 // The default directory, "/run/bypass/u<uid>.net<netns>.pid<pidns>", else
 // under $XDG_RUNTIME_DIR/bypass when /run/bypass cannot be written; one-line
-// error naming the directory that failed and what to do.
+// error naming the directory that failed and what to do, or refusing a
+// /run/bypass (or $XDG_RUNTIME_DIR/bypass) that others may write in and
+// that is not sticky.
 absl::StatusOr<std::string> DefaultDirectory();
 
 class Registry {

@@ -13,6 +13,7 @@
 #include "driver/host.h"
 #include "driver/packet_pool.h"
 #include "driver/options.h"
+#include "driver/shm/keys.h"
 
 namespace bypass::driver::shm {
 namespace {
@@ -68,6 +69,13 @@ absl::StatusOr<std::unique_ptr<ShmDevice>> Open(DeviceUri uri, const DeviceOptio
                         absl::StrCat("device '", uri.text, "': ", registry.status().message()));
   }
   dev->registry_ = *std::move(registry);
+  // Peers that find us through this registry share its user's key.
+  absl::StatusOr<Key> key = UserKey(dev->registry_->dir());
+  if (!key.ok()) {
+    return absl::Status(key.status().code(),
+                        absl::StrCat("device '", uri.text, "': ", key.status().message()));
+  }
+  dev->info_.same_host_key = *key;
   const uint32_t max_frame = mtu + 14;
   absl::StatusOr<OwnArea> area = OwnArea::Create(max_frame, lanes, slots);
   if (!area.ok()) {

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -463,33 +464,47 @@ TEST_F(ShmTest, ALaneThatCannotBeReservedIsNoLaneUntilItCan) {
   EXPECT_EQ(Drain(a->queue(0)), (std::vector<uint8_t>{10, 11}));
 }
 
-// The real thing, as root: a private mount namespace with a tiny tmpfs on
-// /dev/shm, filled by senders' lanes. Those that find no room get no lane
-// (and Reaches false); without the reservation they would die of SIGBUS.
-TEST_F(ShmTest, AFullDevShmIsNoLaneNotSigbus) {
+// Runs body in a child process in a private mount namespace with a tmpfs at
+// `where` (mount options `options`); body's return is the child's exit
+// code, 0 for success. Skips the test where there is no such namespace.
+void InPrivateTmpfs(const char* where, const char* options, const std::function<int()>& body) {
   if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
-  constexpr int kSenders = 40;
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     if (unshare(CLONE_NEWNS) != 0 ||
         mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        mount("tmpfs", kShmDir, "tmpfs", 0, "size=512k,mode=1777") != 0) {
+        mount("tmpfs", where, "tmpfs", 0, options) != 0) {
       _exit(2);
     }
+    _exit(body());
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status);
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "no private mount namespace here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's step that failed";
+}
+
+// The real thing, as root: a private mount namespace with a tiny tmpfs on
+// /dev/shm, filled by senders' lanes. Those that find no room get no lane
+// (and Reaches false); without the reservation they would die of SIGBUS.
+TEST_F(ShmTest, AFullDevShmIsNoLaneNotSigbus) {
+  constexpr int kSenders = 40;
+  InPrivateTmpfs(kShmDir, "size=512k,mode=1777", [&] {
     // Receiver: 8 slots of 1536 bytes, 16 KiB a lane; every header 4 KiB.
     auto r = OpenAt(kIpA, ",slots=8");
-    if (!r || !r->queue(0).BindUdpPort(8350).ok()) _exit(3);
+    if (!r || !r->queue(0).BindUdpPort(8350).ok()) return 3;
     std::vector<std::unique_ptr<ShmDevice>> senders;
     for (int i = 0; i < kSenders; ++i) {
       senders.push_back(OpenAt(kIpB));
-      if (!senders.back()) _exit(4);
+      if (!senders.back()) return 4;
     }
     int reached = 0;
     int refused = 0;
     for (auto& s : senders) {
       std::vector<Packet*> pkts = Frames(*s, kIpA, 8350, 8);  // every slot: every page
-      if (s->queue(0).TxBurst(pkts) != 8) _exit(5);
+      if (s->queue(0).TxBurst(pkts) != 8) return 5;
       const ShmCounters& c = s->shm_queue().counters();
       if (c.tx_no_memory == 8 && s->queue(0).stats().tx_packets == 0 &&
           !s->shm_queue().Reaches(kIpA, 8350)) {
@@ -497,18 +512,34 @@ TEST_F(ShmTest, AFullDevShmIsNoLaneNotSigbus) {
       } else if (c.tx_no_memory == 0 && s->queue(0).stats().tx_packets == 8) {
         ++reached;
       } else {
-        _exit(6);
+        return 6;
       }
     }
-    if (reached == 0 || refused == 0) _exit(7);
-    if (Drain(r->queue(0)).size() != 8u * static_cast<size_t>(reached)) _exit(8);
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status);
-  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "no private mount namespace here";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+    if (reached == 0 || refused == 0) return 7;
+    if (Drain(r->queue(0)).size() != 8u * static_cast<size_t>(reached)) return 8;
+    return 0;
+  });
+}
+
+// A /run/bypass others may write in (and not sticky) is refused with one
+// line; 0755 and 1777 are fine. On a tmpfs over /run: the host's is not
+// touched.
+TEST_F(ShmTest, ARunDirectoryOthersMayWriteInIsRefused) {
+  InPrivateTmpfs("/run", "size=64k,mode=0755", [] {
+    if (mkdir("/run/bypass", 0755) != 0 || chmod("/run/bypass", 0777) != 0) return 3;
+    absl::StatusOr<std::string> open_dir = DefaultDirectory();
+    if (open_dir.ok() ||
+        open_dir.status().message().find(
+            "has mode 0777: others may replace what is in it; chmod 755") ==
+            absl::string_view::npos) {
+      return 4;
+    }
+    if (chmod("/run/bypass", 01777) != 0 || !DefaultDirectory().ok()) return 5;
+    if (chmod("/run/bypass", 0755) != 0) return 6;
+    absl::StatusOr<std::string> dir = DefaultDirectory();
+    if (!dir.ok() || !Registry::Open(*dir).ok()) return 7;
+    return 0;
+  });
 }
 
 TEST_F(ShmTest, AReceiverThatStopsReadingDoesNotHoldTxToOthers) {

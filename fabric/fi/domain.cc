@@ -166,6 +166,11 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   } else {
     return -FI_ENODEV;
   }
+  UserKey user_key;
+  if (int ret = DomainUserKey(fab->settings.auth_key_file, info->domain_attr, &user_key);
+      ret != 0) {
+    return ret;
+  }
   absl::StatusOr<std::unique_ptr<driver::Device>> dev = driver::OpenDevice(uri);
   if (const size_t plus = driver::CompositeSplit(uri); !dev.ok() && plus != std::string::npos) {
     // LOCAL+REMOTE whose intra-host part cannot open (no writable run
@@ -193,6 +198,7 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->fid.mr = &g_mr_ops;
   d->fabric = fab;
   d->uri = uri;
+  d->user_key = user_key;
   d->dev = *std::move(dev);
   d->port = std::make_unique<rdm::Port>(d->dev->queue(0), d->dev->info());
 

@@ -15,6 +15,7 @@
 
 #include "driver/device.h"
 #include "fabric/fi/common.h"
+#include "fabric/fi/keys.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -36,6 +37,7 @@ struct Domain {
   uint64_t mr_mode = 0;
   fi_av_type av_type = FI_AV_UNSPEC;
   uint64_t caps = 0;
+  UserKey user_key;  // auth_key of 32+ bytes or FI_BYPASS_AUTH_KEY_FILE (keys.h)
   Eq* eq = nullptr;  // fi_domain_bind: asynchronous events
   bool eq_reg_mr = false;  // bound with FI_REG_MR: registrations report to eq
   // Limits of domain_attr (fabric/fi/info): enforced where objects open.

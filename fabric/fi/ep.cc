@@ -21,6 +21,7 @@
 #include "fabric/fi/eq.h"
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
+#include "fabric/fi/keys.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
@@ -670,14 +671,7 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
           std::min<size_t>(std::max<size_t>(info->rx_attr->size, ep->config.max_posted_recvs), 1u << 16));
     }
   }
-  if (info->domain_attr != nullptr && info->domain_attr->auth_key_size == sizeof(uint32_t) &&
-      info->domain_attr->auth_key != nullptr) {
-    std::memcpy(&ep->config.auth_key, info->domain_attr->auth_key, sizeof(uint32_t));
-  }
-  if (info->ep_attr != nullptr && info->ep_attr->auth_key_size == sizeof(uint32_t) &&
-      info->ep_attr->auth_key != nullptr) {
-    std::memcpy(&ep->config.auth_key, info->ep_attr->auth_key, sizeof(uint32_t));
-  }
+  if (int ret = EndpointKeys(d, info, ep->type == FI_EP_RDM, &ep->config); ret != 0) return ret;
   d->eps.push_back(ep.get());
   d->obj.refs.fetch_add(1);
   *out = &ep.release()->fid;

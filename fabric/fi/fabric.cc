@@ -83,6 +83,7 @@ Settings ReadSettings() {
   for (absl::string_view d : absl::StrSplit(devices, ';', absl::SkipWhitespace())) {
     s.devices.emplace_back(d);
   }
+  if (auto v = ParamString("auth_key_file")) s.auth_key_file = *v;
   s.base_port = kDefaultBasePort;
   if (auto v = ParamInt("port")) {
     if (*v > 0 && *v < 65536) {

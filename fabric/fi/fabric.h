@@ -19,6 +19,7 @@ namespace bypass::fi {
 struct Settings {
   std::vector<std::string> devices;  // URIs; each is a domain
   uint16_t base_port = 0;            // endpoints take base_port, base_port + 1, ...
+  std::string auth_key_file;         // FI_BYPASS_AUTH_KEY_FILE (read at fi_domain)
   rdm::EndpointConfig engine;        // sizes and timers every endpoint starts from
   // A closing endpoint keeps answering its peers until none has spoken for
   // this long (their last packets, retransmissions of what our final ACK

@@ -37,7 +37,7 @@ echo "$out" | grep -q "addr_format: FI_SOCKADDR$" ||
   fail "fi_info -a FI_SOCKADDR answers $(echo "$out" | grep -m1 addr_format:)"
 
 out=$(fi_info -e 2>&1)
-for p in FI_BYPASS_DEVICES FI_BYPASS_PORT FI_BYPASS_WINDOW FI_BYPASS_RTO_MIN_US; do
+for p in FI_BYPASS_DEVICES FI_BYPASS_PORT FI_BYPASS_WINDOW FI_BYPASS_RTO_MIN_US FI_BYPASS_AUTH_KEY_FILE; do
   echo "$out" | grep -q "$p" || fail "fi_info -e does not list $p"
 done
 

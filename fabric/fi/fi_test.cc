@@ -11,6 +11,7 @@
 #include <rdma/fi_tagged.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -584,6 +585,53 @@ TEST_F(EpTest, MemoryRegistration) {
 }
 
 // RMA through the engine's regions: runs where the engine implements them.
+// Keys: the provider's (FI_MR_PROV_KEY) are random, distinct among live
+// regions, and ignore requested_key; without it the application's key is
+// the key, and one a live region has is -FI_ENOKEY until that one closes.
+TEST(MrKeyTest, ProviderKeysAndApplicationKeys) {
+  for (bool prov_key : {true, false}) {
+    fi_info* hints = RdmHints();
+    if (!prov_key) hints->domain_attr->mr_mode &= ~FI_MR_PROV_KEY;
+    fi_info* list = nullptr;
+    ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list), 0);
+    fi_freeinfo(hints);
+    fi_info* info = ForDomain(list, kDevA);
+    ASSERT_NE(info, nullptr);
+    fid_fabric* fabric = nullptr;
+    fid_domain* domain = nullptr;
+    ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
+    ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
+    std::vector<char> buf(64);
+    std::vector<fid_mr*> mrs(prov_key ? 1000 : 1);
+    for (fid_mr*& mr : mrs) {
+      ASSERT_EQ(fi_mr_reg(domain, buf.data(), buf.size(), FI_SEND, 0, 42, 0, &mr, nullptr), 0);
+    }
+    if (prov_key) {
+      std::vector<uint64_t> keys;
+      for (fid_mr* mr : mrs) keys.push_back(fi_mr_key(mr));
+      std::sort(keys.begin(), keys.end());
+      EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end()) << "a key twice";
+      EXPECT_NE(keys.front(), 0u);
+      EXPECT_EQ(std::count(keys.begin(), keys.end(), 42u), 0) << "requested_key is ignored";
+    } else {
+      EXPECT_EQ(fi_mr_key(mrs[0]), 42u);
+      fid_mr* again = nullptr;
+      EXPECT_EQ(fi_mr_reg(domain, buf.data(), buf.size(), FI_SEND, 0, 42, 0, &again, nullptr),
+                -FI_ENOKEY);
+      ASSERT_EQ(fi_mr_reg(domain, buf.data(), buf.size(), FI_SEND, 0, 43, 0, &again, nullptr), 0);
+      EXPECT_EQ(fi_mr_key(again), 43u);
+      EXPECT_EQ(fi_close(&again->fid), 0);
+      EXPECT_EQ(fi_close(&mrs[0]->fid), 0);
+      ASSERT_EQ(fi_mr_reg(domain, buf.data(), buf.size(), FI_SEND, 0, 42, 0, &mrs[0], nullptr), 0)
+          << "a closed region's key is free again";
+    }
+    for (fid_mr* mr : mrs) EXPECT_EQ(fi_close(&mr->fid), 0);
+    EXPECT_EQ(fi_close(&domain->fid), 0);
+    EXPECT_EQ(fi_close(&fabric->fid), 0);
+    fi_freeinfo(list);
+  }
+}
+
 TEST(RmaTest, WriteAndReadRegisteredMemory) {
   Pair p;
   fi_info* hints = RdmHints(FI_MSG | FI_RMA);

@@ -7,7 +7,6 @@
 
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 
 #include "fabric/fi/domain.h"
@@ -102,9 +101,21 @@ int ReportRegistration(Eq* eq, fid_mr* mr, void* context) {
   return -FI_EAGAIN;
 }
 
-uint64_t RandomKey() {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return rng();
+bool KeyTaken(const Domain* d, uint64_t key) {
+  for (const Mr* other : d->mrs) {
+    if (other->fid.key == key) return true;
+  }
+  return false;
+}
+
+// FI_MR_PROV_KEY: a key from the kernel's CSPRNG that no live region of the
+// domain has (so never one still in use).
+uint64_t ProviderKey(const Domain* d) {
+  uint64_t key;
+  do {
+    key = rdm::RandomRegionKey();
+  } while (KeyTaken(d, key));
+  return key;
 }
 
 int MrReg(fid* f, const void* buf, size_t len, uint64_t access, uint64_t offset,
@@ -167,12 +178,10 @@ int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   }
   uint64_t key;
   if (d->mr_mode & FI_MR_PROV_KEY) {
-    key = RandomKey();
+    key = ProviderKey(d);
   } else {
     key = attr->requested_key;
-    for (const Mr* other : d->mrs) {
-      if (other->fid.key == key) return -FI_ENOKEY;  // keys are unique per domain
-    }
+    if (KeyTaken(d, key)) return -FI_ENOKEY;  // keys are unique per domain
   }
   auto mr = std::make_unique<Mr>();
   std::memset(&mr->fid, 0, sizeof(mr->fid));

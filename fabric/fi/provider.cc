@@ -131,6 +131,11 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
               "host's processes over shared memory and other hosts over kernel UDP). "
               "LOCAL+REMOTE joins two devices in one domain, e.g. "
               "shm:+dpdk:net_af_xdp0,iface=veth0; loopback:NAME,ip=10.0.0.1 is in-process");
+  DefineParam("auth_key_file", FI_PARAM_STRING,
+              "File of 32 or more secret bytes (yours, chmod 600) that authenticates handshakes "
+              "with every peer; the job's processes share it (default: none; this host's "
+              "processes then use the per-user key next to /run/bypass's registries, and peers "
+              "on other hosts are not authenticated)");
   DefineParam("port", FI_PARAM_INT,
               "Base UDP port: endpoints take port, port+1, ... unless given one (default 7471)");
   DefineParam("window", FI_PARAM_INT, "Receive window per peer in packets, 1..256 (default 128)");

@@ -34,7 +34,8 @@ struct DeviceParams {
   void* read_peer_memory_arg = nullptr;
 };
 
-// SplitMix64: the engine's pseudo-random numbers (initial PSNs, region keys).
+// SplitMix64: the engine's pseudo-random numbers (initial PSNs; region keys
+// are RandomRegionKey's, from the kernel's CSPRNG).
 inline uint64_t SplitMix64(uint64_t* state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

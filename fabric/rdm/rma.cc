@@ -106,8 +106,8 @@ absl::StatusOr<uint64_t> Rma::RegisterRegion(const RegionRequest& r) {
   }
   if (!r.key) {
     do {
-      key = ctx_.Random();
-    } while (key == 0 || taken(key));
+      key = RandomRegionKey();
+    } while (taken(key));
   }
   const uint32_t i = free_regions_.Pop();
   Region& g = regions_[i];

@@ -1,11 +1,26 @@
 #include "fabric/rdm/types.h"
 
+#include <sodium.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace bypass::rdm {
+
+uint64_t RandomRegionKey() {
+  static const int init = sodium_init();  // idempotent; makes randombytes thread-safe
+  if (init < 0) {
+    std::fprintf(stderr, "rdm: libsodium cannot start (sodium_init failed); no region keys\n");
+    std::abort();
+  }
+  uint64_t key = 0;
+  while (key == 0) randombytes_buf(&key, sizeof(key));
+  return key;
+}
 
 std::string Address::ToString() const {
   return absl::StrFormat("%s:%u/%s#0x%08x", ip.ToString(), udp_port, mac.ToString(), incarnation);

@@ -124,11 +124,17 @@ struct RegionRequest {
   // A peer's address a falls at addr + (a - base): base = addr for virtual
   // addresses (FI_MR_VIRT_ADDR), 0 for offsets into the region.
   uint64_t base = 0;
-  // The key peers must present; unset: a random 64-bit key.
+  // The key peers must present; unset: RandomRegionKey() (one no live
+  // region has).
   std::optional<uint64_t> key = std::nullopt;
   // Reported with the completion of a remote write carrying CQ data.
   void* context = nullptr;
 };
+
+// A region key nobody can guess from the keys they have seen: 64 bits from
+// the kernel's CSPRNG (libsodium's randombytes_buf, getrandom underneath),
+// never 0. Callers draw again while it is a live region's key.
+uint64_t RandomRegionKey();
 
 // Bits of RmaRequest::flags.
 inline constexpr uint32_t kRmaRemoteData = 1u << 0;  // writedata: completes at the target too

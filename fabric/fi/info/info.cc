@@ -239,9 +239,9 @@ void CheckDomain(uint32_t version, const fi_domain_attr* h, const fi_domain_attr
   c->AtMost("max_err_data", h->max_err_data, o.max_err_data);
   c->AtMost("mr_cnt", h->mr_cnt, o.mr_cnt);
   c->Bits("domain caps", h->caps, o.caps);
-  if (!Legacy(version) && h->auth_key_size != 0 && h->auth_key_size != kAuthKeySize) {
-    c->Fail("domain auth_key_size %u asked; bypass keys are %u bytes", h->auth_key_size,
-            kAuthKeySize);
+  if (!Legacy(version) && !AuthKeySizeAccepted(h->auth_key_size)) {
+    c->Fail("domain auth_key_size %u asked; bypass keys are %u bytes, or %u and more",
+            h->auth_key_size, kAuthKeySize, kMinHandshakeKeySize);
   }
   if (!ValidTclass(h->tclass))
     c->Fail("domain tclass 0x%x is not a libfabric traffic class", h->tclass);
@@ -273,9 +273,9 @@ void CheckEp(uint32_t version, const fi_ep_attr* h, const fi_ep_attr& o, size_t 
   } else {
     c->AtMost("ep rx_ctx_cnt", h->rx_ctx_cnt, max_ctx);
   }
-  if (!Legacy(version) && h->auth_key_size != 0 && h->auth_key_size != kAuthKeySize) {
-    c->Fail("endpoint auth_key_size %u asked; bypass keys are %u bytes", h->auth_key_size,
-            kAuthKeySize);
+  if (!Legacy(version) && !AuthKeySizeAccepted(h->auth_key_size)) {
+    c->Fail("endpoint auth_key_size %u asked; bypass keys are %u bytes, or %u and more",
+            h->auth_key_size, kAuthKeySize, kMinHandshakeKeySize);
   }
 }
 
@@ -424,9 +424,9 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
     }
     if (he->tx_ctx_cnt != 0) info->ep_attr->tx_ctx_cnt = he->tx_ctx_cnt;
     if (he->rx_ctx_cnt != 0) info->ep_attr->rx_ctx_cnt = he->rx_ctx_cnt;
-    if (!Legacy(version) && he->auth_key != nullptr && he->auth_key_size == kAuthKeySize) {
-      if (!SetKey(&info->ep_attr->auth_key, he->auth_key, kAuthKeySize)) return false;
-      info->ep_attr->auth_key_size = kAuthKeySize;
+    if (!Legacy(version) && he->auth_key != nullptr && he->auth_key_size != 0) {
+      if (!SetKey(&info->ep_attr->auth_key, he->auth_key, he->auth_key_size)) return false;
+      info->ep_attr->auth_key_size = he->auth_key_size;
     }
   }
   if (const fi_domain_attr* hd = hints->domain_attr; hd != nullptr) {
@@ -434,8 +434,9 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
     if (hd->resource_mgmt != FI_RM_UNSPEC) info->domain_attr->resource_mgmt = hd->resource_mgmt;
     if (hd->av_type != FI_AV_UNSPEC) info->domain_attr->av_type = hd->av_type;
     info->domain_attr->tclass = hd->tclass;
-    if (!Legacy(version) && hd->auth_key != nullptr && hd->auth_key_size == kAuthKeySize) {
-      if (!SetKey(&info->domain_attr->auth_key, hd->auth_key, kAuthKeySize)) return false;
+    if (!Legacy(version) && hd->auth_key != nullptr && hd->auth_key_size != 0) {
+      if (!SetKey(&info->domain_attr->auth_key, hd->auth_key, hd->auth_key_size)) return false;
+      info->domain_attr->auth_key_size = hd->auth_key_size;
     }
   }
   return true;

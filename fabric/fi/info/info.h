@@ -21,8 +21,14 @@ inline constexpr char kFabricName[] = "bypass";
 inline constexpr uint32_t kProviderVersion = FI_VERSION(1, 0);  // our own version
 inline constexpr uint32_t kApiVersion = FI_VERSION(1, 17);      // the libfabric API we implement
 
-// The size of an authorization key: the engine's 32-bit auth_key.
+// The size of an authorization key: the engine's 32-bit auth_key. Keys of
+// kMinHandshakeKeySize bytes or more authenticate handshakes instead
+// (fabric/fi/keys.h); sizes between are refused.
 inline constexpr size_t kAuthKeySize = sizeof(uint32_t);
+inline constexpr size_t kMinHandshakeKeySize = 32;
+inline bool AuthKeySizeAccepted(size_t size) {
+  return size == 0 || size == kAuthKeySize || size >= kMinHandshakeKeySize;
+}
 // Registration keys and remote CQ data are 64-bit.
 inline constexpr size_t kMrKeySize = sizeof(uint64_t);
 inline constexpr size_t kCqDataSize = sizeof(uint64_t);

@@ -490,6 +490,20 @@ TEST_F(InfoTest, AuthKeys) {
   ExpectNoMatch("endpoint auth_key_size");
 }
 
+// 32 bytes and more: a key that authenticates handshakes, copied whole.
+TEST_F(InfoTest, HandshakeAuthKeys) {
+  constexpr size_t kLen = 40;
+  hints_->domain_attr->auth_key_size = kLen;
+  hints_->domain_attr->auth_key = static_cast<uint8_t*>(std::malloc(kLen));
+  for (size_t i = 0; i < kLen; ++i) hints_->domain_attr->auth_key[i] = static_cast<uint8_t>(i);
+  ExpectEntries(2);
+  ASSERT_NE(result_->domain_attr->auth_key, nullptr);
+  EXPECT_EQ(result_->domain_attr->auth_key_size, kLen);
+  EXPECT_EQ(std::memcmp(result_->domain_attr->auth_key, hints_->domain_attr->auth_key, kLen), 0);
+  hints_->domain_attr->auth_key_size = 31;
+  ExpectNoMatch("domain auth_key_size 31 asked; bypass keys are 4 bytes, or 32 and more");
+}
+
 TEST_F(InfoTest, TrafficClass) {
   hints_->domain_attr->tclass = fi_tc_dscp_set(46);
   hints_->tx_attr->tclass = FI_TC_LOW_LATENCY;
