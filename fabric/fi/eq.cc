@@ -60,7 +60,7 @@ ssize_t EqRead(fid_eq* f, uint32_t* event, void* buf, size_t len, uint64_t flags
   if (ev.error) return -FI_EAVAIL;
   if (len < ev.bytes.size()) return -FI_ETOOSMALL;
   *event = ev.event;
-  std::memcpy(buf, ev.bytes.data(), ev.bytes.size());
+  if (!ev.bytes.empty()) std::memcpy(buf, ev.bytes.data(), ev.bytes.size());  // fi_eq_write of 0 bytes
   const auto n = static_cast<ssize_t>(ev.bytes.size());
   if (!(flags & FI_PEEK)) eq->events.pop_front();
   return n;
