@@ -68,13 +68,17 @@ CONFORMANCE_CASE(av_table_indices, kTcp) {
   CHECK(a[0] == 0 && a[1] == 1 && b == 2, "indices " << a[0] << ", " << a[1] << ", " << b << "; want 0, 1, 2");
 }
 
-// FI_AV_MAP: fi_av_lookup answers the inserted address.
+// FI_AV_MAP: each address gets its own fi_addr, and fi_av_lookup answers
+// the address inserted.
 CONFORMANCE_CASE(av_map_insert_lookup, kTcp) {
   size_t len;
   fid_av* av = OpenAv(c, FI_AV_MAP, &len);
-  fi_addr_t a;
+  fi_addr_t a, b;
   CHECK_RET(fi_av_insert(av, Addr(len, kLo, 47411).data(), 1, &a, 0, nullptr), 1);
+  CHECK_RET(fi_av_insert(av, Addr(len, kLo, 47412).data(), 1, &b, 0, nullptr), 1);
+  CHECK(a != b, "two addresses share fi_addr " << a);
   CheckIs(Lookup(av, a, len), kLo, 47411);
+  CheckIs(Lookup(av, b, len), kLo, 47412);
 }
 
 // "If the actual address is larger than what can fit into the buffer, it
@@ -168,11 +172,13 @@ CONFORMANCE_CASE(av_straddr, kTcp) {
 // (well or not), nothing breaks, and the peer inserted again is reachable.
 CONFORMANCE_CASE(av_remove_in_flight, kShm) {
   Pair p = c.OpenPair(c.Hints(FI_TAGGED));
-  std::vector<char> big(1 << 20, 'r'), in(1 << 20);
+  const size_t len = 1 << 20;
+  char* big = c.Buf(len, 'r');
+  char* in = c.Buf(len);
   int sctx;
-  c.Post("fi_tsend", [&] { return fi_tsend(p.a.ep, big.data(), big.size(), nullptr, p.a_to_b, 1, &sctx); });
+  c.Post("fi_tsend", [&] { return fi_tsend(p.a.ep, big, len, nullptr, p.a_to_b, 1, &sctx); });
   CHECK_RET(fi_av_remove(p.a.av, &p.a_to_b, 1, 0), 0);
-  CHECK_RET(fi_trecv(p.b.ep, in.data(), in.size(), nullptr, FI_ADDR_UNSPEC, 1, 0, nullptr), 0);
+  CHECK_RET(fi_trecv(p.b.ep, in, len, nullptr, FI_ADDR_UNSPEC, 1, 0, nullptr), 0);
   const Completion s = c.Wait(p.a.tx, "the send pending when its address was removed");
   CHECK(s.error ? s.err.op_context == &sctx || s.err.op_context == nullptr : s.entry.op_context == &sctx,
         "the pending send's completion has another op_context");
@@ -180,10 +186,11 @@ CONFORMANCE_CASE(av_remove_in_flight, kShm) {
   CHECK(!c.Poll(p.a.tx, &extra, 200), "a second completion for the pending send");
   // Whatever became of it, the peer is reachable again once inserted.
   const fi_addr_t again = c.Insert(p.a.av, p.b.name);
-  char ping[8] = "again", got[8];
+  char* ping = c.Buf(8, 'p');
+  char* got = c.Buf(8);
   int rctx;
-  CHECK_RET(fi_trecv(p.b.ep, got, sizeof got, nullptr, FI_ADDR_UNSPEC, 2, 0, &rctx), 0);
-  c.Post("fi_tsend", [&] { return fi_tsend(p.a.ep, ping, sizeof ping, nullptr, again, 2, nullptr); });
+  CHECK_RET(fi_trecv(p.b.ep, got, 8, nullptr, FI_ADDR_UNSPEC, 2, 0, &rctx), 0);
+  c.Post("fi_tsend", [&] { return fi_tsend(p.a.ep, ping, 8, nullptr, again, 2, nullptr); });
   for (;;) {
     // The first message's receive may complete (or fail) on the way.
     const Completion r = c.Wait(p.b.rx, "the message after re-insertion");
@@ -191,7 +198,7 @@ CONFORMANCE_CASE(av_remove_in_flight, kShm) {
     CHECK(!r.error || r.err.op_context != &rctx, "the receive after re-insertion failed: " << Err(-r.err.err));
     CHECK(r.error || r.entry.tag == 1, "an unexpected receive completion");
   }
-  CHECK(std::memcmp(got, ping, sizeof ping) == 0, "the message after re-insertion differs");
+  CHECK(std::memcmp(got, ping, 8) == 0, "the message after re-insertion differs");
 }
 
 }  // namespace bypass::fi::conformance

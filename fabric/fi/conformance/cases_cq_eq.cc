@@ -39,7 +39,7 @@ void FormatCase(Ctx& c, fi_cq_format format) {
   Pair p = c.OpenPair(h, o);
   CHECK(p.a.info->domain_attr->cq_data_size >= 4, "cq_data_size is " << p.a.info->domain_attr->cq_data_size);
   static char in[2][16];
-  char out[2][8] = {"one", "two"};
+  static char out[2][8] = {"one", "two"};
   int ctx[2];
   for (int i = 0; i < 2; ++i) {
     CHECK_RET(fi_trecv(p.b.ep, in[i], sizeof in[i], nullptr, FI_ADDR_UNSPEC, kTag, 0, &ctx[i]), 0);
@@ -122,7 +122,7 @@ CONFORMANCE_CASE(cq_format_tagged, kShm) { FormatCase(c, FI_CQ_FORMAT_TAGGED); }
 // With FI_SOURCE, fi_cq_readfrom answers the sender's fi_addr.
 CONFORMANCE_CASE(cq_readfrom_source, kShm) {
   Pair p = c.OpenPair(c.Hints(FI_MSG | FI_SOURCE));
-  char in[8], out[8] = "src";
+  static char in[8], out[8] = "src";
   CHECK_RET(fi_recv(p.b.ep, in, sizeof in, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
   c.Post("fi_send", [&] { return fi_send(p.a.ep, out, sizeof out, nullptr, p.a_to_b, nullptr); });
   const Completion r = c.Wait(p.b.rx, "the receive", /*readfrom=*/true);
@@ -139,7 +139,7 @@ CONFORMANCE_CASE(cq_readfrom_unknown_source, kShm) {
   fid_domain* d = c.Domain(c.Fabric(p.a.info), p.a.info);
   Ep stranger = c.OpenEp(d, p.a.info);
   const fi_addr_t to_b = c.Insert(stranger.av, p.b.name);
-  char in[8], out[8] = "who";
+  static char in[8], out[8] = "who";
   CHECK_RET(fi_recv(p.b.ep, in, sizeof in, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
   c.Post("fi_send", [&] { return fi_send(stranger.ep, out, sizeof out, nullptr, to_b, nullptr); });
   const Completion r = c.Wait(p.b.rx, "the receive", /*readfrom=*/true);

