@@ -342,12 +342,20 @@ CONFORMANCE_CASE(cq_delivery_complete_flag, kShm) {
   });
 }
 
-// The same from tx_attr->op_flags on a plain fi_send.
+// The same from tx_attr->op_flags in the hints, on a plain fi_send.
 CONFORMANCE_CASE(cq_delivery_complete_op_flags, kShm) {
   fi_info* h = c.Hints();
   h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
   Pair p = c.OpenPair(h);
   CHECK(p.a.info->tx_attr->op_flags & FI_DELIVERY_COMPLETE, "fi_getinfo dropped FI_DELIVERY_COMPLETE from op_flags");
+  DeliveryCheck(c, p, [&](const char* buf, size_t len) { return fi_send(p.a.ep, buf, len, nullptr, p.a_to_b, nullptr); });
+}
+
+// The same from tx_attr->op_flags set on the entry before fi_endpoint.
+CONFORMANCE_CASE(cq_delivery_complete_info_op_flags, kShm) {
+  fi_info* i = c.Info(c.Hints());
+  i->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+  Pair p = c.PairFrom(i);
   DeliveryCheck(c, p, [&](const char* buf, size_t len) { return fi_send(p.a.ep, buf, len, nullptr, p.a_to_b, nullptr); });
 }
 

@@ -172,7 +172,10 @@ fi_addr_t Ctx::Insert(fid_av* av, const std::vector<char>& name) {
 }
 
 Pair Ctx::OpenPair(const fi_info* hints, const EpOpts& opts, bool same_domain, uint32_t version) {
-  fi_info* info = Info(hints, nullptr, nullptr, 0, version);
+  return PairFrom(Info(hints, nullptr, nullptr, 0, version), opts, same_domain);
+}
+
+Pair Ctx::PairFrom(fi_info* info, const EpOpts& opts, bool same_domain) {
   fid_fabric* fabric = Fabric(info);
   Pair p;
   fid_domain* da = Domain(fabric, info);

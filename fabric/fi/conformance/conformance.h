@@ -128,6 +128,8 @@ class Ctx {
   // An enabled pair from `hints` (same fabric; two domains unless same_domain).
   Pair OpenPair(const fi_info* hints, const EpOpts& opts = {}, bool same_domain = false,
                 uint32_t version = kApi);
+  // The same from an entry the case has adjusted (op_flags, ...).
+  Pair PairFrom(fi_info* info, const EpOpts& opts = {}, bool same_domain = false);
   fi_addr_t Insert(fid_av* av, const std::vector<char>& name);
 
   // Memory for operations: it stays valid until every object of the case
