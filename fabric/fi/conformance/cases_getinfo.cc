@@ -169,6 +169,44 @@ CONFORMANCE_CASE(getinfo_threading_safe, kShm) {
   }
 }
 
+// Each threading level asked for is refused, or reported as that level or
+// one that asks less serialization of the application (SAFE over FID over
+// ENDPOINT over COMPLETION over DOMAIN).
+CONFORMANCE_CASE(getinfo_threading_levels, kShm) {
+  auto rank = [](int level) {
+    switch (level) {
+      case FI_THREAD_SAFE:
+        return 5;
+      case FI_THREAD_FID:
+        return 4;
+      case FI_THREAD_ENDPOINT:
+        return 3;
+      case FI_THREAD_COMPLETION:
+        return 2;
+      case FI_THREAD_DOMAIN:
+        return 1;
+      default:
+        return 0;
+    }
+  };
+  int offered = 0;
+  for (fi_threading level : {FI_THREAD_SAFE, FI_THREAD_FID, FI_THREAD_ENDPOINT, FI_THREAD_COMPLETION,
+                             FI_THREAD_DOMAIN}) {
+    fi_info* h = c.Hints();
+    h->domain_attr->threading = level;
+    fi_info* out;
+    const int r = c.TryInfo(h, &out);
+    if (r == -FI_ENODATA) continue;
+    CHECK(r == 0, "fi_getinfo with threading " << level << " returned " << Err(r));
+    ++offered;
+    for (const fi_info* i = out; i != nullptr; i = i->next) {
+      CHECK(rank(i->domain_attr->threading) >= rank(level),
+            "threading " << i->domain_attr->threading << " reported for hints asking " << level);
+    }
+  }
+  CHECK(offered > 0, "every threading level is refused");
+}
+
 // fi_getinfo with no hints lists the provider (FI_PROVIDER selects it).
 CONFORMANCE_CASE(getinfo_no_hints, kShm) {
   fi_info* out;
