@@ -196,23 +196,25 @@ std::string Slurp(const std::string& path) {
 
 // FI_PROVIDER_PATH: a directory holding our provider alone (libfabric loads
 // every lib*-fi.so there), set before libfabric initialises.
-bool UseProvider(const std::string& so) {
+// Answers the directory ("" on failure, said on stderr).
+std::string UseProvider(const std::string& so) {
   if (access(so.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "libbypass-fi.so is not in the runfiles (%s): run the suite through bazel test\n",
                  so.c_str());
-    return false;
+    return "";
   }
-  char dir[] = "/tmp/bypass-conformance.XXXXXX";
-  if (mkdtemp(dir) == nullptr || symlink(so.c_str(), (std::string(dir) + "/libbypass-fi.so").c_str()) != 0) {
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/bypass-conformance.XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr || symlink(so.c_str(), (dir + "/libbypass-fi.so").c_str()) != 0) {
     std::perror("making the provider directory");
-    return false;
+    return "";
   }
-  setenv("FI_PROVIDER_PATH", dir, 1);
+  setenv("FI_PROVIDER_PATH", dir.c_str(), 1);
   // The providers this suite uses, nothing else of libfabric's.
   setenv("FI_PROVIDER", "bypass,shm,tcp,ofi_rxm", 1);
   // A dead peer's operations fail after this silence (the default is 10 s).
   setenv("FI_BYPASS_PEER_TIMEOUT_MS", "2000", 0);
-  return true;
+  return dir;
 }
 
 void PrintSummary() {
@@ -232,7 +234,8 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   const char* srcdir = getenv("TEST_SRCDIR");
   const std::string root = std::string(srcdir != nullptr ? srcdir : ".") + "/bypass/fabric/fi/";
-  if (!UseProvider(root + "libbypass-fi.so")) return 1;
+  const std::string provider_dir = UseProvider(root + "libbypass-fi.so");
+  if (provider_dir.empty()) return 1;
   const std::string text = Slurp(root + "conformance/CONFORMANCE.md");
   if (text.empty()) {
     std::fprintf(stderr, "%sCONFORMANCE.md is missing from the runfiles: it is the suite's data\n", root.c_str());
@@ -256,5 +259,7 @@ int main(int argc, char** argv) {
   }
   const int rc = RUN_ALL_TESTS();
   PrintSummary();
+  unlink((provider_dir + "/libbypass-fi.so").c_str());
+  rmdir(provider_dir.c_str());
   return rc;
 }
