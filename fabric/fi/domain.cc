@@ -140,11 +140,16 @@ uint64_t MrModeBits(int mr_mode) {
 
 }  // namespace
 
-rdm::Address LocalToDevice(const Domain* d, rdm::Address a) {
+std::optional<driver::Ipv4Address> LoopbackName(const Domain* d, const rdm::Address& a) {
   const driver::DeviceInfo& info = d->dev->info();
   if (info.host_address && driver::IsLoopbackIpv4(a.ip) && !driver::IsLoopbackIpv4(info.ipv4)) {
-    a.ip = info.ipv4;
+    return a.ip;
   }
+  return std::nullopt;
+}
+
+rdm::Address LocalToDevice(const Domain* d, rdm::Address a) {
+  if (LoopbackName(d, a)) a.ip = d->dev->info().ipv4;
   return a;
 }
 

@@ -60,6 +60,10 @@ inline bool TakeSlot(std::atomic<size_t>& used, size_t max) {
   return false;
 }
 
+// 127.0.0.0/8 names a device with the host's address (driver::DeviceInfo::
+// host_address): LoopbackName is a's loopback address when it names d's
+// device that way, LocalToDevice a with the device's own address for it.
+std::optional<driver::Ipv4Address> LoopbackName(const Domain* d, const rdm::Address& a);
 rdm::Address LocalToDevice(const Domain* d, rdm::Address a);
 static_assert(offsetof(Domain, fid) == 0);
 

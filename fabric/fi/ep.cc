@@ -497,6 +497,7 @@ int GetName(fid_t f, void* addr, size_t* addrlen) {
     a.ip = ep->domain->dev->info().ipv4;
     a.udp_port = ep->udp_port;
   }
+  if (ep->base->loopback_name) a.ip = *ep->base->loopback_name;
   const size_t given = *addrlen;
   *addrlen = kAddrLen;
   if (given < kAddrLen || addr == nullptr) return -FI_ETOOSMALL;
@@ -514,6 +515,7 @@ int SetName(fid_t f, void* addr, size_t addrlen) {
   DomainGuard g(ep->domain->lock);
   if (Enabled(ep)) return -FI_EOPBADSTATE;  // before fi_enable only
   const driver::DeviceInfo& info = ep->domain->dev->info();
+  const std::optional<driver::Ipv4Address> loopback = LoopbackName(ep->domain, *a);
   *a = LocalToDevice(ep->domain, *a);  // 127.0.0.1 names a device with the host's address
   if (a->ip.value != 0 && !(a->ip == info.ipv4)) return -FI_EADDRNOTAVAIL;
   for (Ep* other : ep->domain->eps) {
@@ -522,6 +524,7 @@ int SetName(fid_t f, void* addr, size_t addrlen) {
   ep->udp_port = a->udp_port;
   ep->config.udp_port = a->udp_port;
   ep->port_given = true;
+  ep->loopback_name = loopback;
   return 0;
 }
 
@@ -642,7 +645,10 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   uint16_t port = 0;
   if (info->src_addr != nullptr &&
       (info->addr_format == FI_SOCKADDR_IN || info->addr_format == FI_SOCKADDR)) {
-    if (auto a = FromSockaddr(info->src_addr, info->src_addrlen)) port = a->udp_port;
+    if (auto a = FromSockaddr(info->src_addr, info->src_addrlen)) {
+      port = a->udp_port;
+      ep->loopback_name = LoopbackName(d, *a);
+    }
   }
   ep->port_given = port != 0;
   if (port == 0) port = FreePort(d, d->fabric->settings.base_port);

@@ -155,6 +155,10 @@ struct Ep {
   // The application named the port (src_addr, fi_setname); otherwise a
   // port another process of the host holds is passed over at fi_enable.
   bool port_given = false;
+  // The loopback address (127.0.0.0/8) the application named this endpoint
+  // by (src_addr, fi_setname), which names the device with the host's
+  // address: fi_getname answers it, as it answers the port it was given.
+  std::optional<driver::Ipv4Address> loopback_name;
   // What fi_enable creates the engine endpoint with, and the options set
   // before it (applied to the engine then).
   rdm::EndpointConfig config;

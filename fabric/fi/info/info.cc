@@ -501,9 +501,9 @@ Addresses ResolveAddresses(const DomainOffer& o, const internal::NodeService& ns
   }
   if (src_ip == INADDR_ANY) src_ip = local_ip;
   // A device with the host's address answers to 127.0.0.1 (and the rest
-  // of 127.0.0.0/8) too.
-  if (LoopbackNamesDevice(o, src_ip)) src_ip = local_ip;
-  if (src_ip != local_ip) {
+  // of 127.0.0.0/8) too: the entry keeps the address as the application
+  // typed it (fi_endpoint and fi_getname keep it too).
+  if (src_ip != local_ip && !LoopbackNamesDevice(o, src_ip)) {
     c->Fail("source %s is not this domain's IPv4 %s", driver::Ipv4Address{src_ip}.ToString(),
             o.device.ipv4.ToString());
     return a;
@@ -523,8 +523,8 @@ Addresses ResolveAddresses(const DomainOffer& o, const internal::NodeService& ns
     dest = s;
   }
   if (dest.has_value()) {
-    if (LoopbackNamesDevice(o, ntohl(dest->sin_addr.s_addr))) dest->sin_addr.s_addr = htonl(local_ip);
-    const uint32_t ip = ntohl(dest->sin_addr.s_addr);
+    uint32_t ip = ntohl(dest->sin_addr.s_addr);
+    if (LoopbackNamesDevice(o, ip)) ip = local_ip;  // fi_av_insert maps it the same way
     driver::MacAddress known;
     std::memcpy(known.bytes.data(), dest->sin_zero, 6);
     if (known == driver::MacAddress{}) {

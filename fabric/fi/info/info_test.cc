@@ -773,17 +773,20 @@ TEST_F(NodeServiceTest, SourceFlagMakesThemTheSource) {
 
 // A domain with the host's address (kernel UDP, intra-host) answers to
 // every address of the host: 127.0.0.1 and the host's own, as source or
-// destination, name the domain's IPv4.
+// destination, name the domain; the entries keep the address as typed
+// (fi_getinfo(3): node and service are the source or the destination).
 TEST_F(NodeServiceTest, HostAddressDomainAnswersToEveryLocalAddress) {
   offers_ = {Offer("shm:+udp:", "192.0.2.7", "shm+udp")};
   offers_[0].device.host_address = true;
   ExpectEntries(2, "127.0.0.1", "5555", FI_SOURCE);
-  EXPECT_EQ(Src(result_).sin_addr.s_addr, inet_addr("192.0.2.7"));
+  EXPECT_EQ(Src(result_).sin_addr.s_addr, inet_addr("127.0.0.1"));
   EXPECT_EQ(ntohs(Src(result_).sin_port), 5555);
   ExpectEntries(2, "127.0.0.1", "6000");
-  EXPECT_EQ(Dest(result_).sin_addr.s_addr, inet_addr("192.0.2.7"));
+  EXPECT_EQ(Dest(result_).sin_addr.s_addr, inet_addr("127.0.0.1"));
   EXPECT_EQ(ntohs(Dest(result_).sin_port), 6000);
   ExpectEntries(2, "localhost", "6000");
+  EXPECT_EQ(Dest(result_).sin_addr.s_addr, inet_addr("127.0.0.1"));
+  ExpectEntries(2, "192.0.2.7", "6000");
   EXPECT_EQ(Dest(result_).sin_addr.s_addr, inet_addr("192.0.2.7"));
   // Another host's address stays what it is.
   ExpectEntries(2, "10.9.9.9", "6000");
