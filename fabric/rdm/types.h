@@ -159,6 +159,10 @@ inline constexpr uint64_t kCompRead = 1u << 6;         // an RMA read we issued
 inline constexpr uint64_t kCompWrite = 1u << 7;        // an RMA write we issued
 inline constexpr uint64_t kCompRemoteWrite = 1u << 8;  // a peer's write with CQ data landed here
 inline constexpr uint64_t kCompMultiRecv = 1u << 9;    // the multi-receive buffer is released
+// (Errors only.) An inject's or a buffered send's failure: the operation
+// has no completion of its own (an inject) or has had it already (buffered):
+// the error must not be reported as a second completion of it.
+inline constexpr uint64_t kCompAfterCompletion = 1u << 10;
 
 // One finished operation.
 struct Completion {
@@ -178,6 +182,14 @@ struct ErrorCompletion {
   int err = 0;             // positive errno: ECONNRESET, ETIMEDOUT, ETRUNC-like EMSGSIZE, ...
   uint64_t olen = 0;       // bytes that did not fit (truncation)
   char message[160] = {};  // e.g. "peer 10.77.0.2:5000 restarted ..."
+};
+
+// A peer given up (it stayed silent for peer_timeout with work pending):
+// reported once per failure, beside its operations' errors.
+struct PeerFailure {
+  PeerId peer;
+  int err = 0;             // ETIMEDOUT
+  char message[160] = {};  // "peer 10.77.0.2:5000 (incarnation ..) did not answer ..."
 };
 
 // Counters for a person debugging loss; plain integers of the owning thread.
