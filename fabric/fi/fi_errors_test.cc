@@ -56,6 +56,17 @@ void KillB(Pair& p) {
   p.b.ep = nullptr;
 }
 
+// A pair whose b has talked to a and died; a has an EQ if asked.
+void OpenWithDeadPeer(Pair& p, bool eq, uint64_t tx_op_flags = 0) {
+  p.a.want_eq = eq;
+  fi_info* hints = RdmHints();
+  hints->tx_attr->op_flags = tx_op_flags;
+  p.Open(hints);
+  fi_freeinfo(hints);
+  Handshake(p);
+  KillB(p);
+}
+
 // Reads the next EQ error of n's EQ, progressing n (its CQ reads run its
 // engine); false if none comes within about 5 s (many peer timeouts).
 bool WaitEqError(Node& n, fi_eq_err_entry* err) {
@@ -195,12 +206,7 @@ TEST(CompletionLevelTest, DeliveryComplete) {
 // once, in error, with its op_context and prov_errno.
 TEST(ErrorModelTest, OneCompletionPerOperationWhenThePeerDies) {
   Pair p;
-  p.a.want_eq = true;
-  fi_info* hints = RdmHints();
-  p.Open(hints);
-  fi_freeinfo(hints);
-  Handshake(p);
-  KillB(p);
+  OpenWithDeadPeer(p, /*eq=*/true);
   char out[32] = "lost";
   int buffered_ctx = 0, tx_ctx = 0;
   fi_msg m{};
@@ -238,12 +244,7 @@ TEST(ErrorModelTest, OneCompletionPerOperationWhenThePeerDies) {
 // operation to that peer: -FI_EIO, once.
 TEST(ErrorModelTest, LateFailureWithoutEqFailsTheNextOperation) {
   Pair p;
-  fi_info* hints = RdmHints();
-  hints->tx_attr->op_flags = FI_INJECT_COMPLETE;
-  p.Open(hints);
-  fi_freeinfo(hints);
-  Handshake(p);
-  KillB(p);
+  OpenWithDeadPeer(p, /*eq=*/false, FI_INJECT_COMPLETE);
   char out[16] = "x";
   ASSERT_EQ(fi_inject(p.a.ep, out, sizeof(out), p.a.peer), 0);
   // Progress for longer than the peer timeout: the engine has given the
@@ -365,12 +366,7 @@ TEST(ReadErrTest, Api14GetsProviderErrData) {
 // fi_eq_readerr follows the same rule (an EQ error from a dead peer).
 TEST(ReadErrTest, EqErrDataSize) {
   Pair p;
-  p.a.want_eq = true;
-  fi_info* hints = RdmHints();
-  p.Open(hints);
-  fi_freeinfo(hints);
-  Handshake(p);
-  KillB(p);
+  OpenWithDeadPeer(p, /*eq=*/true);
   char out[8] = "x";
   ASSERT_EQ(fi_inject(p.a.ep, out, sizeof(out), p.a.peer), 0);
   char guard[16];
@@ -378,17 +374,7 @@ TEST(ReadErrTest, EqErrDataSize) {
   fi_eq_err_entry err{};
   err.err_data = guard;
   err.err_data_size = 6;
-  bool got = false;
-  for (int i = 0; i < 50'000'000 && !got; ++i) {
-    uint32_t event;
-    char buf[64];
-    if (fi_eq_read(p.a.eq, &event, buf, sizeof(buf), 0) == -FI_EAVAIL) {
-      ASSERT_EQ(fi_eq_readerr(p.a.eq, &err, 0), static_cast<ssize_t>(sizeof(err)));
-      got = true;
-    }
-    fi_cq_read(p.a.txcq, nullptr, 0);
-  }
-  ASSERT_TRUE(got);
+  ASSERT_TRUE(WaitEqError(p.a, &err));
   EXPECT_EQ(err.err_data, guard);
   EXPECT_EQ(err.err_data_size, 6u);
   EXPECT_EQ(guard[5], '\0');

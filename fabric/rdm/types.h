@@ -60,8 +60,8 @@ inline constexpr uint32_t kSendRemoteData =
 inline constexpr uint32_t kSendInject = 1u << 2;  // inject: buf is copied at once; no completion
 // Buffered (libfabric's FI_INJECT_COMPLETE): buf, at most inject_size
 // bytes, is copied at once and the send's completion is queued at once; the
-// engine still delivers it reliably. A failure after that has no context
-// to report against: it is reported like an inject's (context null).
+// engine still delivers it reliably. A failure after that is reported like
+// an inject's: context null, flagged kCompAfterCompletion.
 inline constexpr uint32_t kSendBuffered = 1u << 3;
 // The caller will wait for this send's completion, perhaps without
 // progressing anything else meanwhile: its last packet asks the receiver to
