@@ -568,7 +568,7 @@ void FinishBeforeRemove(Ep* ep, fi_addr_t fa) {
   const uint64_t deadline = clock.NowNs() + ep->config.peer_timeout_ns + 1'000'000'000;
   for (;;) {
     const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(p);
-    if (!st || st->queued_ops == 0 || clock.NowNs() >= deadline) return;
+    if (!st || st->queued_ops + st->waiting_ops == 0 || clock.NowNs() >= deadline) return;
     ProgressEp(ep);
   }
 }

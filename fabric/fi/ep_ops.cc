@@ -97,10 +97,11 @@ bool TakeLateError(Ep* ep, fi_addr_t dest) {
 // FI_FENCE (fi_cq(3)): the operation and those after it wait until every
 // earlier one to the peer has completed. The engine keeps a peer's
 // operations in order, so waiting for the earlier ones to be acknowledged
-// before posting it is enough: -FI_EAGAIN until then (progress and retry).
+// (and answered: RMA, rendezvous) before posting it is enough: -FI_EAGAIN
+// until then (progress and retry).
 bool FenceHolds(const Ep* ep, rdm::PeerId dest) {
   const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(dest);
-  return st && st->queued_ops > 0;
+  return st && st->queued_ops + st->waiting_ops > 0;
 }
 
 void Gather(const iovec* iov, size_t count, uint8_t* out) {

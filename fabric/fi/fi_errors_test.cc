@@ -541,6 +541,45 @@ TEST(FenceTest, FencedSendWaitsForEarlierOnes) {
   p.Close();
 }
 
+// A fenced RMA read after a write to the same place: it waits until the
+// write has completed (the target's answer included), then reads what the
+// write put there.
+TEST(FenceTest, FencedReadAfterWrite) {
+  Pair p;
+  fi_info* hints = RdmHints(FI_MSG | FI_RMA);
+  p.Open(hints);
+  fi_freeinfo(hints);
+  std::vector<uint8_t> target(256, 0), local(256, 0x77), back(256, 0);
+  fid_mr* mr = nullptr;
+  ASSERT_EQ(fi_mr_reg(p.b.domain, target.data(), target.size(), FI_REMOTE_WRITE | FI_REMOTE_READ,
+                      0, 0, 0, &mr, nullptr),
+            0);
+  const uint64_t addr = reinterpret_cast<uint64_t>(target.data());  // FI_MR_VIRT_ADDR
+  int wctx = 0, rctx = 0;
+  ASSERT_EQ(fi_write(p.a.ep, local.data(), local.size(), nullptr, p.a.peer, addr, fi_mr_key(mr),
+                     &wctx),
+            0);
+  iovec iov{back.data(), back.size()};
+  fi_rma_iov rma{addr, back.size(), fi_mr_key(mr)};
+  fi_msg_rma m{};
+  m.msg_iov = &iov;
+  m.iov_count = 1;
+  m.addr = p.a.peer;
+  m.rma_iov = &rma;
+  m.rma_iov_count = 1;
+  m.context = &rctx;
+  EXPECT_EQ(fi_readmsg(p.a.ep, &m, FI_COMPLETION | FI_FENCE), -FI_EAGAIN);
+  fi_cq_tagged_entry e{};
+  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
+  EXPECT_EQ(e.op_context, &wctx);
+  ASSERT_EQ(fi_readmsg(p.a.ep, &m, FI_COMPLETION | FI_FENCE), 0);
+  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
+  EXPECT_EQ(e.op_context, &rctx);
+  EXPECT_EQ(back, local);
+  EXPECT_EQ(fi_close(&mr->fid), 0);
+  p.Close();
+}
+
 // FI_SELECTIVE_COMPLETION (a bind flag): only operations with
 // FI_COMPLETION (on the call, or in op_flags) get an entry; without the
 // bind flag every operation gets one, whatever its flags.

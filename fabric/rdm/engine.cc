@@ -108,6 +108,7 @@ std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   s.inflight = t.inflight();
   s.send_window = static_cast<uint32_t>(t.window_end - t.snd_una);
   s.queued_ops = t.ops.size();
+  s.waiting_ops = t.waiting.size();
   s.held_packets = reliability.rx(pi).held_count;
   return s;
 }

@@ -3,9 +3,11 @@
 // the failure is reported once (PollPeerFailures); a live but quiet peer
 // fails nothing; a buffered send's failure after its completion is marked
 // kCompAfterCompletion (never a second completion of it); a send completes
-// only once the receiver has consumed it (FI_DELIVERY_COMPLETE).
+// only once the receiver has consumed it (FI_DELIVERY_COMPLETE); a send
+// awaiting the peer's answer shows in peer_stats.
 #include <cerrno>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "fabric/rdm/rdm.h"
@@ -141,6 +143,34 @@ TEST(PeerFailureTest, BufferedSendFailureIsMarkedAfterCompletion) {
     }
   }
   EXPECT_EQ(marked, 1);
+}
+
+// peer_stats counts a rendezvous send whose request is acknowledged but
+// not yet pulled (no receive posted) as waiting: FI_FENCE and
+// fi_av_remove wait for it too.
+TEST(PeerFailureTest, RendezvousAwaitingItsPullCountsAsWaiting) {
+  NetOptions o = ShortPeerTimeout();
+  o.config.max_msg_size = 4u << 20;
+  Net net(o);
+  const PeerId to_b = net.Peer(0, 1);
+  std::vector<uint8_t> big(1u << 20, 3), in(1u << 20, 0);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = big.data(), .len = big.size()}), Result::kOk);
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        const std::optional<PeerStats> st = net.ep(0).peer_stats(to_b);
+        return st && st->queued_ops == 0 && st->waiting_ops == 1;
+      },
+      10'000));
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size()}), Result::kOk);
+  std::vector<Completion> ok;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &ok, nullptr);
+        return !ok.empty();
+      },
+      100'000));
+  EXPECT_EQ(net.ep(0).peer_stats(to_b)->waiting_ops, 0u);
+  EXPECT_EQ(in.back(), 3);
 }
 
 // The send completes on an acknowledgement the receiver sends only once it

@@ -279,6 +279,7 @@ struct PeerStats {
   uint32_t inflight = 0;      // DATA packets sent and not yet acknowledged
   uint32_t send_window = 0;   // what the peer last granted
   uint32_t queued_ops = 0;    // send operations not yet complete
+  uint32_t waiting_ops = 0;   // ... and those sent, acknowledged, awaiting the peer's answer
   uint32_t held_packets = 0;  // out-of-order DATA from it we hold
 };
 
