@@ -359,7 +359,8 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
 ssize_t Recv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, void* ctx) {
   const iovec iov{buf, len};
   Target t = Resolve(ep);
-  return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx, .flags = t.rx_flags & kRecvDefaultFlags});
+  return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx,
+                       .flags = t.rx_flags & kRecvDefaultFlags});
 }
 ssize_t Recvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, void* ctx) {
   Target t = Resolve(ep);
@@ -411,13 +412,15 @@ ssize_t TRecv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, uint64_t 
   const iovec iov{buf, len};
   Target t = Resolve(ep);
   return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx, .tag = tag,
-                       .ignore = ignore, .flags = t.rx_flags & kTaggedRecvDefaultFlags, .tagged = true});
+                       .ignore = ignore, .flags = t.rx_flags & kTaggedRecvDefaultFlags,
+                       .tagged = true});
 }
 ssize_t TRecvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, uint64_t tag,
                uint64_t ignore, void* ctx) {
   Target t = Resolve(ep);
   return PostRecv(t, {.iov = iov, .count = count, .src = src, .context = ctx, .tag = tag,
-                       .ignore = ignore, .flags = t.rx_flags & kTaggedRecvDefaultFlags, .tagged = true});
+                       .ignore = ignore, .flags = t.rx_flags & kTaggedRecvDefaultFlags,
+                       .tagged = true});
 }
 ssize_t TRecvMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;

@@ -252,7 +252,8 @@ TEST(ErrorModelTest, LateFailureWithoutEqFailsTheNextOperation) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (std::chrono::steady_clock::now() < until) {
     fi_cq_tagged_entry e{};
-    ASSERT_NE(fi_cq_read(p.a.txcq, &e, 1), -FI_EAVAIL) << "an inject's failure must not be a CQ entry";
+    ASSERT_NE(fi_cq_read(p.a.txcq, &e, 1), -FI_EAVAIL)
+        << "an inject's failure must not be a CQ entry";
   }
   ssize_t ret = fi_send(p.a.ep, out, 0, nullptr, p.a.peer, nullptr);
   EXPECT_EQ(ret, -FI_EIO) << "the failure was never reported";
@@ -509,6 +510,20 @@ TEST(SelfTest, SendToOwnAddress) {
 
 // --- FI_FENCE and FI_SELECTIVE_COMPLETION ---
 
+// post() posts a fenced operation (context fenced) while an earlier one
+// (context earlier) is incomplete: -FI_EAGAIN; once the earlier one has
+// completed it posts, and completes.
+template <class Post>
+void ExpectFenceWaits(Pair& p, void* earlier, void* fenced, Post post) {
+  EXPECT_EQ(post(), -FI_EAGAIN);
+  fi_cq_tagged_entry e{};
+  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
+  EXPECT_EQ(e.op_context, earlier);
+  ASSERT_EQ(post(), 0);
+  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
+  EXPECT_EQ(e.op_context, fenced);
+}
+
 // A fenced send waits (-FI_EAGAIN) while an earlier send to the peer is
 // not complete, and goes once it is.
 TEST(FenceTest, FencedSendWaitsForEarlierOnes) {
@@ -529,13 +544,9 @@ TEST(FenceTest, FencedSendWaitsForEarlierOnes) {
   m.addr = p.a.peer;
   m.context = &fenced;
   // b has not run: the first send is not acknowledged.
-  EXPECT_EQ(fi_sendmsg(p.a.ep, &m, FI_COMPLETION | FI_FENCE), -FI_EAGAIN);
+  ExpectFenceWaits(p, &first, &fenced,
+                   [&] { return fi_sendmsg(p.a.ep, &m, FI_COMPLETION | FI_FENCE); });
   fi_cq_tagged_entry e{};
-  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
-  EXPECT_EQ(e.op_context, &first);
-  ASSERT_EQ(fi_sendmsg(p.a.ep, &m, FI_COMPLETION | FI_FENCE), 0);
-  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
-  EXPECT_EQ(e.op_context, &fenced);
   ASSERT_TRUE(p.Wait(p.b.rxcq, &e));
   ASSERT_TRUE(p.Wait(p.b.rxcq, &e));
   p.Close();
@@ -568,13 +579,8 @@ TEST(FenceTest, FencedReadAfterWrite) {
   m.rma_iov = &rma;
   m.rma_iov_count = 1;
   m.context = &rctx;
-  EXPECT_EQ(fi_readmsg(p.a.ep, &m, FI_COMPLETION | FI_FENCE), -FI_EAGAIN);
-  fi_cq_tagged_entry e{};
-  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
-  EXPECT_EQ(e.op_context, &wctx);
-  ASSERT_EQ(fi_readmsg(p.a.ep, &m, FI_COMPLETION | FI_FENCE), 0);
-  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
-  EXPECT_EQ(e.op_context, &rctx);
+  ExpectFenceWaits(p, &wctx, &rctx,
+                   [&] { return fi_readmsg(p.a.ep, &m, FI_COMPLETION | FI_FENCE); });
   EXPECT_EQ(back, local);
   EXPECT_EQ(fi_close(&mr->fid), 0);
   p.Close();

@@ -96,8 +96,9 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
 // the next operation to that peer fails with -FI_EIO instead.
 void ReportAfterCompletion(Ep* ep, const rdm::ErrorCompletion& ec) {
   const fi_addr_t addr = ep->peers.AddrOf(ec.op.source);
-  BYPASS_FI_WARN(FI_LOG_EP_DATA, "a buffered send or inject failed after its completion (errno %d): %s\n",
-                 ec.err, ec.message);
+  BYPASS_FI_WARN(FI_LOG_EP_DATA,
+                 "a buffered send or inject failed after its completion (errno %d): %s\n", ec.err,
+                 ec.message);
   if (ep->eq != nullptr &&
       EqPushError(ep->eq, &ep->fid.fid, ep->fid.fid.context, addr, FI_EIO, ec.err, ec.message)) {
     return;

@@ -175,8 +175,9 @@ TEST(PeerFailureTest, RendezvousAwaitingItsPullCountsAsWaiting) {
 
 // The send completes on an acknowledgement the receiver sends only once it
 // consumed the message: with no receive posted and no room to buffer it
-// (its unexpected buffer is smaller than the message) there is no completion; once a receive is posted the
-// data is in it when the sender's completion comes.
+// (its unexpected buffer is smaller than the message) there is no
+// completion; once a receive is posted the data is in it when the
+// sender's completion comes.
 TEST(PeerFailureTest, SendCompletesOnlyOnceConsumed) {
   NetOptions o = ShortPeerTimeout();
   o.config.peer_timeout_ns = 10'000'000'000;
