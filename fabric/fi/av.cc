@@ -205,6 +205,7 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
     av->addrs[fa].reset();
     for (Ep* ep : av->eps) {
       if (!Enabled(ep) || fa >= ep->peers.peer_of.size()) continue;
+      FinishBeforeRemove(ep, fa);
       const rdm::PeerId p = ep->peers.peer_of[fa];
       ep->peers.peer_of[fa] = rdm::PeerId{};
       const uint32_t slot = p.slot();

@@ -13,6 +13,7 @@
 
 #include "driver/clock.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
@@ -92,23 +93,7 @@ ssize_t CqReadErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t flags) {
   if (cq->errors.empty()) ProgressAll(cq->eps);
   if (cq->errors.empty()) return -FI_EAGAIN;
   const CqError& e = cq->errors.front();
-  void* user_data = buf->err_data;
-  const size_t user_size = buf->err_data_size;
-  *buf = e.e;
-  const size_t msg_len = std::strlen(e.message) + 1;
-  if (user_size > 0 && user_data != nullptr) {
-    // The application's buffer (API 1.5 and later): as much as fits.
-    const size_t n = std::min(user_size, msg_len);
-    std::memcpy(user_data, e.message, n);
-    static_cast<char*>(user_data)[n - 1] = '\0';
-    buf->err_data = user_data;
-    buf->err_data_size = n;
-  } else {
-    // Ours, valid until the next readerr on this CQ.
-    std::memcpy(cq->last_error, e.message, msg_len);
-    buf->err_data = cq->last_error;
-    buf->err_data_size = msg_len;
-  }
+  CopyErrData(cq->domain->fabric->api_version, e.e, e.message, cq->last_error, buf);
   cq->errors.pop_front();
   return 1;
 }

@@ -582,6 +582,24 @@ const char* AttrBeyondLimits(const fi_info* info, const rdm::EndpointConfig& c, 
 
 }  // namespace
 
+void FinishBeforeRemove(Ep* ep, fi_addr_t fa) {
+  PeerMap& m = ep->peers;
+  if (fa < m.late_error.size()) m.late_error[fa] = false;
+  rdm::PeerId p;
+  if (ep->rdm == nullptr || fa >= m.buffered.size() || !m.buffered[fa] || !m.Find(fa, &p)) return;
+  m.buffered[fa] = false;
+  // Progress until the peer's operations are acknowledged, or the engine
+  // fails them (a dead peer times out after peer_timeout; their failures
+  // are then reported as failures after completion, progress.cc).
+  const driver::Clock& clock = driver::SteadyClock::Get();
+  const uint64_t deadline = clock.NowNs() + ep->config.peer_timeout_ns + 1'000'000'000;
+  for (;;) {
+    const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(p);
+    if (!st || st->queued_ops + st->waiting_ops == 0 || clock.NowNs() >= deadline) return;
+    ProgressEp(ep);
+  }
+}
+
 int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
   absl::StatusOr<rdm::PeerId> p =
       ep->rdm != nullptr ? ep->rdm->InsertPeer(a) : ep->dgram->InsertPeer(a);

@@ -131,6 +131,15 @@ struct PeerMap {
     const uint32_t slot = p.slot();
     return slot < addr_of.size() ? addr_of[slot] : FI_ADDR_NOTAVAIL;
   }
+  // Per fi_addr: a buffered send or inject was posted to it (fi_av_remove
+  // lets those finish first), and a failure after such an operation's
+  // completion is owed to the next operation to it (no EQ to report it).
+  std::vector<bool> buffered;
+  std::vector<bool> late_error;
+  void NoteBuffered(fi_addr_t fa) {
+    if (buffered.size() <= fa) buffered.resize(fa + 1);
+    buffered[fa] = true;
+  }
   void Set(fi_addr_t fa, rdm::PeerId p) {
     if (peer_of.size() <= fa) peer_of.resize(fa + 1);
     peer_of[fa] = p;
@@ -189,6 +198,10 @@ inline bool Enabled(const Ep* ep) { return ep->rdm != nullptr || ep->dgram != nu
 int OpenEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
 // Wires an AV entry into an enabled endpoint's engine.
 int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a);
+// Before fi_av_remove forgets fa: the buffered sends and injects to it
+// (whose completions the application has had, or which have none) finish
+// first rather than vanish, and a failure owed to fa is forgotten.
+void FinishBeforeRemove(Ep* ep, fi_addr_t fa);
 
 // The data-path tables every endpoint points at (ep_ops.cc).
 extern fi_ops_msg g_msg_ops;

@@ -12,12 +12,14 @@
 #include <rdma/fi_tagged.h>
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/dgram.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
+#include "fabric/fi/info/info.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -33,10 +35,17 @@ constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_REMOTE_CQ_DATA | 
 // buffered.
 constexpr size_t kGatherBytes = 4096;
 
-// What an endpoint's op_flags give the calls without a flags argument:
-// whether to complete at all, and at which level.
-constexpr uint64_t kSendDefaultFlags =
-    FI_COMPLETION | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_INJECT_COMPLETE;
+// What an endpoint's op_flags (tx_attr/rx_attr->op_flags at fi_endpoint,
+// then fi_control(FI_SETOPSFLAG)) give the calls without a flags argument
+// (fi_endpoint(3), "Operation Flags"): whether to complete at all, at which
+// level, buffering, fencing; for receives, multi-receive buffers (fi_recv
+// and fi_recvv only: FI_MULTI_RECV is fi_msg(3)'s).
+constexpr uint64_t kSendDefaultFlags = FI_COMPLETION | FI_TRANSMIT_COMPLETE |
+                                       FI_DELIVERY_COMPLETE | FI_INJECT_COMPLETE | FI_INJECT |
+                                       FI_FENCE;
+constexpr uint64_t kReadDefaultFlags = kSendDefaultFlags & ~static_cast<uint64_t>(FI_INJECT);
+constexpr uint64_t kRecvDefaultFlags = FI_COMPLETION | FI_MULTI_RECV;
+constexpr uint64_t kTaggedRecvDefaultFlags = FI_COMPLETION;
 constexpr uint64_t kRecvFlags =
     FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE | FI_MSG |
     FI_TAGGED | FI_RECV;
@@ -63,18 +72,36 @@ Target Resolve(fid_ep* f) {
   return t;
 }
 
-size_t TotalLen(const iovec* iov, size_t count) {
+// An iov the engine can take: at most iov_limit buffers (fi_endpoint(3)),
+// none null with bytes, and a total that does not overflow (*len).
+bool ValidIov(const iovec* iov, size_t count, size_t* len) {
+  if (count > kMsgIovLimit || (count > 0 && iov == nullptr)) return false;
   size_t n = 0;
-  for (size_t i = 0; i < count; ++i) n += iov[i].iov_len;
-  return n;
-}
-
-bool ValidIov(const iovec* iov, size_t count) {
-  if (count > 0 && iov == nullptr) return false;
   for (size_t i = 0; i < count; ++i) {
     if (iov[i].iov_base == nullptr && iov[i].iov_len > 0) return false;
+    if (__builtin_add_overflow(n, iov[i].iov_len, &n)) return false;
   }
+  *len = n;
   return true;
+}
+
+// A failure reported after its operation's completion (a buffered send, an
+// inject) with no EQ bound to tell: the next operation to that peer fails
+// instead (progress.cc), once.
+bool TakeLateError(Ep* ep, fi_addr_t dest) {
+  if (dest >= ep->peers.late_error.size() || !ep->peers.late_error[dest]) return false;
+  ep->peers.late_error[dest] = false;
+  return true;
+}
+
+// FI_FENCE (fi_cq(3)): the operation and those after it wait until every
+// earlier one to the peer has completed. The engine keeps a peer's
+// operations in order, so waiting for the earlier ones to be acknowledged
+// (and answered: RMA, rendezvous) before posting it is enough: -FI_EAGAIN
+// until then (progress and retry).
+bool FenceHolds(const Ep* ep, rdm::PeerId dest) {
+  const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(dest);
+  return st && st->queued_ops + st->waiting_ops > 0;
 }
 
 void Gather(const iovec* iov, size_t count, uint8_t* out) {
@@ -102,21 +129,24 @@ struct SendArgs {
 ssize_t PostSend(const Target& t, const SendArgs& a) {
   if (t.err != 0) return t.err;
   Ep* ep = t.ep;
-  if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
+  size_t len = 0;
+  if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
   DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
+    if (a.flags & FI_DELIVERY_COMPLETE) return -FI_EBADFLAGS;  // datagrams are not acknowledged
     return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
   }
   rdm::SendRequest r;
   if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
+  if (TakeLateError(ep, a.dest)) return -FI_EIO;
+  if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.tag = a.tag;
   r.data = a.data;
   r.context = a.context;
   if (a.tagged) r.flags |= rdm::kSendTagged;
   if (a.flags & FI_REMOTE_CQ_DATA) r.flags |= rdm::kSendRemoteData;
-  const size_t len = TotalLen(a.iov, a.count);
   if (a.inject_call) {
     if (len > ep->config.inject_size) return -FI_EMSGSIZE;
     r.flags |= rdm::kSendInject;
@@ -132,22 +162,30 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Send(r);
-    if (res == rdm::Result::kOk) CountEvent(ep->cntrs.send);
+    if (res == rdm::Result::kOk) {
+      CountEvent(ep->cntrs.send);
+      ep->peers.NoteBuffered(a.dest);
+    }
     return Map(res);
   }
   const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
-  // The completion level. Without FI_TRANSMIT_COMPLETE or
-  // FI_DELIVERY_COMPLETE, a send of at most inject_size bytes is buffered:
-  // the engine copies it and it completes at once (FI_INJECT_COMPLETE),
-  // and its acknowledgement rides on the next packet back. Any other send
-  // completes on the peer's acknowledgement, which its last packet asks
-  // for at once: the application may wait for that completion and nothing
-  // else, and the peer may have stopped progressing once it had the message.
+  // The completion level (README.md, "Completions and errors"). A send
+  // that asks for FI_INJECT_COMPLETE alone (on the call or in op_flags) of
+  // at most inject_size bytes is buffered: the engine copies it and it
+  // completes at once, and its acknowledgement rides on the next packet
+  // back. Any other send completes on the peer's acknowledgement, which
+  // comes once the peer consumed it (placed it in a receive or buffered it
+  // as unexpected: FI_DELIVERY_COMPLETE, and so FI_TRANSMIT_COMPLETE, the
+  // default); its last packet asks for that acknowledgement at once: the
+  // application may wait for the completion and nothing else, and the peer
+  // may have stopped progressing once it had the message.
   uint8_t gathered[kGatherBytes];
-  const bool buffered = (a.flags & (FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE)) == 0 &&
+  const bool buffered = (a.flags & FI_INJECT_COMPLETE) != 0 &&
+                        (a.flags & (FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE)) == 0 &&
                         len <= ep->config.inject_size && (a.count <= 1 || len <= sizeof(gathered));
   if (buffered) {
     r.flags |= rdm::kSendBuffered;
+    ep->peers.NoteBuffered(a.dest);
   } else {
     r.flags |= rdm::kSendAckNow;
   }
@@ -191,7 +229,8 @@ struct RecvArgs {
 ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (t.err != 0) return t.err;
   Ep* ep = t.ep;
-  if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
+  size_t len = 0;
+  if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kRecvFlags) != 0) return -FI_EBADFLAGS;
   if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
   if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
@@ -213,7 +252,6 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (a.flags & FI_PEEK) r.flags |= rdm::kRecvPeek;
   if (a.flags & FI_CLAIM) r.flags |= rdm::kRecvClaim;
   if (a.flags & FI_DISCARD) r.flags |= rdm::kRecvDiscard;
-  const size_t len = TotalLen(a.iov, a.count);
   const bool peek_or_claim = (a.flags & (FI_PEEK | FI_CLAIM)) != 0;
   const bool suppress = ep->cqs.rx_selective && !(a.flags & FI_COMPLETION) && !peek_or_claim &&
                         !(a.flags & FI_MULTI_RECV);
@@ -255,19 +293,21 @@ struct RmaArgs {
 ssize_t PostRma(const Target& t, const RmaArgs& a) {
   if (t.err != 0) return t.err;
   Ep* ep = t.ep;
-  if (!ValidIov(a.iov, a.count)) return -FI_EINVAL;
+  size_t len = 0;
+  if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
   if (a.read && (a.flags & (FI_INJECT | FI_REMOTE_CQ_DATA))) return -FI_EINVAL;
   DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
   if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
+  if (TakeLateError(ep, a.dest)) return -FI_EIO;
+  if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.addr = a.addr;
   r.key = a.key;
   r.data = a.data;
   r.context = a.context;
   if (a.flags & FI_REMOTE_CQ_DATA) r.flags |= rdm::kRmaRemoteData;
-  const size_t len = TotalLen(a.iov, a.count);
   uint8_t gathered[kGatherBytes];
   if (a.inject_call) {
     if (len > ep->config.inject_size || (a.count > 1 && len > sizeof(gathered))) return -FI_EMSGSIZE;
@@ -281,7 +321,10 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Write(r);
-    if (res == rdm::Result::kOk) CountEvent(ep->cntrs.write);
+    if (res == rdm::Result::kOk) {
+      CountEvent(ep->cntrs.write);
+      ep->peers.NoteBuffered(a.dest);
+    }
     return Map(res);
   }
   const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
@@ -316,12 +359,13 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
 ssize_t Recv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, void* ctx) {
   const iovec iov{buf, len};
   Target t = Resolve(ep);
-  return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx, .flags = t.rx_flags & FI_COMPLETION});
+  return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx,
+                       .flags = t.rx_flags & kRecvDefaultFlags});
 }
 ssize_t Recvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, void* ctx) {
   Target t = Resolve(ep);
   return PostRecv(t, {.iov = iov, .count = count, .src = src, .context = ctx,
-                       .flags = t.rx_flags & FI_COMPLETION});
+                       .flags = t.rx_flags & kRecvDefaultFlags});
 }
 ssize_t RecvMsg(fid_ep* ep, const fi_msg* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
@@ -368,13 +412,15 @@ ssize_t TRecv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, uint64_t 
   const iovec iov{buf, len};
   Target t = Resolve(ep);
   return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx, .tag = tag,
-                       .ignore = ignore, .flags = t.rx_flags & FI_COMPLETION, .tagged = true});
+                       .ignore = ignore, .flags = t.rx_flags & kTaggedRecvDefaultFlags,
+                       .tagged = true});
 }
 ssize_t TRecvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, uint64_t tag,
                uint64_t ignore, void* ctx) {
   Target t = Resolve(ep);
   return PostRecv(t, {.iov = iov, .count = count, .src = src, .context = ctx, .tag = tag,
-                       .ignore = ignore, .flags = t.rx_flags & FI_COMPLETION, .tagged = true});
+                       .ignore = ignore, .flags = t.rx_flags & kTaggedRecvDefaultFlags,
+                       .tagged = true});
 }
 ssize_t TRecvMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
@@ -428,13 +474,13 @@ ssize_t RmaRead(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, uint64_
   const iovec iov{buf, len};
   Target t = Resolve(ep);
   return PostRma(t, {.iov = &iov, .count = 1, .dest = src, .addr = addr, .key = key,
-                      .context = ctx, .flags = t.tx_flags & FI_COMPLETION, .read = true});
+                      .context = ctx, .flags = t.tx_flags & kReadDefaultFlags, .read = true});
 }
 ssize_t RmaReadv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, uint64_t addr,
                  uint64_t key, void* ctx) {
   Target t = Resolve(ep);
   return PostRma(t, {.iov = iov, .count = count, .dest = src, .addr = addr, .key = key,
-                      .context = ctx, .flags = t.tx_flags & FI_COMPLETION, .read = true});
+                      .context = ctx, .flags = t.tx_flags & kReadDefaultFlags, .read = true});
 }
 ssize_t RmaReadMsg(fid_ep* ep, const fi_msg_rma* m, uint64_t flags) {
   if (m == nullptr || m->rma_iov == nullptr || m->rma_iov_count != 1) return -FI_EINVAL;
@@ -447,13 +493,13 @@ ssize_t RmaWrite(fid_ep* ep, const void* buf, size_t len, void*, fi_addr_t dest,
   const iovec iov{const_cast<void*>(buf), len};
   Target t = Resolve(ep);
   return PostRma(t, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
-                      .context = ctx, .flags = t.tx_flags & FI_COMPLETION});
+                      .context = ctx, .flags = t.tx_flags & kSendDefaultFlags});
 }
 ssize_t RmaWritev(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t dest,
                   uint64_t addr, uint64_t key, void* ctx) {
   Target t = Resolve(ep);
   return PostRma(t, {.iov = iov, .count = count, .dest = dest, .addr = addr, .key = key,
-                      .context = ctx, .flags = t.tx_flags & FI_COMPLETION});
+                      .context = ctx, .flags = t.tx_flags & kSendDefaultFlags});
 }
 ssize_t RmaWriteMsg(fid_ep* ep, const fi_msg_rma* m, uint64_t flags) {
   if (m == nullptr || m->rma_iov == nullptr || m->rma_iov_count != 1) return -FI_EINVAL;
@@ -473,7 +519,7 @@ ssize_t RmaWriteData(fid_ep* ep, const void* buf, size_t len, void*, uint64_t da
   Target t = Resolve(ep);
   return PostRma(t, {.iov = &iov, .count = 1, .dest = dest, .addr = addr, .key = key,
                       .context = ctx, .data = data,
-                      .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & FI_COMPLETION)});
+                      .flags = FI_REMOTE_CQ_DATA | (t.tx_flags & kSendDefaultFlags)});
 }
 ssize_t RmaInjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                       uint64_t addr, uint64_t key) {

@@ -6,6 +6,7 @@
 #include <rdma/fi_errno.h>
 #include <sched.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -73,7 +74,8 @@ ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* buf, uint64_t flags) {
   if ((flags & ~static_cast<uint64_t>(FI_PEEK)) != 0) return -FI_EBADFLAGS;
   std::lock_guard<std::mutex> lock(eq->mu);
   if (eq->events.empty() || !eq->events.front().error) return -FI_EAGAIN;
-  *buf = eq->events.front().err;
+  const EqEvent& ev = eq->events.front();
+  CopyErrData(eq->fabric->api_version, ev.err, ev.message, eq->last_error, buf);
   if (!(flags & FI_PEEK)) eq->events.pop_front();
   return sizeof(*buf);
 }
@@ -122,6 +124,19 @@ bool EqPush(Eq* eq, EqEvent ev) {
   if (eq->events.size() >= eq->capacity) return false;
   eq->events.push_back(std::move(ev));
   return true;
+}
+
+bool EqPushError(Eq* eq, fid_t fid, void* context, fi_addr_t addr, int err, int prov_errno,
+                 const char* message) {
+  EqEvent ev;
+  ev.error = true;
+  ev.err.fid = fid;
+  ev.err.context = context;
+  ev.err.data = addr;
+  ev.err.err = err;
+  ev.err.prov_errno = prov_errno;
+  std::snprintf(ev.message, sizeof(ev.message), "%s", message);
+  return EqPush(eq, std::move(ev));
 }
 
 int OpenEq(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** out, void* context) {

@@ -24,6 +24,7 @@ struct EqEvent {
   std::vector<uint8_t> bytes;
   bool error = false;
   fi_eq_err_entry err{};
+  char message[160] = {};  // an error's err_data (fi_eq_readerr)
 };
 
 // An event queue; its own mutex, since it belongs to the fabric, not to a
@@ -35,6 +36,7 @@ struct Eq {
   std::mutex mu;
   std::deque<EqEvent> events;
   size_t capacity = 0;
+  char last_error[160] = {};  // err_data of the last readerr without a buffer
 };
 static_assert(offsetof(Eq, fid) == 0);
 
@@ -44,6 +46,11 @@ inline Eq* AsEq(const void* f) { return As<Eq>(f, FI_CLASS_EQ); }
 int OpenEq(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** eq, void* context);
 // Adds an event to eq (cold path); false when it is full.
 bool EqPush(Eq* eq, EqEvent ev);
+// Adds an error event (fi_eq_readerr): err (a positive FI_* errno) and
+// prov_errno about fi_addr `addr` (in err.data, as fi_eq(3) allows), with
+// a one-line message (err_data); false when the EQ is full.
+bool EqPushError(Eq* eq, fid_t fid, void* context, fi_addr_t addr, int err, int prov_errno,
+                 const char* message);
 
 }  // namespace bypass::fi
 

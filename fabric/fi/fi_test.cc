@@ -232,16 +232,17 @@ TEST(MsgTest, SendRecvEveryCqFormat) {
   }
 }
 
-// A small send without a completion level asked for is buffered: it
-// completes at once. Other sends complete on the peer's acknowledgement,
-// which comes even when the peer stops progressing the moment it has the
-// message (as fi_pingpong does before its TCP handshakes).
+// A small send that asks for FI_INJECT_COMPLETE is buffered: it completes
+// at once. Other sends (the default is FI_TRANSMIT_COMPLETE) complete on
+// the peer's acknowledgement, which comes even when the peer stops
+// progressing the moment it has the message (as fi_pingpong does before
+// its TCP handshakes).
 TEST(MsgTest, CompletionLevelsAndPeersThatStopProgressing) {
-  for (const bool transmit_complete : {false, true}) {
-    SCOPED_TRACE(transmit_complete ? "op_flags FI_TRANSMIT_COMPLETE" : "default op_flags");
+  for (const bool inject_complete : {false, true}) {
+    SCOPED_TRACE(inject_complete ? "op_flags FI_INJECT_COMPLETE" : "default op_flags");
     Pair p;
     fi_info* hints = RdmHints();
-    if (transmit_complete) hints->tx_attr->op_flags = FI_TRANSMIT_COMPLETE;
+    if (inject_complete) hints->tx_attr->op_flags = FI_INJECT_COMPLETE;
     p.Open(hints);
     fi_freeinfo(hints);
     std::vector<char> in(8192), out(8192, 'x');
@@ -254,7 +255,7 @@ TEST(MsgTest, CompletionLevelsAndPeersThatStopProgressing) {
 
     for (const size_t len : {size_t{100}, size_t{4096}, size_t{8000}}) {
       SCOPED_TRACE(len);
-      const bool buffered = len <= p.a.info->tx_attr->inject_size && !transmit_complete;
+      const bool buffered = len <= p.a.info->tx_attr->inject_size && inject_complete;
       std::fill(out.begin(), out.end(), static_cast<char>(len));
       int sctx = 0;
       ASSERT_EQ(fi_recv(p.b.ep, in.data(), in.size(), nullptr, FI_ADDR_UNSPEC, nullptr), 0);

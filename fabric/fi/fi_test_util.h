@@ -57,6 +57,8 @@ struct Node {
   fid_cq* txcq = nullptr;
   fid_cq* rxcq = nullptr;
   fid_ep* ep = nullptr;
+  fid_eq* eq = nullptr;   // opened and bound when want_eq is set before Open
+  bool want_eq = false;
   fi_addr_t peer = FI_ADDR_NOTAVAIL;
 
   void Open(const fi_info* entry, fi_cq_format format, uint64_t tx_bind_flags = 0) {
@@ -75,6 +77,11 @@ struct Node {
     ASSERT_EQ(fi_ep_bind(ep, &av->fid, 0), 0);
     ASSERT_EQ(fi_ep_bind(ep, &txcq->fid, FI_TRANSMIT | tx_bind_flags), 0);
     ASSERT_EQ(fi_ep_bind(ep, &rxcq->fid, FI_RECV), 0);
+    if (want_eq) {
+      fi_eq_attr eq_attr{};
+      ASSERT_EQ(fi_eq_open(fabric, &eq_attr, &eq, nullptr), 0);
+      ASSERT_EQ(fi_ep_bind(ep, &eq->fid, 0), 0);
+    }
     ASSERT_EQ(fi_enable(ep), 0);
   }
 
@@ -96,6 +103,9 @@ struct Node {
     if (rxcq != nullptr) {
       EXPECT_EQ(fi_close(&rxcq->fid), 0);
     }
+    if (eq != nullptr) {
+      EXPECT_EQ(fi_close(&eq->fid), 0);
+    }
     if (av != nullptr) {
       EXPECT_EQ(fi_close(&av->fid), 0);
     }
@@ -114,9 +124,10 @@ struct Node {
 struct Pair {
   Node a, b;
 
-  void Open(fi_info* hints, fi_cq_format format = FI_CQ_FORMAT_TAGGED, uint64_t tx_bind = 0) {
+  void Open(fi_info* hints, fi_cq_format format = FI_CQ_FORMAT_TAGGED, uint64_t tx_bind = 0,
+            uint32_t version = FI_VERSION(1, 17)) {
     fi_info* list = nullptr;
-    ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list), 0);
+    ASSERT_EQ(fi_getinfo(version, nullptr, nullptr, 0, hints, &list), 0);
     fi_info* ia = ForDomain(list, kDevA);
     fi_info* ib = ForDomain(list, kDevB);
     ASSERT_NE(ia, nullptr) << "no fi_info for " << kDevA;

@@ -8,12 +8,15 @@
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
 #include "fabric/fi/ep.h"
+#include "fabric/fi/eq.h"
 #include "fabric/fi/services.h"
 #include "fabric/rdm/rdm.h"
 
@@ -85,7 +88,50 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   cq->entries.push_back(e);
 }
 
+// A failure after its operation's completion (a buffered send) or of an
+// operation without one (an inject): never a CQ entry (an operation
+// completes once, and every CQ error carries its operation's context). It
+// goes to the endpoint's EQ as an error event naming the peer (fi_eq(3):
+// data is the fi_addr, context the endpoint's); with no EQ (or a full one)
+// the next operation to that peer fails with -FI_EIO instead.
+void ReportAfterCompletion(Ep* ep, const rdm::ErrorCompletion& ec) {
+  const fi_addr_t addr = ep->peers.AddrOf(ec.op.source);
+  BYPASS_FI_WARN(FI_LOG_EP_DATA,
+                 "a buffered send or inject failed after its completion (errno %d): %s\n", ec.err,
+                 ec.message);
+  if (ep->eq != nullptr &&
+      EqPushError(ep->eq, &ep->fid.fid, ep->fid.fid.context, addr, FI_EIO, ec.err, ec.message)) {
+    return;
+  }
+  if (addr == FI_ADDR_NOTAVAIL) return;  // removed: nothing more goes to it
+  if (ep->peers.late_error.size() <= addr) ep->peers.late_error.resize(addr + 1);
+  ep->peers.late_error[addr] = true;
+}
+
+// A peer the engine gave up: an EQ error event naming it (its operations
+// and the receives awaiting it have failed in the CQs).
+void ReportPeerFailure(Ep* ep, const rdm::PeerFailure& f) {
+  BYPASS_FI_WARN(FI_LOG_EP_DATA, "%s\n", f.message);
+  if (ep->eq == nullptr) return;
+  if (!EqPushError(ep->eq, &ep->fid.fid, ep->fid.fid.context, ep->peers.AddrOf(f.peer), FI_EIO,
+                   f.err, f.message)) {
+    BYPASS_FI_WARN(FI_LOG_EQ, "EQ full: the peer failure above is not reported there\n");
+  }
+}
+
+// The fi_errno of a failed operation: a truncation is FI_ETRUNC; a receive
+// that its peer's death or restart ended is FI_EIO (prov_errno tells which).
+int FiErr(const rdm::ErrorCompletion& ec, bool tx) {
+  if (ec.err == EMSGSIZE && ec.olen > 0) return FI_ETRUNC;
+  if (!tx && (ec.err == ETIMEDOUT || ec.err == ECONNRESET)) return FI_EIO;
+  return ec.err;
+}
+
 void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
+  if (ec.op.flags & rdm::kCompAfterCompletion) {
+    ReportAfterCompletion(ep, ec);
+    return;
+  }
   bool suppress = false;
   size_t len = ec.op.len;
   void* user = Resolve(ep, ec.op, &suppress, &len);
@@ -102,7 +148,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   e.e.data = ec.op.data;
   e.e.tag = ec.op.tag;
   e.e.olen = ec.olen;
-  e.e.err = ec.err == EMSGSIZE && ec.olen > 0 ? FI_ETRUNC : ec.err;
+  e.e.err = FiErr(ec, tx);
   e.e.prov_errno = ec.err;
   e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(ec.op.source);
   std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
@@ -142,6 +188,10 @@ void ProgressAndDrain(Ep* ep, E& e) {
   while (RoomFor(ep->cqs.tx, true) > 0 && RoomFor(ep->cqs.rx, true) > 0 &&
          e.PollErrors({err, 1}) == 1) {
     DeliverError(ep, *err);
+  }
+  if constexpr (std::is_same_v<E, rdm::Endpoint>) {
+    rdm::PeerFailure f;
+    while (e.PollPeerFailures({&f, 1}) == 1) ReportPeerFailure(ep, f);
   }
 }
 

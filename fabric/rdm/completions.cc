@@ -14,8 +14,11 @@ Completions::Completions(Counters& counters, const PeerTable& peers, uint32_t ca
 void Completions::PushOpError(const SendOp& op, const ErrorCompletion& ec) {
   ++counters_.ops_failed;
   if (op.inject) {
-    // No reservation was taken for it: reported while there is extra room.
-    if (!cq_.PushUnreservedError(ec)) ++counters_.inject_errors_dropped;
+    // No reservation was taken for it: reported while there is extra room,
+    // marked so that it is not taken for a completion of the operation.
+    ErrorCompletion late = ec;
+    late.op.flags |= kCompAfterCompletion;
+    if (!cq_.PushUnreservedError(late)) ++counters_.inject_errors_dropped;
   } else {
     cq_.PushError(ec);
   }

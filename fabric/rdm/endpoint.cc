@@ -107,6 +107,9 @@ size_t Endpoint::PollCompletions(absl::Span<Completion> out) {
   return engine_->PollCompletions(out);
 }
 size_t Endpoint::PollErrors(absl::Span<ErrorCompletion> out) { return engine_->PollErrors(out); }
+size_t Endpoint::PollPeerFailures(absl::Span<PeerFailure> out) {
+  return engine_->PollPeerFailures(out);
+}
 const Counters& Endpoint::counters() const { return engine_->counters(); }
 
 size_t Endpoint::Progress() {

@@ -108,6 +108,7 @@ std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   s.inflight = t.inflight();
   s.send_window = static_cast<uint32_t>(t.window_end - t.snd_una);
   s.queued_ops = t.ops.size();
+  s.waiting_ops = t.waiting.size();
   s.held_packets = reliability.rx(pi).held_count;
   return s;
 }
@@ -370,8 +371,10 @@ bool Engine::Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& 
 // ---- Timers.
 
 bool Engine::Busy(uint32_t pi) const {
+  // A receive directed to an established peer awaits it too: a dead sender
+  // fails it (a peer never heard from may not have started yet).
   return reliability.Busy(pi) || messaging.Receiving(pi) || rma.Receiving(pi) ||
-         session[pi].hello_wanted;
+         session[pi].hello_wanted || (session[pi].established() && messaging.AwaitsFrom(pi));
 }
 
 void Engine::RunTimers() {
@@ -382,7 +385,11 @@ void Engine::RunTimers() {
   for (uint32_t pi = 0; pi < session.peers().size(); ++pi) {
     if (!session.peers().in_use(pi)) continue;
     reliability.RunTimers(pi, &next);
-    session.RunTimers(pi, reliability.OnlyWaiting(pi) && session[pi].established(), &next);
+    // Probed while only answers or its messages are awaited (nothing of
+    // ours in flight would time a dead peer out).
+    const bool awaited = reliability.OnlyWaiting(pi) ||
+                         (messaging.AwaitsFrom(pi) && reliability.tx(pi).inflight() == 0);
+    session.RunTimers(pi, awaited && session[pi].established(), &next);
     const uint64_t silent_until = session[pi].activity_ns + ctx.config.peer_timeout_ns;
     if (Busy(pi) && silent_until <= ctx.now) {
       ++ctx.counters.peer_timeouts;
@@ -390,6 +397,7 @@ void Engine::RunTimers() {
       std::snprintf(why, sizeof(why), "did not answer for %.3f s; operation timed out",
                     static_cast<double>(ctx.config.peer_timeout_ns) / 1e9);
       FailPeer(pi, ETIMEDOUT, why, /*keep_unsent=*/false);
+      PeerTimedOut(pi, why);
     }
     if (Busy(pi)) next = std::min(next, session[pi].activity_ns + ctx.config.peer_timeout_ns);
   }
@@ -449,6 +457,24 @@ void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
   // A fresh session, to be shaken hands again when there is something to send.
   session.EndSession(pi, /*more_to_send=*/!t.ops.empty());
   reliability.RestartTx(pi);
+}
+
+void Engine::PeerTimedOut(uint32_t pi, const char* why) {
+  messaging.FailDirected(pi, ETIMEDOUT, why);
+  if (peer_failures_.size() >= ctx.config.max_peers) peer_failures_.pop_front();
+  PeerFailure& f = peer_failures_.emplace_back();
+  f.peer = session.peers().Id(pi);
+  f.err = ETIMEDOUT;
+  completions.NamePeer(f.message, sizeof(f.message), pi, why);
+}
+
+size_t Engine::PollPeerFailures(absl::Span<PeerFailure> out) {
+  size_t n = 0;
+  for (; n < out.size() && !peer_failures_.empty(); ++n) {
+    out[n] = peer_failures_.front();
+    peer_failures_.pop_front();
+  }
+  return n;
 }
 
 void Engine::FailOp(uint32_t o, int err, const char* why) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 
@@ -77,6 +78,7 @@ class Engine : private Stages {
 
   size_t PollCompletions(absl::Span<Completion> out) { return completions.Poll(out); }
   size_t PollErrors(absl::Span<ErrorCompletion> out) { return completions.PollErrors(out); }
+  size_t PollPeerFailures(absl::Span<PeerFailure> out);
 
  private:
   static constexpr uint32_t kPacketsPerTurn = 16;
@@ -113,6 +115,11 @@ class Engine : private Stages {
   void FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent);
   // Ends op o (in no list) because its session ended (kOpTraits' on_fail).
   void FailOp(uint32_t o, int err, const char* why);
+  // Peer pi timed out: its directed receives fail too, and the failure is
+  // queued for PollPeerFailures (at most max_peers; the oldest go first).
+  void PeerTimedOut(uint32_t pi, const char* why);
+
+  std::deque<PeerFailure> peer_failures_;
 };
 
 }  // namespace bypass::rdm

@@ -29,7 +29,17 @@ uint32_t MatchQueues::AllocRecv(const RecvRequest& r) {
 }
 
 void MatchQueues::QueueRecv(uint32_t slot) {
-  posted_[recvs_[slot].req.tagged].PushBack(recvs_.get(), slot);
+  const RecvRequest& r = recvs_[slot].req;
+  posted_[r.tagged].PushBack(recvs_.get(), slot);
+  if (r.source == kAnyPeer) return;
+  if (directed_.size() <= r.source.slot()) directed_.resize(r.source.slot() + 1);
+  ++directed_[r.source.slot()];
+}
+
+void MatchQueues::Unqueue(uint32_t s) {
+  const RecvRequest& r = recvs_[s].req;
+  posted_[r.tagged].Remove(recvs_.get(), s);
+  if (r.source != kAnyPeer) --directed_[r.source.slot()];
 }
 
 uint32_t MatchQueues::MatchPosted(bool tagged, PeerId source, uint64_t tag, uint64_t total,
@@ -39,7 +49,7 @@ uint32_t MatchQueues::MatchPosted(bool tagged, PeerId source, uint64_t tag, uint
     RecvSlot& slot = recvs_[s];
     if (!Matches(slot.req, tagged, source, tag)) continue;
     if ((slot.req.flags & kRecvMulti) == 0) {
-      q.Remove(recvs_.get(), s);
+      Unqueue(s);
       if (base != nullptr) *base = 0;
       return s;
     }
@@ -69,7 +79,7 @@ uint64_t MatchQueues::TakeMulti(uint32_t s, uint64_t total) {
   ++slot.active;
   const uint64_t left = slot.req.len - slot.used;
   if (left == 0 || left < min_multi_recv_) {
-    posted_[slot.req.tagged].Remove(recvs_.get(), s);
+    Unqueue(s);
     slot.released = true;
   }
   return base;
@@ -79,7 +89,7 @@ uint32_t MatchQueues::TakePosted(void* context) {
   for (IndexList<RecvSlot>& q : posted_) {
     for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
       if (recvs_[s].req.context == context) {
-        q.Remove(recvs_.get(), s);
+        Unqueue(s);
         return s;
       }
     }
@@ -91,7 +101,7 @@ uint32_t MatchQueues::TakePostedFrom(PeerId source) {
   for (IndexList<RecvSlot>& q : posted_) {
     for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
       if (recvs_[s].req.source == source) {
-        q.Remove(recvs_.get(), s);
+        Unqueue(s);
         return s;
       }
     }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "fabric/rdm/index_list.h"
@@ -98,6 +99,10 @@ class MatchQueues {
   uint32_t TakePosted(void* context);
   // A queued receive directed to `source`, removed from its queue; kNone.
   uint32_t TakePostedFrom(PeerId source);
+  // Some queued receive is directed to the peer in `source`'s slot.
+  bool HasPostedFrom(PeerId source) const {
+    return source.slot() < directed_.size() && directed_[source.slot()] > 0;
+  }
   void FreeRecv(uint32_t slot);  // REQUIRES: not queued
   const RecvRequest& recv(uint32_t slot) const { return recvs_[slot].req; }
   RecvSlot& slot(uint32_t s) { return recvs_[s]; }
@@ -138,10 +143,15 @@ class MatchQueues {
  private:
   uint8_t* chunk(uint32_t c) { return arena_.get() + uint64_t{c} * chunk_bytes_; }
   const uint8_t* chunk(uint32_t c) const { return arena_.get() + uint64_t{c} * chunk_bytes_; }
+  // Takes queued receive s out of its queue.
+  void Unqueue(uint32_t s);
 
   std::unique_ptr<RecvSlot[]> recvs_;
   FreeSlots free_recvs_;
   IndexList<RecvSlot> posted_[2];  // [tagged]
+  // Queued receives directed to each peer slot (a peer awaited: its silence
+  // times it out, see Engine::Busy).
+  std::vector<uint32_t> directed_;
   uint64_t min_multi_recv_ = 0;
 
   std::unique_ptr<UnexpectedMsg[]> msgs_;

@@ -333,7 +333,7 @@ RecvRequest Messaging::EndRecvSlot(uint32_t slot, uint64_t total, uint64_t base,
   return q;
 }
 
-void Messaging::CancelSlot(uint32_t slot, const char* why) {
+void Messaging::EndSlot(uint32_t slot, int err, const char* why, bool failure) {
   RecvSlot& s = matcher_.slot(slot);
   uint64_t flags = 0;
   if (s.req.flags & kRecvMulti) {
@@ -345,8 +345,8 @@ void Messaging::CancelSlot(uint32_t slot, const char* why) {
   }
   const RecvRequest q = s.req;
   matcher_.FreeRecv(slot);
-  completions_.ReceiveFailed(PeerId{}, q, MessageInfo{}, 0, flags, ECANCELED, why,
-                             /*failure=*/false);
+  completions_.ReceiveFailed(q.source == kAnyPeer ? PeerId{} : q.source, q, MessageInfo{}, 0,
+                             flags, err, why, failure);
 }
 
 bool Messaging::CancelRecv(void* context) {
@@ -746,6 +746,14 @@ void Messaging::EndSession(uint32_t pi, int err, const char* why) {
   for (uint32_t o = t.ops.front(); o != kNone; o = ops_[o].next) {
     if (ops_[o].type == wire::PacketType::kData) ops_[o].msg.msg_id = p.next_msg_id++;
   }
+}
+
+void Messaging::FailDirected(uint32_t pi, int err, const char* why) {
+  const PeerId id = session_.peers().Id(pi);
+  for (uint32_t s = matcher_.TakePostedFrom(id); s != kNone; s = matcher_.TakePostedFrom(id)) {
+    EndSlot(s, err, why, /*failure=*/true);
+  }
+  ctx_.NoteFreed();
 }
 
 void Messaging::RemovePeer(uint32_t pi) {

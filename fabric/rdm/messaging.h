@@ -83,6 +83,10 @@ class Messaging {
   void ConsumePullResponse(uint32_t pi, const wire::RmaFields& r);
   // A message from pi is between its first and last segment.
   bool Receiving(uint32_t pi) const { return peers_[pi].rx.active; }
+  // A posted receive is directed to pi (FI_DIRECTED_RECV): pi is awaited.
+  bool AwaitsFrom(uint32_t pi) const {
+    return matcher_.HasPostedFrom(session_.peers().Id(pi));
+  }
   // Ends the message from pi being received (err, why) and spends its number.
   void AbortReceive(uint32_t pi, int err, const char* why);
 
@@ -98,6 +102,8 @@ class Messaging {
   // Peer pi is forgotten: receives only it could satisfy are canceled, what
   // it sent that nobody took is dropped.
   void RemovePeer(uint32_t pi);
+  // Peer pi is dead (timed out): the receives directed to it fail (err, why).
+  void FailDirected(uint32_t pi, int err, const char* why);
 
  private:
   Result PostMulti(const RecvRequest& r);
@@ -117,7 +123,10 @@ class Messaging {
   RecvRequest EndRecvSlot(uint32_t slot, uint64_t total, uint64_t base, uint64_t* flags);
   // Completes an unqueued receive with ECANCELED (a multi-receive with
   // messages still arriving only stops taking more).
-  void CancelSlot(uint32_t slot, const char* why);
+  void CancelSlot(uint32_t slot, const char* why) { EndSlot(slot, ECANCELED, why, false); }
+  // Ends queued receive `slot` in error (a multi-receive once its messages
+  // landed); `failure` counts it in ops_failed.
+  void EndSlot(uint32_t slot, int err, const char* why, bool failure);
   bool ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m);
   // Starts pulling rendezvous message msg_id (described by m) from peer pi
   // into receive slot `slot`: read in place first if its sender offered

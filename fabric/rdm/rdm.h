@@ -149,6 +149,8 @@ class Endpoint {
   bool HasTxWork() const;
   size_t PollCompletions(absl::Span<Completion> out);
   size_t PollErrors(absl::Span<ErrorCompletion> out);
+  // Peers given up since the last call (their operations failed too).
+  size_t PollPeerFailures(absl::Span<PeerFailure> out);
   const Counters& counters() const;
 
  private:

@@ -60,8 +60,8 @@ inline constexpr uint32_t kSendRemoteData =
 inline constexpr uint32_t kSendInject = 1u << 2;  // inject: buf is copied at once; no completion
 // Buffered (libfabric's FI_INJECT_COMPLETE): buf, at most inject_size
 // bytes, is copied at once and the send's completion is queued at once; the
-// engine still delivers it reliably. A failure after that has no context
-// to report against: it is reported like an inject's (context null).
+// engine still delivers it reliably. A failure after that is reported like
+// an inject's: context null, flagged kCompAfterCompletion.
 inline constexpr uint32_t kSendBuffered = 1u << 3;
 // The caller will wait for this send's completion, perhaps without
 // progressing anything else meanwhile: its last packet asks the receiver to
@@ -165,6 +165,10 @@ inline constexpr uint64_t kCompRead = 1u << 6;         // an RMA read we issued
 inline constexpr uint64_t kCompWrite = 1u << 7;        // an RMA write we issued
 inline constexpr uint64_t kCompRemoteWrite = 1u << 8;  // a peer's write with CQ data landed here
 inline constexpr uint64_t kCompMultiRecv = 1u << 9;    // the multi-receive buffer is released
+// (Errors only.) An inject's or a buffered send's failure: the operation
+// has no completion of its own (an inject) or has had it already (buffered):
+// the error must not be reported as a second completion of it.
+inline constexpr uint64_t kCompAfterCompletion = 1u << 10;
 
 // One finished operation.
 struct Completion {
@@ -184,6 +188,14 @@ struct ErrorCompletion {
   int err = 0;             // positive errno: ECONNRESET, ETIMEDOUT, ETRUNC-like EMSGSIZE, ...
   uint64_t olen = 0;       // bytes that did not fit (truncation)
   char message[160] = {};  // e.g. "peer 10.77.0.2:5000 restarted ..."
+};
+
+// A peer given up (it stayed silent for peer_timeout with work pending):
+// reported once per failure, beside its operations' errors.
+struct PeerFailure {
+  PeerId peer;
+  int err = 0;             // ETIMEDOUT
+  char message[160] = {};  // "peer 10.77.0.2:5000 (incarnation ..) did not answer ..."
 };
 
 // Counters for a person debugging loss; plain integers of the owning thread.
@@ -273,6 +285,7 @@ struct PeerStats {
   uint32_t inflight = 0;      // DATA packets sent and not yet acknowledged
   uint32_t send_window = 0;   // what the peer last granted
   uint32_t queued_ops = 0;    // send operations not yet complete
+  uint32_t waiting_ops = 0;   // ... and those sent, acknowledged, awaiting the peer's answer
   uint32_t held_packets = 0;  // out-of-order DATA from it we hold
 };
 

@@ -41,12 +41,13 @@ constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_REMOTE
                              FI_DIRECTED_RECV | FI_VARIABLE_MSG | FI_MULTI_RECV | FI_SOURCE |
                              FI_RMA_EVENT | FI_SOURCE_ERR | FI_COLLECTIVE;
 // Default operation flags the facade honours. A send completes when the
-// peer acknowledged it (transmit complete), or, up to inject_size bytes and
-// unless asked for more, once the engine copied it (inject complete: see
-// fabric/fi/README.md); delivery into the application's buffer is not
-// acknowledged separately (no FI_DELIVERY_COMPLETE).
-constexpr uint64_t kTxOpFlags =
-    FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA;
+// peer acknowledged it, which it does once it placed or buffered the
+// message (transmit and delivery complete), or, up to inject_size bytes
+// with FI_INJECT_COMPLETE, once the engine copied it (fabric/fi/README.md,
+// "Completions and errors"). Datagrams are not acknowledged: no delivery.
+constexpr uint64_t kTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+                                FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_FENCE |
+                                FI_REMOTE_CQ_DATA;
 constexpr uint64_t kRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
 // The engine delivers each peer's messages once, in the order sent. RMA
 // ordering is not promised (the engine's RMA is newer than this contract).
@@ -285,8 +286,9 @@ void CheckTx(const fi_tx_attr* h, const fi_info& cand, Checker* c) {
   if (h == nullptr) return;
   const fi_tx_attr& o = *cand.tx_attr;
   // Remote CQ data only where the domain carries it (not on DGRAM).
-  const uint64_t op_flags =
-      cand.domain_attr->cq_data_size != 0 ? kTxOpFlags : kTxOpFlags & ~FI_REMOTE_CQ_DATA;
+  const uint64_t op_flags = cand.ep_attr->type == FI_EP_RDM
+                                ? kTxOpFlags
+                                : kTxOpFlags & ~(FI_REMOTE_CQ_DATA | FI_DELIVERY_COMPLETE);
   c->Bits("tx caps", h->caps, o.caps);
   c->Bits("tx op_flags", h->op_flags, op_flags);
   c->Bits("tx msg_order", h->msg_order, o.msg_order);
@@ -328,7 +330,7 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   tx->comp_order = FI_ORDER_NONE;
   tx->inject_size = d.inject_size;
   tx->size = d.tx_size;
-  tx->iov_limit = kIovLimit;
+  tx->iov_limit = kMsgIovLimit;
   tx->rma_iov_limit = (d.caps & FI_RMA) != 0 ? kIovLimit : 0;
 
   fi_rx_attr* rx = info->rx_attr;
@@ -337,7 +339,7 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   rx->comp_order = FI_ORDER_NONE;
   rx->total_buffered_recv = d.total_buffered_recv;
   rx->size = d.rx_size;
-  rx->iov_limit = kIovLimit;
+  rx->iov_limit = kMsgIovLimit;
 
   fi_ep_attr* ep = info->ep_attr;
   ep->type = type;

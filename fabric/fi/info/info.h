@@ -59,6 +59,9 @@ inline constexpr size_t kMaxEndpoints = 64;
 // One buffer per operation: the engine's sends, receives and regions take
 // one contiguous buffer each.
 inline constexpr size_t kIovLimit = 1;
+// Buffers of one send, receive or RMA's local side (tx/rx iov_limit): the
+// facade gathers them into one (fabric/fi/ep_ops.cc); more is -FI_EINVAL.
+inline constexpr size_t kMsgIovLimit = 4;
 // A tag is 64 bits; with no hint the format is libfabric's generic one.
 inline constexpr uint64_t kDefaultTagFormat = 0xAAAAAAAAAAAAAAAAull;
 

@@ -140,7 +140,8 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_EQ(rdm->tx_attr->size, limits.max_send_ops);
   EXPECT_EQ(rdm->rx_attr->size, limits.max_posted_recvs);
   EXPECT_EQ(rdm->rx_attr->total_buffered_recv, limits.unexpected_bytes);
-  EXPECT_EQ(rdm->tx_attr->iov_limit, 1u);
+  EXPECT_EQ(rdm->tx_attr->iov_limit, kMsgIovLimit);
+  EXPECT_EQ(rdm->rx_attr->iov_limit, kMsgIovLimit);
   EXPECT_EQ(rdm->tx_attr->rma_iov_limit, 1u);
   EXPECT_EQ(rdm->tx_attr->caps & (FI_RECV | FI_REMOTE_READ), 0u);
   EXPECT_EQ(rdm->rx_attr->caps & (FI_SEND | FI_READ), 0u);
@@ -574,6 +575,9 @@ TEST_F(InfoTest, TransmitAttributes) {
   ExpectEntries(1);  // no remote CQ data on DGRAM
   EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
   t->op_flags = FI_DELIVERY_COMPLETE;
+  ExpectEntries(1);  // datagrams are not acknowledged: RDM only
+  EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
+  t->op_flags = FI_MATCH_COMPLETE;
   ExpectNoMatch("tx op_flags");
   t->op_flags = 0;
   t->msg_order = FI_ORDER_SAS | FI_ORDER_RAW;
@@ -588,7 +592,7 @@ TEST_F(InfoTest, TransmitAttributes) {
   t->size = 1 << 20;
   ExpectNoMatch("tx size");
   t->size = 0;
-  t->iov_limit = 2;
+  t->iov_limit = kMsgIovLimit + 1;
   ExpectNoMatch("tx iov_limit");
   t->iov_limit = 0;
   t->rma_iov_limit = 2;
@@ -625,7 +629,7 @@ TEST_F(InfoTest, ReceiveAttributes) {
   r->size = 1 << 20;
   ExpectNoMatch("rx size");
   r->size = 0;
-  r->iov_limit = 4;
+  r->iov_limit = kMsgIovLimit + 1;
   ExpectNoMatch("rx iov_limit");
   r->iov_limit = 0;
   r->caps = FI_REMOTE_COMM | FI_RMA_EVENT;
