@@ -564,11 +564,11 @@ uint16_t FreePort(const Domain* d, uint16_t base) {
 // never exceed them; an application that raises one by hand is told which.
 const char* AttrBeyondLimits(const fi_info* info, const rdm::EndpointConfig& c, fi_ep_type type) {
   if (const fi_tx_attr* tx = info->tx_attr; tx != nullptr) {
-    if (tx->iov_limit > kIovLimit) return "tx_attr->iov_limit";
+    if (tx->iov_limit > kMsgIovLimit) return "tx_attr->iov_limit";
     if (tx->rma_iov_limit > kIovLimit) return "tx_attr->rma_iov_limit";
     if (type != FI_EP_DGRAM && tx->inject_size > c.inject_size) return "tx_attr->inject_size";
   }
-  if (info->rx_attr != nullptr && info->rx_attr->iov_limit > kIovLimit) {
+  if (info->rx_attr != nullptr && info->rx_attr->iov_limit > kMsgIovLimit) {
     return "rx_attr->iov_limit";
   }
   if (const fi_ep_attr* ep = info->ep_attr; ep != nullptr) {
