@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "fabric/fi/address/address.h"
 #include "fabric/fi/domain.h"
@@ -92,11 +93,20 @@ fi_addr_t InsertOne(Av* av, rdm::Address a, int* err) {
   return fa;
 }
 
-// Completes an insert: the count, or an FI_AV_COMPLETE event when the AV is
-// bound to an EQ (asynchronous inserts).
-int FinishInsert(Av* av, size_t count, size_t ok, uint64_t flags, void* context) {
+// The addresses of one insert call that could not be inserted: index, errno.
+using InsertFailures = std::vector<std::pair<size_t, int>>;
+
+// Completes an insert: the count, or, when the AV is bound to an EQ
+// (asynchronous inserts, fi_av(3)), an error event per address that failed
+// (data: its index in the call) and then FI_AV_COMPLETE with the count.
+int FinishInsert(Av* av, const InsertFailures& failed, size_t ok, void* context) {
   if (av->eq == nullptr) return static_cast<int>(ok);
-  (void)flags;
+  for (const auto& [index, err] : failed) {
+    char message[96];
+    std::snprintf(message, sizeof(message), "address %zu of the insert: %s", index,
+                  std::strerror(err));
+    if (!EqPushError(av->eq, &av->fid.fid, context, index, err, err, message)) return -FI_EAGAIN;
+  }
   EqEvent ev;
   ev.event = FI_AV_COMPLETE;
   fi_eq_entry entry{};
@@ -106,7 +116,6 @@ int FinishInsert(Av* av, size_t count, size_t ok, uint64_t flags, void* context)
   ev.bytes.assign(reinterpret_cast<uint8_t*>(&entry),
                   reinterpret_cast<uint8_t*>(&entry) + sizeof(entry));
   if (!EqPush(av->eq, std::move(ev))) return -FI_EAGAIN;
-  (void)count;
   return 0;
 }
 
@@ -120,6 +129,7 @@ int AvInsert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint
   int* errors = (flags & FI_SYNC_ERR) ? static_cast<int*>(context) : nullptr;
   DomainGuard g(av->domain->lock);
   size_t ok = 0;
+  InsertFailures failed;
   for (size_t i = 0; i < count; ++i) {
     const auto* bytes = static_cast<const uint8_t*>(addr) + i * kAddrLen;
     std::optional<rdm::Address> a = FromSockaddr(bytes, kAddrLen);
@@ -127,10 +137,11 @@ int AvInsert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
     if (a) fa = InsertOne(av, *a, &err);
     if (fa != FI_ADDR_NOTAVAIL) ++ok;
+    if (fa == FI_ADDR_NOTAVAIL) failed.emplace_back(i, err);
     if (fi_addr != nullptr) fi_addr[i] = fa;
     if (errors != nullptr) errors[i] = -err;
   }
-  return FinishInsert(av, count, ok, flags, context);
+  return FinishInsert(av, failed, ok, context);
 }
 
 // node: dotted IPv4 or a host name; service: a UDP port number or a UDP
@@ -161,7 +172,9 @@ int AvInsertSvc(fid_av* f, const char* node, const char* service, fi_addr_t* fi_
   int err = FI_EINVAL;
   fi_addr_t fa = a ? InsertOne(av, *a, &err) : FI_ADDR_NOTAVAIL;
   if (fi_addr != nullptr) *fi_addr = fa;
-  return FinishInsert(av, 1, fa != FI_ADDR_NOTAVAIL ? 1 : 0, flags, context);
+  InsertFailures failed;
+  if (fa == FI_ADDR_NOTAVAIL) failed.emplace_back(0, err);
+  return FinishInsert(av, failed, fa != FI_ADDR_NOTAVAIL ? 1 : 0, context);
 }
 
 // nodecnt consecutive IPv4 addresses from node times svccnt consecutive
@@ -176,6 +189,7 @@ int AvInsertSym(fid_av* f, const char* node, size_t nodecnt, const char* service
   if (base->udp_port + svccnt - 1 > 65535) return -FI_EINVAL;
   DomainGuard g(av->domain->lock);
   size_t ok = 0, i = 0;
+  InsertFailures failed;
   for (size_t n = 0; n < nodecnt; ++n) {
     for (size_t s = 0; s < svccnt; ++s, ++i) {
       rdm::Address a = *base;
@@ -184,10 +198,11 @@ int AvInsertSym(fid_av* f, const char* node, size_t nodecnt, const char* service
       int err = 0;
       const fi_addr_t fa = InsertOne(av, a, &err);
       if (fa != FI_ADDR_NOTAVAIL) ++ok;
+      if (fa == FI_ADDR_NOTAVAIL) failed.emplace_back(i, err);
       if (fi_addr != nullptr) fi_addr[i] = fa;
     }
   }
-  return FinishInsert(av, nodecnt * svccnt, ok, flags, context);
+  return FinishInsert(av, failed, ok, context);
 }
 
 int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
