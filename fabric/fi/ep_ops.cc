@@ -106,6 +106,7 @@ bool FenceHolds(const Ep* ep, rdm::PeerId dest) {
 
 void Gather(const iovec* iov, size_t count, uint8_t* out) {
   for (size_t i = 0; i < count; ++i) {
+    if (iov[i].iov_len == 0) continue;  // its base may be null, and so may out
     std::memcpy(out, iov[i].iov_base, iov[i].iov_len);
     out += iov[i].iov_len;
   }
