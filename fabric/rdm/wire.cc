@@ -109,11 +109,7 @@ size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, siz
   std::memcpy(b, &h, sizeof(h));
   std::memcpy(b + sizeof(h), ext, ext_len);
   if (!payload.empty()) std::memcpy(b + sizeof(h) + ext_len, payload.data(), payload.size());
-  if (key != nullptr) {
-    const size_t at = MacOffset(c.type);
-    const Mac m = ComputeMac(flow, b, datagram, at, *key);
-    std::memcpy(b + at, m.data(), m.size());
-  }
+  if (key != nullptr) SealMac(flow, {b, datagram}, *key);
   const uint32_t crc = Be32(PacketCrc(flow, b, datagram));
   std::memcpy(b + offsetof(CommonHeader, crc), &crc, sizeof(crc));
   return driver::WriteUdpHeaders(flow, datagram, frame, driver::UdpChecksumFill::kNone);
@@ -332,6 +328,15 @@ size_t BuildReset(const driver::UdpFlow& flow, const Common& c, const ResetField
   e.reason = static_cast<uint8_t>(r.reason);
   e.incarnation = Be32(r.incarnation);
   return Finish(flow, c, &e, sizeof(e), {}, frame, key);
+}
+
+bool SealMac(const driver::UdpFlow& flow, absl::Span<uint8_t> datagram, const MacKey& key) {
+  if (datagram.size() < sizeof(CommonHeader)) return false;
+  const size_t at = MacOffset(static_cast<PacketType>(datagram[offsetof(CommonHeader, type)]));
+  if (at == 0 || datagram.size() != at + sizeof(Mac)) return false;
+  const Mac m = ComputeMac(flow, datagram.data(), datagram.size(), at, key);
+  std::memcpy(datagram.data() + at, m.data(), m.size());
+  return true;
 }
 
 bool VerifyMac(const View& v, const MacKey* key) {

@@ -311,6 +311,10 @@ size_t BuildReset(const driver::UdpFlow& flow, const Common& c, const ResetField
 // in constant time; without, its MAC is all zero (a sender with a key never
 // talks to one without). REQUIRES: v came from Parse (v.datagram is set).
 bool VerifyMac(const View& v, const MacKey* key);
+// Writes the MAC under key into a HELLO, HELLO_ACK, COOKIE or RESET
+// datagram (the bypass header onwards, as sent on flow); the CRC is to be
+// computed after. False (nothing written) for another type or size.
+bool SealMac(const driver::UdpFlow& flow, absl::Span<uint8_t> datagram, const MacKey& key);
 size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a,
                 absl::Span<uint8_t> frame);
 // `payload` is copied from the caller's buffer into the frame. A request to
