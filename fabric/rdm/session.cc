@@ -290,6 +290,9 @@ void Session::MaybeEstablished(SessionPeer& s) {
   if (s.established() && !s.counted_established) {
     s.counted_established = true;
     ++ctx_.counters.handshakes;
+    // The handshake's answers have come: a copy of one replayed later
+    // proves nothing.
+    s.nonce = NewNonce();
   }
 }
 
