@@ -444,7 +444,7 @@ TEST(AttackTest, AFloodOfHellosFromRandomSourcesFillsNothing) {
   constexpr int kFloodPerStep = 24;
   Transfer1 t(net, 256u << 10);
   uint64_t sent = 0;
-  t.Run([&](uint64_t) {
+  const auto flood_some = [&] {
     for (int i = 0; i < kFloodPerStep && sent < 100'000; ++i, ++sent) {
       Address from;
       from.ip = driver::Ipv4Address{static_cast<uint32_t>(rng())};
@@ -456,19 +456,10 @@ TEST(AttackTest, AFloodOfHellosFromRandomSourcesFillsNothing) {
                            static_cast<uint32_t>(r), r | 1, {}, nullptr, fr);
       });
     }
-  });
+  };
+  t.Run([&](uint64_t) { flood_some(); });
   while (sent < 100'000) {  // the rest, if the transfer finished first
-    for (int i = 0; i < kFloodPerStep && sent < 100'000; ++i, ++sent) {
-      Address from;
-      from.ip = driver::Ipv4Address{static_cast<uint32_t>(rng())};
-      from.udp_port = static_cast<uint16_t>(rng() | 1);
-      const uint64_t r = rng();
-      Inject(net, 3, [&](absl::Span<uint8_t> fr) {
-        return ForgedHello(Spoofed(from, net.ep(3).address().mac, b),
-                           static_cast<uint32_t>(r >> 32) | 1, 0, static_cast<uint32_t>(r), r | 1,
-                           {}, nullptr, fr);
-      });
-    }
+    flood_some();
     net.Step();
   }
   const Counters& n = net.ep(1).counters();

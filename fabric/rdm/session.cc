@@ -188,11 +188,9 @@ bool Session::EchoesNonce(uint32_t pi, const wire::View& v) {
   return false;
 }
 
-SessionEvent Session::ClassifyCookie(uint32_t pi, const wire::View& v) {
-  const SessionPeer& s = state_[pi];
-  const uint32_t src = v.common.src_incarnation;
+SessionEvent Session::ClassifyIncarnation(uint32_t pi, uint32_t src) {
   const uint32_t current = peers_.address(pi).incarnation;
-  if (s.IsRetired(src)) {
+  if (state_[pi].IsRetired(src)) {
     ++ctx_.counters.stale_dropped;
     return SessionEvent::kStale;
   }
@@ -200,7 +198,16 @@ SessionEvent Session::ClassifyCookie(uint32_t pi, const wire::View& v) {
     ++ctx_.counters.peer_restarts;
     return SessionEvent::kRestarted;
   }
-  if (s.probing) {
+  return SessionEvent::kCurrent;
+}
+
+SessionEvent Session::ClassifyCookie(uint32_t pi, const wire::View& v) {
+  const SessionEvent e = ClassifyIncarnation(pi, v.common.src_incarnation);
+  if (e != SessionEvent::kCurrent) return e;
+  // Only an established session can be proven gone: during a handshake
+  // the peer may simply not have taken our HELLO yet (its answer to it is
+  // on the way), so the COOKIE is taken and the handshake goes on.
+  if (state_[pi].probing && state_[pi].established()) {
     ++ctx_.counters.peer_resets;
     return SessionEvent::kReset;
   }
@@ -231,16 +238,8 @@ void Session::Probe(uint32_t pi) {
 
 SessionEvent Session::ClassifyHello(uint32_t pi, const wire::View& v) {
   const SessionPeer& s = state_[pi];
-  const uint32_t src = v.common.src_incarnation;
-  const uint32_t current = peers_.address(pi).incarnation;
-  if (s.IsRetired(src)) {
-    ++ctx_.counters.stale_dropped;
-    return SessionEvent::kStale;
-  }
-  if (current != 0 && current != src) {
-    ++ctx_.counters.peer_restarts;
-    return SessionEvent::kRestarted;
-  }
+  const SessionEvent e = ClassifyIncarnation(pi, v.common.src_incarnation);
+  if (e != SessionEvent::kCurrent) return e;
   if (s.rx_known && !(v.common.psn == s.rx_isn)) {
     // Same incarnation, new initial PSN: it dropped our session (timeout).
     ++ctx_.counters.peer_resets;

@@ -145,7 +145,9 @@ class Session {
   // A HELLO_ACK or COOKIE echoes our nonce (counts handshake_unproven if not).
   bool EchoesNonce(uint32_t pi, const wire::View& v);
   // What a COOKIE echoing our nonce proves: the peer at pi's address
-  // (incarnation src) has no session with this one of ours.
+  // (incarnation src) has no session with this one of ours (a restart if
+  // src is not the incarnation we know; a reset if it answers a probe of
+  // an established session; else the handshake goes on).
   SessionEvent ClassifyCookie(uint32_t pi, const wire::View& v);
   // A COOKIE to our current HELLO: the HELLO goes again at once, echoing it.
   void TakeCookie(uint32_t pi, const wire::View& v);
@@ -257,6 +259,10 @@ class Session {
     return s.hello_wanted && (!s.tx_ready || s.probing);
   }
   void Init(uint32_t pi, const Address& addr);
+  // What the incarnation a HELLO, HELLO_ACK or COOKIE comes from means
+  // (counted): kStale (retired), kRestarted (not the one we know), else
+  // kCurrent.
+  SessionEvent ClassifyIncarnation(uint32_t pi, uint32_t src);
   wire::Cookie MakeCookie(const wire::View& v, uint64_t period) const;
   PendingReset* NextPending();
   uint64_t NewNonce();

@@ -849,7 +849,7 @@ TEST(SessionProofTest, AnswersMustEchoOurNonceAndAProbeKeepsItsOwn) {
   EXPECT_TRUE(rig.session[pi].established()) << "nothing ended";
 }
 
-// A COOKIE echoing the probe's nonce proves the session is gone at the
+// A COOKIE echoing the probe's nonce proves an established session is gone at the
 // peer (a reset, or a restart from another incarnation); one during a
 // first handshake is taken and the HELLO goes again at once, echoing it.
 TEST(SessionProofTest, WhatACookieProves) {
@@ -858,6 +858,11 @@ TEST(SessionProofTest, WhatACookieProves) {
   wire::View cookie = Hello(rig, Psn(0), wire::PacketType::kCookie);
   cookie.hello.cookie.fill(4);
   EXPECT_EQ(rig.session.ClassifyCookie(pi, cookie), SessionEvent::kCurrent) << "no probe";
+  StageRig mid;  // a probe during a handshake: the peer may not have our HELLO yet
+  const uint32_t half = mid.AddPeer();
+  mid.session.Accept(half, Hello(mid, Psn(StageRig::kPeerIsn)));
+  mid.session.Probe(half);
+  EXPECT_EQ(mid.session.ClassifyCookie(half, cookie), SessionEvent::kCurrent);
   rig.session.Probe(pi);
   EXPECT_EQ(rig.session.ClassifyCookie(pi, cookie), SessionEvent::kReset);
   cookie.common.src_incarnation = 0x7777;

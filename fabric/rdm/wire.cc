@@ -27,19 +27,24 @@ T Load(const uint8_t* p) {
   return v;
 }
 
+// The 12-byte pseudo header: IPv4 source and destination, UDP ports.
+void PseudoHeader(const driver::UdpFlow& flow, uint8_t* out) {
+  const uint32_t src = Be32(flow.src_ip.value);
+  const uint32_t dst = Be32(flow.dst_ip.value);
+  const uint16_t sp = Be16(flow.src_port);
+  const uint16_t dp = Be16(flow.dst_port);
+  std::memcpy(out, &src, 4);
+  std::memcpy(out + 4, &dst, 4);
+  std::memcpy(out + 8, &sp, 2);
+  std::memcpy(out + 10, &dp, 2);
+}
+
 // The CRC over the pseudo header (IPv4 addresses and UDP ports, so a
 // corrupted address is caught too), the common header with crc taken as 0,
 // and everything after it. `bypass` is the UDP payload.
 uint32_t PacketCrc(const driver::UdpFlow& flow, const uint8_t* bypass, size_t len) {
   uint8_t pseudo[12];
-  const uint32_t src = Be32(flow.src_ip.value);
-  const uint32_t dst = Be32(flow.dst_ip.value);
-  const uint16_t sp = Be16(flow.src_port);
-  const uint16_t dp = Be16(flow.dst_port);
-  std::memcpy(pseudo, &src, 4);
-  std::memcpy(pseudo + 4, &dst, 4);
-  std::memcpy(pseudo + 8, &sp, 2);
-  std::memcpy(pseudo + 10, &dp, 2);
+  PseudoHeader(flow, pseudo);
   return Crc32cFinish(Crc32cPacket(pseudo, bypass, len, offsetof(CommonHeader, crc)));
 }
 
@@ -74,14 +79,7 @@ size_t MacOffset(PacketType type) {
 Mac ComputeMac(const driver::UdpFlow& flow, const uint8_t* bypass, size_t len, size_t mac_at,
                const MacKey& key) {
   uint8_t buf[12 + sizeof(CommonHeader) + sizeof(HelloHeader)];
-  const uint32_t src = Be32(flow.src_ip.value);
-  const uint32_t dst = Be32(flow.dst_ip.value);
-  const uint16_t sp = Be16(flow.src_port);
-  const uint16_t dp = Be16(flow.dst_port);
-  std::memcpy(buf, &src, 4);
-  std::memcpy(buf + 4, &dst, 4);
-  std::memcpy(buf + 8, &sp, 2);
-  std::memcpy(buf + 10, &dp, 2);
+  PseudoHeader(flow, buf);
   std::memcpy(buf + 12, bypass, len);
   std::memset(buf + 12 + offsetof(CommonHeader, crc), 0, 4);
   std::memset(buf + 12 + mac_at, 0, sizeof(Mac));
