@@ -140,6 +140,11 @@ class QueuePair {
                                  size_t /*len*/) {
     return -38;  // -ENOSYS
   }
+  // Whether frames to ip:udp_port go through memory only this host's
+  // processes share (so the peer's frames come with kRxSameHost): the
+  // engine then authenticates its handshake with the intra-host key
+  // (SECURITY.md). A cold path (once per handshake packet). Default: no.
+  virtual bool ReachesSameHost(Ipv4Address /*ip*/, uint16_t /*udp_port*/) { return false; }
 };
 
 // One NIC port or virtual port. Open with OpenDevice.

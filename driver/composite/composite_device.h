@@ -53,6 +53,9 @@ class CompositeQueue final : public QueuePair {
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
     return local_.ReadPeerMemory(pid, addr, dst, len);
   }
+  bool ReachesSameHost(Ipv4Address ip, uint16_t udp_port) override {
+    return local_.Reaches(ip, udp_port);
+  }
 
   // Whether a frame to ip:port goes through the intra-host device.
   bool IsLocal(Ipv4Address ip, uint16_t udp_port) { return local_.Reaches(ip, udp_port); }

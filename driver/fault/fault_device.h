@@ -46,6 +46,9 @@ class FaultQueue final : public QueuePair {
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
     return inner_.ReadPeerMemory(pid, addr, dst, len);
   }
+  bool ReachesSameHost(Ipv4Address ip, uint16_t port) override {
+    return inner_.ReachesSameHost(ip, port);
+  }
   absl::Status BindUdpPort(uint16_t port) override { return inner_.BindUdpPort(port); }
   void UnbindUdpPort(uint16_t port) override { inner_.UnbindUdpPort(port); }
 

@@ -76,6 +76,8 @@ class LoopbackQueue final : public QueuePair {
   uint16_t id() const override { return id_; }
   // With same_host=1: process_vm_readv; else -ENOSYS.
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;
+  // With same_host=1 every peer is "on this host", as frames from it say.
+  bool ReachesSameHost(Ipv4Address, uint16_t) override { return self_->same_host; }
 
   const LoopbackCounters& counters() const { return counters_; }
 

@@ -32,6 +32,10 @@ struct DeviceParams {
   int64_t (*read_peer_memory)(void* arg, uint32_t pid, uint64_t addr, void* dst,
                               size_t len) = nullptr;
   void* read_peer_memory_arg = nullptr;
+  // QueuePair::ReachesSameHost: which handshake key a peer's packets take
+  // (SECURITY.md); null: none is.
+  bool (*reaches_same_host)(void* arg, driver::Ipv4Address ip, uint16_t port) = nullptr;
+  void* reaches_same_host_arg = nullptr;
 };
 
 // SplitMix64: the engine's pseudo-random numbers (initial PSNs; region keys

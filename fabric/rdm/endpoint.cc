@@ -36,6 +36,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const dri
       dev.read_peer_memory_arg = &port.qp();
     }
   }
+  dev.reaches_same_host = [](void* qp, driver::Ipv4Address ip, uint16_t udp_port) {
+    return static_cast<driver::QueuePair*>(qp)->ReachesSameHost(ip, udp_port);
+  };
+  dev.reaches_same_host_arg = &port.qp();
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dev, config);
   if (!engine.ok()) return engine.status();
   std::unique_ptr<Endpoint> ep(new Endpoint(port, clock, *std::move(engine)));

@@ -12,12 +12,18 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "sodium.h"
 
 namespace bypass::rdm {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const DeviceParams& dev,
                                                        const EndpointConfig& config) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  if (sodium_init() < 0) {
+    return absl::InternalError(
+        "rdm endpoint: libsodium failed to initialize (no system randomness?); check "
+        "/dev/urandom and getrandom()");
+  }
   if (dev.ip.value == 0) {
     return absl::FailedPreconditionError(
         "rdm endpoint: the device has no IPv4 address; open it with ip=A.B.C.D");
@@ -67,7 +73,9 @@ absl::StatusOr<PeerId> Engine::InsertPeer(const Address& addr) {
         absl::StrCat("InsertPeer(", addr.ToString(), "): the address needs an IPv4 and a port"));
   }
   bool added = false;
-  const uint32_t pi = session.Insert(addr, &added);
+  uint32_t pi = session.Insert(addr, &added);
+  // Peers learned from the network never keep the application out.
+  if (pi == kNone && EvictLearnedForInsert()) pi = session.Insert(addr, &added);
   if (pi == kNone) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "InsertPeer(", addr.ToString(), "): the peer table is full (max_peers=", ctx.config.max_peers,
@@ -82,12 +90,42 @@ absl::Status Engine::RemovePeer(PeerId id) {
     return absl::NotFoundError(absl::StrCat(
         "RemovePeer(", id.value, "): no such peer (never inserted, or already removed)"));
   }
-  const uint32_t pi = id.slot();
-  FailPeer(pi, ECANCELED, "was removed; operation canceled", /*keep_unsent=*/false);
-  messaging.RemovePeer(pi);
-  session.Remove(pi);
+  DropPeer(id.slot(), ECANCELED, "was removed; operation canceled");
   AfterFreeing();
   return absl::OkStatus();
+}
+
+void Engine::DropPeer(uint32_t pi, int err, const char* why) {
+  FailPeer(pi, err, why, /*keep_unsent=*/false);
+  messaging.RemovePeer(pi);
+  session.Remove(pi);
+}
+
+bool Engine::EvictLearnedForInsert() {
+  uint32_t victim = session.OldestLearned([&](uint32_t pi) { return !session[pi].established(); });
+  if (victim == kNone) victim = session.OldestLearned([&](uint32_t pi) { return !Busy(pi); });
+  if (victim == kNone) victim = session.OldestLearned([](uint32_t) { return true; });
+  if (victim == kNone) return false;
+  ++ctx.counters.learned_evicted;
+  DropPeer(victim, ECONNABORTED, "was evicted to make room for a peer the application inserted");
+  return true;
+}
+
+uint32_t Engine::AddLearned(const wire::View& v) {
+  if (session.LearnedFull()) {
+    // Only unconfirmed ones: an established peer is never displaced by
+    // packets from elsewhere.
+    const uint32_t victim =
+        session.OldestLearned([&](uint32_t pi) { return !session[pi].established(); });
+    if (victim != kNone) {
+      ++ctx.counters.learned_evicted;
+      DropPeer(victim, ECONNABORTED, "was evicted (unconfirmed) to make room for a new peer");
+    }
+  }
+  bool added = false;
+  const uint32_t pi = session.AddFromHello(v, &added);
+  if (pi != kNone) AddPeer(pi);
+  return pi;
 }
 
 std::optional<Address> Engine::PeerAddress(PeerId id) const {
@@ -169,12 +207,13 @@ void Engine::HandleFrame(driver::Packet* pkt) {
     ctx.Release(pkt);
     return;
   }
+  const bool same_host = (pkt->ol_flags & driver::kRxSameHost) != 0;
   if (c.dst_incarnation != ctx.incarnation) {
     if (c.dst_incarnation != 0) {
       // Sent to an earlier life of this endpoint: say so, so the sender
       // learns of the restart now rather than after its timeout.
       ++counters.stale_dropped;
-      session.QueueReset(v, wire::ResetReason::kUnknownIncarnation);
+      session.QueueReset(v, wire::ResetReason::kUnknownIncarnation, same_host);
       ctx.Release(pkt);
       return;
     }
@@ -192,16 +231,21 @@ void Engine::HandleFrame(driver::Packet* pkt) {
     v.msg.offer_addr = 0;
   }
   const uint32_t pi = session.peers().Find(v.flow.src_ip.value, v.flow.src_port);
-  if (pi != kNone && (pkt->ol_flags & driver::kRxSameHost) != 0) session.NoteSameHost(pi);
+  if (pi != kNone && same_host) session.NoteSameHost(pi);
   bool held = false;
   // The dispatcher: the one switch over packet types in the engine.
   switch (c.type) {
     case wire::PacketType::kHello:
+      OnHello(pi, v, same_host);
+      break;
     case wire::PacketType::kHelloAck:
-      OnHello(pi, v);
+      OnHelloAck(pi, v, same_host);
+      break;
+    case wire::PacketType::kCookie:
+      OnCookie(pi, v, same_host);
       break;
     case wire::PacketType::kReset:
-      OnReset(pi, v);
+      OnReset(pi, v, same_host);
       break;
     case wire::PacketType::kAck:
       OnAck(pi, v);
@@ -214,50 +258,58 @@ void Engine::HandleFrame(driver::Packet* pkt) {
   if (!held) ctx.Release(pkt);
 }
 
-void Engine::OnHello(uint32_t pi, const wire::View& v) {
-  const bool hello = v.common.type == wire::PacketType::kHello;
+void Engine::OnHello(uint32_t pi, const wire::View& v, bool same_host) {
+  if (!session.Authentic(v, same_host)) return;
+  if (pi != kNone && session[pi].IsRetired(v.common.src_incarnation)) {
+    ++ctx.counters.stale_dropped;
+    return;
+  }
+  if (!session.NeedsProof(pi, v)) {
+    // A copy of the current session's HELLO (its HELLO_ACK was lost):
+    // answered, echoing its nonce; it changes nothing, not even liveness,
+    // since anyone could have sent it.
+    session[pi].peer_nonce = v.hello.nonce;
+    session[pi].hello_ack_owed = true;
+    ctx.Enqueue(pi);
+    return;
+  }
+  // Anything else costs nothing until the sender proves it receives at
+  // its address: a COOKIE, then its HELLO echoing it.
+  if (!session.CookieValid(v)) {
+    session.QueueCookie(pi, v, same_host);
+    return;
+  }
   if (pi == kNone) {
-    if (!hello) {  // an answer to a HELLO we never sent (or of a peer removed since)
-      ++ctx.counters.stale_dropped;
-      return;
-    }
-    bool added = false;
-    pi = session.AddFromHello(v, &added);
+    pi = AddLearned(v);
     if (pi == kNone) return;
-    AddPeer(pi);
   }
-  switch (session.ClassifyHello(pi, v)) {
-    case SessionEvent::kStale:
-      return;
-    case SessionEvent::kRestarted: {
-      const uint32_t old = session.address(pi).incarnation;
-      FailPeer(pi, ECONNRESET, "restarted; operation aborted", /*keep_unsent=*/true);
-      session.Retire(pi, old);
-      break;
-    }
-    case SessionEvent::kReset:
-      FailPeer(pi, ECONNRESET, "reset its session; operation aborted", /*keep_unsent=*/true);
-      break;
-    case SessionEvent::kCurrent:
-      break;
-  }
-  session.Heard(pi, v);
-  if (session.Accept(pi, v)) reliability.StartRx(pi, v.common.credit);
-  if (hello) session[pi].hello_ack_owed = true;
-  reliability.OnAck(pi, v.common, nullptr);
-  if (hello || HasWork(pi)) ctx.Enqueue(pi);
+  if (!TakeHandshake(pi, v)) return;
+  session[pi].peer_nonce = v.hello.nonce;
+  session[pi].hello_ack_owed = true;
+  ctx.Enqueue(pi);
 }
 
-void Engine::OnReset(uint32_t pi, const wire::View& v) {
+void Engine::OnHelloAck(uint32_t pi, const wire::View& v, bool same_host) {
+  if (pi == kNone) {  // an answer to a HELLO we never sent (or of a peer removed since)
+    ++ctx.counters.stale_dropped;
+    return;
+  }
+  // Our nonce echoed proves it answers a HELLO of ours, at its address.
+  if (!session.Authentic(v, same_host) || !session.EchoesNonce(pi, v)) return;
+  if (!TakeHandshake(pi, v)) return;
+  session.Answered(pi);
+  if (HasWork(pi)) ctx.Enqueue(pi);
+}
+
+void Engine::OnCookie(uint32_t pi, const wire::View& v, bool same_host) {
   if (pi == kNone) {
     ++ctx.counters.stale_dropped;
     return;
   }
-  const TxStream& t = reliability.tx(pi);
-  const bool in_session = !v.common.psn.Before(t.snd_una) && v.common.psn.Before(t.next_psn);
-  switch (session.ClassifyReset(pi, v, in_session)) {
+  if (!session.Authentic(v, same_host) || !session.EchoesNonce(pi, v)) return;
+  session.Heard(pi, v);
+  switch (session.ClassifyCookie(pi, v)) {
     case SessionEvent::kStale:
-    case SessionEvent::kCurrent:
       return;
     case SessionEvent::kRestarted: {
       const uint32_t old = session.address(pi).incarnation;
@@ -270,8 +322,56 @@ void Engine::OnReset(uint32_t pi, const wire::View& v) {
       FailPeer(pi, ECONNRESET, "lost our session (it timed out); operation aborted",
                /*keep_unsent=*/true);
       break;
+    case SessionEvent::kCurrent:
+      session.TakeCookie(pi, v);
+      break;
   }
   if (HasWork(pi)) ctx.Enqueue(pi);
+}
+
+bool Engine::TakeHandshake(uint32_t pi, const wire::View& v) {
+  switch (session.ClassifyHello(pi, v)) {
+    case SessionEvent::kStale:
+      return false;
+    case SessionEvent::kRestarted: {
+      const uint32_t old = session.address(pi).incarnation;
+      FailPeer(pi, ECONNRESET, "restarted; operation aborted", /*keep_unsent=*/true);
+      session.Retire(pi, old);
+      break;
+    }
+    case SessionEvent::kReset:
+      FailPeer(pi, ECONNRESET, "reset its session; operation aborted", /*keep_unsent=*/true);
+      break;
+    case SessionEvent::kCurrent:
+      break;
+  }
+  session.Proven(pi, v);
+  if (session.Accept(pi, v)) reliability.StartRx(pi, v.common.credit);
+  reliability.OnAck(pi, v.common, nullptr);
+  return true;
+}
+
+void Engine::OnReset(uint32_t pi, const wire::View& v, bool same_host) {
+  if (pi == kNone) {
+    ++ctx.counters.stale_dropped;
+    return;
+  }
+  if (!session.Authentic(v, same_host)) return;
+  const TxStream& t = reliability.tx(pi);
+  const bool in_session = !v.common.psn.Before(t.snd_una) && v.common.psn.Before(t.next_psn);
+  switch (session.ClassifyReset(pi, v, in_session)) {
+    case SessionEvent::kStale:
+    case SessionEvent::kCurrent:
+      return;
+    case SessionEvent::kRestarted:
+    case SessionEvent::kReset:
+      // Never an end by itself (it may be forged or replayed): we ask the
+      // peer, and only its proven answer (a COOKIE or HELLO_ACK echoing the
+      // probe's nonce) ends the session (PROTOCOL.md, "Sessions").
+      ++ctx.counters.resets_probed;
+      session.Probe(pi);
+      break;
+  }
 }
 
 void Engine::OnAck(uint32_t pi, const wire::View& v) {
@@ -301,7 +401,8 @@ bool Engine::OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt) 
   }
   if (!session[pi].rx_known) {
     ++ctx.counters.stale_dropped;
-    session.QueueReset(v, wire::ResetReason::kNoSession);
+    session.QueueReset(v, wire::ResetReason::kNoSession,
+                       (pkt->ol_flags & driver::kRxSameHost) != 0);
     return false;
   }
   session.Heard(pi, v);

@@ -93,8 +93,23 @@ class Engine : private Stages {
 
   // The dispatcher: the one switch over packet types.
   void HandleFrame(driver::Packet* pkt);
-  void OnHello(uint32_t pi, const wire::View& v);
-  void OnReset(uint32_t pi, const wire::View& v);
+  // Handshakes (PROTOCOL.md, "Sessions"): same_host: the frame came with
+  // kRxSameHost (which key authenticates it).
+  void OnHello(uint32_t pi, const wire::View& v, bool same_host);
+  void OnHelloAck(uint32_t pi, const wire::View& v, bool same_host);
+  void OnCookie(uint32_t pi, const wire::View& v, bool same_host);
+  // A proven HELLO or HELLO_ACK: what it means for the session, acted on.
+  // False: stale.
+  bool TakeHandshake(uint32_t pi, const wire::View& v);
+  // A slot for the source of a proven HELLO, evicting the oldest
+  // unconfirmed learned peer if learned ones fill their share; kNone: none.
+  uint32_t AddLearned(const wire::View& v);
+  // Room for an application's insert: evicts a learned peer (unconfirmed
+  // first, then idle, then any); false if there is none.
+  bool EvictLearnedForInsert();
+  // The peer goes: its operations fail with err (why), its slot is freed.
+  void DropPeer(uint32_t pi, int err, const char* why);
+  void OnReset(uint32_t pi, const wire::View& v, bool same_host);
   void OnAck(uint32_t pi, const wire::View& v);
   // DATA and RMA: true if the packet is held (out of order).
   bool OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt);

@@ -1,7 +1,8 @@
 // The RDM engine over in-process loopback ports, both ends in one thread:
 // 64-byte ping-pong round trips (on the virtual-per-burst QueuePair and on
 // the concrete loopback queue) beside the raw driver's frame ping-pong
-// measured in the same run, and one-way bandwidth at 64 KiB and 1 MiB.
+// measured in the same run, one-way bandwidth at 64 KiB and 1 MiB, and the
+// time of a first contact (the handshake).
 //   bazel run --config=opt //fabric/rdm:engine_benchmark
 #include <algorithm>
 #include <cstdint>
@@ -282,6 +283,40 @@ void BM_RdmInPlace(benchmark::State& state) {
   state.counters["pulled"] = static_cast<double>(p.eb->counters().rendezvous_pulled);
 }
 BENCHMARK(BM_RdmInPlace)->ArgsProduct({{256 << 10, 1 << 20, 4 << 20}, {0, 1}});
+
+// First contact: a fresh endpoint pair (new incarnations, nothing known
+// beyond the inserted addresses), timed from a's first send of one byte
+// until b's receive completes: the handshake (HELLO, since wire version 4
+// the COOKIE and HELLO echoing it, HELLO_ACK) and the DATA. Arg: 1 if b
+// inserted a too (else a is an unknown source to b).
+void BM_RdmHandshake(benchmark::State& state) {
+  const std::string seg = Segment();
+  auto a = OpenPort(seg);
+  auto b = OpenPort(seg);
+  Port pa(a->queue(0), a->info()), pb(b->queue(0), b->info());
+  EndpointConfig c;
+  uint8_t in[8], out[8] = {};
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::unique_ptr<Endpoint> ea, eb;
+    c.udp_port = 1;
+    ea = *Endpoint::Create(pa, driver::SteadyClock::Get(), c);
+    c.udp_port = 2;
+    eb = *Endpoint::Create(pb, driver::SteadyClock::Get(), c);
+    const PeerId to_b = *ea->InsertPeer(eb->address());
+    if (state.range(0) == 1 && !eb->InsertPeer(ea->address()).ok()) std::abort();
+    eb->PostRecv({.buf = in, .len = sizeof(in)});
+    state.ResumeTiming();
+    ea->Send({.dest = to_b, .buf = out, .len = 1, .flags = kSendInject});
+    WaitOne(*eb, *ea);
+    state.PauseTiming();
+    eb.reset();
+    ea.reset();
+    state.ResumeTiming();
+  }
+}
+// Fixed iterations: each one creates two endpoints outside the timing.
+BENCHMARK(BM_RdmHandshake)->Arg(0)->Arg(1)->Iterations(3000);
 
 // Prints the pulled / in-place ratio of BM_RdmInPlace per size.
 class InPlaceRatio : public benchmark::ConsoleReporter {

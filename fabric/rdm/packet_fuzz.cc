@@ -9,7 +9,10 @@
 //                with op & 32 it arrives with kRxSameHost (an offer to read
 //                in place is acted on: the peer's "memory" is kPeerMem
 //                bytes at kPeerBase of process kPeerPid, read without a
-//                system call)
+//                system call); with op & 64 a HELLO echoes the last cookie
+//                the engine sent and a HELLO_ACK or COOKIE the nonce of the
+//                engine's last HELLO (so the proven paths are reached), and
+//                in a keyed run the MAC is made good too
 //   op % 4 == 2  the clock moves len microseconds and timers run
 //   op % 4 == 3  a receive (op & 4) of len bytes is posted; else, by
 //                op & 24: 0 a send (messages over 512 bytes go by
@@ -17,7 +20,8 @@
 //                region kPeerKey, 24 the local region kLocalKey (4 KiB, both
 //                rights) is deregistered or registered again
 // After each record every frame the engine wants to send is built (and read
-// back through the parser), and every packet it releases is freed.
+// back through the parser), and every packet it releases is freed. An input
+// starting with 0xff is a keyed run (handshake_key set; the byte is skipped).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -59,7 +63,7 @@ void FreePacket(driver::Packet* p) {
 // The state of one run.
 class Harness {
  public:
-  Harness() {
+  explicit Harness(bool keyed) : keyed_(keyed) {
     self_.mac = {{0x02, 0, 0, 0, 0, 0xa}};
     self_.ip = {0x0a000001};
     peer_.mac = {{0x02, 0, 0, 0, 0, 0xb}};
@@ -88,6 +92,7 @@ class Harness {
     c.unexpected_chunk_bytes = 256;
     c.rto_max_ns = 10'000'000;
     c.peer_timeout_ns = 50'000'000;
+    if (keyed_) c.handshake_key = key_;
     engine_ = *Engine::Create(dev, c);
     peer_id_ = *engine_->InsertPeer(peer_);
     Register();
@@ -146,6 +151,7 @@ class Harness {
         Store32(&d[offsetof(wire::CommonHeader, dst_incarnation)], kSelfInc);
       }
       if (op & 8) Store32(&d[offsetof(wire::CommonHeader, ack_psn)], last_psn_);
+      if (op & 64) Prove(d);
       if (op & 16) {
         std::memset(&d[offsetof(wire::CommonHeader, crc)], 0, 4);
         const uint8_t pseudo[12] = {10, 0, 0,         2,           10,        0,
@@ -161,6 +167,26 @@ class Harness {
         driver::BuildUdpFrame(flow, d, {p->data, p->capacity}, driver::UdpChecksumFill::kNone));
     if (op & 32) p->ol_flags = driver::kRxSameHost;
     engine_->HandleRx({&p, 1});
+  }
+
+  // Puts the proofs the engine asked for into a handshake datagram (see
+  // the top), and in a keyed run its MAC.
+  void Prove(std::vector<uint8_t>& d) {
+    constexpr size_t kExt = sizeof(wire::CommonHeader);
+    const auto type = static_cast<wire::PacketType>(d[offsetof(wire::CommonHeader, type)]);
+    if (d.size() >= kExt + sizeof(wire::HelloHeader)) {
+      if (type == wire::PacketType::kHello) {
+        std::memcpy(&d[kExt + offsetof(wire::HelloHeader, cookie)], last_cookie_.data(), 16);
+      } else if (type == wire::PacketType::kHelloAck || type == wire::PacketType::kCookie) {
+        const size_t echo = kExt + offsetof(wire::HelloHeader, echo);
+        Store32(&d[echo], static_cast<uint32_t>(last_nonce_ >> 32));
+        Store32(&d[echo + 4], static_cast<uint32_t>(last_nonce_));
+      }
+    }
+    if (keyed_) {
+      const driver::UdpFlow flow{peer_.mac, self_.mac, peer_.ip, self_.ip, 6000, 5000, 0};
+      wire::SealMac(flow, absl::MakeSpan(d), key_);
+    }
   }
 
   // The peer process's memory as the engine reads it in place.
@@ -231,6 +257,15 @@ class Harness {
         if (v.common.type == wire::PacketType::kData || v.common.type == wire::PacketType::kHello) {
           last_psn_ = v.common.psn.value() + (v.common.type == wire::PacketType::kData ? 1 : 0);
         }
+        if (v.common.type == wire::PacketType::kHello) last_nonce_ = v.hello.nonce;
+        if (v.common.type == wire::PacketType::kCookie) last_cookie_ = v.hello.cookie;
+        const bool handshake = v.common.type == wire::PacketType::kHello ||
+                               v.common.type == wire::PacketType::kHelloAck ||
+                               v.common.type == wire::PacketType::kCookie ||
+                               v.common.type == wire::PacketType::kReset;
+        if (handshake && !wire::VerifyMac(v, keyed_ ? &key_ : nullptr)) {
+          __builtin_trap();  // the engine built a handshake its own check refuses
+        }
       }
       for (driver::Packet* b : bufs) FreePacket(b);
       if (n == 0) break;
@@ -255,6 +290,10 @@ class Harness {
     at[3] = static_cast<uint8_t>(v);
   }
 
+  const bool keyed_;
+  const wire::MacKey key_{{0x6b, 0x65, 0x79}};
+  uint64_t last_nonce_ = 0;
+  wire::Cookie last_cookie_{};
   Address self_;
   Address peer_;
   std::unique_ptr<Engine> engine_;
@@ -274,7 +313,8 @@ class Harness {
 }  // namespace bypass::rdm
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  bypass::rdm::Harness h;
-  h.Run(data, size);
+  const bool keyed = size > 0 && data[0] == 0xff;
+  bypass::rdm::Harness h(keyed);
+  h.Run(data + (keyed ? 1 : 0), size - (keyed ? 1 : 0));
   return 0;
 }

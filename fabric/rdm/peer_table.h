@@ -41,6 +41,7 @@ class PeerTable {
   // Slots 0..size()-1 have been used; those in_use are peers now.
   uint32_t size() const { return count_; }
   uint32_t capacity() const { return max_; }
+  bool full() const { return count_ == max_ && free_count_ == 0; }
   bool Valid(PeerId id) const {
     const uint32_t i = id.slot();
     return i < count_ && in_use_[i] && (id.value >> PeerId::kSlotBits) == generation_[i];

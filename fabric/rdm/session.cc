@@ -4,11 +4,36 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "sodium.h"
 
 namespace bypass::rdm {
 
 Session::Session(Context& ctx, uint32_t max_peers)
-    : ctx_(ctx), peers_(max_peers), state_(new SessionPeer[max_peers]) {}
+    : ctx_(ctx),
+      peers_(max_peers),
+      state_(new SessionPeer[max_peers]),
+      learned_limit_(std::max<uint32_t>(1, max_peers / 4)) {
+  // Engine::Create has checked that libsodium initializes; the stage
+  // tests build a Session on its own.
+  if (sodium_init() < 0) {
+    std::fprintf(stderr, "rdm engine: libsodium failed to initialize (no randomness?)\n");
+    std::abort();
+  }
+  randombytes_buf(cookie_secret_.data(), cookie_secret_.size());
+}
+
+uint64_t Session::NewNonce() {
+  // From the system's CSPRNG, not the engine's PRNG: a nonce is the proof
+  // that an answer came from where our HELLO went, so no peer may predict
+  // another's from the ISNs it sees. Never 0.
+  uint64_t n = 0;
+  while (n == 0) randombytes_buf(&n, sizeof(n));
+  return n;
+}
 
 void Session::Init(uint32_t pi, const Address& addr) {
   SessionPeer& s = state_[pi];
@@ -24,6 +49,8 @@ void Session::Init(uint32_t pi, const Address& addr) {
                            addr.udp_port,
                            ctx_.dscp};
   NewTxIsn(pi);
+  s.nonce = NewNonce();
+  s.born = ++born_;
 }
 
 uint32_t Session::Insert(const Address& addr, bool* added) {
@@ -35,6 +62,7 @@ uint32_t Session::Insert(const Address& addr, bool* added) {
     Init(pi, addr);
     *added = true;
   }
+  if (!*added && !state_[pi].inserted) --learned_;
   state_[pi].inserted = true;
   return pi;
 }
@@ -42,26 +70,127 @@ uint32_t Session::Insert(const Address& addr, bool* added) {
 uint32_t Session::AddFromHello(const wire::View& v, bool* added) {
   *added = false;
   const Address addr{v.flow.src_mac, v.flow.src_ip, v.flow.src_port, 0};
-  const uint32_t pi = peers_.Add(addr);
+  const uint32_t pi = learned_ >= learned_limit_ ? kNone : peers_.Add(addr);
   if (pi == kNone) {
     ++ctx_.counters.peer_table_full;
     return kNone;
   }
   Init(pi, addr);
+  ++learned_;
   *added = true;
   return pi;
 }
 
+uint32_t Session::OldestLearned(absl::FunctionRef<bool(uint32_t)> pred) const {
+  uint32_t best = kNone;
+  for (uint32_t pi = 0; pi < peers_.size(); ++pi) {
+    if (!peers_.in_use(pi) || state_[pi].inserted || !pred(pi)) continue;
+    if (best == kNone || state_[pi].born < state_[best].born) best = pi;
+  }
+  return best;
+}
+
 void Session::Remove(uint32_t pi) {
+  if (!state_[pi].inserted) --learned_;
   peers_.Remove(pi);
   state_[pi] = SessionPeer{};
 }
 
-SessionEvent Session::ClassifyHello(uint32_t pi, const wire::View& v) {
+const wire::MacKey* Session::KeyFor(bool same_host) const {
+  const EndpointConfig& c = ctx_.config;
+  if (same_host && c.same_host_key) return &*c.same_host_key;
+  return c.handshake_key ? &*c.handshake_key : nullptr;
+}
+
+bool Session::Local(uint32_t pi) const {
+  if (state_[pi].local) return true;
+  const Address& a = peers_.address(pi);
+  return ctx_.dev.reaches_same_host != nullptr &&
+         ctx_.dev.reaches_same_host(ctx_.dev.reaches_same_host_arg, a.ip, a.udp_port);
+}
+
+bool Session::Authentic(const wire::View& v, bool same_host) {
+  if (wire::VerifyMac(v, KeyFor(same_host))) return true;
+  ++ctx_.counters.handshake_auth_failed;
+  return false;
+}
+
+bool Session::NeedsProof(uint32_t pi, const wire::View& v) const {
+  if (pi == kNone) return true;
   const SessionPeer& s = state_[pi];
-  const uint32_t src = v.common.src_incarnation;
+  return !s.rx_known || peers_.address(pi).incarnation != v.common.src_incarnation ||
+         !(v.common.psn == s.rx_isn);
+}
+
+wire::Cookie Session::MakeCookie(const wire::View& v, uint64_t period) const {
+  // What the HELLO claims (its source, incarnation, ISN and nonce) and when:
+  // a valid cookie proves its sender received our COOKIE at that source
+  // within the last period or two.
+  uint8_t in[40];
+  const uint32_t words[] = {v.flow.src_ip.value, v.flow.dst_ip.value,
+                            uint32_t{v.flow.src_port} << 16 | v.flow.dst_port,
+                            v.common.src_incarnation, v.common.psn.value()};
+  std::memcpy(in, words, sizeof(words));
+  std::memcpy(in + 20, &v.hello.nonce, 8);
+  std::memcpy(in + 28, &period, 8);
+  std::memset(in + 36, 0, 4);
+  uint8_t full[crypto_auth_hmacsha256_BYTES];
+  crypto_auth_hmacsha256(full, in, sizeof(in), cookie_secret_.data());
+  wire::Cookie c;
+  std::memcpy(c.data(), full, c.size());
+  return c;
+}
+
+bool Session::CookieValid(const wire::View& v) {
+  const wire::Cookie& got = v.hello.cookie;
+  if (sodium_is_zero(got.data(), got.size())) return false;
+  const uint64_t period = ctx_.now >> kCookiePeriodShift;
+  for (uint64_t p : {period, period - 1}) {
+    const wire::Cookie want = MakeCookie(v, p);
+    if (crypto_verify_16(got.data(), want.data()) == 0) return true;
+  }
+  ++ctx_.counters.cookie_rejected;
+  return false;
+}
+
+Session::PendingReset* Session::NextPending() {
+  if (reset_count_ == kMaxPendingResets) return nullptr;
+  PendingReset* r = &resets_[(reset_head_ + reset_count_) % kMaxPendingResets];
+  ++reset_count_;
+  return r;
+}
+
+void Session::QueueCookie(uint32_t pi, const wire::View& v, bool same_host) {
+  PendingReset* r = NextPending();
+  if (r == nullptr) {
+    ++ctx_.counters.cookies_dropped;
+    return;
+  }
+  r->type = wire::PacketType::kCookie;
+  // To a peer's own address (its inserted MAC, or broadcast while unknown):
+  // a forged frame claiming its IPv4 and port never has its cookie sent to
+  // the forger's MAC.
+  r->flow = pi != kNone ? state_[pi].flow
+                        : driver::UdpFlow{ctx_.dev.mac,          v.flow.src_mac, ctx_.dev.ip,
+                                          v.flow.src_ip,         ctx_.config.udp_port,
+                                          v.flow.src_port,       ctx_.dscp};
+  r->dst_incarnation = v.common.src_incarnation;
+  r->about_incarnation = 0;
+  r->psn = v.common.psn;
+  r->echo = v.hello.nonce;
+  r->cookie = MakeCookie(v, ctx_.now >> kCookiePeriodShift);
+  r->same_host = same_host;
+}
+
+bool Session::EchoesNonce(uint32_t pi, const wire::View& v) {
+  if (v.hello.echo == state_[pi].nonce) return true;
+  ++ctx_.counters.handshake_unproven;
+  return false;
+}
+
+SessionEvent Session::ClassifyIncarnation(uint32_t pi, uint32_t src) {
   const uint32_t current = peers_.address(pi).incarnation;
-  if (s.IsRetired(src)) {
+  if (state_[pi].IsRetired(src)) {
     ++ctx_.counters.stale_dropped;
     return SessionEvent::kStale;
   }
@@ -69,6 +198,48 @@ SessionEvent Session::ClassifyHello(uint32_t pi, const wire::View& v) {
     ++ctx_.counters.peer_restarts;
     return SessionEvent::kRestarted;
   }
+  return SessionEvent::kCurrent;
+}
+
+SessionEvent Session::ClassifyCookie(uint32_t pi, const wire::View& v) {
+  const SessionEvent e = ClassifyIncarnation(pi, v.common.src_incarnation);
+  if (e != SessionEvent::kCurrent) return e;
+  // Only an established session can be proven gone: during a handshake
+  // the peer may simply not have taken our HELLO yet (its answer to it is
+  // on the way), so the COOKIE is taken and the handshake goes on.
+  if (state_[pi].probing && state_[pi].established()) {
+    ++ctx_.counters.peer_resets;
+    return SessionEvent::kReset;
+  }
+  return SessionEvent::kCurrent;
+}
+
+void Session::TakeCookie(uint32_t pi, const wire::View& v) {
+  SessionPeer& s = state_[pi];
+  if (!HelloPending(s)) return;
+  s.cookie = v.hello.cookie;
+  s.hello_due_ns = ctx_.now;
+  ctx_.Enqueue(pi);
+}
+
+void Session::Probe(uint32_t pi) {
+  SessionPeer& s = state_[pi];
+  // One probe at a time, its nonce kept: a flood of forged RESETs can
+  // neither multiply probes nor keep the real answer from matching.
+  if (s.probing) return;
+  s.probing = true;
+  s.nonce = NewNonce();
+  s.cookie = {};
+  s.hello_wanted = true;
+  s.hello_due_ns = ctx_.now;
+  s.hello_tries = 0;
+  ctx_.Enqueue(pi);
+}
+
+SessionEvent Session::ClassifyHello(uint32_t pi, const wire::View& v) {
+  const SessionPeer& s = state_[pi];
+  const SessionEvent e = ClassifyIncarnation(pi, v.common.src_incarnation);
+  if (e != SessionEvent::kCurrent) return e;
   if (s.rx_known && !(v.common.psn == s.rx_isn)) {
     // Same incarnation, new initial PSN: it dropped our session (timeout).
     ++ctx_.counters.peer_resets;
@@ -118,6 +289,9 @@ void Session::MaybeEstablished(SessionPeer& s) {
   if (s.established() && !s.counted_established) {
     s.counted_established = true;
     ++ctx_.counters.handshakes;
+    // The handshake's answers have come: a copy of one replayed later
+    // proves nothing.
+    s.nonce = NewNonce();
   }
 }
 
@@ -134,12 +308,10 @@ SessionEvent Session::ClassifyReset(uint32_t pi, const wire::View& v, bool in_se
       // "You sent to incarnation X of me, which is not me": news only if X
       // is the one we believe current.
       if (v.reset.incarnation != current || src == current) break;
-      ++ctx_.counters.peer_restarts;
       return SessionEvent::kRestarted;
     case wire::ResetReason::kNoSession:
       // "I know you but have no session": news only about our current one.
       if (src != current || !s.tx_ready || !in_session) break;
-      ++ctx_.counters.peer_resets;
       return SessionEvent::kReset;
   }
   ++ctx_.counters.stale_dropped;
@@ -157,6 +329,9 @@ void Session::EndSession(uint32_t pi, bool more_to_send) {
   s.hello_wanted = more_to_send;
   s.hello_due_ns = ctx_.now;
   s.probe_owed = false;  // a probe asks about the session that ended
+  s.probing = false;
+  s.nonce = NewNonce();
+  s.cookie = {};
   if (more_to_send) {
     s.activity_ns = ctx_.now;
     ctx_.Enqueue(pi);
@@ -172,15 +347,25 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
   c.credit = credit;
   wire::HelloFields h;
   h.max_datagram = static_cast<uint16_t>(ctx_.max_datagram);
+  h.nonce = s.nonce;
+  const wire::MacKey* key = KeyFor(Local(pi));
   size_t n = 0;
   const auto build = [&](wire::PacketType type) {
     c.type = type;
     driver::Packet* pkt = bufs[n++];
-    pkt->len = static_cast<uint32_t>(wire::BuildHello(s.flow, c, h, {pkt->data, pkt->capacity}));
+    pkt->len =
+        static_cast<uint32_t>(wire::BuildHello(s.flow, c, h, key, {pkt->data, pkt->capacity}));
     ++ctx_.counters.tx_packets;
   };
-  if (!s.tx_ready && s.hello_wanted && s.hello_due_ns <= ctx_.now && n < bufs.size()) {
+  if (HelloPending(s) && s.hello_due_ns <= ctx_.now && n < bufs.size()) {
+    // A probe names no incarnation of the peer: a restarted one answers it
+    // (with a COOKIE) instead of another RESET.
+    const uint32_t dst = c.dst_incarnation;
+    if (s.probing) c.dst_incarnation = 0;
+    h.cookie = s.cookie;
     build(wire::PacketType::kHello);
+    c.dst_incarnation = dst;
+    h.cookie = {};
     // Repeated after the RTO, doubling each time (the initial RTO before
     // any round trip was measured).
     s.hello_due_ns = ctx_.now + retry_ns;
@@ -188,6 +373,7 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
     ctx_.ArmTimer(s.hello_due_ns);
   }
   if (s.hello_ack_owed && n < bufs.size()) {
+    h.echo = s.peer_nonce;
     build(wire::PacketType::kHelloAck);
     s.hello_ack_owed = false;
   }
@@ -197,7 +383,7 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
 void Session::RunDueTimers(uint32_t pi, bool probe, uint64_t* next) {
   SessionPeer& s = state_[pi];
   const uint64_t now = ctx_.now;
-  if (s.hello_wanted && !s.tx_ready) {
+  if (HelloPending(s)) {
     if (s.hello_due_ns <= now) ctx_.Enqueue(pi);
     *next = std::min(*next, std::max(s.hello_due_ns, now));
   }
@@ -217,7 +403,7 @@ void Session::RunDueTimers(uint32_t pi, bool probe, uint64_t* next) {
   ctx_.Enqueue(pi);
 }
 
-void Session::QueueReset(const wire::View& v, wire::ResetReason reason) {
+void Session::QueueReset(const wire::View& v, wire::ResetReason reason, bool same_host) {
   if (v.common.type == wire::PacketType::kReset) return;  // never answer a RESET
   const uint64_t key = uint64_t{v.flow.src_ip.value} << 16 | v.flow.src_port;
   // At most one RESET per source per interval: the sources that had one
@@ -236,16 +422,17 @@ void Session::QueueReset(const wire::View& v, wire::ResetReason reason) {
       ctx_.now - last->at_ns < ctx_.config.reset_interval_ns) {
     return;
   }
-  if (reset_count_ == kMaxPendingResets) return;
+  PendingReset* r = NextPending();
+  if (r == nullptr) return;
   *last = ResetSent{true, key, ctx_.now};
-  PendingReset& r = resets_[(reset_head_ + reset_count_) % kMaxPendingResets];
-  ++reset_count_;
-  r.flow = driver::UdpFlow{ctx_.dev.mac,          v.flow.src_mac,  ctx_.dev.ip, v.flow.src_ip,
-                           ctx_.config.udp_port, v.flow.src_port, ctx_.dscp};
-  r.dst_incarnation = v.common.src_incarnation;
-  r.about_incarnation = v.common.dst_incarnation;
-  r.psn = v.common.psn;
-  r.reason = reason;
+  r->type = wire::PacketType::kReset;
+  r->flow = driver::UdpFlow{ctx_.dev.mac,          v.flow.src_mac,  ctx_.dev.ip, v.flow.src_ip,
+                            ctx_.config.udp_port, v.flow.src_port, ctx_.dscp};
+  r->dst_incarnation = v.common.src_incarnation;
+  r->about_incarnation = v.common.dst_incarnation;
+  r->psn = v.common.psn;
+  r->reason = reason;
+  r->same_host = same_host;
 }
 
 size_t Session::BuildResets(absl::Span<driver::Packet* const> bufs) {
@@ -253,18 +440,30 @@ size_t Session::BuildResets(absl::Span<driver::Packet* const> bufs) {
   while (n < bufs.size() && reset_count_ > 0) {
     const PendingReset& r = resets_[reset_head_];
     wire::Common c;
-    c.type = wire::PacketType::kReset;
+    c.type = r.type;
     c.src_incarnation = ctx_.incarnation;
     c.dst_incarnation = r.dst_incarnation;
     c.auth_key = ctx_.config.auth_key;
     c.psn = r.psn;
-    wire::ResetFields f;
-    f.reason = r.reason;
-    f.incarnation = r.about_incarnation;
+    const wire::MacKey* key = KeyFor(r.same_host);
     driver::Packet* pkt = bufs[n++];
-    pkt->len = static_cast<uint32_t>(wire::BuildReset(r.flow, c, f, {pkt->data, pkt->capacity}));
+    if (r.type == wire::PacketType::kCookie) {
+      wire::HelloFields h;
+      h.max_datagram = static_cast<uint16_t>(ctx_.max_datagram);
+      h.echo = r.echo;
+      h.cookie = r.cookie;
+      pkt->len = static_cast<uint32_t>(
+          wire::BuildHello(r.flow, c, h, key, {pkt->data, pkt->capacity}));
+      ++ctx_.counters.cookies_sent;
+    } else {
+      wire::ResetFields f;
+      f.reason = r.reason;
+      f.incarnation = r.about_incarnation;
+      pkt->len = static_cast<uint32_t>(
+          wire::BuildReset(r.flow, c, f, key, {pkt->data, pkt->capacity}));
+      ++ctx_.counters.resets_sent;
+    }
     ++ctx_.counters.tx_packets;
-    ++ctx_.counters.resets_sent;
     reset_head_ = (reset_head_ + 1) % kMaxPendingResets;
     --reset_count_;
   }

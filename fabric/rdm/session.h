@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "driver/net_headers.h"
 #include "driver/packet.h"
@@ -22,6 +23,7 @@ namespace bypass::rdm {
 // One peer's session, as the Session stage keeps it.
 struct SessionPeer {
   bool inserted = false;      // by InsertPeer (else learned from a HELLO)
+  uint64_t born = 0;          // creation order: learned peers are evicted oldest first
   driver::UdpFlow flow;       // our packets to it
   bool mac_unknown = false;   // inserted without a MAC: broadcast until learned
   uint16_t max_datagram = 0;  // its receive limit (from its HELLO)
@@ -40,6 +42,20 @@ struct SessionPeer {
   uint64_t hello_due_ns = 0;  // when the next HELLO goes
   uint32_t hello_tries = 0;
   bool hello_ack_owed = false;
+
+  // The proofs of a handshake (PROTOCOL.md, "Sessions"): our fresh nonce
+  // (a HELLO_ACK or COOKIE counts only if it echoes it; drawn anew for
+  // each session and each probe), the nonce of the peer's HELLO our
+  // HELLO_ACK echoes, and the cookie the peer gave us for our HELLO.
+  uint64_t nonce = 0;
+  uint64_t peer_nonce = 0;
+  wire::Cookie cookie{};
+  // A RESET said our session is gone: a HELLO (dst 0, our session's ISN)
+  // asks whether it is; its proven answer decides, the RESET never does.
+  bool probing = false;
+  // Its frames came with kRxSameHost (or the device reaches it through
+  // this host's shared memory): the intra-host key authenticates it.
+  bool local = false;
 
   // Liveness.
   uint64_t activity_ns = 0;   // last heard from, or when work began
@@ -82,32 +98,85 @@ class Session {
   const PeerTable& peers() const { return peers_; }
   SessionPeer& operator[](uint32_t pi) { return state_[pi]; }
   // A frame from pi came with kRxSameHost.
-  void NoteSameHost(uint32_t pi) { state_[pi].same_host = !state_[pi].in_place_refused; }
+  void NoteSameHost(uint32_t pi) {
+    state_[pi].same_host = !state_[pi].in_place_refused;
+    state_[pi].local = true;
+  }
   const SessionPeer& operator[](uint32_t pi) const { return state_[pi]; }
   const Address& address(uint32_t pi) const { return peers_.address(pi); }
 
-  // A slot for a peer the application names (marked inserted) or that sent
-  // a HELLO; kNone when the table is full. *added: it is new (its stages
-  // need resetting).
+  // A slot for a peer the application names (marked inserted); kNone when
+  // the table is full (the engine then evicts a learned peer and tries
+  // again). *added: it is new (its stages need resetting).
   uint32_t Insert(const Address& addr, bool* added);
-  // A HELLO from an unknown source is the only way a received packet
-  // creates a peer: the bound on such peers (today only max_peers, shared
-  // with inserted ones) and the rule for evicting them belong here.
+  // A proven HELLO (its cookie was valid) from an unknown source is the
+  // only way a received packet creates a peer: at most a quarter of
+  // max_peers (at least one) such learned peers at once (LearnedFull).
+  // kNone when the table is full. REQUIRES: !LearnedFull().
   uint32_t AddFromHello(const wire::View& v, bool* added);
+  bool LearnedFull() const { return learned_ >= learned_limit_ || peers_.full(); }
+  // The oldest learned (not inserted) peer for which pred holds, or kNone.
+  uint32_t OldestLearned(absl::FunctionRef<bool(uint32_t)> pred) const;
   void Remove(uint32_t pi);
+
+  // ---- Proofs (PROTOCOL.md, "Sessions"; SECURITY.md).
+  // The key that authenticates handshakes with a peer reached through this
+  // host's shared memory (same_host) or not; null: none.
+  const wire::MacKey* KeyFor(bool same_host) const;
+  // Whether pi's packets take the intra-host key.
+  bool Local(uint32_t pi) const;
+  // A HELLO, HELLO_ACK, COOKIE or RESET's MAC is right for the key that
+  // applies (counts handshake_auth_failed if not).
+  bool Authentic(const wire::View& v, bool same_host);
+  // A HELLO that would change state: one from an unknown source, or one
+  // that starts, restarts or resets a session (anything but a copy of the
+  // current session's HELLO). Such a HELLO is acted on only with a valid
+  // cookie; REQUIRES: not from a retired incarnation.
+  bool NeedsProof(uint32_t pi, const wire::View& v) const;
+  // Its cookie is ours, for its source, incarnation, ISN and nonce, and at
+  // most one to two cookie periods old (counts cookie_rejected if it
+  // carried a wrong one).
+  bool CookieValid(const wire::View& v);
+  // Answers a HELLO that needs proof with a COOKIE (stateless: a bounded
+  // queue, counts cookies_dropped when full): to pi's address if it is a
+  // peer (never to where a frame claiming it came from), else to the
+  // frame's source.
+  void QueueCookie(uint32_t pi, const wire::View& v, bool same_host);
+  // A HELLO_ACK or COOKIE echoes our nonce (counts handshake_unproven if not).
+  bool EchoesNonce(uint32_t pi, const wire::View& v);
+  // What a COOKIE echoing our nonce proves: the peer at pi's address
+  // (incarnation src) has no session with this one of ours (a restart if
+  // src is not the incarnation we know; a reset if it answers a probe of
+  // an established session; else the handshake goes on).
+  SessionEvent ClassifyCookie(uint32_t pi, const wire::View& v);
+  // A COOKIE to our current HELLO: the HELLO goes again at once, echoing it.
+  void TakeCookie(uint32_t pi, const wire::View& v);
+  // A RESET says our session with pi is gone: ask (see `probing`).
+  void Probe(uint32_t pi);
+  // A proven HELLO or HELLO_ACK: heard from pi, and (inserted without a
+  // MAC) its MAC learned, once.
+  void Proven(uint32_t pi, const wire::View& v) {
+    Heard(pi, v);
+    if (state_[pi].mac_unknown) LearnMac(pi, v);
+  }
+  // A HELLO_ACK echoing our nonce: the peer has our session; a probe ends.
+  void Answered(uint32_t pi) {
+    SessionPeer& s = state_[pi];
+    if (!s.probing) return;
+    s.probing = false;
+    if (s.tx_ready) s.hello_wanted = false;
+  }
   // A fresh initial PSN for our direction (a new session, or after a failure).
   void NewTxIsn(uint32_t pi) { state_[pi].tx_isn = Psn(static_cast<uint32_t>(ctx_.Random())); }
 
   // What a HELLO or HELLO_ACK from peer pi means. After the engine tore
   // down what a restart or reset ends, Accept takes the session on.
   SessionEvent ClassifyHello(uint32_t pi, const wire::View& v);
-  // Heard from peer pi: its liveness, and (inserted without a MAC) its MAC
-  // from a HELLO or HELLO_ACK that passed every check.
-  void Heard(uint32_t pi, const wire::View& v) {
+  // Heard from peer pi (its liveness).
+  void Heard(uint32_t pi, const wire::View& /*v*/) {
     SessionPeer& s = state_[pi];
     s.activity_ns = ctx_.now;
     ctx_.ArmTimer(ctx_.now + ctx_.config.peer_timeout_ns);
-    if (s.mac_unknown) LearnMac(pi, v);
   }
   // A restarted peer's old incarnation is retired: its packets are stale.
   void Retire(uint32_t pi, uint32_t incarnation);
@@ -119,13 +188,15 @@ class Session {
   // We have something to send: a HELLO goes unless the session is up.
   void WantHello(uint32_t pi) {
     SessionPeer& s = state_[pi];
+    if (s.probing) return;  // the probe's HELLO is on its way
     if (s.tx_ready || s.hello_wanted) return;
     s.hello_wanted = true;
     s.hello_due_ns = ctx_.now;
     s.hello_tries = 0;
   }
-  // What a RESET from peer pi means; in_session: its psn is one we sent and
-  // it has not acknowledged.
+  // What a RESET from peer pi would mean; in_session: its psn is one we
+  // sent and it has not acknowledged. The engine probes on a restart or
+  // reset rather than ending the session (PROTOCOL.md, "Sessions").
   SessionEvent ClassifyReset(uint32_t pi, const wire::View& v, bool in_session);
   // A session ended (FailPeer): its handshake state goes; a HELLO is wanted
   // if more is to be sent.
@@ -134,7 +205,7 @@ class Session {
   // A HELLO or HELLO_ACK is owed to pi now.
   bool HandshakeOwed(uint32_t pi) const {
     const SessionPeer& s = state_[pi];
-    return (!s.tx_ready && s.hello_wanted && s.hello_due_ns <= ctx_.now) || s.hello_ack_owed;
+    return (HelloPending(s) && s.hello_due_ns <= ctx_.now) || s.hello_ack_owed;
   }
   // ... or a probe (in an ACK).
   bool HasWork(uint32_t pi) const {
@@ -149,24 +220,32 @@ class Session {
   // waiting for answers and nothing in flight); *next: the earliest of its
   // deadlines still ahead.
   void RunTimers(uint32_t pi, bool probe, uint64_t* next) {
-    if (probe || (state_[pi].hello_wanted && !state_[pi].tx_ready)) RunDueTimers(pi, probe, next);
+    if (probe || HelloPending(state_[pi])) RunDueTimers(pi, probe, next);
   }
 
   // RESETs owed to sources that have no session with us (rate-limited per
-  // source).
-  void QueueReset(const wire::View& v, wire::ResetReason reason);
+  // source); same_host: the packet came with kRxSameHost (which key MACs it).
+  void QueueReset(const wire::View& v, wire::ResetReason reason, bool same_host = false);
+  // RESETs and COOKIEs owed.
   bool HasResets() const { return reset_count_ > 0; }
   size_t BuildResets(absl::Span<driver::Packet* const> bufs);
 
  private:
-  // A RESET owed to a source that has no session with us.
+  // A RESET or COOKIE owed to a source (stateless answers).
   struct PendingReset {
+    wire::PacketType type;
     driver::UdpFlow flow;
     uint32_t dst_incarnation;
     uint32_t about_incarnation;
     Psn psn;
     wire::ResetReason reason;
+    uint64_t echo;       // COOKIE: the HELLO's nonce
+    wire::Cookie cookie;  // COOKIE
+    bool same_host;
   };
+  // Cookies are valid for the period (about a second) they were made in
+  // and the next one.
+  static constexpr int kCookiePeriodShift = 30;
   // When a RESET last went to a source (rate limit).
   struct ResetSent {
     bool valid = false;
@@ -176,7 +255,17 @@ class Session {
   static constexpr uint32_t kMaxPendingResets = 16;
   static constexpr uint32_t kResetCacheSize = 32;
 
+  static bool HelloPending(const SessionPeer& s) {
+    return s.hello_wanted && (!s.tx_ready || s.probing);
+  }
   void Init(uint32_t pi, const Address& addr);
+  // What the incarnation a HELLO, HELLO_ACK or COOKIE comes from means
+  // (counted): kStale (retired), kRestarted (not the one we know), else
+  // kCurrent.
+  SessionEvent ClassifyIncarnation(uint32_t pi, uint32_t src);
+  wire::Cookie MakeCookie(const wire::View& v, uint64_t period) const;
+  PendingReset* NextPending();
+  uint64_t NewNonce();
   void LearnMac(uint32_t pi, const wire::View& v);
   void MaybeEstablished(SessionPeer& s);
   void RunDueTimers(uint32_t pi, bool probe, uint64_t* next);
@@ -188,6 +277,11 @@ class Session {
   uint32_t reset_head_ = 0;
   uint32_t reset_count_ = 0;
   ResetSent reset_cache_[kResetCacheSize];
+  // The key of our cookies: random per endpoint, never sent.
+  wire::MacKey cookie_secret_{};
+  uint32_t learned_ = 0;  // peers in use not inserted by the application
+  uint32_t learned_limit_;
+  uint64_t born_ = 0;
 };
 
 }  // namespace bypass::rdm

@@ -3,7 +3,9 @@
 // the HELLO and probe timers, and the end of a session.
 #include "fabric/rdm/session.h"
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -152,7 +154,7 @@ TEST(SessionTest, APeerLearnedFromAHelloBecomesInsertedWhenTheApplicationInserts
 }
 
 // Inserted without a MAC, a peer is sent to at the broadcast MAC until a
-// HELLO (or HELLO_ACK) from it teaches its MAC; DATA does not.
+// proven HELLO (or HELLO_ACK) from it teaches its MAC; DATA does not.
 TEST(SessionTest, APeerInsertedWithoutAMacIsBroadcastToUntilAHelloTeachesIt) {
   StageRig rig;
   const uint32_t pi = InsertWithoutMac(rig);
@@ -168,6 +170,8 @@ TEST(SessionTest, APeerInsertedWithoutAMacIsBroadcastToUntilAHelloTeachesIt) {
 
   rig.ctx.now = 20;
   rig.session.Heard(pi, Hello(rig, Psn(5)));
+  EXPECT_TRUE(rig.session[pi].mac_unknown) << "an unproven HELLO teaches nothing";
+  rig.session.Proven(pi, Hello(rig, Psn(5)));
   EXPECT_FALSE(rig.session[pi].mac_unknown);
   EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
   EXPECT_EQ(rig.session.address(pi).mac, StageRig::PeerAddress().mac);
@@ -178,7 +182,12 @@ TEST(SessionTest, APeerInsertedWithoutAMacIsBroadcastToUntilAHelloTeachesIt) {
 TEST(SessionTest, AHelloAckTeachesTheMacToo) {
   StageRig rig;
   const uint32_t pi = InsertWithoutMac(rig);
-  rig.session.Heard(pi, Hello(rig, Psn(5), wire::PacketType::kHelloAck));
+  rig.session.Proven(pi, Hello(rig, Psn(5), wire::PacketType::kHelloAck));
+  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  // Once: a later proven HELLO from another MAC moves nothing.
+  wire::View v = Hello(rig, Psn(5));
+  v.flow.src_mac = driver::MacAddress{{{2, 0, 0, 0, 0, 0x66}}};
+  rig.session.Proven(pi, v);
   EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
 }
 
@@ -188,7 +197,7 @@ TEST(SessionTest, APeerInsertedWithAMacKeepsIt) {
   const uint32_t pi = rig.AddPeer();
   wire::View v = Hello(rig, Psn(5));
   v.flow.src_mac = driver::MacAddress{{{2, 0, 0, 0, 0, 0x77}}};
-  rig.session.Heard(pi, v);
+  rig.session.Proven(pi, v);
   EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
   EXPECT_EQ(rig.session.address(pi).mac, StageRig::PeerAddress().mac);
 }
@@ -405,13 +414,14 @@ TEST(SessionTest, AResetFromAnUnknownOrRetiredIncarnationIsStale) {
 }
 
 // UNKNOWN_INCARNATION from a new incarnation about the one we believe
-// current is a restart.
+// current would be a restart (not counted: the engine only probes, and a
+// proven answer counts it).
 TEST(SessionTest, AResetUnknownIncarnationAboutTheCurrentIncarnationIsARestart) {
   auto [rig, pi] = RigWithPeer();
   EXPECT_EQ(ClassifyReset(rig, pi, 0x5555, wire::ResetReason::kUnknownIncarnation,
                           StageRig::kPeerIncarnation, false),
             SessionEvent::kRestarted);
-  ExpectVerdicts(rig, {.restarts = 1});
+  ExpectVerdicts(rig, {.restarts = 0});
 }
 
 // UNKNOWN_INCARNATION about another incarnation than the current one, or
@@ -427,12 +437,12 @@ TEST(SessionTest, AResetUnknownIncarnationAboutAnotherIncarnationIsStale) {
 }
 
 // NO_SESSION from the current incarnation, with our direction ready and a
-// PSN inside our session, is a reset.
+// PSN inside our session, would be a reset (counted once proven).
 TEST(SessionTest, AResetNoSessionInsideOurSessionIsAReset) {
   auto [rig, pi] = RigWithPeer();
   EXPECT_EQ(ClassifyNoSession(rig, pi, StageRig::kPeerIncarnation, /*in_session=*/true),
             SessionEvent::kReset);
-  ExpectVerdicts(rig, {.resets = 1});
+  ExpectVerdicts(rig, {.resets = 0});
 }
 
 // NO_SESSION with a PSN outside our session is stale.
@@ -676,6 +686,233 @@ TEST(SessionTest, EndSessionWithMoreToSendWantsAHelloAtOnce) {
   EXPECT_EQ(rig.session[pi].activity_ns, 5000u);
   EXPECT_TRUE(rig.session.HandshakeOwed(pi));
   EXPECT_EQ(rig.ctx.queued_peers(), 1u);
+}
+
+// ---- Proofs (PROTOCOL.md, "Sessions"; SECURITY.md).
+
+// The peer's HELLO as it would arrive on the wire, built and parsed: with
+// `key` MACed, echoing `cookie`.
+wire::View WireHello(const StageRig& rig, Psn isn, uint64_t nonce, const wire::Cookie& cookie,
+                     const wire::MacKey* key, std::vector<uint8_t>* frame) {
+  const wire::View base = rig.FromPeer(wire::PacketType::kHello, isn);
+  wire::Common c = base.common;
+  c.dst_incarnation = 0;
+  wire::HelloFields h;
+  h.max_datagram = 1472;
+  h.nonce = nonce;
+  h.cookie = cookie;
+  frame->assign(256, 0);
+  const size_t n = wire::BuildHello(base.flow, c, h, key, absl::MakeSpan(*frame));
+  frame->resize(n);
+  wire::View v;
+  EXPECT_EQ(wire::Parse(*frame, &v), wire::ParseStatus::kOk);
+  return v;
+}
+
+// The COOKIE the rig's Session answers v with, built and parsed.
+wire::View CookieFor(StageRig& rig, const wire::View& v) {
+  rig.session.QueueCookie(kNone, v, /*same_host=*/false);
+  std::vector<driver::Packet*> bufs = rig.Buffers(1);
+  EXPECT_EQ(rig.session.BuildResets(bufs), 1u);
+  wire::View c;
+  EXPECT_EQ(wire::Parse({bufs[0]->data, bufs[0]->len}, &c), wire::ParseStatus::kOk);
+  EXPECT_EQ(c.common.type, wire::PacketType::kCookie);
+  EXPECT_EQ(c.hello.echo, v.hello.nonce);
+  return c;
+}
+
+TEST(SessionProofTest, ACookieIsValidForItsHelloOnlyAndForAboutOneToTwoPeriods) {
+  StageRig rig;
+  rig.ctx.now = 5ull << 30;
+  std::vector<uint8_t> f;
+  const wire::View hello = WireHello(rig, Psn(1000), 77, {}, nullptr, &f);
+  EXPECT_FALSE(rig.session.CookieValid(hello)) << "none echoed";
+  const wire::View cookie = CookieFor(rig, hello);
+  const wire::View echoed = WireHello(rig, Psn(1000), 77, cookie.hello.cookie, nullptr, &f);
+  EXPECT_TRUE(rig.session.CookieValid(echoed));
+  // Another ISN, nonce, incarnation or source: the cookie is not theirs.
+  EXPECT_FALSE(rig.session.CookieValid(WireHello(rig, Psn(1001), 77, cookie.hello.cookie, nullptr, &f)));
+  EXPECT_FALSE(rig.session.CookieValid(WireHello(rig, Psn(1000), 78, cookie.hello.cookie, nullptr, &f)));
+  wire::View moved = echoed;
+  moved.flow.src_port = 6001;
+  EXPECT_FALSE(rig.session.CookieValid(moved));
+  wire::View other_inc = echoed;
+  other_inc.common.src_incarnation = 0x3333;
+  EXPECT_FALSE(rig.session.CookieValid(other_inc));
+  EXPECT_EQ(rig.ctx.counters.cookie_rejected, 4u);
+  // The next period still takes it; the one after does not (a replay later).
+  rig.ctx.now = 6ull << 30;
+  EXPECT_TRUE(rig.session.CookieValid(echoed));
+  rig.ctx.now = 7ull << 30;
+  EXPECT_FALSE(rig.session.CookieValid(echoed));
+  // Another endpoint (another secret) never takes it.
+  StageRig other;
+  other.ctx.now = 5ull << 30;
+  EXPECT_FALSE(other.session.CookieValid(echoed));
+}
+
+// With a key: a HELLO captured and sent again with a fresh cookie spliced
+// in fails its MAC (which covers the cookie), so a replay cannot pass the
+// cookie check; only the key holder makes a HELLO that passes both.
+TEST(SessionProofTest, WithAKeyACapturedHelloWithAFreshCookieSplicedInFailsItsMac) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  wire::MacKey key{};
+  key.fill(3);
+  c.handshake_key = key;
+  StageRig rig(c);
+  std::vector<uint8_t> f;
+  const wire::View captured = WireHello(rig, Psn(1000), 77, {}, &key, &f);
+  EXPECT_TRUE(rig.session.Authentic(captured, false));
+  const wire::View cookie = CookieFor(rig, captured);
+  EXPECT_TRUE(rig.session.Authentic(cookie, false)) << "our COOKIE is MACed too";
+  std::vector<uint8_t> spliced = f;
+  std::memcpy(&spliced[wire::kExtOffset + offsetof(wire::HelloHeader, cookie)],
+              cookie.hello.cookie.data(), 16);
+  wire::View v = captured;
+  v.datagram = absl::MakeConstSpan(spliced).subspan(wire::kCommonOffset);
+  v.hello.cookie = cookie.hello.cookie;
+  EXPECT_FALSE(rig.session.Authentic(v, false));
+  EXPECT_EQ(rig.ctx.counters.handshake_auth_failed, 1u);
+  const wire::View real = WireHello(rig, Psn(1000), 77, cookie.hello.cookie, &key, &f);
+  EXPECT_TRUE(rig.session.Authentic(real, false));
+  EXPECT_TRUE(rig.session.CookieValid(real));
+  EXPECT_FALSE(rig.session.Authentic(WireHello(rig, Psn(1000), 77, {}, nullptr, &f), false))
+      << "an unkeyed HELLO";
+}
+
+// The intra-host key applies to frames that came with kRxSameHost, the
+// general key to others; without a same_host_key, the general one to both.
+TEST(SessionProofTest, TheSameHostKeyAppliesToSameHostFramesOnly) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  wire::MacKey general{}, local{};
+  general.fill(1);
+  local.fill(2);
+  c.handshake_key = general;
+  c.same_host_key = local;
+  StageRig rig(c);
+  EXPECT_EQ(*rig.session.KeyFor(false), general);
+  EXPECT_EQ(*rig.session.KeyFor(true), local);
+  std::vector<uint8_t> f;
+  EXPECT_TRUE(rig.session.Authentic(WireHello(rig, Psn(1), 5, {}, &local, &f), true));
+  EXPECT_FALSE(rig.session.Authentic(WireHello(rig, Psn(1), 5, {}, &local, &f), false));
+  EXPECT_FALSE(rig.session.Authentic(WireHello(rig, Psn(1), 5, {}, &general, &f), true));
+  c.same_host_key = std::nullopt;
+  StageRig plain(c);
+  EXPECT_EQ(*plain.session.KeyFor(true), general);
+  EXPECT_EQ(StageRig().session.KeyFor(true), nullptr);
+}
+
+// Only a copy of the current session's HELLO needs no proof.
+TEST(SessionProofTest, EveryHelloButACopyOfTheCurrentSessionsNeedsProof) {
+  StageRig rig;
+  std::vector<uint8_t> f;
+  const wire::View v = WireHello(rig, Psn(StageRig::kPeerIsn), 5, {}, nullptr, &f);
+  EXPECT_TRUE(rig.session.NeedsProof(kNone, v)) << "unknown source";
+  const uint32_t fresh = rig.AddPeer();
+  EXPECT_TRUE(rig.session.NeedsProof(fresh, v)) << "no session yet";
+  rig.session.Remove(fresh);
+  const uint32_t pi = rig.AddEstablishedPeer();
+  EXPECT_FALSE(rig.session.NeedsProof(pi, v));
+  EXPECT_TRUE(rig.session.NeedsProof(pi, WireHello(rig, Psn(1), 5, {}, nullptr, &f)))
+      << "a reset";
+  wire::View restart = v;
+  restart.common.src_incarnation = 0x9999;
+  EXPECT_TRUE(rig.session.NeedsProof(pi, restart));
+}
+
+// A HELLO_ACK or COOKIE counts only if it echoes our current nonce; a probe
+// draws a new one and keeps it while it lasts (a flood of RESETs cannot
+// change it), and the established session's answer ends the probe.
+TEST(SessionProofTest, AnswersMustEchoOurNonceAndAProbeKeepsItsOwn) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  wire::View ack = Hello(rig, Psn(StageRig::kPeerIsn), wire::PacketType::kHelloAck);
+  ack.hello.echo = rig.session[pi].nonce;
+  EXPECT_TRUE(rig.session.EchoesNonce(pi, ack));
+  rig.session.Probe(pi);
+  const uint64_t probe = rig.session[pi].nonce;
+  EXPECT_NE(probe, ack.hello.echo);
+  EXPECT_FALSE(rig.session.EchoesNonce(pi, ack)) << "an answer to an older HELLO";
+  EXPECT_EQ(rig.ctx.counters.handshake_unproven, 1u);
+  rig.session.Probe(pi);
+  EXPECT_EQ(rig.session[pi].nonce, probe);
+  EXPECT_TRUE(rig.session.HandshakeOwed(pi));
+  const std::vector<wire::View> out = BuildHandshakes(rig, pi, 2);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].common.type, wire::PacketType::kHello);
+  EXPECT_EQ(out[0].common.dst_incarnation, 0u) << "a probe names no incarnation";
+  EXPECT_EQ(out[0].common.psn, rig.session[pi].tx_isn) << "our session's ISN";
+  EXPECT_EQ(out[0].hello.nonce, probe);
+  rig.session.Answered(pi);
+  EXPECT_FALSE(rig.session[pi].probing);
+  EXPECT_FALSE(rig.session.HandshakeOwed(pi));
+  EXPECT_TRUE(rig.session[pi].established()) << "nothing ended";
+}
+
+// A COOKIE echoing the probe's nonce proves an established session is gone at the
+// peer (a reset, or a restart from another incarnation); one during a
+// first handshake is taken and the HELLO goes again at once, echoing it.
+TEST(SessionProofTest, WhatACookieProves) {
+  StageRig rig;
+  const uint32_t pi = rig.AddEstablishedPeer();
+  wire::View cookie = Hello(rig, Psn(0), wire::PacketType::kCookie);
+  cookie.hello.cookie.fill(4);
+  EXPECT_EQ(rig.session.ClassifyCookie(pi, cookie), SessionEvent::kCurrent) << "no probe";
+  StageRig mid;  // a probe during a handshake: the peer may not have our HELLO yet
+  const uint32_t half = mid.AddPeer();
+  mid.session.Accept(half, Hello(mid, Psn(StageRig::kPeerIsn)));
+  mid.session.Probe(half);
+  EXPECT_EQ(mid.session.ClassifyCookie(half, cookie), SessionEvent::kCurrent);
+  rig.session.Probe(pi);
+  EXPECT_EQ(rig.session.ClassifyCookie(pi, cookie), SessionEvent::kReset);
+  cookie.common.src_incarnation = 0x7777;
+  EXPECT_EQ(rig.session.ClassifyCookie(pi, cookie), SessionEvent::kRestarted);
+
+  StageRig first;
+  const uint32_t fresh = first.AddPeer();
+  first.session.WantHello(fresh);
+  cookie.common.src_incarnation = StageRig::kPeerIncarnation;
+  first.ctx.now = 50;
+  first.session[fresh].hello_due_ns = 1000;
+  EXPECT_EQ(first.session.ClassifyCookie(fresh, cookie), SessionEvent::kCurrent);
+  first.session.TakeCookie(fresh, cookie);
+  EXPECT_TRUE(first.session.HandshakeOwed(fresh)) << "at once";
+  const std::vector<wire::View> out = BuildHandshakes(first, fresh, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hello.cookie, cookie.hello.cookie);
+}
+
+// Learned peers (from proven HELLOs) are at most a quarter of max_peers;
+// OldestLearned finds the oldest matching one; inserted peers are never
+// among them, and an insert of a learned peer makes it inserted.
+TEST(SessionProofTest, LearnedPeersAreBounded) {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.max_peers = 8;
+  StageRig rig(c);
+  std::vector<uint32_t> learned;
+  for (uint32_t i = 0; i < 2; ++i) {
+    wire::View v = Hello(rig, Psn(1));
+    v.flow.src_ip.value = 0x0a010000 + i;
+    bool added = false;
+    learned.push_back(rig.session.AddFromHello(v, &added));
+    ASSERT_NE(learned.back(), kNone);
+  }
+  EXPECT_TRUE(rig.session.LearnedFull());
+  wire::View third = Hello(rig, Psn(1));
+  third.flow.src_ip.value = 0x0a01ffff;
+  bool added = false;
+  EXPECT_EQ(rig.session.AddFromHello(third, &added), kNone);
+  EXPECT_EQ(rig.ctx.counters.peer_table_full, 1u);
+  rig.AddPeer();  // inserted: not learned
+  EXPECT_EQ(rig.session.OldestLearned([](uint32_t) { return true; }), learned[0]);
+  EXPECT_EQ(rig.session.OldestLearned([&](uint32_t pi) { return pi != learned[0]; }), learned[1]);
+  Address a = rig.session.address(learned[0]);
+  rig.session.Insert(a, &added);
+  EXPECT_FALSE(added);
+  EXPECT_FALSE(rig.session.LearnedFull()) << "one learned peer became inserted";
+  EXPECT_EQ(rig.session.OldestLearned([](uint32_t) { return true; }), learned[1]);
+  rig.session.Remove(learned[1]);
+  EXPECT_EQ(rig.session.OldestLearned([](uint32_t) { return true; }), kNone);
 }
 
 }  // namespace

@@ -55,6 +55,9 @@ class TapQueue final : public driver::QueuePair {
     return read_ ? read_(pid, addr, dst, len) : inner_.ReadPeerMemory(pid, addr, dst, len);
   }
   uint64_t read_calls() const { return read_calls_; }
+  bool ReachesSameHost(driver::Ipv4Address ip, uint16_t port) override {
+    return inner_.ReachesSameHost(ip, port);
+  }
   // Clears kRxSameHost on received frames (as a remote device's would be).
   void set_strip_same_host(bool strip) { strip_same_host_ = strip; }
 

@@ -41,7 +41,7 @@ struct PeerId {
 inline constexpr PeerId kAnyPeer{UINT32_MAX};
 
 // The wire format's version (PROTOCOL.md; fi_info's protocol_version).
-inline constexpr uint8_t kWireVersion = 3;
+inline constexpr uint8_t kWireVersion = 4;
 
 // What a post call did: 0 or a negative errno, so the fi_* facade returns it
 // as is (-FI_EAGAIN == -EAGAIN).
@@ -222,6 +222,19 @@ struct Counters {
   uint64_t stale_dropped = 0;       // from or to an incarnation that is not current
   uint64_t protocol_errors = 0;     // well-formed but impossible in the session
   uint64_t peer_table_full = 0;     // HELLO from a new peer with no slot for it
+  // Handshake security (SECURITY.md): HELLO, HELLO_ACK, COOKIE or RESET
+  // whose MAC failed (wrong key, or a key at one end only); HELLO_ACKs and
+  // COOKIEs not echoing our nonce; COOKIEs sent, dropped for want of room,
+  // and HELLOs whose echoed cookie was wrong or too old; RESETs that made
+  // us probe the session (rather than end it); peers learned from the
+  // network evicted to make room.
+  uint64_t handshake_auth_failed = 0;
+  uint64_t handshake_unproven = 0;
+  uint64_t cookies_sent = 0;
+  uint64_t cookies_dropped = 0;
+  uint64_t cookie_rejected = 0;
+  uint64_t resets_probed = 0;
+  uint64_t learned_evicted = 0;
   // Flow control.
   uint64_t window_stalls = 0;  // a sender found the peer's window closed
   uint64_t rnr_sent = 0;       // arrivals refused: no receive resources

@@ -27,8 +27,9 @@ void* Ctx(intptr_t v) { return reinterpret_cast<void*>(v); }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Side>> Side::Create(const std::string& uri, uint16_t udp_port,
-                                                   int side) {
+absl::StatusOr<std::unique_ptr<Side>> Side::Create(
+    const std::string& uri, uint16_t udp_port, int side,
+    const std::function<void(EndpointConfig*)>& configure) {
   std::unique_ptr<Side> s(new Side());
   s->side_ = side;
   absl::StatusOr<std::unique_ptr<driver::Device>> dev = driver::OpenDevice(uri);
@@ -42,6 +43,7 @@ absl::StatusOr<std::unique_ptr<Side>> Side::Create(const std::string& uri, uint1
   // kernel's delivery for a while: only a real hang (kDeadlineNs) fails.
   c.peer_timeout_ns = kDeadlineNs;
   c.rnr_give_up_ns = kDeadlineNs;
+  if (configure) configure(&c);
   absl::StatusOr<std::unique_ptr<Endpoint>> ep =
       Endpoint::Create(*s->port_, driver::SteadyClock::Get(), c);
   if (!ep.ok()) return ep.status();

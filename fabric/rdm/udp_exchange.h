@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,9 +26,11 @@ inline constexpr size_t kBigMessage = 1 << 20;
 
 class Side {
  public:
-  // Opens `uri` (a udp: device) and an endpoint on `udp_port`; side 0 or 1.
-  static absl::StatusOr<std::unique_ptr<Side>> Create(const std::string& uri, uint16_t udp_port,
-                                                      int side);
+  // Opens `uri` (a udp: device) and an endpoint on `udp_port`; side 0 or 1;
+  // `configure`, if set, adjusts the endpoint's settings (keys, sizes).
+  static absl::StatusOr<std::unique_ptr<Side>> Create(
+      const std::string& uri, uint16_t udp_port, int side,
+      const std::function<void(EndpointConfig*)>& configure = nullptr);
   ~Side();
 
   // The address to give the other side (MAC left unknown: it is learned).
@@ -37,6 +40,8 @@ class Side {
   absl::Status Step();
   bool Done() const { return send_done_ == kMessages + 1 && recv_done_ == kMessages + 1; }
   std::string Report() const;
+  Endpoint& endpoint() { return *ep_; }
+  PeerId peer() const { return peer_; }
 
  private:
   Side() = default;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fabric/rdm/crc32c.h"
+#include "sodium.h"
 
 namespace bypass::rdm::wire {
 namespace {
@@ -26,19 +27,24 @@ T Load(const uint8_t* p) {
   return v;
 }
 
+// The 12-byte pseudo header: IPv4 source and destination, UDP ports.
+void PseudoHeader(const driver::UdpFlow& flow, uint8_t* out) {
+  const uint32_t src = Be32(flow.src_ip.value);
+  const uint32_t dst = Be32(flow.dst_ip.value);
+  const uint16_t sp = Be16(flow.src_port);
+  const uint16_t dp = Be16(flow.dst_port);
+  std::memcpy(out, &src, 4);
+  std::memcpy(out + 4, &dst, 4);
+  std::memcpy(out + 8, &sp, 2);
+  std::memcpy(out + 10, &dp, 2);
+}
+
 // The CRC over the pseudo header (IPv4 addresses and UDP ports, so a
 // corrupted address is caught too), the common header with crc taken as 0,
 // and everything after it. `bypass` is the UDP payload.
 uint32_t PacketCrc(const driver::UdpFlow& flow, const uint8_t* bypass, size_t len) {
   uint8_t pseudo[12];
-  const uint32_t src = Be32(flow.src_ip.value);
-  const uint32_t dst = Be32(flow.dst_ip.value);
-  const uint16_t sp = Be16(flow.src_port);
-  const uint16_t dp = Be16(flow.dst_port);
-  std::memcpy(pseudo, &src, 4);
-  std::memcpy(pseudo + 4, &dst, 4);
-  std::memcpy(pseudo + 8, &sp, 2);
-  std::memcpy(pseudo + 10, &dp, 2);
+  PseudoHeader(flow, pseudo);
   return Crc32cFinish(Crc32cPacket(pseudo, bypass, len, offsetof(CommonHeader, crc)));
 }
 
@@ -60,10 +66,36 @@ CommonHeader Encode(const Common& c, size_t rest) {
   return h;
 }
 
-// Writes common header + extension + payload after the UDP header, the CRC,
-// then the UDP/IPv4/Ethernet headers.
+// Where a type's MAC lies in its datagram (0: it has none).
+size_t MacOffset(PacketType type) {
+  if (type == PacketType::kReset) return sizeof(CommonHeader) + offsetof(ResetHeader, mac);
+  const bool hello =
+      type == PacketType::kHello || type == PacketType::kHelloAck || type == PacketType::kCookie;
+  return hello ? sizeof(CommonHeader) + offsetof(HelloHeader, mac) : 0;
+}
+
+// HMAC-SHA-256 under key, truncated, of the addresses (as the CRC's pseudo
+// header) and the datagram with its crc and mac taken as 0.
+Mac ComputeMac(const driver::UdpFlow& flow, const uint8_t* bypass, size_t len, size_t mac_at,
+               const MacKey& key) {
+  uint8_t buf[12 + sizeof(CommonHeader) + sizeof(HelloHeader)];
+  PseudoHeader(flow, buf);
+  std::memcpy(buf + 12, bypass, len);
+  std::memset(buf + 12 + offsetof(CommonHeader, crc), 0, 4);
+  std::memset(buf + 12 + mac_at, 0, sizeof(Mac));
+  uint8_t full[crypto_auth_hmacsha256_BYTES];
+  crypto_auth_hmacsha256(full, buf, 12 + len, key.data());
+  Mac m;
+  std::memcpy(m.data(), full, m.size());
+  return m;
+}
+
+// Writes common header + extension + payload after the UDP header, the MAC
+// (with a key, for the types that carry one), the CRC, then the
+// UDP/IPv4/Ethernet headers.
 size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, size_t ext_len,
-              absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame) {
+              absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame,
+              const MacKey* key = nullptr) {
   const size_t rest = ext_len + payload.size();
   const size_t datagram = sizeof(CommonHeader) + rest;
   if (rest > UINT16_MAX || datagram > driver::kMaxUdpPayloadBytes ||
@@ -75,6 +107,7 @@ size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, siz
   std::memcpy(b, &h, sizeof(h));
   std::memcpy(b + sizeof(h), ext, ext_len);
   if (!payload.empty()) std::memcpy(b + sizeof(h) + ext_len, payload.data(), payload.size());
+  if (key != nullptr) SealMac(flow, {b, datagram}, *key);
   const uint32_t crc = Be32(PacketCrc(flow, b, datagram));
   std::memcpy(b + offsetof(CommonHeader, crc), &crc, sizeof(crc));
   return driver::WriteUdpHeaders(flow, datagram, frame, driver::UdpChecksumFill::kNone);
@@ -97,6 +130,8 @@ std::optional<TypeInfo> DescribeType(uint8_t raw_type) {
       return TypeInfo{"DATA", sizeof(MsgHeader), true, true};
     case PacketType::kRma:
       return TypeInfo{"RMA", sizeof(RmaHeader), true, true};
+    case PacketType::kCookie:
+      return TypeInfo{"COOKIE", sizeof(HelloHeader), false, false};
   }
   return std::nullopt;
 }
@@ -157,14 +192,25 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
   if (c.src_incarnation == 0) return ParseStatus::kBadField;
   const uint8_t* ext = d.data() + sizeof(CommonHeader);
   out->payload = d.subspan(sizeof(CommonHeader) + info->ext_bytes);
+  out->datagram = d;
 
   switch (c.type) {
     case PacketType::kHello:
-    case PacketType::kHelloAck: {
+    case PacketType::kHelloAck:
+    case PacketType::kCookie: {
       const auto e = Load<HelloHeader>(ext);
       if (e.reserved != 0 || e.capabilities != 0) return ParseStatus::kBadField;
-      out->hello.max_datagram = Be16(e.max_datagram);
-      if (out->hello.max_datagram < kMinMaxDatagram) {
+      HelloFields& hf = out->hello;
+      hf.max_datagram = Be16(e.max_datagram);
+      hf.nonce = Be64(e.nonce);
+      hf.echo = Be64(e.echo);
+      std::memcpy(hf.cookie.data(), e.cookie, hf.cookie.size());
+      std::memcpy(hf.mac.data(), e.mac, hf.mac.size());
+      if (hf.max_datagram < kMinMaxDatagram) return ParseStatus::kBadField;
+      // A HELLO or HELLO_ACK names its sender's nonce (never 0, so that no
+      // echo of 0 proves anything); a HELLO echoes none, a COOKIE has none.
+      if ((c.type == PacketType::kCookie) != (hf.nonce == 0) ||
+          (c.type == PacketType::kHello && hf.echo != 0)) {
         return ParseStatus::kBadField;
       }
       break;
@@ -180,6 +226,7 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       }
       out->reset.reason = static_cast<ResetReason>(e.reason);
       out->reset.incarnation = Be32(e.incarnation);
+      std::memcpy(out->reset.mac.data(), e.mac, out->reset.mac.size());
       break;
     }
     case PacketType::kAck: {
@@ -264,18 +311,39 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
 }
 
 size_t BuildHello(const driver::UdpFlow& flow, const Common& c, const HelloFields& h,
-                  absl::Span<uint8_t> frame) {
+                  const MacKey* key, absl::Span<uint8_t> frame) {
   HelloHeader e{};
   e.max_datagram = Be16(h.max_datagram);
-  return Finish(flow, c, &e, sizeof(e), {}, frame);
+  e.nonce = Be64(h.nonce);
+  e.echo = Be64(h.echo);
+  std::memcpy(e.cookie, h.cookie.data(), sizeof(e.cookie));
+  return Finish(flow, c, &e, sizeof(e), {}, frame, key);
 }
 
 size_t BuildReset(const driver::UdpFlow& flow, const Common& c, const ResetFields& r,
-                  absl::Span<uint8_t> frame) {
+                  const MacKey* key, absl::Span<uint8_t> frame) {
   ResetHeader e{};
   e.reason = static_cast<uint8_t>(r.reason);
   e.incarnation = Be32(r.incarnation);
-  return Finish(flow, c, &e, sizeof(e), {}, frame);
+  return Finish(flow, c, &e, sizeof(e), {}, frame, key);
+}
+
+bool SealMac(const driver::UdpFlow& flow, absl::Span<uint8_t> datagram, const MacKey& key) {
+  if (datagram.size() < sizeof(CommonHeader)) return false;
+  const size_t at = MacOffset(static_cast<PacketType>(datagram[offsetof(CommonHeader, type)]));
+  if (at == 0 || datagram.size() != at + sizeof(Mac)) return false;
+  const Mac m = ComputeMac(flow, datagram.data(), datagram.size(), at, key);
+  std::memcpy(datagram.data() + at, m.data(), m.size());
+  return true;
+}
+
+bool VerifyMac(const View& v, const MacKey* key) {
+  const Mac& got = v.common.type == PacketType::kReset ? v.reset.mac : v.hello.mac;
+  if (key == nullptr) return sodium_is_zero(got.data(), got.size()) == 1;
+  const size_t at = MacOffset(v.common.type);
+  if (at == 0 || v.datagram.size() != at + sizeof(Mac)) return false;
+  const Mac want = ComputeMac(v.flow, v.datagram.data(), v.datagram.size(), at, *key);
+  return crypto_verify_16(got.data(), want.data()) == 0;
 }
 
 size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a,
@@ -344,8 +412,10 @@ std::string ToString(const View& v) {
                           static_cast<unsigned>(v.rma.op), v.rma.rma_id, v.rma.key, v.rma.addr,
                           v.rma.offset, v.rma.total_length, v.payload.size(),
                           static_cast<unsigned>(v.rma.status), v.rma.flags);
-  } else if (c.type == PacketType::kHello || c.type == PacketType::kHelloAck) {
-    absl::StrAppendFormat(&s, " max_datagram=%u", v.hello.max_datagram);
+  } else if (c.type == PacketType::kHello || c.type == PacketType::kHelloAck ||
+             c.type == PacketType::kCookie) {
+    absl::StrAppendFormat(&s, " max_datagram=%u nonce=0x%x echo=0x%x", v.hello.max_datagram,
+                          v.hello.nonce, v.hello.echo);
   }
   return s;
 }

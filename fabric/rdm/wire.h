@@ -31,6 +31,7 @@ enum class PacketType : uint8_t {
   kAck = 4,       // standalone cumulative ACK with a SACK bitmap
   kData = 5,      // one segment of a message (sequenced)
   kRma = 6,       // RMA write, read request, read data or response (sequenced)
+  kCookie = 7,    // "prove you receive at your address": echo this cookie in your HELLO
 };
 
 // Bits of CommonHeader::flags; any other bit set makes a packet malformed.
@@ -98,6 +99,13 @@ enum class ResetReason : uint8_t {
   kNoSession = 2,           // I know your incarnation but have no session with you
 };
 
+// The key that authenticates handshakes (EndpointConfig::handshake_key,
+// same_host_key) and the truncated MAC every HELLO, HELLO_ACK, COOKIE and
+// RESET carries (all zero without a key); a receiver's cookie.
+using MacKey = std::array<uint8_t, 32>;
+using Mac = std::array<uint8_t, 16>;
+using Cookie = std::array<uint8_t, 16>;
+
 #pragma pack(push, 1)
 // The header every bypass packet starts with, right after the UDP header.
 struct CommonHeader {
@@ -115,17 +123,22 @@ struct CommonHeader {
   uint16_t reserved;         // 0
   uint32_t crc;              // CRC-32C over pseudo header, this header (crc 0) and the rest
 };
-// HELLO and HELLO_ACK.
+// HELLO, HELLO_ACK and COOKIE.
 struct HelloHeader {
   uint16_t max_datagram;  // largest UDP payload the sender can receive
   uint16_t reserved;      // 0
   uint32_t capabilities;  // 0 in version 1
+  uint64_t nonce;         // the sender's fresh nonce of this handshake (0 in a COOKIE)
+  uint64_t echo;          // HELLO_ACK, COOKIE: the nonce of the HELLO answered; HELLO: 0
+  uint8_t cookie[16];     // COOKIE: the receiver's cookie; HELLO: it echoed (or 0)
+  uint8_t mac[16];        // keyed MAC of the packet (PROTOCOL.md), 0 without a key
 };
 // RESET. Its psn is the PSN of the packet that caused it.
 struct ResetHeader {
   uint8_t reason;  // ResetReason
   uint8_t reserved[3];
   uint32_t incarnation;  // the dst_incarnation that packet carried
+  uint8_t mac[16];       // keyed MAC of the packet, 0 without a key
 };
 // ACK: which PSNs after ack_psn are held by the receiver.
 struct AckHeader {
@@ -158,8 +171,8 @@ struct RmaHeader {
 #pragma pack(pop)
 static_assert(sizeof(RmaHeader) == 48);
 static_assert(sizeof(CommonHeader) == 36);
-static_assert(sizeof(HelloHeader) == 8);
-static_assert(sizeof(ResetHeader) == 8);
+static_assert(sizeof(HelloHeader) == 56);
+static_assert(sizeof(ResetHeader) == 24);
 static_assert(sizeof(AckHeader) == 32);
 static_assert(sizeof(MsgHeader) == 40);
 static_assert(sizeof(InPlaceOfferWire) == 24);
@@ -204,11 +217,16 @@ struct Common {
 // HelloHeader in host order.
 struct HelloFields {
   uint16_t max_datagram = 0;
+  uint64_t nonce = 0;
+  uint64_t echo = 0;
+  Cookie cookie{};
+  Mac mac{};  // as received (builders compute it)
 };
 // ResetHeader in host order.
 struct ResetFields {
   ResetReason reason = ResetReason::kNoSession;
   uint32_t incarnation = 0;  // which incarnation of the receiver it is about
+  Mac mac{};                 // as received (builders compute it)
 };
 // The SACK bitmap of an ACK: Has(i) means PSN ack_psn + 1 + i was received.
 struct AckFields {
@@ -256,6 +274,8 @@ struct View {
   MsgFields msg;
   RmaFields rma;
   absl::Span<const uint8_t> payload;
+  // The whole UDP payload (bypass header onwards), for VerifyMac.
+  absl::Span<const uint8_t> datagram;
 };
 
 // Why a frame was rejected.
@@ -279,10 +299,22 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out);
 // Builders: write a whole frame (Ethernet, IPv4, UDP, bypass header,
 // extension, payload, CRC) into `frame`; return its length, or 0 if it does
 // not fit. `c.type` must match the builder.
+// HELLO, HELLO_ACK or COOKIE (c.type); with `key`, MACed (else the MAC is 0).
 size_t BuildHello(const driver::UdpFlow& flow, const Common& c, const HelloFields& h,
-                  absl::Span<uint8_t> frame);
+                  const MacKey* key, absl::Span<uint8_t> frame);
 size_t BuildReset(const driver::UdpFlow& flow, const Common& c, const ResetFields& r,
-                  absl::Span<uint8_t> frame);
+                  const MacKey* key, absl::Span<uint8_t> frame);
+
+// Whether a parsed HELLO, HELLO_ACK, COOKIE or RESET is authentic: with
+// `key`, its MAC is HMAC-SHA-256 under key, truncated to 16 bytes, of the
+// addresses and every byte of the packet (crc and mac taken as 0), checked
+// in constant time; without, its MAC is all zero (a sender with a key never
+// talks to one without). REQUIRES: v came from Parse (v.datagram is set).
+bool VerifyMac(const View& v, const MacKey* key);
+// Writes the MAC under key into a HELLO, HELLO_ACK, COOKIE or RESET
+// datagram (the bypass header onwards, as sent on flow); the CRC is to be
+// computed after. False (nothing written) for another type or size.
+bool SealMac(const driver::UdpFlow& flow, absl::Span<uint8_t> datagram, const MacKey& key);
 size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a,
                 absl::Span<uint8_t> frame);
 // `payload` is copied from the caller's buffer into the frame. A request to

@@ -3,6 +3,7 @@
 // out of range. Also CRC-32C and PSN arithmetic.
 #include "fabric/rdm/wire.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -131,23 +132,41 @@ TEST(WireTest, EveryTypeRoundTrips) {
 
   HelloFields h;
   h.max_datagram = 1472;
-  size_t n = BuildHello(TestFlow(), TestCommon(PacketType::kHello), h, absl::MakeSpan(frame));
+  h.nonce = 0x0123456789abcdefull;
+  h.cookie[0] = 0xc0;
+  h.cookie[15] = 0x0c;
+  size_t n =
+      BuildHello(TestFlow(), TestCommon(PacketType::kHello), h, nullptr, absl::MakeSpan(frame));
   ASSERT_GT(n, 0u);
   ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
   EXPECT_EQ(v.common.type, PacketType::kHello);
   EXPECT_EQ(v.hello.max_datagram, 1472);
+  EXPECT_EQ(v.hello.nonce, 0x0123456789abcdefull);
+  EXPECT_EQ(v.hello.cookie, h.cookie);
+  EXPECT_TRUE(VerifyMac(v, nullptr)) << "no key: the MAC is all zero";
   EXPECT_EQ(v.common.psn, Psn(0xfffffffe));
   EXPECT_EQ(v.common.auth_key, 0x99aabbccu);
   EXPECT_EQ(v.flow, TestFlow());
 
-  n = BuildHello(TestFlow(), TestCommon(PacketType::kHelloAck), h, absl::MakeSpan(frame));
+  h.echo = 0xfeedull;
+  h.cookie = {};
+  n = BuildHello(TestFlow(), TestCommon(PacketType::kHelloAck), h, nullptr, absl::MakeSpan(frame));
   ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
   EXPECT_EQ(v.common.type, PacketType::kHelloAck);
+  EXPECT_EQ(v.hello.echo, 0xfeedull);
+
+  h.nonce = 0;  // a COOKIE has none
+  h.cookie[3] = 0x33;
+  n = BuildHello(TestFlow(), TestCommon(PacketType::kCookie), h, nullptr, absl::MakeSpan(frame));
+  ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.common.type, PacketType::kCookie);
+  EXPECT_EQ(v.hello.echo, 0xfeedull);
+  EXPECT_EQ(v.hello.cookie, h.cookie);
 
   ResetFields r;
   r.reason = ResetReason::kUnknownIncarnation;
   r.incarnation = 0xdeadbeef;
-  n = BuildReset(TestFlow(), TestCommon(PacketType::kReset), r, absl::MakeSpan(frame));
+  n = BuildReset(TestFlow(), TestCommon(PacketType::kReset), r, nullptr, absl::MakeSpan(frame));
   ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
   EXPECT_EQ(v.reset.reason, ResetReason::kUnknownIncarnation);
   EXPECT_EQ(v.reset.incarnation, 0xdeadbeefu);
@@ -229,7 +248,7 @@ TEST(WireTest, FieldsOutOfRangeAreRejectedEvenWithAGoodChecksum) {
   EXPECT_EQ(Parse(WithField(f, c + 2, {1}), &v), ParseStatus::kBadVersion);
   EXPECT_EQ(Parse(WithField(f, c + 2, {kVersion + 1}), &v), ParseStatus::kBadVersion);
   EXPECT_EQ(Parse(WithField(f, c + 3, {0}), &v), ParseStatus::kBadType);
-  EXPECT_EQ(Parse(WithField(f, c + 3, {7}), &v), ParseStatus::kBadType);
+  EXPECT_EQ(Parse(WithField(f, c + 3, {8}), &v), ParseStatus::kBadType);
   EXPECT_EQ(Parse(WithField(f, c + 3, {1}), &v), ParseStatus::kBadLength) << "HELLO has no payload";
   EXPECT_EQ(Parse(WithField(f, c + 4, {0x80, 0}), &v), ParseStatus::kBadField) << "unknown flag";
   EXPECT_EQ(Parse(WithField(f, c + 8, {0, 0, 0, 0}), &v), ParseStatus::kBadField)
@@ -267,7 +286,8 @@ TEST(WireTest, DescribeTypeKnowsEachTypeOnce) {
   for (int t = 0; t < 256; ++t) {
     if (DescribeType(static_cast<uint8_t>(t))) ++known;
   }
-  EXPECT_EQ(known, 6);
+  EXPECT_EQ(known, 7);
+  EXPECT_STREQ(DescribeType(7)->name, "COOKIE");
   EXPECT_TRUE(DescribeType(5)->sequenced);
   EXPECT_TRUE(DescribeType(6)->sequenced);
   EXPECT_FALSE(DescribeType(4)->sequenced);
@@ -402,6 +422,66 @@ TEST(WireTest, CopiedOnlyOnAPullRequest) {
   r.flags = kRmaFlagMessage | kRmaFlagCopied;
   r.op = RmaOp::kResponse;
   EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kBadField);
+}
+
+// Version 4's handshake fields: the MAC under a key covers every byte of
+// the packet and both addresses, is all zero without a key, and a
+// HELLO/HELLO_ACK without a nonce (or a COOKIE with one) is malformed.
+TEST(WireTest, HandshakeMacCoversThePacketAndTheAddresses) {
+  MacKey key{};
+  key[0] = 1;
+  MacKey other = key;
+  other[31] = 2;
+  HelloFields h;
+  h.max_datagram = 1472;
+  h.nonce = 77;
+  std::vector<uint8_t> frame(512);
+  const size_t n =
+      BuildHello(TestFlow(), TestCommon(PacketType::kHello), h, &key, absl::MakeSpan(frame));
+  View v;
+  ASSERT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_TRUE(VerifyMac(v, &key));
+  EXPECT_FALSE(VerifyMac(v, &other)) << "wrong key";
+  EXPECT_FALSE(VerifyMac(v, nullptr)) << "a keyed HELLO to an endpoint without a key";
+  // A forger changing a field fixes the CRC but cannot fix the MAC.
+  View moved = v;
+  moved.flow.src_port = static_cast<uint16_t>(moved.flow.src_port + 1);
+  EXPECT_FALSE(VerifyMac(moved, &key)) << "another source address";
+  View changed = v;
+  std::vector<uint8_t> bytes(v.datagram.begin(), v.datagram.end());
+  bytes[sizeof(CommonHeader) + offsetof(HelloHeader, nonce) + 7] ^= 1;  // another nonce
+  changed.datagram = bytes;
+  EXPECT_FALSE(VerifyMac(changed, &key));
+  // Unkeyed: a non-zero MAC is refused.
+  View unkeyed = v;
+  unkeyed.hello.mac = {};
+  EXPECT_TRUE(VerifyMac(unkeyed, nullptr));
+
+  ResetFields r;
+  r.incarnation = 5;
+  const size_t rn =
+      BuildReset(TestFlow(), TestCommon(PacketType::kReset), r, &key, absl::MakeSpan(frame));
+  ASSERT_EQ(Parse({frame.data(), rn}, &v), ParseStatus::kOk);
+  EXPECT_TRUE(VerifyMac(v, &key));
+  EXPECT_FALSE(VerifyMac(v, &other));
+}
+
+TEST(WireTest, HelloNoncesAreRequiredWhereTheyProveSomething) {
+  std::vector<uint8_t> frame(512);
+  View v;
+  HelloFields h;
+  h.max_datagram = 1472;
+  for (PacketType t : {PacketType::kHello, PacketType::kHelloAck}) {
+    size_t n = BuildHello(TestFlow(), TestCommon(t), h, nullptr, absl::MakeSpan(frame));
+    EXPECT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kBadField) << "no nonce";
+  }
+  h.nonce = 1;
+  size_t n =
+      BuildHello(TestFlow(), TestCommon(PacketType::kCookie), h, nullptr, absl::MakeSpan(frame));
+  EXPECT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kBadField) << "a COOKIE with a nonce";
+  h.echo = 9;
+  n = BuildHello(TestFlow(), TestCommon(PacketType::kHello), h, nullptr, absl::MakeSpan(frame));
+  EXPECT_EQ(Parse({frame.data(), n}, &v), ParseStatus::kBadField) << "a HELLO echoing";
 }
 
 }  // namespace
