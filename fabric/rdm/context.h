@@ -72,7 +72,10 @@ class Context {
   uint8_t dscp = 0;             // of every packet built from now on
   Counters counters;
 
-  uint64_t Random() { return SplitMix64(&rng_state_); }
+  // Initial PSNs: from the kernel's CSPRNG (RandomRegionKey's source), so
+  // that PSNs seen do not predict the next session's (an off-path attacker
+  // must guess 32 bits); from the seeded PRNG when a test set random_seed.
+  uint64_t Random() { return config.random_seed ? SplitMix64(&rng_state_) : RandomRegionKey(); }
 
   // Timers: the earliest deadline any stage set since RunTimers last looked.
   void ArmTimer(uint64_t when) { next_timer_ns = when < next_timer_ns ? when : next_timer_ns; }
