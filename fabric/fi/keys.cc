@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <cstdio>
 #include <string>
 
 #include "absl/types/span.h"
@@ -50,11 +51,18 @@ std::string Id(const std::optional<std::array<uint8_t, 32>>& key) {
 void WarnUnauthenticatedOnce(const std::string& driver) {
   static std::atomic<bool> warned{false};
   if (warned.exchange(true)) return;
-  BYPASS_FI_WARN(FI_LOG_EP_CTRL,
-                 "handshakes with peers on other hosts (%s) are not authenticated: set "
-                 "FI_BYPASS_AUTH_KEY_FILE to a file of 32 or more secret bytes (chmod 600) that "
-                 "the job's processes share, or give the domain an auth_key of 32 bytes or more\n",
-                 driver.c_str());
+  constexpr char kFormat[] =
+      "handshakes with peers on other hosts (%s) are not authenticated: set "
+      "FI_BYPASS_AUTH_KEY_FILE to a file of 32 or more secret bytes (chmod 600) that "
+      "the job's processes share, or give the domain an auth_key of 32 bytes or more\n";
+  // libfabric shows no warning unless FI_LOG_LEVEL asks; this one is said
+  // regardless (SECURITY.md), once.
+  if (LogEnabled(FI_LOG_WARN, FI_LOG_EP_CTRL)) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, kFormat, driver.c_str());
+  } else {
+    std::fprintf(stderr, "bypass: warning: ");
+    std::fprintf(stderr, kFormat, driver.c_str());
+  }
 }
 
 }  // namespace
