@@ -51,7 +51,7 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
     size_t done = 0;
     for (const iovec& v : r->scatter) {
       const size_t n = std::min(v.iov_len, std::min(*len, r->bounce.size()) - done);
-      std::memcpy(v.iov_base, r->bounce.data() + done, n);
+      if (n > 0) std::memcpy(v.iov_base, r->bounce.data() + done, n);  // either may be null at 0
       done += n;
       if (done == std::min(*len, r->bounce.size())) break;
     }
