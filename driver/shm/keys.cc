@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace bypass::driver::shm {
 namespace {
@@ -164,14 +165,13 @@ std::string KeyId(const Key& key) {
 }
 
 std::string UserKeyPath(const std::string& registry_dir) {
-  std::string parent = registry_dir;
-  while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
-  const size_t slash = parent.rfind('/');
-  if (slash == std::string::npos) {
-    parent = ".";
-  } else {
-    parent.resize(slash == 0 ? 1 : slash);
-  }
+  // The registry directory's parent (views, not assignments: GCC 12's
+  // -Wrestrict misreads a string assigned its own literal at -O2).
+  absl::string_view dir = registry_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
+  const size_t slash = dir.rfind('/');
+  const absl::string_view parent =
+      slash == absl::string_view::npos ? absl::string_view(".") : dir.substr(0, slash == 0 ? 1 : slash);
   return absl::StrCat(parent, parent == "/" ? "" : "/", "u", geteuid(), ".key");
 }
 
