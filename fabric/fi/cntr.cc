@@ -1,15 +1,14 @@
 // Counters: reading or waiting runs the engine of every endpoint bound to
-// the counter first (progress.h); fi_cntr_wait polls.
+// the counter first (progress.h); fi_cntr_wait sleeps on the counter's wait
+// object (wait.h) while the domain's progress thread progresses.
 #include "fabric/fi/cntr.h"
 
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
-#include <sched.h>
 
 #include <cstring>
 #include <memory>
 
-#include "driver/clock.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/progress.h"
@@ -24,6 +23,8 @@ int CntrClose(fid* f) {
   Domain* d = c->domain;
   DomainGuard g(d->lock);
   if (c->obj.refs.load() > 0) return -FI_EBUSY;
+  c->wait.Disarm();
+  if (c->wait.set() != nullptr) LeaveWaitSet(c->wait.set(), &c->fid.fid);
   d->cntrs.fetch_sub(1);
   d->obj.refs.fetch_sub(1);
   c->obj.magic = Obj::kDead;
@@ -31,9 +32,10 @@ int CntrClose(fid* f) {
   return 0;
 }
 
-int CntrControl(fid* f, int, void*) {
-  if (AsCntr(f) == nullptr) return BadFid(f, FI_CLASS_CNTR);
-  return -FI_ENOSYS;
+int CntrControl(fid* f, int command, void* arg) {
+  Cntr* c = AsCntr(f);
+  if (c == nullptr) return BadFid(f, FI_CLASS_CNTR);
+  return c->wait.Control(command, arg);
 }
 
 fi_ops g_cntr_fi_ops = {
@@ -52,7 +54,9 @@ uint64_t CntrRead(fid_cntr* f) {
   if (c == nullptr) return 0;
   DomainGuard g(c->domain->lock);
   ProgressAll(c->eps);
-  return c->value.load();
+  const uint64_t v = c->value.load();
+  c->read_value.store(v, std::memory_order_relaxed);
+  return v;
 }
 
 uint64_t CntrReadErr(fid_cntr* f) {
@@ -60,53 +64,74 @@ uint64_t CntrReadErr(fid_cntr* f) {
   if (c == nullptr) return 0;
   DomainGuard g(c->domain->lock);
   ProgressAll(c->eps);
-  return c->errors.load();
+  const uint64_t v = c->errors.load();
+  c->read_errors.store(v, std::memory_order_relaxed);
+  return v;
+}
+
+// The application's own change: a new baseline for fi_poll and fi_trywait
+// (fi_poll(3)), then a signal for the waits.
+void AppChanged(Cntr* c, bool baseline) {
+  if (baseline) {
+    const uint64_t v = c->value.load();
+    const uint64_t e = c->errors.load();
+    c->poll_value.store(v, std::memory_order_relaxed);
+    c->poll_errors.store(e, std::memory_order_relaxed);
+    c->read_value.store(v, std::memory_order_relaxed);
+    c->read_errors.store(e, std::memory_order_relaxed);
+  }
+  c->wait.Signal();
 }
 
 int CntrAdd(fid_cntr* f, uint64_t v) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return BadFid(f, FI_CLASS_CNTR);
   c->value.fetch_add(v);
+  AppChanged(c, true);
   return 0;
 }
 int CntrSet(fid_cntr* f, uint64_t v) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return BadFid(f, FI_CLASS_CNTR);
   c->value.store(v);
+  AppChanged(c, true);
   return 0;
 }
 int CntrAddErr(fid_cntr* f, uint64_t v) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return BadFid(f, FI_CLASS_CNTR);
   c->errors.fetch_add(v);
+  AppChanged(c, false);
   return 0;
 }
 int CntrSetErr(fid_cntr* f, uint64_t v) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return BadFid(f, FI_CLASS_CNTR);
   c->errors.store(v);
+  AppChanged(c, false);
   return 0;
 }
 
-// Progresses until the counter reaches threshold (0), an error is counted
+// Waits until the counter reaches threshold (0), an error is counted
 // (-FI_EAVAIL) or timeout milliseconds pass (-FI_ETIMEDOUT; -1: forever).
 int CntrWait(fid_cntr* f, uint64_t threshold, int timeout) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return BadFid(f, FI_CLASS_CNTR);
-  const driver::Clock& clock = driver::SteadyClock::Get();
-  const uint64_t deadline =
-      timeout < 0 ? UINT64_MAX : clock.NowNs() + static_cast<uint64_t>(timeout) * 1'000'000;
   const uint64_t errors = c->errors.load();
-  for (;;) {
+  int ret = -FI_ETIMEDOUT;
+  SleepUntil(&c->wait, &c->fid.fid, DeadlineAfterMs(timeout), [&] {
     {
       DomainGuard g(c->domain->lock);
       ProgressAll(c->eps);
     }
-    if (c->value.load() >= threshold) return 0;
-    if (c->errors.load() != errors) return -FI_EAVAIL;
-    if (clock.NowNs() >= deadline) return -FI_ETIMEDOUT;
-    if (c->domain->lock.thread_safe) sched_yield();
-  }
+    if (c->value.load() >= threshold) {
+      ret = 0;
+    } else if (c->errors.load() != errors) {
+      ret = -FI_EAVAIL;
+    }
+    return ret != -FI_ETIMEDOUT;
+  });
+  return ret;
 }
 
 fi_ops_cntr g_cntr_ops = {
@@ -128,9 +153,12 @@ int OpenCntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** out, void* conte
   if (out == nullptr) return -FI_EINVAL;
   if (attr != nullptr) {
     if (RawEnum(attr->events) != FI_CNTR_EVENTS_COMP) return -FI_ENOSYS;
-    if (!BusyPollWait(attr->wait_obj)) return -FI_ENOSYS;
     if (attr->flags != 0) return -FI_EBADFLAGS;
   }
+  const int wait_obj = attr != nullptr ? RawEnum(attr->wait_obj) : FI_WAIT_NONE;
+  int err;
+  WaitSet* ws = AttrWaitSet(wait_obj, attr != nullptr ? attr->wait_set : nullptr, &err);
+  if (err != 0) return err;
   if (!TakeSlot(d->cntrs, kMaxCntrs)) return -FI_EINVAL;  // cntr_cnt (fabric/fi/info)
   auto c = std::make_unique<Cntr>();
   std::memset(&c->fid, 0, sizeof(c->fid));
@@ -139,6 +167,11 @@ int OpenCntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** out, void* conte
   c->fid.fid.ops = &g_cntr_fi_ops;
   c->fid.ops = &g_cntr_ops;
   c->domain = d;
+  if (int ret = c->wait.Init(wait_obj, ws); ret != 0) {
+    d->cntrs.fetch_sub(1);
+    return ret;
+  }
+  if (ws != nullptr) JoinWaitSet(ws, &c->fid.fid);
   d->obj.refs.fetch_add(1);
   *out = &c.release()->fid;
   return 0;

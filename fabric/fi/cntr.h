@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fabric/fi/common.h"
+#include "fabric/fi/wait.h"
 
 namespace bypass::fi {
 
@@ -27,6 +28,14 @@ struct Cntr {
   std::atomic<uint64_t> value{0};
   std::atomic<uint64_t> errors{0};
   std::vector<Ep*> eps;  // progressed by every read and wait
+  WaitObject wait;       // signaled by every change (wait.h)
+  // What the application last saw: fi_cntr_read / readerr (fi_trywait and
+  // fi_wait wait for a change from it), and fi_poll, fi_cntr_set and
+  // fi_cntr_add (fi_poll reports a change from it, fi_poll(3)).
+  std::atomic<uint64_t> read_value{0};
+  std::atomic<uint64_t> read_errors{0};
+  std::atomic<uint64_t> poll_value{0};
+  std::atomic<uint64_t> poll_errors{0};
 };
 static_assert(offsetof(Cntr, fid) == 0);
 
@@ -34,10 +43,14 @@ inline Cntr* AsCntr(const void* f) { return As<Cntr>(f, FI_CLASS_CNTR); }
 
 // One event, or one error, on c (none bound: nothing).
 inline void CountEvent(Cntr* c) {
-  if (c != nullptr) c->value.fetch_add(1, std::memory_order_relaxed);
+  if (c == nullptr) return;
+  c->value.fetch_add(1);
+  c->wait.Signal();
 }
 inline void CountErrorEvent(Cntr* c) {
-  if (c != nullptr) c->errors.fetch_add(1, std::memory_order_relaxed);
+  if (c == nullptr) return;
+  c->errors.fetch_add(1);
+  c->wait.Signal();
 }
 
 // fi_cntr_open.

@@ -136,12 +136,6 @@ void EraseOne(std::vector<T>& v, T x) {
 // Engine results and statuses as negative fi_errno values.
 int FromStatus(const absl::Status& s);
 
-// Whether a CQ or counter can wait the only way here: busy polling.
-inline bool BusyPollWait(const fi_wait_obj& w) {
-  const int v = RawEnum(w);
-  return v == FI_WAIT_NONE || v == FI_WAIT_UNSPEC || v == FI_WAIT_YIELD;
-}
-
 // Unsupported calls, with the signatures of the ops tables they fill.
 int NoSysOpsOpen(fid*, const char*, uint64_t, void**, void*);
 int NoSysOpsSet(fid*, const char*, uint64_t, void*, void*);

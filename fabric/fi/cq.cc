@@ -1,22 +1,22 @@
 // Completion queues: reading (in the CQ's format, with sources, errors
 // with their messages) runs the engine of every endpoint bound to the CQ
-// first (progress.h); fi_cq_sread polls.
+// first (progress.h); fi_cq_sread sleeps on the CQ's wait object (wait.h)
+// while the domain's progress thread progresses.
 #include "fabric/fi/cq.h"
 
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
-#include "driver/clock.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
+#include "fabric/fi/wait.h"
 
 namespace bypass::fi {
 namespace {
@@ -30,6 +30,8 @@ int CqClose(fid* f) {
   Domain* d = cq->domain;
   DomainGuard g(d->lock);
   if (cq->obj.refs.load() > 0) return -FI_EBUSY;
+  cq->wait.Disarm();
+  if (cq->wait.set() != nullptr) LeaveWaitSet(cq->wait.set(), &cq->fid.fid);
   cq->entries.clear();
   cq->errors.clear();
   d->cqs.fetch_sub(1);
@@ -39,10 +41,10 @@ int CqClose(fid* f) {
   return 0;
 }
 
-int CqControl(fid* f, int command, void*) {
-  if (AsCq(f) == nullptr) return BadFid(f, FI_CLASS_CQ);
-  (void)command;
-  return -FI_ENOSYS;  // no wait object to hand out
+int CqControl(fid* f, int command, void* arg) {
+  Cq* cq = AsCq(f);
+  if (cq == nullptr) return BadFid(f, FI_CLASS_CQ);
+  return cq->wait.Control(command, arg);
 }
 
 fi_ops g_cq_fi_ops = {
@@ -103,21 +105,15 @@ ssize_t CqSReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src, const vo
   Cq* cq = AsCq(f);
   if (cq == nullptr) return BadFid(f, FI_CLASS_CQ);
   if (buf == nullptr || count == 0) return -FI_EINVAL;
-  (void)cond;  // FI_CQ_COND_NONE only: any completion ends the wait
-  const driver::Clock& clock = driver::SteadyClock::Get();
-  const uint64_t deadline =
-      timeout < 0 ? UINT64_MAX : clock.NowNs() + static_cast<uint64_t>(timeout) * 1'000'000;
-  for (;;) {
-    ssize_t ret;
-    {
-      DomainGuard g(cq->domain->lock);
-      ret = CqReadLocked(cq, buf, count, src);
-    }
-    if (ret != -FI_EAGAIN) return ret;
-    if (cq->signaled.exchange(false)) return -FI_EAGAIN;
-    if (clock.NowNs() >= deadline) return -FI_EAGAIN;
-    if (cq->domain->lock.thread_safe) sched_yield();  // let other threads take the lock
-  }
+  (void)cond;  // FI_CQ_COND_NONE only: any completion ends the wait (fi_cq(3) allows it)
+  ssize_t ret = -FI_EAGAIN;
+  SleepUntil(&cq->wait, &cq->fid.fid, DeadlineAfterMs(timeout), [&] {
+    if (cq->signaled.exchange(false)) return true;  // ret stays -FI_EAGAIN
+    DomainGuard g(cq->domain->lock);
+    ret = CqReadLocked(cq, buf, count, src);
+    return ret != -FI_EAGAIN;
+  });
+  return ret;
 }
 
 ssize_t CqSRead(fid_cq* f, void* buf, size_t count, const void* cond, int timeout) {
@@ -128,6 +124,7 @@ int CqSignal(fid_cq* f) {
   Cq* cq = AsCq(f);
   if (cq == nullptr) return BadFid(f, FI_CLASS_CQ);
   cq->signaled.store(true);
+  cq->wait.Wake();
   return 0;
 }
 
@@ -175,11 +172,9 @@ int OpenCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context) {
     default:
       return -FI_ENOSYS;
   }
-  if (!BusyPollWait(attr->wait_obj)) {
-    BYPASS_FI_WARN(FI_LOG_CQ, "CQ wait objects other than FI_WAIT_NONE/UNSPEC/YIELD are not "
-                   "supported: progress is manual, fi_cq_sread polls\n");
-    return -FI_ENOSYS;
-  }
+  int err;
+  WaitSet* ws = AttrWaitSet(RawEnum(attr->wait_obj), attr->wait_set, &err);
+  if (err != 0) return err;
   if (attr->size > kMaxCqSize) return -FI_EINVAL;
   if ((attr->flags & ~static_cast<uint64_t>(FI_AFFINITY)) != 0) return -FI_EBADFLAGS;
   if (!TakeSlot(d->cqs, kMaxCqs)) return -FI_EINVAL;  // cq_cnt (fabric/fi/info)
@@ -193,6 +188,11 @@ int OpenCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context) {
   cq->format = format;
   cq->entry_size = entry_size;
   cq->capacity = attr->size == 0 ? kDefaultCqSize : attr->size;
+  if (int ret = cq->wait.Init(RawEnum(attr->wait_obj), ws); ret != 0) {
+    d->cqs.fetch_sub(1);
+    return ret;
+  }
+  if (ws != nullptr) JoinWaitSet(ws, &cq->fid.fid);
   d->obj.refs.fetch_add(1);
   *out = &cq.release()->fid;
   return 0;

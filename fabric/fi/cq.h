@@ -1,6 +1,7 @@
 // The completion queue (fi_cq(3)): the entries the progress path
 // (progress.h) and datagram endpoints (dgram.h) deliver, read in the
-// application's format; reading progresses every endpoint bound to it.
+// application's format; reading progresses every endpoint bound to it;
+// its wait object (wait.h) is signaled by every entry added.
 #ifndef BYPASS_FABRIC_FI_CQ_H_
 #define BYPASS_FABRIC_FI_CQ_H_
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "fabric/fi/common.h"
+#include "fabric/fi/wait.h"
 
 namespace bypass::fi {
 
@@ -44,7 +46,8 @@ struct Cq {
   Ring<CqError> errors;       // bounded by capacity
   char last_error[160] = {};  // err_data of the last readerr without a buffer
   std::vector<Ep*> eps;       // progressed by every read
-  std::atomic<bool> signaled{false};
+  std::atomic<bool> signaled{false};  // fi_cq_signal: the next sread returns -FI_EAGAIN
+  WaitObject wait;                    // signaled by every entry added (wait.h)
 
   size_t room() const { return capacity - entries.size(); }
 };

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <system_error>
 
 #include "driver/clock.h"
 #include "driver/device.h"
@@ -24,6 +25,7 @@
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/mr.h"
+#include "fabric/fi/poll.h"
 #include "fabric/fi/services.h"
 
 namespace bypass::fi {
@@ -33,6 +35,7 @@ int DomainClose(fid* f) {
   Domain* d = AsDomain(f);
   if (d == nullptr) return BadFid(f, FI_CLASS_DOMAIN);
   if (d->obj.refs.load() > 0) return -FI_EBUSY;
+  d->progress.reset();  // no endpoint left to progress; joined before the port goes
   if (d->eq != nullptr) d->eq->obj.refs.fetch_sub(1);
   // Frames still in a shared-memory ring (memif) vanish when the link goes:
   // a datagram sent just now gets kDgramDrainNs to be read by the peer.
@@ -98,7 +101,6 @@ fi_ops g_domain_fi_ops = {
 };
 
 int ScalableEp(fid_domain*, fi_info*, fid_ep**, void*) { return -FI_ENOSYS; }
-int PollOpen(fid_domain*, fi_poll_attr*, fid_poll**) { return -FI_ENOSYS; }
 int StxCtx(fid_domain*, fi_tx_attr*, fid_stx**, void*) { return -FI_ENOSYS; }
 int SrxCtx(fid_domain*, fi_rx_attr*, fid_ep**, void*) { return -FI_ENOSYS; }
 int QueryAtomic(fid_domain*, fi_datatype, fi_op, fi_atomic_attr*, uint64_t) { return -FI_ENOSYS; }
@@ -219,6 +221,21 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->ep_cnt = kMaxEndpoints;
   d->mr_cnt = fab->settings.engine.max_regions;
   d->caps = info->caps;
+  if (info->domain_attr != nullptr &&
+      (RawEnum(info->domain_attr->data_progress) == FI_PROGRESS_AUTO ||
+       RawEnum(info->domain_attr->control_progress) == FI_PROGRESS_AUTO)) {
+    // A thread progresses the domain from now on: it shares the lock.
+    d->lock.thread_safe = true;
+    try {
+      d->progress = std::make_unique<ProgressThread>(d.get(), true);
+    } catch (const std::system_error& e) {
+      BYPASS_FI_WARN(FI_LOG_DOMAIN, "FI_PROGRESS_AUTO: cannot start the progress thread: %s\n",
+                     e.what());
+      d->port.reset();
+      d->dev.reset();
+      return -FI_ENOMEM;
+    }
+  }
   fab->obj.refs.fetch_add(1);
   BYPASS_FI_INFO(FI_LOG_DOMAIN, "opened %s: %s mac %s mtu %u\n", uri.c_str(),
                  d->dev->info().ipv4.ToString().c_str(), d->dev->info().mac.ToString().c_str(),

@@ -16,6 +16,7 @@
 #include "driver/device.h"
 #include "fabric/fi/common.h"
 #include "fabric/fi/keys.h"
+#include "fabric/fi/progress_thread.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -50,6 +51,9 @@ struct Domain {
   std::vector<Mr*> mrs;
   void* hmem_override = nullptr;  // FI_SET_OPS_HMEM_OVERRIDE (host memory only)
   uint64_t last_dgram_tx_ns = 0;  // when a datagram endpoint last sent
+  // FI_PROGRESS_AUTO (started at fi_domain), or a blocking wait's progress
+  // (started at the first one: EnsureProgressThread). Stopped first at close.
+  std::unique_ptr<ProgressThread> progress;
 };
 
 // Takes one of max slots counted by used (the domain's cq_cnt, cntr_cnt);

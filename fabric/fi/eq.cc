@@ -1,10 +1,10 @@
 // Event queues: events written by the application and the FI_AV_COMPLETE
-// events of asynchronous AV inserts, read in order (fi_eq_sread polls).
+// events of asynchronous AV inserts, read in order (fi_eq_sread sleeps on
+// the EQ's wait object until one is added).
 #include "fabric/fi/eq.h"
 
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
-#include <sched.h>
 
 #include <cstdio>
 #include <cstring>
@@ -12,7 +12,6 @@
 #include <mutex>
 #include <utility>
 
-#include "driver/clock.h"
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/services.h"
 
@@ -25,6 +24,8 @@ int EqClose(fid* f) {
   Eq* eq = AsEq(f);
   if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
   if (eq->obj.refs.load() > 0) return -FI_EBUSY;
+  eq->wait.Disarm();
+  if (eq->wait.set() != nullptr) LeaveWaitSet(eq->wait.set(), &eq->fid.fid);
   {
     std::lock_guard<std::mutex> lock(eq->mu);
     eq->events.clear();
@@ -35,9 +36,10 @@ int EqClose(fid* f) {
   return 0;
 }
 
-int EqControl(fid* f, int, void*) {
-  if (AsEq(f) == nullptr) return BadFid(f, FI_CLASS_EQ);
-  return -FI_ENOSYS;
+int EqControl(fid* f, int command, void* arg) {
+  Eq* eq = AsEq(f);
+  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
+  return eq->wait.Control(command, arg);
 }
 
 fi_ops g_eq_fi_ops = {
@@ -92,16 +94,17 @@ ssize_t EqWrite(fid_eq* f, uint32_t event, const void* buf, size_t len, uint64_t
   return static_cast<ssize_t>(len);
 }
 
+// Sleeps until an event is added (fi_eq_write, an AV insert, a failure the
+// progress path reports) or timeout milliseconds pass (-FI_EAGAIN).
 ssize_t EqSRead(fid_eq* f, uint32_t* event, void* buf, size_t len, int timeout, uint64_t flags) {
-  const driver::Clock& clock = driver::SteadyClock::Get();
-  const uint64_t deadline =
-      timeout < 0 ? UINT64_MAX : clock.NowNs() + static_cast<uint64_t>(timeout) * 1'000'000;
-  for (;;) {
-    const ssize_t ret = EqRead(f, event, buf, len, flags);
-    if (ret != -FI_EAGAIN) return ret;
-    if (clock.NowNs() >= deadline) return -FI_EAGAIN;
-    sched_yield();
-  }
+  Eq* eq = AsEq(f);
+  if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
+  ssize_t ret = -FI_EAGAIN;
+  SleepUntil(&eq->wait, &eq->fid.fid, DeadlineAfterMs(timeout), [&] {
+    ret = EqRead(f, event, buf, len, flags);
+    return ret != -FI_EAGAIN;
+  });
+  return ret;
 }
 
 const char* EqStrerror(fid_eq*, int prov_errno, const void* err_data, char* buf, size_t len) {
@@ -120,9 +123,12 @@ fi_ops_eq g_eq_ops = {
 }  // namespace
 
 bool EqPush(Eq* eq, EqEvent ev) {
-  std::lock_guard<std::mutex> lock(eq->mu);
-  if (eq->events.size() >= eq->capacity) return false;
-  eq->events.push_back(std::move(ev));
+  {
+    std::lock_guard<std::mutex> lock(eq->mu);
+    if (eq->events.size() >= eq->capacity) return false;
+    eq->events.push_back(std::move(ev));
+  }
+  eq->wait.Signal();
   return true;
 }
 
@@ -143,7 +149,9 @@ int OpenEq(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** out, void* context) {
   Fabric* fab = AsFabric(fabric);
   if (fab == nullptr) return BadFid(fabric, FI_CLASS_FABRIC);
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
-  if (!BusyPollWait(attr->wait_obj)) return -FI_ENOSYS;
+  int err;
+  WaitSet* ws = AttrWaitSet(RawEnum(attr->wait_obj), attr->wait_set, &err);
+  if (err != 0) return err;
   if ((attr->flags & ~static_cast<uint64_t>(FI_WRITE)) != 0) return -FI_EBADFLAGS;
   auto eq = std::make_unique<Eq>();
   std::memset(&eq->fid, 0, sizeof(eq->fid));
@@ -153,6 +161,8 @@ int OpenEq(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** out, void* context) {
   eq->fid.ops = &g_eq_ops;
   eq->fabric = fab;
   eq->capacity = attr->size == 0 ? kDefaultEqSize : attr->size;
+  if (int ret = eq->wait.Init(RawEnum(attr->wait_obj), ws); ret != 0) return ret;
+  if (ws != nullptr) JoinWaitSet(ws, &eq->fid.fid);
   fab->obj.refs.fetch_add(1);
   *out = &eq.release()->fid;
   return 0;

@@ -1,5 +1,6 @@
 // The event queue (fi_eq(3)): events written by the application or by
-// asynchronous AV inserts (FI_AV_COMPLETE), read with fi_eq_read.
+// asynchronous AV inserts (FI_AV_COMPLETE), read with fi_eq_read or
+// waited for (fi_eq_sread, the wait object of wait.h).
 #ifndef BYPASS_FABRIC_FI_EQ_H_
 #define BYPASS_FABRIC_FI_EQ_H_
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "fabric/fi/common.h"
+#include "fabric/fi/wait.h"
 
 namespace bypass::fi {
 
@@ -37,6 +39,7 @@ struct Eq {
   std::deque<EqEvent> events;
   size_t capacity = 0;
   char last_error[160] = {};  // err_data of the last readerr without a buffer
+  WaitObject wait;            // signaled by every event added (wait.h)
 };
 static_assert(offsetof(Eq, fid) == 0);
 

@@ -16,6 +16,7 @@
 #include "fabric/fi/eq.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/services.h"
+#include "fabric/fi/wait.h"
 #include "fabric/rdm/config.h"
 
 namespace bypass::fi {
@@ -49,12 +50,6 @@ fi_ops g_fabric_fi_ops = {
 };
 
 int PassiveEp(fid_fabric*, fi_info*, fid_pep**, void*) { return -FI_ENOSYS; }
-int WaitOpen(fid_fabric*, fi_wait_attr*, fid_wait**) { return -FI_ENOSYS; }
-int TryWait(fid_fabric* f, fid** fids, int count) {
-  if (AsFabric(f) == nullptr) return BadFid(f, FI_CLASS_FABRIC);
-  if (count < 0 || (count > 0 && fids == nullptr)) return -FI_EINVAL;
-  return 0;  // nothing sleeps: every wait is a progress loop
-}
 int Domain2(fid_fabric* f, fi_info* info, fid_domain** dom, uint64_t flags, void* ctx) {
   if (flags != 0) return -FI_EBADFLAGS;
   return OpenDomain(f, info, dom, ctx);
@@ -65,7 +60,7 @@ fi_ops_fabric g_fabric_ops = {
     .domain = OpenDomain,
     .passive_ep = PassiveEp,
     .eq_open = OpenEq,
-    .wait_open = WaitOpen,
+    .wait_open = OpenWaitSet,
     .trywait = TryWait,
     .domain2 = Domain2,
 };

@@ -879,8 +879,10 @@ TEST_F(EpTest, BadArgumentsAnswerNegativeErrnos) {
   fid_cq* cq = nullptr;
   EXPECT_EQ(fi_cq_open(domain_, &bad_cq, &cq, nullptr), -FI_ENOSYS);
   bad_cq.format = FI_CQ_FORMAT_CONTEXT;
-  bad_cq.wait_obj = FI_WAIT_FD;
+  bad_cq.wait_obj = FI_WAIT_POLLFD;
   EXPECT_EQ(fi_cq_open(domain_, &bad_cq, &cq, nullptr), -FI_ENOSYS);
+  bad_cq.wait_obj = FI_WAIT_SET;  // without a wait set
+  EXPECT_EQ(fi_cq_open(domain_, &bad_cq, &cq, nullptr), -FI_EINVAL);
   EXPECT_EQ(fi_cq_read(cq_, nullptr, 1), -FI_EINVAL);
   EXPECT_EQ(fi_cq_readerr(cq_, nullptr, 0), -FI_EINVAL);
   fi_cq_err_entry err{};

@@ -15,8 +15,10 @@
 
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
+#include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
+#include "fabric/fi/progress_thread.h"
 #include "fabric/fi/services.h"
 #include "fabric/rdm/rdm.h"
 
@@ -86,6 +88,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   e.e.tag = c.tag;
   e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(c.source);
   cq->entries.push_back(e);
+  cq->wait.Signal();
 }
 
 // A failure after its operation's completion (a buffered send) or of an
@@ -153,6 +156,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(ec.op.source);
   std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
   cq->errors.push_back(e);
+  cq->wait.Signal();
 }
 
 size_t RoomFor(const Cq* cq, bool errors) {
@@ -167,12 +171,12 @@ namespace {
 // One pass of endpoint e (an rdm::Endpoint or rdm::DatagramEndpoint: the
 // same completion records), then its completions into ep's CQs and counters.
 template <class E>
-void ProgressAndDrain(Ep* ep, E& e) {
+size_t ProgressAndDrain(Ep* ep, E& e) {
   // One pass. What a peer waits for to complete a send is acknowledged in
   // the same pass (its last packet asks, see ep_ops.cc), so that ACK is out
   // before the application sees the completion and can stop progressing
   // (fi_pingpong does, before exiting).
-  e.Progress();
+  size_t done = e.Progress();
   rdm::Completion* const comps = ep->drain->completions;
   // Each completion adds at most one entry to one CQ: the room, read once,
   // only shrinks by what was delivered.
@@ -181,6 +185,7 @@ void ProgressAndDrain(Ep* ep, E& e) {
     const size_t want = std::min(DrainBuffers::kBurst, room);
     const size_t n = e.PollCompletions({comps, want});
     for (size_t i = 0; i < n; ++i) Deliver(ep, comps[i]);
+    done += n;
     if (n < want) break;
     room -= n;
   }
@@ -188,25 +193,37 @@ void ProgressAndDrain(Ep* ep, E& e) {
   while (RoomFor(ep->cqs.tx, true) > 0 && RoomFor(ep->cqs.rx, true) > 0 &&
          e.PollErrors({err, 1}) == 1) {
     DeliverError(ep, *err);
+    ++done;
   }
   if constexpr (std::is_same_v<E, rdm::Endpoint>) {
     rdm::PeerFailure f;
-    while (e.PollPeerFailures({&f, 1}) == 1) ReportPeerFailure(ep, f);
+    while (e.PollPeerFailures({&f, 1}) == 1) {
+      ReportPeerFailure(ep, f);
+      ++done;
+    }
   }
+  return done;
 }
 
 }  // namespace
 
-void ProgressEp(Ep* ep) {
-  if (ep->rdm != nullptr) {
-    ProgressAndDrain(ep, *ep->rdm);
-  } else if (ep->dgram != nullptr) {
-    ProgressAndDrain(ep, *ep->dgram);
-  }
+size_t ProgressEp(Ep* ep) {
+  if (ep->rdm != nullptr) return ProgressAndDrain(ep, *ep->rdm);
+  if (ep->dgram != nullptr) return ProgressAndDrain(ep, *ep->dgram);
+  return 0;
 }
 
 void ProgressAll(const std::vector<Ep*>& eps) {
+  if (eps.empty()) return;
+  if (ProgressThread* t = eps.front()->domain->progress.get()) t->NoteAppPass();
   for (Ep* ep : eps) ProgressEp(ep);
+}
+
+size_t ProgressDomain(Domain* d) {
+  std::lock_guard<std::recursive_mutex> g(d->lock.mu);
+  size_t n = 0;
+  for (Ep* ep : d->eps) n += ProgressEp(ep);
+  return n;
 }
 
 }  // namespace bypass::fi

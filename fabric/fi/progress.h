@@ -1,7 +1,8 @@
 // Manual progress and completion delivery: a pass of an endpoint's engine,
 // then its completions and errors into the endpoint's CQs (in order, as
 // much as they have room for) and counters. fi_cq_read, fi_cq_sread,
-// fi_cntr_read and fi_cntr_wait run it for every endpoint bound to them.
+// fi_cntr_read and fi_cntr_wait run it for every endpoint bound to them;
+// the domain's progress thread (progress_thread.h) for the whole domain.
 #ifndef BYPASS_FABRIC_FI_PROGRESS_H_
 #define BYPASS_FABRIC_FI_PROGRESS_H_
 
@@ -13,6 +14,7 @@
 
 namespace bypass::fi {
 
+struct Domain;
 struct Ep;
 
 // ProgressEp's buffers for draining an endpoint's engine, allocated with
@@ -25,11 +27,18 @@ struct DrainBuffers {
 };
 
 // One engine pass of ep, then its completions into its CQs and counters
-// (nothing if it is not enabled). REQUIRES: the domain guard is held.
-void ProgressEp(Ep* ep);
-// Progresses every enabled endpoint of eps (FI_EP_RDM or FI_EP_DGRAM).
+// (nothing if it is not enabled). Returns the packets received and the
+// completions delivered (0: nothing happened). REQUIRES: the domain guard
+// is held.
+size_t ProgressEp(Ep* ep);
+// Progresses every enabled endpoint of eps (FI_EP_RDM or FI_EP_DGRAM) for
+// the application (a read or a wait: the progress thread stands aside).
 // REQUIRES: the domain guard is held.
 void ProgressAll(const std::vector<Ep*>& eps);
+// The domain-wide pass of the progress thread (progress_thread.h): takes
+// the domain lock and progresses every endpoint of d. Returns what
+// ProgressEp returned, summed.
+size_t ProgressDomain(Domain* d);
 
 }  // namespace bypass::fi
 

@@ -208,12 +208,8 @@ void CheckDomain(uint32_t version, const fi_domain_attr* h, const fi_domain_attr
   const int progress[2] = {RawEnum(h->control_progress), RawEnum(h->data_progress)};
   const char* names[2] = {"control_progress", "data_progress"};
   for (int i = 0; i < 2; ++i) {
-    if (progress[i] == FI_PROGRESS_AUTO) {
-      c->Fail(
-          "%s FI_PROGRESS_AUTO asked; bypass progresses only when the application polls "
-          "(FI_PROGRESS_MANUAL) and starts no threads",
-          names[i]);
-    } else if (progress[i] != FI_PROGRESS_UNSPEC && progress[i] != FI_PROGRESS_MANUAL) {
+    if (progress[i] != FI_PROGRESS_UNSPEC && progress[i] != FI_PROGRESS_MANUAL &&
+        progress[i] != FI_PROGRESS_AUTO) {
       c->Fail("%s %d is not a libfabric progress model", names[i], progress[i]);
     }
   }
@@ -433,6 +429,12 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
   }
   if (const fi_domain_attr* hd = hints->domain_attr; hd != nullptr) {
     if (hd->threading != FI_THREAD_UNSPEC) info->domain_attr->threading = hd->threading;
+    // FI_PROGRESS_AUTO only when asked: the domain then runs a progress
+    // thread and takes its lock in every call (fabric/fi/progress_thread.h).
+    if (hd->control_progress != FI_PROGRESS_UNSPEC) {
+      info->domain_attr->control_progress = hd->control_progress;
+    }
+    if (hd->data_progress != FI_PROGRESS_UNSPEC) info->domain_attr->data_progress = hd->data_progress;
     if (hd->resource_mgmt != FI_RM_UNSPEC) info->domain_attr->resource_mgmt = hd->resource_mgmt;
     if (hd->av_type != FI_AV_UNSPEC) info->domain_attr->av_type = hd->av_type;
     info->domain_attr->tclass = hd->tclass;

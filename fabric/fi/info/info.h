@@ -95,7 +95,9 @@ struct DomainOffer {
 // otherwise), or FI_MR_BASIC / FI_MR_SCALABLE as asked (legacy: the
 // domain follows them as the bits they stand for); av_type is the hint's (FI_AV_UNSPEC when
 // none: either type opens); resource_mgmt is the hint's (FI_RM_ENABLED when
-// none); both progress models are FI_PROGRESS_MANUAL.
+// none); control_progress and data_progress are the hint's (FI_PROGRESS_AUTO
+// only when asked: the domain then starts a progress thread; otherwise
+// FI_PROGRESS_MANUAL).
 
 // Builds the candidate fi_info entries of every offer (FI_EP_RDM over the
 // engine and FI_EP_DGRAM straight onto the driver), filters them by hints,

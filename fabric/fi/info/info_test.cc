@@ -346,18 +346,25 @@ TEST_F(InfoTest, Threading) {
   ExpectNoMatch("threading");
 }
 
-TEST_F(InfoTest, ProgressIsManualOnly) {
+TEST_F(InfoTest, ProgressManualUnlessAutoAsked) {
   hints_->domain_attr->control_progress = FI_PROGRESS_MANUAL;
   hints_->domain_attr->data_progress = FI_PROGRESS_MANUAL;
   ExpectEntries(2);
   hints_->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
   ExpectEntries(2);
   EXPECT_EQ(result_->domain_attr->data_progress, FI_PROGRESS_MANUAL);
+  EXPECT_EQ(result_->domain_attr->control_progress, FI_PROGRESS_MANUAL);
   hints_->domain_attr->data_progress = FI_PROGRESS_AUTO;
-  ExpectNoMatch("data_progress FI_PROGRESS_AUTO");
+  ASSERT_EQ(Get(), 0);
+  EXPECT_EQ(result_->domain_attr->data_progress, FI_PROGRESS_AUTO);
+  EXPECT_EQ(result_->domain_attr->control_progress, FI_PROGRESS_MANUAL);
   hints_->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
   hints_->domain_attr->control_progress = FI_PROGRESS_AUTO;
-  ExpectNoMatch("control_progress FI_PROGRESS_AUTO");
+  ASSERT_EQ(Get(), 0);
+  EXPECT_EQ(result_->domain_attr->control_progress, FI_PROGRESS_AUTO);
+  EXPECT_EQ(result_->domain_attr->data_progress, FI_PROGRESS_MANUAL);
+  hints_->domain_attr->control_progress = static_cast<fi_progress>(9);
+  ExpectNoMatch("control_progress 9");
 }
 
 TEST_F(InfoTest, ResourceManagementAndAvType) {

@@ -1,0 +1,129 @@
+// The domain's progress thread: progresses while there is demand (or
+// always, FI_PROGRESS_AUTO), busy for a moment after each activity, then
+// naps with a doubling interval, and sleeps on its condition variable when
+// nothing wants progress.
+#include "fabric/fi/progress_thread.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <system_error>
+
+#include "driver/clock.h"
+#include "fabric/fi/domain.h"
+#include "fabric/fi/progress.h"
+#include "fabric/fi/services.h"
+#include "fabric/fi/wait.h"
+
+namespace bypass::fi {
+
+ProgressThread::ProgressThread(Domain* d, bool auto_progress) : d_(d), auto_(auto_progress) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+ProgressThread::~ProgressThread() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void ProgressThread::AddDemand() {
+  demand_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    kicked_ = true;
+  }
+  cv_.notify_all();
+}
+
+void ProgressThread::DropDemand() { demand_.fetch_sub(1); }
+
+void ProgressThread::OweNative(WaitObject* w) {
+  std::lock_guard<std::mutex> l(natives_mu_);
+  if (std::find(natives_.begin(), natives_.end(), w) == natives_.end()) natives_.push_back(w);
+  have_natives_.store(true);
+}
+
+void ProgressThread::ForgetNative(WaitObject* w) {
+  std::lock_guard<std::mutex> l(natives_mu_);
+  natives_.erase(std::remove(natives_.begin(), natives_.end(), w), natives_.end());
+  have_natives_.store(!natives_.empty());
+}
+
+void ProgressThread::RetryNatives() {
+  if (!have_natives_.load()) return;
+  std::lock_guard<std::mutex> l(natives_mu_);
+  natives_.erase(std::remove_if(natives_.begin(), natives_.end(),
+                                [](WaitObject* w) { return !w->RetryNative(); }),
+                 natives_.end());
+  have_natives_.store(!natives_.empty());
+}
+
+void ProgressThread::Run() {
+  const driver::Clock& clock = driver::SteadyClock::Get();
+  uint64_t seen_app = app_passes_.load(std::memory_order_relaxed);
+  uint64_t last_active = clock.NowNs();
+  uint64_t nap = 0;
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    if (!auto_ && demand_.load() == 0) {
+      cv_.wait(l, [&] { return stop_ || demand_.load() > 0; });
+      kicked_ = false;
+      last_active = clock.NowNs();
+      nap = 0;
+      continue;
+    }
+    if (kicked_) {  // a new sleeper: what it waits for may be close
+      kicked_ = false;
+      last_active = clock.NowNs();
+      nap = 0;
+    }
+    l.unlock();
+    const uint64_t app = app_passes_.load(std::memory_order_relaxed);
+    const bool app_polls = app != seen_app;
+    seen_app = app;
+    const size_t n = app_polls ? 0 : ProgressDomain(d_);
+    RetryNatives();
+    const uint64_t now = clock.NowNs();
+    l.lock();
+    if (n > 0) {
+      active_passes_.fetch_add(1, std::memory_order_relaxed);
+      last_active = now;
+      nap = 0;
+      continue;
+    }
+    uint64_t sleep_ns;
+    if (app_polls) {
+      sleep_ns = kAppNapNs;
+    } else if (now - last_active < kBusyNs) {
+      continue;
+    } else {
+      nap = std::clamp(nap * 2, kMinNapNs, kMaxNapNs);
+      sleep_ns = nap;
+    }
+    cv_.wait_for(l, std::chrono::nanoseconds(sleep_ns), [&] { return stop_ || kicked_; });
+  }
+}
+
+ProgressThread* EnsureProgressThread(Domain* d) {
+  // FI_THREAD_DOMAIN: the application serializes every call of the
+  // domain, this one included, and no guard of it is held: from here on
+  // every call takes the lock, and the thread below shares it.
+  if (!d->lock.thread_safe) d->lock.thread_safe = true;
+  DomainGuard g(d->lock);
+  if (d->progress == nullptr) {
+    try {
+      d->progress = std::make_unique<ProgressThread>(d, false);
+    } catch (const std::system_error& e) {
+      BYPASS_FI_WARN(FI_LOG_DOMAIN, "cannot start a progress thread (%s): waits poll instead\n",
+                     e.what());
+      return nullptr;
+    }
+  }
+  return d->progress.get();
+}
+
+}  // namespace bypass::fi

@@ -1,0 +1,90 @@
+// A domain's progress thread: FI_PROGRESS_AUTO, and the progress that a
+// thread blocked in a wait (fi_cq_sread, fi_cntr_wait, fi_wait, or the
+// application's own epoll/select after fi_trywait) needs under
+// FI_PROGRESS_MANUAL.
+//
+// It progresses the domain's endpoints (ProgressDomain, progress.h) while
+// the domain is FI_PROGRESS_AUTO or anyone has demand on it (a sleeper, an
+// armed wait object), and sleeps otherwise: on a condition variable with no
+// demand at all, and with a growing nap (up to kMaxNapNs) once a short
+// busy spell after the last activity is over. When the application itself
+// progressed the domain since the last look (it is polling), the thread
+// stands aside for a nap instead of contending for the domain lock.
+//
+// Once a domain has the thread, every call takes the domain lock, even
+// under FI_THREAD_DOMAIN (EnsureProgressThread switches it on).
+#ifndef BYPASS_FABRIC_FI_PROGRESS_THREAD_H_
+#define BYPASS_FABRIC_FI_PROGRESS_THREAD_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace bypass::fi {
+
+struct Domain;
+class WaitObject;
+
+class ProgressThread {
+ public:
+  // After an activity, progress without sleeping for this long.
+  static constexpr uint64_t kBusyNs = 100'000;
+  // Then nap, doubling from kMinNapNs up to kMaxNapNs.
+  static constexpr uint64_t kMinNapNs = 20'000;
+  static constexpr uint64_t kMaxNapNs = 2'000'000;
+  // Standing aside while the application polls.
+  static constexpr uint64_t kAppNapNs = 200'000;
+
+  // Starts the thread over d (auto_progress: always progressing).
+  ProgressThread(Domain* d, bool auto_progress);
+  // Stops and joins it.
+  ~ProgressThread();
+  ProgressThread(const ProgressThread&) = delete;
+  ProgressThread& operator=(const ProgressThread&) = delete;
+
+  // A sleeper or armed object wants progress until DropDemand.
+  void AddDemand();
+  void DropDemand();
+  // A MUTEX_COND wait object whose signal found the application's mutex
+  // busy: retried after every pass until it goes through (wait.h), or
+  // forgotten when the object is disarmed.
+  void OweNative(WaitObject* w);
+  void ForgetNative(WaitObject* w);
+
+  // The application progressed the domain itself (a read or wait pass).
+  void NoteAppPass() { app_passes_.store(app_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+
+  // Progress passes that found something to do, and naps (the benchmark
+  // and tests read them).
+  uint64_t active_passes() const { return active_passes_.load(std::memory_order_relaxed); }
+
+ private:
+  void Run();
+  void RetryNatives();
+
+  Domain* const d_;
+  const bool auto_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;    // under mu_
+  bool kicked_ = false;  // under mu_: new demand; nap no longer
+  std::atomic<int> demand_{0};
+  std::atomic<uint64_t> app_passes_{0};
+  std::atomic<uint64_t> active_passes_{0};
+  std::mutex natives_mu_;
+  std::vector<WaitObject*> natives_;  // under natives_mu_
+  std::atomic<bool> have_natives_{false};
+  std::thread thread_;
+};
+
+// d's progress thread, started (in demand mode) if it has none; null if a
+// thread cannot be started (the caller then waits by polling). Switches
+// the domain lock on first. REQUIRES: the caller holds no guard of d.
+ProgressThread* EnsureProgressThread(Domain* d);
+
+}  // namespace bypass::fi
+
+#endif  // BYPASS_FABRIC_FI_PROGRESS_THREAD_H_
