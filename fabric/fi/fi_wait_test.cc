@@ -58,7 +58,11 @@ struct Side {
   fid_ep* ep = nullptr;
   fi_addr_t peer = FI_ADDR_NOTAVAIL;
 
-  void Open(const fi_info* entry, const Waits& w, fid_fabric* shared_fabric = nullptr) {
+  // Both sides' domains open before either endpoint (OpenEp): the loopback
+  // device rewires its segment when a port opens, which REQUIRES no other
+  // port in a burst (driver/loopback/loopback_device.h), and an
+  // FI_PROGRESS_AUTO domain progresses its endpoints from the start.
+  void OpenDomain(const fi_info* entry, fid_fabric* shared_fabric) {
     info = fi_dupinfo(entry);
     ASSERT_NE(info, nullptr);
     if (shared_fabric != nullptr) {
@@ -67,6 +71,8 @@ struct Side {
       ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
     }
     ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
+  }
+  void OpenEp(const Waits& w) {
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
     ASSERT_EQ(fi_av_open(domain, &av_attr, &av, nullptr), 0);
@@ -99,8 +105,16 @@ struct Side {
     return name;
   }
 
+  // The endpoint first, on both sides (CloseEp), then the rest: the
+  // loopback device rewires its segment when a port closes, which REQUIRES
+  // no other port in a burst (driver/loopback/loopback_device.h), and a
+  // progress thread polls only while its domain has endpoints.
+  void CloseEp() {
+    EXPECT_EQ(fi_close(&ep->fid), 0);
+    ep = nullptr;
+  }
   void Close(bool close_fabric = true) {
-    for (fid* f : {&ep->fid, &tx->fid, &rx->fid}) EXPECT_EQ(fi_close(f), 0);
+    for (fid* f : {&tx->fid, &rx->fid}) EXPECT_EQ(fi_close(f), 0);
     if (cntr != nullptr) { EXPECT_EQ(fi_close(&cntr->fid), 0); }
     EXPECT_EQ(fi_close(&av->fid), 0);
     EXPECT_EQ(fi_close(&domain->fid), 0);
@@ -125,13 +139,15 @@ class WaitTest : public ::testing::Test {
     if (wa.progress == FI_PROGRESS_AUTO) {
       EXPECT_EQ(list->domain_attr->data_progress, FI_PROGRESS_AUTO);
     }
-    a_.Open(ForDomain(list, kDevA), wa, fabric_);
+    a_.OpenDomain(ForDomain(list, kDevA), fabric_);
     if (fabric_ == nullptr) fabric_ = a_.fabric;
     fi_info* ib = ForDomain(list, kDevB);
     ib->domain_attr->threading = wb.threading;
     ib->domain_attr->data_progress = wb.progress == FI_PROGRESS_UNSPEC ? FI_PROGRESS_MANUAL : wb.progress;
-    b_.Open(ib, wb, fabric_);
+    b_.OpenDomain(ib, fabric_);
     fi_freeinfo(list);
+    a_.OpenEp(wa);
+    b_.OpenEp(wb);
     std::vector<char> na = a_.Name(), nb = b_.Name();
     ASSERT_EQ(fi_av_insert(a_.av, nb.data(), 1, &a_.peer, 0, nullptr), 1);
     ASSERT_EQ(fi_av_insert(b_.av, na.data(), 1, &b_.peer, 0, nullptr), 1);
@@ -146,8 +162,10 @@ class WaitTest : public ::testing::Test {
     fi_freeinfo(list);
   }
   void TearDown() override {
-    if (a_.ep != nullptr) a_.Close(false);
-    if (b_.ep != nullptr) b_.Close(false);
+    if (a_.ep != nullptr) a_.CloseEp();
+    if (b_.ep != nullptr) b_.CloseEp();
+    if (a_.domain != nullptr) a_.Close(false);
+    if (b_.domain != nullptr) b_.Close(false);
     if (ws_ != nullptr) { EXPECT_EQ(fi_close(&ws_->fid), 0); }
     if (fabric_ != nullptr) { EXPECT_EQ(fi_close(&fabric_->fid), 0); }
   }

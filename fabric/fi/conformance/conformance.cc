@@ -145,8 +145,8 @@ Ep Ctx::OpenEp(fid_domain* domain, fi_info* info, const EpOpts& opts) {
   e.info = info;
   e.domain = domain;
   e.av = opts.av != nullptr ? opts.av : Av(domain, opts.av_type);
-  e.tx = Cq(domain, opts.format);
-  e.rx = Cq(domain, opts.format);
+  e.tx = Cq(domain, opts.format, opts.wait);
+  e.rx = Cq(domain, opts.format, opts.wait);
   e.ep = opts.opened;
   if (e.ep == nullptr) {
     CHECK_RET(fi_endpoint(domain, info, &e.ep, nullptr), 0);

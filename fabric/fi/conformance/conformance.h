@@ -88,6 +88,7 @@ struct EpOpts {
   fid_cntr* cntr = nullptr;  // also bound, with cntr_flags (FI_SEND, ...)
   uint64_t cntr_flags = 0;
   fid_ep* opened = nullptr;  // an endpoint already opened (op_flags set, ...)
+  fi_wait_obj wait = FI_WAIT_NONE;  // the CQs' wait object
 };
 
 // Two endpoints that know each other: a on one domain, b on another (or on
