@@ -76,14 +76,17 @@ void ProgressThread::Run() {
       nap = 0;
       continue;
     }
-    if (kicked_) {  // a new sleeper: what it waits for may be close
+    const bool kicked = kicked_;
+    if (kicked) {  // a new sleeper: what it waits for may be close
       kicked_ = false;
       last_active = clock.NowNs();
       nap = 0;
     }
     l.unlock();
+    // The application polls if it progressed since the last look, unless
+    // a thread just went to sleep (its last polls are over).
     const uint64_t app = app_passes_.load(std::memory_order_relaxed);
-    const bool app_polls = app != seen_app;
+    const bool app_polls = !kicked && app != seen_app;
     seen_app = app;
     const size_t n = app_polls ? 0 : ProgressDomain(d_);
     RetryNatives();
@@ -101,7 +104,7 @@ void ProgressThread::Run() {
     } else if (now - last_active < kBusyNs) {
       continue;
     } else {
-      nap = std::clamp(nap * 2, kMinNapNs, kMaxNapNs);
+      nap = std::clamp(nap * 2, kMinNapNs, demand_.load() > 0 ? kMaxWaitedNapNs : kMaxNapNs);
       sleep_ns = nap;
     }
     cv_.wait_for(l, std::chrono::nanoseconds(sleep_ns), [&] { return stop_ || kicked_; });

@@ -32,9 +32,13 @@ class ProgressThread {
  public:
   // After an activity, progress without sleeping for this long.
   static constexpr uint64_t kBusyNs = 100'000;
-  // Then nap, doubling from kMinNapNs up to kMaxNapNs.
+  // Then nap, doubling from kMinNapNs up to kMaxNapNs, or kMaxWaitedNapNs
+  // while a thread blocks in a wait or an object is armed (there is no
+  // interrupt to wake the thread when traffic comes: the nap bounds how
+  // late a sleeper learns of it, and costs a pass per nap).
   static constexpr uint64_t kMinNapNs = 20'000;
-  static constexpr uint64_t kMaxNapNs = 2'000'000;
+  static constexpr uint64_t kMaxNapNs = 5'000'000;
+  static constexpr uint64_t kMaxWaitedNapNs = 1'000'000;
   // Standing aside while the application polls.
   static constexpr uint64_t kAppNapNs = 200'000;
 
