@@ -295,6 +295,7 @@ bool SleepUntil(WaitObject* w, fid* owner, uint64_t deadline_ns, const std::func
     if (done()) return true;
     if (clock.NowNs() >= spin_end) break;
   }
+  if (spin_end == deadline_ns) return false;  // a short timeout: no thread for it
   const std::vector<ProgressThread*> threads = ThreadsFor(owner);
   for (ProgressThread* t : threads) t->AddDemand();
   bool ok = false;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -37,6 +38,52 @@ Pair WaitPair(Ctx& c, fi_wait_obj wait) {
   o.wait = wait;
   return c.OpenPair(h, o);
 }
+
+// A pair on two domains of one fabric whose receiver b has the counter
+// open_cntr makes on its domain bound FI_RECV.
+struct CntrPair {
+  Ep a, b;
+  fid_cntr* cntr = nullptr;
+  fi_addr_t to_b = FI_ADDR_NOTAVAIL;
+};
+CntrPair OpenCntrPair(Ctx& c, fi_info* i, const std::function<fid_cntr*(fid_domain*)>& open_cntr) {
+  fid_fabric* f = c.Fabric(i);
+  fid_domain* db = c.Domain(f, i);
+  CntrPair p;
+  p.cntr = open_cntr(db);
+  EpOpts ob;
+  ob.cntr = p.cntr;
+  ob.cntr_flags = FI_RECV;
+  p.a = c.OpenEp(c.Domain(f, i), i);
+  p.b = c.OpenEp(db, i, ob);
+  p.to_b = c.Insert(p.a.av, p.b.name);
+  c.Insert(p.b.av, p.a.name);
+  return p;
+}
+
+// A thread that injects `count` small messages from a to `to`, then keeps
+// progressing a (if the provider needs it) until destroyed.
+class Sender {
+ public:
+  Sender(Ctx& c, const Ep& a, fi_addr_t to, int count)
+      : thread_([this, &c, &a, to, count] {
+          for (int k = 0; k < count; ++k) c.Post("fi_inject", [&] { return fi_inject(a.ep, "msg", 4, to); });
+          while (!done_.load()) {
+            fi_cq_read(a.tx, nullptr, 0);
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }) {}
+  ~Sender() {
+    done_ = true;
+    thread_.join();
+  }
+  Sender(const Sender&) = delete;
+  Sender& operator=(const Sender&) = delete;
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 // "fi_control ... FI_GETWAIT ... an 'int *' for FI_WAIT_FD": a CQ opened with
 // FI_WAIT_FD hands out a file descriptor, and FI_GETWAITOBJ names its kind.
@@ -213,34 +260,15 @@ CONFORMANCE_CASE(wait_eq_sread_write, kShm) {
 CONFORMANCE_CASE(wait_cntr_wait_traffic, kShm) {
   fi_info* h = c.Hints();
   h->domain_attr->threading = FI_THREAD_SAFE;
-  fi_info* i = c.Info(h);
-  fid_fabric* f = c.Fabric(i);
-  fid_domain* db = c.Domain(f, i);
-  fid_cntr* n = c.Cntr(db, FI_WAIT_UNSPEC);
-  EpOpts ob;
-  ob.cntr = n;
-  ob.cntr_flags = FI_RECV;
-  Ep a = c.OpenEp(c.Domain(f, i), i);
-  Ep b = c.OpenEp(db, i, ob);
-  const fi_addr_t to_b = c.Insert(a.av, b.name);
-  c.Insert(b.av, a.name);
+  CntrPair p = OpenCntrPair(c, c.Info(h), [&](fid_domain* d) { return c.Cntr(d, FI_WAIT_UNSPEC); });
   char bufs[3][16] = {};
-  for (auto& buf : bufs) CHECK_RET(fi_recv(b.ep, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
-  std::atomic<bool> done{false};
-  std::thread sender([&] {
-    for (int k = 0; k < 3; ++k) c.Post("fi_inject", [&] { return fi_inject(a.ep, "cnt", 4, to_b); });
-    while (!done.load()) {  // a's progress, if the provider needs it
-      fi_cq_read(a.tx, nullptr, 0);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  });
+  for (auto& buf : bufs) CHECK_RET(fi_recv(p.b.ep, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
   int r;
   {
+    Sender sender(c, p.a, p.to_b, 3);
     HangGuard guard(kHangSeconds + 5, "fi_cntr_wait");
-    r = fi_cntr_wait(n, 3, kHangSeconds * 1000);
+    r = fi_cntr_wait(p.cntr, 3, kHangSeconds * 1000);
   }
-  done = true;
-  sender.join();
   CHECK(r == 0, "fi_cntr_wait returned " << Err(r));
 }
 
@@ -286,14 +314,7 @@ CONFORMANCE_CASE(wait_set_fi_wait, kShm) {
   }
   char buf[16] = {};
   CHECK_RET(fi_recv(b, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
-  std::atomic<bool> done{false};
-  std::thread sender([&] {
-    c.Post("fi_inject", [&] { return fi_inject(a.ep, "set", 4, to_b); });
-    while (!done.load()) {
-      fi_cq_read(a.tx, nullptr, 0);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  });
+  Sender sender(c, a, to_b, 1);
   const double deadline = MonotonicSeconds() + kHangSeconds;
   bool got = false;
   while (!got && MonotonicSeconds() < deadline) {
@@ -301,8 +322,6 @@ CONFORMANCE_CASE(wait_set_fi_wait, kShm) {
     fi_cq_entry e;
     got = fi_cq_read(rx, &e, 1) == 1;
   }
-  done = true;
-  sender.join();
   CHECK(got, "hang: the message never arrived through fi_wait");
 }
 
@@ -310,22 +329,20 @@ CONFORMANCE_CASE(wait_set_fi_wait, kShm) {
 // once it has a completion and of the counter once it changed; nothing
 // after the CQ is read and the counter is unchanged.
 CONFORMANCE_CASE(poll_set_cq_cntr, kShm) {
-  fi_info* i = c.Info(c.Hints());
-  fid_fabric* f = c.Fabric(i);
-  fid_domain* db = c.Domain(f, i);
-  fi_cntr_attr cattr{};
-  cattr.events = FI_CNTR_EVENTS_COMP;
-  fid_cntr* n = nullptr;
   static int cntr_ctx;
-  CHECK_RET(fi_cntr_open(db, &cattr, &n, &cntr_ctx), 0);
-  c.Own(&n->fid);
-  EpOpts ob;
-  ob.cntr = n;
-  ob.cntr_flags = FI_RECV;
-  Ep a = c.OpenEp(c.Domain(f, i), i);
-  Ep b = c.OpenEp(db, i, ob);
-  const fi_addr_t to_b = c.Insert(a.av, b.name);
-  c.Insert(b.av, a.name);
+  CntrPair p = OpenCntrPair(c, c.Info(c.Hints()), [&](fid_domain* d) {
+    fi_cntr_attr cattr{};
+    cattr.events = FI_CNTR_EVENTS_COMP;
+    fid_cntr* n = nullptr;
+    CHECK_RET(fi_cntr_open(d, &cattr, &n, &cntr_ctx), 0);
+    c.Own(&n->fid);
+    return n;
+  });
+  const Ep& a = p.a;
+  const Ep& b = p.b;
+  fid_cntr* n = p.cntr;
+  const fi_addr_t to_b = p.to_b;
+  fid_domain* db = b.domain;
   fi_poll_attr pa{};
   fid_poll* ps = nullptr;
   CHECK_RET(fi_poll_open(db, &pa, &ps), 0);
@@ -378,17 +395,11 @@ CONFORMANCE_CASE(progress_auto_completes, kShm) {
   h->domain_attr->data_progress = FI_PROGRESS_AUTO;
   h->domain_attr->control_progress = FI_PROGRESS_AUTO;
   h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
-  fi_info* i = c.Info(h);
-  fid_fabric* f = c.Fabric(i);
-  fid_domain* db = c.Domain(f, i);
-  fid_cntr* n = c.Cntr(db);
-  EpOpts ob;
-  ob.cntr = n;
-  ob.cntr_flags = FI_RECV;
-  Ep a = c.OpenEp(c.Domain(f, i), i);
-  Ep b = c.OpenEp(db, i, ob);
-  const fi_addr_t to_b = c.Insert(a.av, b.name);
-  c.Insert(b.av, a.name);
+  CntrPair p = OpenCntrPair(c, c.Info(h), [&](fid_domain* d) { return c.Cntr(d); });
+  const Ep& a = p.a;
+  const Ep& b = p.b;
+  fid_cntr* n = p.cntr;
+  const fi_addr_t to_b = p.to_b;
   constexpr size_t kLen = 64 * 1024;
   char* rbuf = c.Buf(2 * kLen);
   char* sbuf = c.Buf(kLen, 's');
