@@ -151,7 +151,7 @@ CONFORMANCE_CASE(wait_trywait_epoll_two_cqs, kShm) {
         epoll_wait(ep, out, 2, 1000);
       }
       fid_cq* cq = to_b ? p.b.rx : p.a.rx;
-      fi_cq_entry e;
+      fi_cq_tagged_entry e;  // the pair's CQs are FI_CQ_FORMAT_TAGGED
       arrived = fi_cq_read(cq, &e, 1) == 1;
     }
     sender.join();
@@ -365,7 +365,7 @@ CONFORMANCE_CASE(poll_set_cq_cntr, kShm) {
       cntr_seen = cntr_seen || ctx[k] == &cntr_ctx;
     }
   }
-  fi_cq_entry e;
+  fi_cq_tagged_entry e;
   CHECK_RET(fi_cq_read(b.rx, &e, 1), 1);
   const int r = fi_poll(ps, ctx, 4);
   CHECK(r == 0, "fi_poll after the CQ was read and the counter unchanged returned " << Err(r));
@@ -413,7 +413,7 @@ CONFORMANCE_CASE(progress_auto_completes, kShm) {
   while (sent < 2) {
     CHECK(MonotonicSeconds() < deadline, "hang: sends not complete with the receiver idle");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    fi_cq_entry e[2];
+    fi_cq_tagged_entry e[2];
     const ssize_t r = fi_cq_read(a.tx, e, 2);  // a only; b's application stays idle
     if (r > 0) sent += static_cast<int>(r);
   }
