@@ -28,13 +28,13 @@
 
 namespace {
 
-#define CHECK_FI(call)                                                                 \
-  do {                                                                                 \
-    const long ret_ = static_cast<long>(call);                                         \
-    if (ret_ < 0) {                                                                    \
+#define CHECK_FI(call)                                                                      \
+  do {                                                                                      \
+    const long ret_ = static_cast<long>(call);                                              \
+    if (ret_ < 0) {                                                                         \
       std::fprintf(stderr, "%s failed: %s\n", #call, fi_strerror(static_cast<int>(-ret_))); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+      std::exit(1);                                                                         \
+    }                                                                                       \
   } while (0)
 
 double Seconds(clockid_t clock) {
@@ -201,7 +201,8 @@ template <class F>
 double CpuPercent(double seconds, F idle) {
   const double cpu0 = Seconds(CLOCK_PROCESS_CPUTIME_ID), wall0 = Seconds(CLOCK_MONOTONIC);
   idle(seconds);
-  const double cpu = Seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0, wall = Seconds(CLOCK_MONOTONIC) - wall0;
+  const double cpu = Seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0,
+               wall = Seconds(CLOCK_MONOTONIC) - wall0;
   return 100 * cpu / wall;
 }
 
@@ -209,9 +210,10 @@ double CpuPercent(double seconds, F idle) {
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 20000;
-  std::printf("fi_progress_bench: default domain, 2 domains in one process, 1 thread each; %d "
-              "round trips per row\n",
-              iters);
+  std::printf(
+      "fi_progress_bench: default domain, 2 domains in one process, 1 thread each; %d "
+      "round trips per row\n",
+      iters);
   const double manual = PingPongUs(FI_PROGRESS_MANUAL, false, iters);
   const double autop = PingPongUs(FI_PROGRESS_AUTO, false, iters);
   const double manual_sleep = PingPongUs(FI_PROGRESS_MANUAL, true, iters / 10);
@@ -235,9 +237,8 @@ int main(int argc, char** argv) {
   Side idle;
   idle.Open(FI_PROGRESS_AUTO);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // past its busy spell
-  const double auto_idle = CpuPercent(2.0, [](double s) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(s));
-  });
+  const double auto_idle = CpuPercent(
+      2.0, [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); });
   idle.Close();
   Side blocked;
   blocked.Open(FI_PROGRESS_MANUAL);

@@ -40,8 +40,8 @@ double WallSeconds() {
 // What one side's objects wait with.
 struct Waits {
   fi_wait_obj cq = FI_WAIT_NONE;
-  fid_wait* set = nullptr;      // with FI_WAIT_SET
-  bool cntr = false;            // a counter bound FI_RECV, waiting like the CQs
+  fid_wait* set = nullptr;  // with FI_WAIT_SET
+  bool cntr = false;        // a counter bound FI_RECV, waiting like the CQs
   fi_progress progress = FI_PROGRESS_UNSPEC;
   fi_threading threading = FI_THREAD_SAFE;
 };
@@ -115,10 +115,14 @@ struct Side {
   }
   void Close(bool close_fabric = true) {
     for (fid* f : {&tx->fid, &rx->fid}) EXPECT_EQ(fi_close(f), 0);
-    if (cntr != nullptr) { EXPECT_EQ(fi_close(&cntr->fid), 0); }
+    if (cntr != nullptr) {
+      EXPECT_EQ(fi_close(&cntr->fid), 0);
+    }
     EXPECT_EQ(fi_close(&av->fid), 0);
     EXPECT_EQ(fi_close(&domain->fid), 0);
-    if (close_fabric) { EXPECT_EQ(fi_close(&fabric->fid), 0); }
+    if (close_fabric) {
+      EXPECT_EQ(fi_close(&fabric->fid), 0);
+    }
     fi_freeinfo(info);
   }
 };
@@ -143,7 +147,8 @@ class WaitTest : public ::testing::Test {
     if (fabric_ == nullptr) fabric_ = a_.fabric;
     fi_info* ib = ForDomain(list, kDevB);
     ib->domain_attr->threading = wb.threading;
-    ib->domain_attr->data_progress = wb.progress == FI_PROGRESS_UNSPEC ? FI_PROGRESS_MANUAL : wb.progress;
+    ib->domain_attr->data_progress =
+        wb.progress == FI_PROGRESS_UNSPEC ? FI_PROGRESS_MANUAL : wb.progress;
     b_.OpenDomain(ib, fabric_);
     fi_freeinfo(list);
     a_.OpenEp(wa);
@@ -166,8 +171,12 @@ class WaitTest : public ::testing::Test {
     if (b_.ep != nullptr) b_.CloseEp();
     if (a_.domain != nullptr) a_.Close(false);
     if (b_.domain != nullptr) b_.Close(false);
-    if (ws_ != nullptr) { EXPECT_EQ(fi_close(&ws_->fid), 0); }
-    if (fabric_ != nullptr) { EXPECT_EQ(fi_close(&fabric_->fid), 0); }
+    if (ws_ != nullptr) {
+      EXPECT_EQ(fi_close(&ws_->fid), 0);
+    }
+    if (fabric_ != nullptr) {
+      EXPECT_EQ(fi_close(&fabric_->fid), 0);
+    }
   }
 
   fid_fabric* fabric_ = nullptr;
@@ -225,7 +234,9 @@ TEST_F(WaitTest, EpollOnTwoCqFdsAfterTrywait) {
     while (fi_cq_read(a_.rx, &e, 1) == 1) {
       ++a_got;
       ASSERT_EQ(fi_recv(a_.ep, abuf, sizeof(abuf), nullptr, FI_ADDR_UNSPEC, abuf), 0);
-      if (a_got < kRounds) { ASSERT_EQ(fi_inject(a_.ep, "ping", 5, a_.peer), 0); }
+      if (a_got < kRounds) {
+        ASSERT_EQ(fi_inject(a_.ep, "ping", 5, a_.peer), 0);
+      }
     }
   }
   EXPECT_EQ(a_got, kRounds);
@@ -316,7 +327,8 @@ TEST_F(WaitTest, CqSignalWakesBlockedSread) {
   while (!entered) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it block
   ASSERT_EQ(fi_cq_signal(b_.rx), 0);
-  ASSERT_EQ(reader.wait_for(kHang), std::future_status::ready) << "hang: fi_cq_signal did not wake sread";
+  ASSERT_EQ(reader.wait_for(kHang), std::future_status::ready)
+      << "hang: fi_cq_signal did not wake sread";
   EXPECT_EQ(reader.get(), -FI_EAGAIN);
 }
 
@@ -328,7 +340,8 @@ TEST_F(WaitTest, CntrWaitTimeoutThenThreshold) {
   EXPECT_EQ(fi_cntr_wait(b_.cntr, 1, 20), -FI_ETIMEDOUT);
   constexpr int kMsgs = 3;
   char bufs[kMsgs][16] = {};
-  for (auto& buf : bufs) ASSERT_EQ(fi_recv(b_.ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), 0);
+  for (auto& buf : bufs)
+    ASSERT_EQ(fi_recv(b_.ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), 0);
   auto sender = std::async(std::launch::async, [&] {
     for (int i = 0; i < kMsgs; ++i) {
       if (fi_send(a_.ep, abuf_, 5, nullptr, a_.peer, nullptr) != 0) return false;
@@ -361,7 +374,8 @@ TEST_F(WaitTest, EqSreadWokenByWrite) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   entry.data = 42;
-  ASSERT_EQ(fi_eq_write(eq, FI_NOTIFY, &entry, sizeof(entry), 0), static_cast<ssize_t>(sizeof(entry)));
+  ASSERT_EQ(fi_eq_write(eq, FI_NOTIFY, &entry, sizeof(entry), 0),
+            static_cast<ssize_t>(sizeof(entry)));
   ASSERT_EQ(reader.wait_for(kHang), std::future_status::ready);
   EXPECT_TRUE(reader.get());
   // The FD after fi_trywait: readable once an event is written.
@@ -371,7 +385,8 @@ TEST_F(WaitTest, EqSreadWokenByWrite) {
   ASSERT_EQ(fi_trywait(fabric_, &f, 1), 0);
   pollfd p{fd, POLLIN, 0};
   EXPECT_EQ(poll(&p, 1, 0), 0);
-  ASSERT_EQ(fi_eq_write(eq, FI_NOTIFY, &entry, sizeof(entry), 0), static_cast<ssize_t>(sizeof(entry)));
+  ASSERT_EQ(fi_eq_write(eq, FI_NOTIFY, &entry, sizeof(entry), 0),
+            static_cast<ssize_t>(sizeof(entry)));
   EXPECT_EQ(poll(&p, 1, std::chrono::milliseconds(kHang).count()), 1);
   EXPECT_EQ(fi_trywait(fabric_, &f, 1), -FI_EAGAIN);  // the event is still there
   EXPECT_EQ(fi_eq_read(eq, &event, &entry, sizeof(entry), 0), static_cast<ssize_t>(sizeof(entry)));

@@ -35,9 +35,10 @@ fi_ops g_poll_fi_ops = {
     .size = sizeof(fi_ops),
     .close = PollClose,
     .bind = NoSysBind,
-    .control = [](fid* f, int, void*) {
-      return AsPollSet(f) == nullptr ? BadFid(f, FI_CLASS_POLL) : -FI_ENOSYS;
-    },
+    .control =
+        [](fid* f, int, void*) {
+          return AsPollSet(f) == nullptr ? BadFid(f, FI_CLASS_POLL) : -FI_ENOSYS;
+        },
     .ops_open = NoSysOpsOpen,
     .tostr = NoSysTostr,
     .ops_set = NoSysOpsSet,

@@ -93,7 +93,6 @@ void ProgressThread::Run() {
     const uint64_t now = clock.NowNs();
     l.lock();
     if (n > 0) {
-      active_passes_.fetch_add(1, std::memory_order_relaxed);
       last_active = now;
       nap = 0;
       continue;

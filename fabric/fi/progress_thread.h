@@ -59,11 +59,10 @@ class ProgressThread {
   void ForgetNative(WaitObject* w);
 
   // The application progressed the domain itself (a read or wait pass).
-  void NoteAppPass() { app_passes_.store(app_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
-
-  // Progress passes that found something to do, and naps (the benchmark
-  // and tests read them).
-  uint64_t active_passes() const { return active_passes_.load(std::memory_order_relaxed); }
+  // REQUIRES: the domain guard is held (one writer at a time).
+  void NoteAppPass() {
+    app_passes_.store(app_passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
 
  private:
   void Run();
@@ -77,7 +76,6 @@ class ProgressThread {
   bool kicked_ = false;  // under mu_: new demand; nap no longer
   std::atomic<int> demand_{0};
   std::atomic<uint64_t> app_passes_{0};
-  std::atomic<uint64_t> active_passes_{0};
   std::mutex natives_mu_;
   std::vector<WaitObject*> natives_;  // under natives_mu_
   std::atomic<bool> have_natives_{false};

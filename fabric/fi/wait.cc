@@ -59,8 +59,10 @@ int WaitObject::Init(int kind, WaitSet* set) {
       set_ = set;
       break;
     default:
-      BYPASS_FI_WARN(FI_LOG_CORE, "wait object %d is not supported (FI_WAIT_NONE, UNSPEC, SET, FD, "
-                     "MUTEX_COND and YIELD are)\n", kind);
+      BYPASS_FI_WARN(FI_LOG_CORE,
+                     "wait object %d is not supported (FI_WAIT_NONE, UNSPEC, SET, FD, "
+                     "MUTEX_COND and YIELD are)\n",
+                     kind);
       return -FI_ENOSYS;
   }
   kind_ = kind;
@@ -280,7 +282,8 @@ uint64_t DeadlineAfterMs(int timeout_ms) {
   return driver::SteadyClock::Get().NowNs() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
 }
 
-bool SleepUntil(WaitObject* w, fid* owner, uint64_t deadline_ns, const std::function<bool()>& done) {
+bool SleepUntil(WaitObject* w, fid* owner, uint64_t deadline_ns,
+                const std::function<bool()>& done) {
   const driver::Clock& clock = driver::SteadyClock::Get();
   if (w->Yields()) {  // FI_WAIT_YIELD: the caller's own progress, yielding between passes
     for (;;) {
@@ -348,7 +351,8 @@ int OpenWaitSet(fid_fabric* fabric, fi_wait_attr* attr, fid_wait** out) {
   if (attr->flags != 0) return -FI_EBADFLAGS;
   const int kind = RawEnum(attr->wait_obj);
   if (kind == FI_WAIT_NONE || kind == FI_WAIT_SET) {
-    BYPASS_FI_WARN(FI_LOG_CORE, "a wait set's wait_obj is FI_WAIT_UNSPEC, FD, MUTEX_COND or YIELD\n");
+    BYPASS_FI_WARN(FI_LOG_CORE,
+                   "a wait set's wait_obj is FI_WAIT_UNSPEC, FD, MUTEX_COND or YIELD\n");
     return -FI_EINVAL;
   }
   auto ws = std::make_unique<WaitSet>();
@@ -395,8 +399,10 @@ int TryWait(fid_fabric* fabric, fid** fids, int count) {
     WaitObject* w = WaitOf(fids[i]);
     if (w == nullptr) return -FI_EINVAL;
     if (!w->Native()) {
-      BYPASS_FI_WARN(FI_LOG_CORE, "fi_trywait: fid %d has no native wait object (FI_WAIT_FD or "
-                     "FI_WAIT_MUTEX_COND; a wait set member: pass the set)\n", i);
+      BYPASS_FI_WARN(FI_LOG_CORE,
+                     "fi_trywait: fid %d has no native wait object (FI_WAIT_FD or "
+                     "FI_WAIT_MUTEX_COND; a wait set member: pass the set)\n",
+                     i);
       return -FI_EINVAL;
     }
     const std::vector<ProgressThread*> threads = ThreadsFor(fids[i]);

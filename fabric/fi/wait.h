@@ -92,15 +92,14 @@ class WaitObject {
   int kind_ = FI_WAIT_NONE;
   WaitSet* set_ = nullptr;
   int fd_ = -1;  // FI_WAIT_FD: an eventfd
-  bool have_cond_ = false;
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;  // FI_WAIT_MUTEX_COND
   pthread_cond_t cond_ = PTHREAD_COND_INITIALIZER;
-  std::atomic<uint32_t> seq_{0};     // the futex word sleepers wait on
-  std::atomic<int> interest_{0};     // sleepers, plus one while armed
+  std::atomic<uint32_t> seq_{0};  // the futex word sleepers wait on
+  std::atomic<int> interest_{0};  // sleepers, plus one while armed
   std::atomic<int> sleepers_{0};
   std::atomic<bool> armed_{false};
   bool pending_ = false;  // under arm_mu_: a MUTEX_COND signal owed
-  std::mutex arm_mu_;  // armed_ transitions, pending_ and armed_for_
+  std::mutex arm_mu_;     // armed_ transitions, pending_ and armed_for_
   std::vector<ProgressThread*> armed_for_;
 };
 
@@ -111,7 +110,7 @@ struct WaitSet {
   Obj obj;
   Fabric* fabric = nullptr;
   WaitObject wait;
-  std::mutex mu;             // members
+  std::mutex mu;                // members
   std::vector<::fid*> members;  // CQs, counters, EQs
 };
 static_assert(offsetof(WaitSet, fid) == 0);

@@ -67,7 +67,8 @@ class Sender {
  public:
   Sender(Ctx& c, const Ep& a, fi_addr_t to, int count)
       : thread_([this, &c, &a, to, count] {
-          for (int k = 0; k < count; ++k) c.Post("fi_inject", [&] { return fi_inject(a.ep, "msg", 4, to); });
+          for (int k = 0; k < count; ++k)
+            c.Post("fi_inject", [&] { return fi_inject(a.ep, "msg", 4, to); });
           while (!done_.load()) {
             fi_cq_read(a.tx, nullptr, 0);
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -262,7 +263,8 @@ CONFORMANCE_CASE(wait_cntr_wait_traffic, kShm) {
   h->domain_attr->threading = FI_THREAD_SAFE;
   CntrPair p = OpenCntrPair(c, c.Info(h), [&](fid_domain* d) { return c.Cntr(d, FI_WAIT_UNSPEC); });
   char bufs[3][16] = {};
-  for (auto& buf : bufs) CHECK_RET(fi_recv(p.b.ep, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  for (auto& buf : bufs)
+    CHECK_RET(fi_recv(p.b.ep, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
   int r;
   {
     Sender sender(c, p.a, p.to_b, 3);
@@ -356,7 +358,8 @@ CONFORMANCE_CASE(poll_set_cq_cntr, kShm) {
   bool cq_seen = false, cntr_seen = false;
   const double deadline = MonotonicSeconds() + kHangSeconds;
   while (!(cq_seen && cntr_seen)) {
-    CHECK(MonotonicSeconds() < deadline, "hang: fi_poll never reported " << (cq_seen ? "the counter" : "the CQ"));
+    CHECK(MonotonicSeconds() < deadline,
+          "hang: fi_poll never reported " << (cq_seen ? "the counter" : "the CQ"));
     fi_cq_read(a.tx, nullptr, 0);
     const int r = fi_poll(ps, ctx, 4);
     CHECK(r >= 0, "fi_poll returned " << Err(r));
