@@ -108,6 +108,19 @@ CONFORMANCE_CASE(wait_cq_mutex_cond_getwait, kShm) {
   CHECK(mc.mutex != nullptr && mc.cond != nullptr, "FI_GETWAIT gave a null mutex or cond");
 }
 
+// FI_WAIT_POLLFD: a CQ opens with it and FI_GETWAIT fills a struct
+// fi_wait_pollfd with its file descriptors.
+CONFORMANCE_CASE(wait_cq_pollfd, kShm) {
+  fi_info* i = c.Info(c.Hints());
+  fid_cq* cq = c.Cq(c.Domain(c.Fabric(i), i), FI_CQ_FORMAT_CONTEXT, FI_WAIT_POLLFD);
+  pollfd fds[4] = {};
+  fi_wait_pollfd pf{};
+  pf.nfds = 4;
+  pf.fd = fds;
+  CHECK_RET(fi_control(&cq->fid, FI_GETWAIT, &pf), 0);
+  CHECK(pf.nfds >= 1, "FI_GETWAIT gave " << pf.nfds << " fds");
+}
+
 // fi_poll(3)'s fi_trywait pattern with epoll over two CQs' fds: the
 // application blocks only in epoll_wait after fi_trywait returned 0, and
 // every message sent from another thread after a pause arrives.
