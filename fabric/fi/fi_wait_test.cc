@@ -355,6 +355,31 @@ TEST_F(WaitTest, CntrWaitTimeoutThenThreshold) {
   EXPECT_TRUE(sender.get());
 }
 
+// A counter's FD (fi_cntr(3) wait_obj FI_WAIT_FD): after fi_trywait it
+// becomes readable when a receive is counted; fi_trywait answers
+// -FI_EAGAIN until the application has read the new value.
+TEST_F(WaitTest, CounterFdAfterTrywait) {
+  Open({.cq = FI_WAIT_UNSPEC}, {.cq = FI_WAIT_FD, .cntr = true});
+  int fd = -1;
+  ASSERT_EQ(fi_control(&b_.cntr->fid, FI_GETWAIT, &fd), 0);
+  ASSERT_GE(fd, 0);
+  char buf[16] = {};
+  ASSERT_EQ(fi_recv(b_.ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), 0);
+  fid* f = &b_.cntr->fid;
+  ASSERT_EQ(fi_trywait(fabric_, &f, 1), 0);
+  auto sender = std::async(std::launch::async, [&] {
+    fi_cq_tagged_entry e;
+    return fi_send(a_.ep, abuf_, 5, nullptr, a_.peer, nullptr) == 0 &&
+           fi_cq_sread(a_.tx, &e, 1, nullptr, 20'000) == 1;
+  });
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, std::chrono::milliseconds(kHang).count()), 1) << "hang";
+  EXPECT_TRUE(sender.get());
+  EXPECT_EQ(fi_trywait(fabric_, &f, 1), -FI_EAGAIN);
+  EXPECT_EQ(fi_cntr_read(b_.cntr), 1u);
+  EXPECT_EQ(fi_trywait(fabric_, &f, 1), 0);
+}
+
 // fi_eq_sread: -FI_EAGAIN after its timeout; a thread blocked in it wakes
 // with the event fi_eq_write adds.
 TEST_F(WaitTest, EqSreadWokenByWrite) {
