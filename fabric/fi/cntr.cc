@@ -23,7 +23,7 @@ int CntrClose(fid* f) {
   Domain* d = c->domain;
   DomainGuard g(d->lock);
   if (c->obj.refs.load() > 0) return -FI_EBUSY;
-  c->wait.Disarm();
+  c->wait.Close();
   if (c->wait.set() != nullptr) LeaveWaitSet(c->wait.set(), &c->fid.fid);
   d->cntrs.fetch_sub(1);
   d->obj.refs.fetch_sub(1);

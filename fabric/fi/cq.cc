@@ -30,7 +30,7 @@ int CqClose(fid* f) {
   Domain* d = cq->domain;
   DomainGuard g(d->lock);
   if (cq->obj.refs.load() > 0) return -FI_EBUSY;
-  cq->wait.Disarm();
+  cq->wait.Close();
   if (cq->wait.set() != nullptr) LeaveWaitSet(cq->wait.set(), &cq->fid.fid);
   cq->entries.clear();
   cq->errors.clear();

@@ -24,7 +24,7 @@ int EqClose(fid* f) {
   Eq* eq = AsEq(f);
   if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
   if (eq->obj.refs.load() > 0) return -FI_EBUSY;
-  eq->wait.Disarm();
+  eq->wait.Close();
   if (eq->wait.set() != nullptr) LeaveWaitSet(eq->wait.set(), &eq->fid.fid);
   {
     std::lock_guard<std::mutex> lock(eq->mu);

@@ -5,6 +5,7 @@
 // over two loopback domains in one process (fi_test_util.h).
 #include <pthread.h>
 #include <rdma/fi_eq.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/poll.h>
 #include <sys/resource.h>
@@ -564,6 +565,21 @@ TEST_F(WaitTest, AutoProgressCompletesWithoutTheApplication) {
   EXPECT_EQ(fi_cntr_read(b_.cntr), static_cast<uint64_t>(kMsgs));
   EXPECT_EQ(fi_cq_read(b_.rx, e, kMsgs), kMsgs);
   EXPECT_EQ(rbufs[kMsgs - 1][kLen - 1], 's');
+}
+
+// fi_close releases a wait object's file descriptor at once (the closed
+// object's shell is kept, its eventfd is not).
+TEST_F(WaitTest, CloseReleasesTheFd) {
+  Open({.cq = FI_WAIT_NONE}, {.cq = FI_WAIT_NONE});
+  fi_cq_attr attr{};
+  attr.wait_obj = FI_WAIT_FD;
+  fid_cq* cq = nullptr;
+  ASSERT_EQ(fi_cq_open(a_.domain, &attr, &cq, nullptr), 0);
+  int fd = -1;
+  ASSERT_EQ(fi_control(&cq->fid, FI_GETWAIT, &fd), 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fi_close(&cq->fid), 0);
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1) << "fd " << fd << " still open after fi_close";
 }
 
 // Bad input: a wait set needs a real wait object; FI_WAIT_SET needs a set;

@@ -173,6 +173,12 @@ void WaitObject::Disarm() {
   for (ProgressThread* t : threads) t->DropDemand();
 }
 
+void WaitObject::Close() {
+  Disarm();
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 int WaitObject::Control(int command, void* arg) {
   if (arg == nullptr) return -FI_EINVAL;
   switch (command) {
@@ -236,7 +242,7 @@ int WaitSetClose(fid* f) {
   WaitSet* ws = AsWaitSet(f);
   if (ws == nullptr) return BadFid(f, FI_CLASS_WAIT);
   if (ws->obj.refs.load() > 0) return -FI_EBUSY;
-  ws->wait.Disarm();
+  ws->wait.Close();
   ws->fabric->obj.refs.fetch_sub(1);
   ws->obj.magic = Obj::kDead;
   Retire(ws);

@@ -69,10 +69,13 @@ class WaitObject {
   // fi_trywait: Drain empties the native object (an eventfd read); Arm
   // makes the next Signal mark it, keeping `threads` progressing until
   // then (each one's demand, dropped when the object is signaled or
-  // disarmed). Disarm: the owner closes.
+  // disarmed).
   void Drain();
   void Arm(const std::vector<ProgressThread*>& threads);
   void Disarm();
+  // The owner's fi_close: disarms and closes the eventfd now (the owner's
+  // shell outlives it, common.h's Retire).
+  void Close();
 
   // fi_control FI_GETWAIT / FI_GETWAITOBJ.
   int Control(int command, void* arg);
