@@ -60,6 +60,11 @@ struct EndpointConfig {
   // the rest stay for answers, so that pulls never starve them.
   uint32_t max_regions = 64;
   uint32_t max_rma_ops = 64;
+  // Target-side RMA events (libfabric's FI_RMA_EVENT): every peer's write
+  // applied here and every read of ours answered is a completion
+  // (kCompRemoteWrite, kCompRemoteRead) with its region's context, once.
+  // Without it only writes carrying CQ data complete here.
+  bool rma_events = false;
   uint32_t window_packets = 128;      // receive window granted per peer, 1..256
   // Out-of-order packets held across all peers; 0: half the device pool.
   uint32_t max_held_packets = 0;
