@@ -135,7 +135,7 @@ static_assert(kMaxEndpoints == rdm::Port::kMaxEndpoints, "ep_cnt is the port's e
 uint64_t MrModeBits(int mr_mode) {
   if (mr_mode == FI_MR_BASIC) return FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   if (mr_mode == FI_MR_SCALABLE) return 0;
-  return static_cast<uint64_t>(mr_mode) & (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY);
+  return static_cast<uint64_t>(mr_mode) & (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_RMA_EVENT);
 }
 
 }  // namespace

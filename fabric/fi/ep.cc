@@ -315,7 +315,7 @@ int Enable(Ep* ep) {
   }
   for (Mr* mr : ep->rdm != nullptr ? d->mrs : std::vector<Mr*>{}) {  // no RMA on datagrams
     const bool remote = (mr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0;
-    const bool mine = (d->mr_mode & FI_MR_ENDPOINT) ? (mr->bound == ep && mr->enabled) : true;
+    const bool mine = (d->mr_mode & FI_MR_ENDPOINT) ? mr->bound == ep && mr->enabled : mr->enabled;
     if (!remote || !mine) continue;
     if (int ret = RegisterMrWithEp(mr, ep); ret != 0) {
       for (Mr* m : d->mrs) EraseOne(m->registered, ep);
@@ -660,6 +660,10 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   ep->type = type == FI_EP_DGRAM ? FI_EP_DGRAM : FI_EP_RDM;
   ep->caps = info->caps;
   ep->config = d->fabric->settings.engine;
+  // FI_RMA_EVENT holds on every RDM endpoint: the engine reports each
+  // peer's write and read here, for the FI_REMOTE_WRITE/READ counters of
+  // the endpoint and of the region (progress.cc).
+  ep->config.rma_events = true;
   uint16_t port = 0;
   if (info->src_addr != nullptr &&
       (info->addr_format == FI_SOCKADDR_IN || info->addr_format == FI_SOCKADDR)) {

@@ -17,6 +17,7 @@
 #include "fabric/fi/cq.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
+#include "fabric/fi/mr.h"
 #include "fabric/fi/services.h"
 #include "fabric/rdm/rdm.h"
 
@@ -34,6 +35,7 @@ uint64_t FiFlags(uint64_t f) {
   if (f & rdm::kCompRead) out |= FI_READ;
   if (f & rdm::kCompWrite) out |= FI_WRITE;
   if (f & rdm::kCompRemoteWrite) out |= FI_REMOTE_WRITE;
+  if (f & rdm::kCompRemoteRead) out |= FI_REMOTE_READ;
   if (f & rdm::kCompMultiRecv) out |= FI_MULTI_RECV;
   return out;
 }
@@ -67,9 +69,34 @@ void CountCompletion(Ep* ep, uint64_t f, bool error) {
   if (f & rdm::kCompRead) count(ep->cntrs.read);
   if (f & rdm::kCompWrite) count(ep->cntrs.write);
   if (f & rdm::kCompRemoteWrite) count(ep->cntrs.remote_write);
+  if (f & rdm::kCompRemoteRead) count(ep->cntrs.remote_read);
+}
+
+// A peer's write into or read of one of our regions (the engine reports
+// every one: FI_RMA_EVENT): it counts on the endpoint's and the region's
+// FI_REMOTE_WRITE / FI_REMOTE_READ counters; a write carrying CQ data is
+// also an entry of the receive CQ, whose op_context is the region's
+// context (fi_cq(3)).
+void DeliverRemote(Ep* ep, const rdm::Completion& c) {
+  void* mr_context = CountMrEvent(c.context, (c.flags & rdm::kCompRemoteWrite) != 0);
+  CountCompletion(ep, c.flags, false);
+  Cq* cq = ep->cqs.rx;
+  if (cq == nullptr || !(c.flags & rdm::kCompRemoteData)) return;
+  CqEntry e{};
+  e.e.op_context = mr_context;
+  e.e.flags = FiFlags(c.flags);
+  e.e.len = c.len;
+  e.e.buf = c.buf;
+  e.e.data = c.data;
+  e.src = ep->peers.AddrOf(c.source);
+  cq->entries.push_back(e);
 }
 
 void Deliver(Ep* ep, const rdm::Completion& c) {
+  if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
+    DeliverRemote(ep, c);
+    return;
+  }
   bool suppress = false;
   size_t len = c.len;
   void* user = Resolve(ep, c, &suppress, &len);

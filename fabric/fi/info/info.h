@@ -38,7 +38,7 @@ inline constexpr size_t kCqDataSize = sizeof(uint64_t);
 // FI_LOCAL_COMM / FI_REMOTE_COMM come from the device (see DomainOffer).
 inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_RECV | FI_READ |
                                      FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
-                                     FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE;
+                                     FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT;
 inline constexpr uint64_t kDgramCaps = FI_MSG | FI_SEND | FI_RECV | FI_SOURCE;
 
 // The wire protocol an RDM entry names in ep_attr->protocol: libfabric has

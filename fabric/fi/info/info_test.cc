@@ -236,6 +236,14 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   ExpectNoMatch("caps");
   hints_->caps = FI_MSG | FI_HMEM;
   ExpectNoMatch("caps");
+  // FI_RMA_EVENT comes with FI_RMA, or when asked.
+  hints_->caps = FI_RMA;
+  ExpectEntries(1);
+  EXPECT_EQ(result_->caps & FI_RMA_EVENT, FI_RMA_EVENT);
+  EXPECT_EQ(result_->rx_attr->caps & FI_RMA_EVENT, FI_RMA_EVENT);
+  hints_->caps = FI_MSG | FI_RMA_EVENT;
+  ExpectEntries(1);
+  EXPECT_EQ(result_->caps & FI_RMA_EVENT, FI_RMA_EVENT);
   // A domain that lacks RMA today.
   hints_->caps = FI_RMA;
   offers_[0].rdm_caps =
@@ -384,6 +392,11 @@ TEST_F(InfoTest, MrModeBitsAndLegacyValues) {
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
   ExpectEntries(2);
   EXPECT_EQ(result_->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY);
+  // FI_MR_RMA_EVENT is followed when offered (regions registered with
+  // FI_RMA_EVENT then wait for fi_mr_enable).
+  hints_->domain_attr->mr_mode = FI_MR_RMA_EVENT | FI_MR_ENDPOINT;
+  ExpectEntries(2);
+  EXPECT_EQ(result_->domain_attr->mr_mode, FI_MR_RMA_EVENT);
   hints_->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ENDPOINT;
   ExpectEntries(2);
   EXPECT_EQ(result_->domain_attr->mr_mode, 0);
@@ -398,7 +411,7 @@ TEST_F(InfoTest, MrModeBitsAndLegacyValues) {
   // libfabric's core passes every bit but the legacy ones for "any mode".
   hints_->domain_attr->mr_mode = ~(FI_MR_BASIC | FI_MR_SCALABLE);
   ExpectEntries(2);
-  EXPECT_EQ(result_->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY);
+  EXPECT_EQ(result_->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_RMA_EVENT);
   hints_->domain_attr->mr_mode = 1 << 20;
   ExpectEntries(2);
   EXPECT_EQ(result_->domain_attr->mr_mode, 0);
