@@ -120,6 +120,7 @@ uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t d
   const uint32_t e = free_msgs_.Pop();
   UnexpectedMsg& m = msgs_[e];
   m.source = source;
+  m.owner = 0;
   m.tagged = tagged;
   m.tag = tag;
   m.data = data;
@@ -206,22 +207,28 @@ uint32_t MatchQueues::FindClaimed(void* context) const {
   return kNone;
 }
 
-uint32_t MatchQueues::FindFrom(PeerId source) const {
+uint32_t MatchQueues::FindUnexpectedIf(absl::FunctionRef<bool(const UnexpectedMsg&)> pred) const {
   for (const IndexList<UnexpectedMsg>& q : unexpected_) {
     for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
-      if (msgs_[e].source == source) return e;
+      if (pred(msgs_[e])) return e;
     }
   }
   return kNone;
 }
 
-uint32_t MatchQueues::FindRendezvousFrom(PeerId source) const {
-  for (const IndexList<UnexpectedMsg>& q : unexpected_) {
-    for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
-      if (msgs_[e].rendezvous && msgs_[e].source == source) return e;
-    }
-  }
-  return kNone;
+uint32_t MatchQueues::FindFrom(PeerId source, uint32_t owner) const {
+  return FindUnexpectedIf(
+      [&](const UnexpectedMsg& m) { return m.owner == owner && m.source == source; });
+}
+
+uint32_t MatchQueues::FindRendezvousFrom(PeerId source, uint32_t owner) const {
+  return FindUnexpectedIf([&](const UnexpectedMsg& m) {
+    return m.rendezvous && m.owner == owner && m.source == source;
+  });
+}
+
+uint32_t MatchQueues::FindOwned(uint32_t owner) const {
+  return FindUnexpectedIf([&](const UnexpectedMsg& m) { return m.owner == owner; });
 }
 
 uint64_t MatchQueues::CopyOut(uint32_t e, uint8_t* dst, uint64_t cap) const {

@@ -19,6 +19,7 @@
 #include "fabric/rdm/ops.h"
 #include "fabric/rdm/reliability.h"
 #include "fabric/rdm/session.h"
+#include "fabric/rdm/shared_recv.h"
 #include "fabric/rdm/types.h"
 #include "fabric/rdm/wire.h"
 
@@ -55,10 +56,15 @@ struct MsgPeer {
 // Sends, receives, matching and rendezvous of one endpoint.
 class Messaging {
  public:
+  // shared: the receive queue it shares with other endpoints, or null for
+  // its own (EndpointConfig::shared_recv).
   Messaging(Context& ctx, Session& session, OpTable& ops, Completions& completions,
-            Reliability& reliability);
+            Reliability& reliability, SharedMatch* shared = nullptr);
   Messaging(const Messaging&) = delete;
   Messaging& operator=(const Messaging&) = delete;
+  // With a shared queue: the receives its messages were landing in are
+  // given back, its unexpected messages dropped.
+  ~Messaging();
 
   void AddPeer(uint32_t pi) { peers_[pi] = MsgPeer{}; }
 
@@ -68,6 +74,14 @@ class Messaging {
   // Cancels the posted receive with this context (ECANCELED); false if none.
   bool CancelRecv(void* context);
   uint32_t RecvSlotsFree() const { return matcher_.recv_slots_free(); }
+
+  // ---- The shared queue's calls (SharedMatch).
+  // Receives r into unexpected message e, which arrived here.
+  Result ReceiveShared(const RecvRequest& r, uint32_t e);
+  // kOk: canceled; kInvalid: no queued receive has this context; kAgain:
+  // no room here for its error completion.
+  Result CancelShared(void* context);
+  void NoteFreedHere() { ctx_.NoteFreed(); }
   void SetMinMultiRecv(size_t bytes) { matcher_.set_min_multi_recv(bytes); }
   size_t min_multi_recv() const { return matcher_.min_multi_recv(); }
 
@@ -106,6 +120,18 @@ class Messaging {
   void FailDirected(uint32_t pi, int err, const char* why);
 
  private:
+  // Receive resources were freed: refused peers (of every endpoint sharing
+  // the queue) retry.
+  void NoteFreed() {
+    if (shared_ != nullptr) {
+      shared_->NoteFreed();
+    } else {
+      ctx_.NoteFreed();
+    }
+  }
+  // Receives r into unexpected message e, or queues it (e kNone).
+  // REQUIRES: a completion reserved for r.
+  Result Receive(const RecvRequest& r, uint32_t e);
   Result PostMulti(const RecvRequest& r);
   Result Peek(const RecvRequest& r);
   Result Claim(const RecvRequest& r);
@@ -153,7 +179,10 @@ class Messaging {
   OpTable& ops_;
   Completions& completions_;
   Reliability& reliability_;
-  MatchQueues matcher_;
+  std::unique_ptr<MatchQueues> own_;  // null with a shared queue
+  SharedMatch* const shared_;
+  uint32_t owner_ = 0;  // its member number in shared_ (UnexpectedMsg::owner)
+  MatchQueues& matcher_;  // *own_ or the shared queue's
   std::unique_ptr<MsgPeer[]> peers_;
 };
 
