@@ -25,6 +25,7 @@
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/services.h"
+#include "fabric/fi/shared_ctx.h"
 
 namespace bypass::fi {
 namespace {
@@ -99,8 +100,6 @@ fi_ops g_domain_fi_ops = {
 
 int ScalableEp(fid_domain*, fi_info*, fid_ep**, void*) { return -FI_ENOSYS; }
 int PollOpen(fid_domain*, fi_poll_attr*, fid_poll**) { return -FI_ENOSYS; }
-int StxCtx(fid_domain*, fi_tx_attr*, fid_stx**, void*) { return -FI_ENOSYS; }
-int SrxCtx(fid_domain*, fi_rx_attr*, fid_ep**, void*) { return -FI_ENOSYS; }
 int QueryAtomic(fid_domain*, fi_datatype, fi_op, fi_atomic_attr*, uint64_t) { return -FI_ENOSYS; }
 int QueryCollective(fid_domain*, fi_collective_op, fi_collective_attr*, uint64_t) {
   return -FI_ENOSYS;
@@ -118,8 +117,8 @@ fi_ops_domain g_domain_ops = {
     .scalable_ep = ScalableEp,
     .cntr_open = OpenCntr,
     .poll_open = PollOpen,
-    .stx_ctx = StxCtx,
-    .srx_ctx = SrxCtx,
+    .stx_ctx = OpenStx,
+    .srx_ctx = OpenSrx,
     .query_atomic = QueryAtomic,
     .query_collective = QueryCollective,
     .endpoint2 = Endpoint2,

@@ -19,6 +19,7 @@
 #include "fabric/fi/eq.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/services.h"
+#include "fabric/fi/shared_ctx.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -45,10 +46,19 @@ bool TxSide(uint64_t f) { return (f & (rdm::kCompSend | rdm::kCompRead | rdm::kC
 // The application's view of an engine completion's context, scattering a
 // bounce buffer where there is one. Sets *suppress for CQ-less operations.
 void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
-  OpRecord* r = ep->records.Of(c.context);
+  OpRecords* pool = &ep->records;
+  OpRecord* r = pool->Of(c.context);
+  bool shared = false;
+  if (r == nullptr && ep->srx != nullptr) {
+    // A receive of the shared receive context: it asked for no completion
+    // (suppress), which holds where this endpoint's CQ is selective.
+    pool = &ep->srx->records;
+    r = pool->Of(c.context);
+    shared = true;
+  }
   if (r == nullptr) return c.context;
   void* user = r->user_context;
-  *suppress = r->suppress;
+  *suppress = r->suppress && (!shared || ep->cqs.rx_selective);
   if (!r->scatter.empty()) {
     size_t done = 0;
     for (const iovec& v : r->scatter) {
@@ -58,7 +68,7 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
       if (done == std::min(*len, r->bounce.size())) break;
     }
   }
-  ep->records.Free(r);
+  pool->Free(r);
   return user;
 }
 
@@ -102,6 +112,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   void* user = Resolve(ep, c, &suppress, &len);
   CountCompletion(ep, c.flags, false);
   const bool tx = TxSide(c.flags);
+  if (tx) StxGive(ep);
   Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
   if (cq == nullptr || suppress) return;
   CqEntry e{};
@@ -164,6 +175,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   void* user = Resolve(ep, ec.op, &suppress, &len);
   CountCompletion(ep, ec.op.flags, true);
   const bool tx = TxSide(ec.op.flags);
+  if (tx) StxGive(ep);
   Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
   BYPASS_FI_DBG(FI_LOG_CQ, "operation failed (errno %d): %s\n", ec.err, ec.message);
   if (cq == nullptr) return;  // errors are reported even for selective operations

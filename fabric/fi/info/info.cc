@@ -267,13 +267,14 @@ void CheckEp(uint32_t version, const fi_ep_attr* h, const fi_ep_attr& o, size_t 
   c->AtMost("max_order_raw_size", h->max_order_raw_size, o.max_order_raw_size);
   c->AtMost("max_order_war_size", h->max_order_war_size, o.max_order_war_size);
   c->AtMost("max_order_waw_size", h->max_order_waw_size, o.max_order_waw_size);
+  // Shared contexts (fi_stx_context, fi_srx_context) for FI_EP_RDM.
   if (h->tx_ctx_cnt == FI_SHARED_CONTEXT) {
-    c->Fail("tx_ctx_cnt FI_SHARED_CONTEXT asked; bypass has no shared transmit contexts");
+    if (o.type != FI_EP_RDM) c->Fail("tx_ctx_cnt FI_SHARED_CONTEXT asked; %s has none", EpName(o.type));
   } else {
     c->AtMost("ep tx_ctx_cnt", h->tx_ctx_cnt, max_ctx);
   }
   if (h->rx_ctx_cnt == FI_SHARED_CONTEXT) {
-    c->Fail("rx_ctx_cnt FI_SHARED_CONTEXT asked; bypass has no shared receive contexts");
+    if (o.type != FI_EP_RDM) c->Fail("rx_ctx_cnt FI_SHARED_CONTEXT asked; %s has none", EpName(o.type));
   } else {
     c->AtMost("ep rx_ctx_cnt", h->rx_ctx_cnt, max_ctx);
   }
@@ -369,8 +370,10 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   dom->rx_ctx_cnt = kMaxEndpoints;
   dom->max_ep_tx_ctx = o.max_ep_ctx;
   dom->max_ep_rx_ctx = o.max_ep_ctx;
-  dom->max_ep_stx_ctx = 0;
-  dom->max_ep_srx_ctx = 0;
+  // An RDM endpoint may use one shared transmit and one shared receive
+  // context (fabric/fi/shared_ctx.h).
+  dom->max_ep_stx_ctx = type == FI_EP_RDM ? 1 : 0;
+  dom->max_ep_srx_ctx = type == FI_EP_RDM ? 1 : 0;
   dom->cntr_cnt = kMaxCntrs;
   dom->mr_iov_limit = kIovLimit;
   dom->caps = d.caps & (FI_LOCAL_COMM | FI_REMOTE_COMM);

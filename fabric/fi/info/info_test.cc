@@ -119,7 +119,9 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_EQ(d->cq_data_size, 8u);
   EXPECT_EQ(d->ep_cnt, kMaxEndpoints);
   EXPECT_EQ(d->max_ep_tx_ctx, 1u);
-  EXPECT_EQ(d->max_ep_stx_ctx, 0u);
+  EXPECT_EQ(d->max_ep_stx_ctx, 1u);  // shared contexts, one each way
+  EXPECT_EQ(d->max_ep_srx_ctx, 1u);
+  EXPECT_EQ(v[1]->domain_attr->max_ep_stx_ctx, 0u);  // none for datagrams
   EXPECT_EQ(d->mr_iov_limit, 1u);
   EXPECT_EQ(d->caps, FI_LOCAL_COMM | FI_REMOTE_COMM);
   EXPECT_EQ(d->auth_key_size, 4u);
@@ -458,8 +460,8 @@ TEST_F(InfoTest, DomainSizesAndCounts) {
       {&fi_domain_attr::rx_ctx_cnt, kMaxEndpoints + 1, "rx_ctx_cnt"},
       {&fi_domain_attr::max_ep_tx_ctx, 2, "max_ep_tx_ctx"},
       {&fi_domain_attr::max_ep_rx_ctx, 2, "max_ep_rx_ctx"},
-      {&fi_domain_attr::max_ep_stx_ctx, 1, "max_ep_stx_ctx"},
-      {&fi_domain_attr::max_ep_srx_ctx, 1, "max_ep_srx_ctx"},
+      {&fi_domain_attr::max_ep_stx_ctx, 2, "max_ep_stx_ctx"},
+      {&fi_domain_attr::max_ep_srx_ctx, 2, "max_ep_srx_ctx"},
       {&fi_domain_attr::cntr_cnt, kMaxCntrs + 1, "cntr_cnt"},
       {&fi_domain_attr::mr_iov_limit, 2, "mr_iov_limit"},
       {&fi_domain_attr::mr_cnt, offers_[0].limits.max_regions + 1u, "mr_cnt"},
@@ -563,11 +565,18 @@ TEST_F(InfoTest, EndpointAttributes) {
     ExpectNoMatch("max_order_");
     e->*f = 0;
   }
+  // Shared contexts: FI_EP_RDM only.
   e->tx_ctx_cnt = FI_SHARED_CONTEXT;
-  ExpectNoMatch("FI_SHARED_CONTEXT");
+  ExpectEntries(1);
+  EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
+  EXPECT_EQ(result_->ep_attr->tx_ctx_cnt, FI_SHARED_CONTEXT);
   e->tx_ctx_cnt = 0;
   e->rx_ctx_cnt = FI_SHARED_CONTEXT;
+  ExpectEntries(1);
+  EXPECT_EQ(result_->ep_attr->rx_ctx_cnt, FI_SHARED_CONTEXT);
+  e->type = FI_EP_DGRAM;
   ExpectNoMatch("FI_SHARED_CONTEXT");
+  e->type = FI_EP_UNSPEC;
   e->rx_ctx_cnt = 2;
   ExpectNoMatch("rx_ctx_cnt");
 }
