@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -91,6 +92,69 @@ void Access(Ctx& c, const fi_info* info, Ep& a, fi_addr_t to, char* local, char*
 // Progress for a while, so that an event counted twice would show.
 void Settle(Ctx& c) {
   for (int i = 0; i < 300; ++i) c.Progress();
+}
+
+
+// ---- Shared contexts.
+
+// Endpoints a and b on one domain, opened with FI_SHARED_CONTEXT on the
+// receive side (srx) or the transmit side (stx) and bound to one context,
+// each with its own CQs, sharing one AV; two peers p and q on another
+// domain, each knowing a and b, and known to them.
+struct Shared {
+  fi_info* info = nullptr;
+  fid_domain* domain = nullptr;
+  fid_ep* srx = nullptr;
+  fid_stx* stx = nullptr;
+  fid_av* av = nullptr;
+  Ep a, b, p, q;
+  fi_addr_t p_to[2] = {}, q_to[2] = {};  // p's and q's addresses of a and b
+  fi_addr_t from_p = FI_ADDR_NOTAVAIL, from_q = FI_ADDR_NOTAVAIL;  // in a's and b's AV
+};
+
+fi_info* SharedInfo(Ctx& c, bool rx) {
+  fi_info* h = c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE);
+  (rx ? h->ep_attr->rx_ctx_cnt : h->ep_attr->tx_ctx_cnt) = FI_SHARED_CONTEXT;
+  return c.Info(h);
+}
+
+Shared OpenShared(Ctx& c, bool rx, size_t size) {
+  Shared s;
+  s.info = SharedInfo(c, rx);
+  fid_fabric* f = c.Fabric(s.info);
+  s.domain = c.Domain(f, s.info);
+  if (rx) {
+    fi_rx_attr attr = *s.info->rx_attr;
+    attr.size = size;
+    CHECK_RET(fi_srx_context(s.domain, &attr, &s.srx, nullptr), 0);
+    c.Own(&s.srx->fid);
+  } else {
+    fi_tx_attr attr = *s.info->tx_attr;
+    attr.size = size;
+    CHECK_RET(fi_stx_context(s.domain, &attr, &s.stx, nullptr), 0);
+    c.Own(&s.stx->fid);
+  }
+  s.av = c.Av(s.domain, FI_AV_TABLE);
+  EpOpts o;
+  o.av = s.av;
+  for (Ep* e : {&s.a, &s.b}) {
+    CHECK_RET(fi_endpoint(s.domain, s.info, &o.opened, nullptr), 0);
+    c.Own(&o.opened->fid);
+    CHECK_RET(fi_ep_bind(o.opened, rx ? &s.srx->fid : &s.stx->fid, 0), 0);
+    *e = c.OpenEp(s.domain, s.info, o);
+  }
+  // The peers: plain endpoints of another domain.
+  fi_info* plain = c.Info(c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE));
+  fid_domain* other = c.Domain(f, plain);
+  s.p = c.OpenEp(other, plain);
+  s.q = c.OpenEp(other, plain);
+  for (int k = 0; k < 2; ++k) {
+    s.p_to[k] = c.Insert(s.p.av, k == 0 ? s.a.name : s.b.name);
+    s.q_to[k] = c.Insert(s.q.av, k == 0 ? s.a.name : s.b.name);
+  }
+  s.from_p = c.Insert(s.av, s.p.name);
+  s.from_q = c.Insert(s.av, s.q.name);
+  return s;
 }
 
 }  // namespace
@@ -219,6 +283,169 @@ CONFORMANCE_CASE(cntr_close_busy_mr_bound, kShm) {
   CHECK_RET(fi_close(&n->fid), -FI_EBUSY);
   CHECK_RET(c.Close(&mr->fid), 0);
   CHECK_RET(fi_close(&n->fid), 0);
+}
+
+// fi_endpoint(3) "Shared Contexts": receives posted to a shared receive
+// context take messages arriving at any endpoint bound to it; each
+// completes in the receive CQ of the endpoint its message came to, and
+// fi_cq_readfrom reports its sender. Two peers send to two endpoints, half
+// of it before the receives are posted (unexpected).
+CONFORMANCE_CASE(srx_two_endpoints_two_peers, kShm) {
+  Shared s = OpenShared(c, true, 64);
+  static char out[4][16];
+  static char in[8][16];
+  auto send = [&](Ep& from, fi_addr_t to, int id) {
+    std::snprintf(out[id], sizeof out[id], "msg %d", id);
+    c.Post("fi_send", [&] { return fi_send(from.ep, out[id], sizeof out[id], nullptr, to, nullptr); });
+  };
+  // p -> a and q -> b before any receive: they wait unexpected.
+  send(s.p, s.p_to[0], 0);
+  send(s.q, s.q_to[1], 1);
+  for (int i = 0; i < 200; ++i) c.Progress();
+  for (auto& buf : in) {
+    c.Post("fi_recv on the srx", [&] { return fi_recv(s.srx, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, buf); });
+  }
+  // p -> b and q -> a after.
+  send(s.p, s.p_to[1], 2);
+  send(s.q, s.q_to[0], 3);
+  // Who sent each message to which endpoint (0: a, 1: b).
+  const struct {
+    int at;
+    fi_addr_t from;
+  } want[4] = {{0, s.from_p}, {1, s.from_q}, {1, s.from_p}, {0, s.from_q}};
+  bool seen[4] = {};
+  for (int n = 0; n < 4; ++n) {
+    Completion got;
+    int at = -1;
+    const double deadline_passes = 200000;
+    for (int pass = 0; at < 0 && pass < deadline_passes; ++pass) {
+      for (int k = 0; k < 2 && at < 0; ++k) {
+        got = Completion{};
+        const ssize_t r = fi_cq_readfrom((k == 0 ? s.a : s.b).rx, &got.entry, 1, &got.src);
+        if (r == 1) at = k;
+        CHECK(r == 1 || r == -FI_EAGAIN, "fi_cq_readfrom returned " << Err(r));
+      }
+      if (at < 0) c.Progress();
+    }
+    CHECK(at >= 0, "hang: only " << n << " of 4 messages completed");
+    int id = -1;
+    CHECK(std::sscanf(static_cast<const char*>(got.entry.buf), "msg %d", &id) == 1 && id >= 0 && id < 4,
+          "a completion whose buffer holds no message");
+    CHECK(!seen[id], "message " << id << " completed twice");
+    seen[id] = true;
+    CHECK(at == want[id].at, "message " << id << " completed at endpoint " << at << ", sent to " << want[id].at);
+    CHECK(got.src == want[id].from, "message " << id << " reported source " << got.src << ", sent by "
+                                                   << want[id].from);
+    CHECK(got.entry.flags & FI_RECV, "flags 0x" << std::hex << got.entry.flags << " lack FI_RECV");
+  }
+}
+
+// A message to one endpoint is taken by a receive on the srx even when
+// the other endpoint's CQ is the one being read (progress of any bound
+// endpoint), and the srx's receives match tags.
+CONFORMANCE_CASE(srx_tagged_match, kShm) {
+  Shared s = OpenShared(c, true, 16);
+  static char in7[8], in9[8], out7[8] = "seven", out9[8] = "nine";
+  c.Post("fi_trecv", [&] { return fi_trecv(s.srx, in9, sizeof in9, nullptr, FI_ADDR_UNSPEC, 9, 0, in9); });
+  c.Post("fi_trecv", [&] { return fi_trecv(s.srx, in7, sizeof in7, nullptr, FI_ADDR_UNSPEC, 7, 0, in7); });
+  c.Post("fi_tsend", [&] { return fi_tsend(s.p.ep, out7, sizeof out7, nullptr, s.p_to[1], 7, nullptr); });
+  c.Post("fi_tsend", [&] { return fi_tsend(s.q.ep, out9, sizeof out9, nullptr, s.q_to[1], 9, nullptr); });
+  for (int n = 0; n < 2; ++n) {
+    const Completion got = c.Wait(s.b.rx, "a tagged message at b", true);
+    CHECK(!got.error, "an error completion: " << Err(-got.err.err));
+    if (got.entry.op_context == in7) {
+      CHECK(got.entry.tag == 7 && std::strcmp(in7, "seven") == 0 && got.src == s.from_p, "tag 7 mismatched");
+    } else {
+      CHECK(got.entry.op_context == in9, "an op_context no receive had");
+      CHECK(got.entry.tag == 9 && std::strcmp(in9, "nine") == 0 && got.src == s.from_q, "tag 9 mismatched");
+    }
+  }
+}
+
+// The srx's rx_attr->size bounds the receives posted to it: one more
+// answers -FI_EAGAIN; fi_rx_size_left says what is left.
+CONFORMANCE_CASE(srx_size_enforced, kShm) {
+  Shared s = OpenShared(c, true, 4);
+  static char in[5][8];
+  for (int i = 0; i < 4; ++i) CHECK_RET(fi_recv(s.srx, in[i], sizeof in[i], nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  CHECK_RET(fi_recv(s.srx, in[4], sizeof in[4], nullptr, FI_ADDR_UNSPEC, nullptr), -FI_EAGAIN);
+  CHECK_RET(s.srx->ops->rx_size_left(s.srx), 0);  // fi_rx_size_left (deprecated in 1.17)
+}
+
+// fi_close of a shared context with bound endpoints open: -FI_EBUSY; 0
+// once they are closed.
+CONFORMANCE_CASE(srx_close_busy, kShm) {
+  Shared s = OpenShared(c, true, 16);
+  CHECK_RET(fi_close(&s.srx->fid), -FI_EBUSY);
+  CHECK_RET(c.Close(&s.a.ep->fid), 0);
+  CHECK_RET(fi_close(&s.srx->fid), -FI_EBUSY);
+  CHECK_RET(c.Close(&s.b.ep->fid), 0);
+  CHECK_RET(c.Close(&s.srx->fid), 0);
+}
+
+CONFORMANCE_CASE(stx_close_busy, kShm) {
+  Shared s = OpenShared(c, false, 16);
+  CHECK_RET(fi_close(&s.stx->fid), -FI_EBUSY);
+  CHECK_RET(c.Close(&s.a.ep->fid), 0);
+  CHECK_RET(c.Close(&s.b.ep->fid), 0);
+  CHECK_RET(c.Close(&s.stx->fid), 0);
+}
+
+// Two endpoints on one shared transmit context both send; each send
+// completes once in its own endpoint's transmit CQ and arrives from that
+// endpoint's address.
+CONFORMANCE_CASE(stx_two_endpoints, kShm) {
+  Shared s = OpenShared(c, false, 16);
+  static char in[2][8], out[2][8] = {"from a", "from b"};
+  for (auto& buf : in) {
+    c.Post("fi_recv", [&] { return fi_recv(s.p.ep, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, buf); });
+  }
+  const fi_addr_t p_in_av = s.from_p;
+  c.Post("fi_send a", [&] { return fi_send(s.a.ep, out[0], sizeof out[0], nullptr, p_in_av, out[0]); });
+  c.Post("fi_send b", [&] { return fi_send(s.b.ep, out[1], sizeof out[1], nullptr, p_in_av, out[1]); });
+  for (int k = 0; k < 2; ++k) {
+    const Completion done = c.Wait((k == 0 ? s.a : s.b).tx, "a send through the stx");
+    CHECK(!done.error, "the send failed: " << Err(-done.err.err));
+    CHECK(done.entry.op_context == out[k], "endpoint " << k << " reported another endpoint's send");
+  }
+  for (int n = 0; n < 2; ++n) {
+    const Completion got = c.Wait(s.p.rx, "the peer's receive", true);
+    CHECK(!got.error, "a receive failed: " << Err(-got.err.err));
+    const int k = std::strcmp(static_cast<const char*>(got.entry.buf), "from a") == 0 ? 0 : 1;
+    CHECK(got.src == s.p_to[k], "the message of endpoint " << k << " came from address " << got.src);
+  }
+  Completion extra;
+  CHECK(!c.Poll(s.a.tx, &extra, 100) && !c.Poll(s.b.tx, &extra, 100), "a send completed twice");
+}
+
+// The stx's tx_attr->size is shared: with size 2, two sends of a not yet
+// completed leave b -FI_EAGAIN (fi_tx_size_left 0) until they complete.
+CONFORMANCE_CASE(stx_size_shared, kShm) {
+  Shared s = OpenShared(c, false, 2);
+  static char in[3][8], out[8] = "x";
+  for (auto& buf : in) {
+    c.Post("fi_recv", [&] { return fi_recv(s.p.ep, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, nullptr); });
+  }
+  CHECK_RET(fi_send(s.a.ep, out, sizeof out, nullptr, s.from_p, nullptr), 0);
+  CHECK_RET(fi_send(s.a.ep, out, sizeof out, nullptr, s.from_p, nullptr), 0);
+  CHECK_RET(s.b.ep->ops->tx_size_left(s.b.ep), 0);  // fi_tx_size_left (deprecated in 1.17)
+  CHECK_RET(fi_send(s.b.ep, out, sizeof out, nullptr, s.from_p, nullptr), -FI_EAGAIN);
+  for (int k = 0; k < 2; ++k) CHECK(!c.Wait(s.a.tx, "a's send").error, "a's send failed");
+  c.Post("fi_send b", [&] { return fi_send(s.b.ep, out, sizeof out, nullptr, s.from_p, nullptr); });
+  CHECK(!c.Wait(s.b.tx, "b's send").error, "b's send failed");
+}
+
+// fi_getinfo(3): ep_attr tx_ctx_cnt / rx_ctx_cnt FI_SHARED_CONTEXT are
+// answered, with room for a shared context per endpoint.
+CONFORMANCE_CASE(getinfo_shared_context, kShm) {
+  fi_info* h = c.Hints(FI_MSG);
+  h->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT;
+  h->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
+  fi_info* i = c.Info(h);
+  CHECK(i->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT && i->ep_attr->rx_ctx_cnt == FI_SHARED_CONTEXT,
+        "the entry's ctx counts are " << i->ep_attr->tx_ctx_cnt << " and " << i->ep_attr->rx_ctx_cnt);
+  CHECK(i->domain_attr->max_ep_stx_ctx >= 1 && i->domain_attr->max_ep_srx_ctx >= 1,
+        "max_ep_stx_ctx " << i->domain_attr->max_ep_stx_ctx << ", max_ep_srx_ctx " << i->domain_attr->max_ep_srx_ctx);
 }
 
 }  // namespace bypass::fi::conformance
