@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/dgram.h"
 #include "fabric/fi/domain.h"
@@ -159,7 +160,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
   }
   rdm::SendRequest r;
-  if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
+  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, a.dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.tag = a.tag;
@@ -324,7 +325,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   rdm::RecvRequest r;
   r.source = rdm::kAnyPeer;
   if ((ep->caps & FI_DIRECTED_RECV) && a.src != FI_ADDR_UNSPEC && ep->rdm != nullptr) {
-    if (!ep->peers.Find(a.src, &r.source)) return -FI_EINVAL;
+    if (!FindPeer(ep, a.src, &r.source)) return -FI_EINVAL;
   }
   r.tagged = a.tagged;
   r.tag = a.tag;
@@ -367,7 +368,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
-  if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
+  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, a.dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.addr = a.addr;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
 #include "fabric/fi/ep.h"
@@ -98,7 +99,7 @@ void DeliverRemote(Ep* ep, const rdm::Completion& c) {
   e.e.len = c.len;
   e.e.buf = c.buf;
   e.e.data = c.data;
-  e.src = ep->peers.AddrOf(c.source);
+  e.src = AddrOfPeer(ep, c.source);
   cq->entries.push_back(e);
 }
 
@@ -122,7 +123,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   e.e.buf = c.buf;
   e.e.data = c.data;
   e.e.tag = c.tag;
-  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(c.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : AddrOfPeer(ep, c.source);
   cq->entries.push_back(e);
 }
 
@@ -189,7 +190,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   e.e.olen = ec.olen;
   e.e.err = FiErr(ec, tx);
   e.e.prov_errno = ec.err;
-  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(ec.op.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : AddrOfPeer(ep, ec.op.source);
   std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
   cq->errors.push_back(e);
 }

@@ -215,7 +215,9 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   hints_->caps = FI_MSG;
   ExpectEntries(2);
   for (fi_info* i : List()) {
-    EXPECT_EQ(i->caps & ~(FI_MSG | FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM), 0u)
+    EXPECT_EQ(i->caps & ~(FI_MSG | FI_MULTI_RECV | FI_SOURCE | FI_SHARED_AV | FI_LOCAL_COMM |
+                          FI_REMOTE_COMM),
+              0u)
         << i->caps;
     EXPECT_NE(i->caps & FI_MSG, 0u);
     EXPECT_EQ(i->tx_attr->caps, FI_MSG);
@@ -226,7 +228,8 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   ExpectEntries(1);
   EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
   EXPECT_EQ(result_->caps,
-            FI_TAGGED | FI_SEND | FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM);
+            FI_TAGGED | FI_SEND | FI_MULTI_RECV | FI_SOURCE | FI_SHARED_AV | FI_LOCAL_COMM |
+                FI_REMOTE_COMM);
   EXPECT_EQ(result_->tx_attr->caps, FI_TAGGED | FI_SEND);
   EXPECT_EQ(result_->rx_attr->caps & FI_TAGGED, FI_TAGGED);
   hints_->caps = FI_RMA | FI_MSG | FI_LOCAL_COMM | FI_REMOTE_COMM;
