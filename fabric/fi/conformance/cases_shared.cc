@@ -4,6 +4,9 @@
 // readerr beside real errors; shared receive and transmit contexts
 // (fi_srx_context, fi_stx_context, FI_SHARED_CONTEXT); shared AVs
 // (FI_AV_NAME, in cases_multiprocess style with two processes).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -446,6 +449,154 @@ CONFORMANCE_CASE(getinfo_shared_context, kShm) {
         "the entry's ctx counts are " << i->ep_attr->tx_ctx_cnt << " and " << i->ep_attr->rx_ctx_cnt);
   CHECK(i->domain_attr->max_ep_stx_ctx >= 1 && i->domain_attr->max_ep_srx_ctx >= 1,
         "max_ep_stx_ctx " << i->domain_attr->max_ep_stx_ctx << ", max_ep_srx_ctx " << i->domain_attr->max_ep_srx_ctx);
+}
+
+// ---- Shared AVs.
+
+namespace {
+
+fi_info* AvInfo(Ctx& c) {
+  fi_info* h = c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE | FI_SHARED_AV);
+  return c.Info(h);
+}
+
+fid_av* NamedAv(Ctx& c, fid_domain* d, const std::string& name, uint64_t flags) {
+  fi_av_attr attr{};
+  attr.type = FI_AV_TABLE;
+  attr.name = name.c_str();
+  attr.flags = flags;
+  fid_av* av = nullptr;
+  CHECK_RET(fi_av_open(d, &attr, &av, nullptr), 0);
+  c.Own(&av->fid);
+  return av;
+}
+
+std::vector<char> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+// The second process: opens the AV by name with FI_READ, its endpoint on
+// it, gives its address, learns the fi_addrs the first process inserted,
+// and exchanges a tagged message each way through them.
+void SharedAvChild(Ctx& c, int in, int out) {
+  const std::string name = ReadMsg(in, "the AV's name");
+  fi_info* i = AvInfo(c);
+  fid_domain* d = c.Domain(c.Fabric(i), i);
+  fid_av* av = NamedAv(c, d, name, FI_READ);
+  EpOpts o;
+  o.av = av;
+  Ep b = c.OpenEp(d, i, o);
+  WriteMsg(out, std::string(b.name.begin(), b.name.end()));
+  const std::string addrs = ReadMsg(in, "the fi_addrs");
+  unsigned long long xa = 0, xb = 0;
+  CHECK(std::sscanf(addrs.c_str(), "%llu %llu", &xa, &xb) == 2, "bad fi_addrs \"" << addrs << "\"");
+  // FI_READ: the table is the other process's to change.
+  fi_addr_t ignored;
+  CHECK(fi_av_insert(av, b.name.data(), 1, &ignored, 0, nullptr) < 0, "an insert into an FI_READ AV succeeded");
+  // The entry the other process made for us names us.
+  std::vector<char> mine(b.name.size());
+  size_t len = mine.size();
+  CHECK_RET(fi_av_lookup(av, xb, mine.data(), &len), 0);
+  const auto* s1 = reinterpret_cast<const sockaddr_in*>(mine.data());
+  const auto* s2 = reinterpret_cast<const sockaddr_in*>(b.name.data());
+  CHECK(s1->sin_port == s2->sin_port, "fi_addr " << xb << " does not name this endpoint here");
+  static char in_buf[16], out_buf[16] = "from b";
+  CHECK_RET(fi_trecv(b.ep, in_buf, sizeof in_buf, nullptr, FI_ADDR_UNSPEC, 1, 0, nullptr), 0);
+  c.Post("fi_tsend to a", [&] { return fi_tsend(b.ep, out_buf, sizeof out_buf, nullptr, xa, 2, nullptr); });
+  CHECK(!c.Wait(b.tx, "the send to a").error, "the send to a failed");
+  const Completion got = c.Wait(b.rx, "a's message", true);
+  CHECK(!got.error, "a's message failed: " << Err(-got.err.err));
+  CHECK(std::strcmp(in_buf, "from a") == 0, "a's message arrived damaged");
+  CHECK(got.src == xa, "a's message came from fi_addr " << got.src << " here, " << xa << " in a's process");
+}
+
+}  // namespace
+
+// fi_av(3) name: "Address vectors may be shared across multiple processes
+// ... by using the same name"; FI_READ opens an existing one read-only. One
+// process inserts (a third party, itself, then the second process's
+// endpoint); the second opens the AV by name with FI_READ, and both send
+// to and report sources by the same fi_addr values.
+CONFORMANCE_CASE(av_shared_two_processes, kShm) {
+  int down[2], up[2];
+  CHECK(pipe(down) == 0 && pipe(up) == 0, "pipe failed");
+  const pid_t pid = fork();  // before this process touches libfabric
+  CHECK(pid >= 0, "fork failed");
+  if (pid == 0) {
+    close(down[1]);
+    close(up[0]);
+    std::string verdict = "ok";
+    {
+      Ctx child(c.prov());
+      try {
+        SharedAvChild(child, down[0], up[1]);
+      } catch (const Failure& f) {
+        verdict = "child: " + f.what;
+      } catch (const Refused& r) {
+        verdict = "child: " + r.what;
+      }
+      try {
+        WriteMsg(up[1], verdict);
+      } catch (const Failure&) {
+      }
+    }
+    _exit(0);
+  }
+  close(down[0]);
+  close(up[1]);
+  // However the case ends, the child sees the pipe close and ends too.
+  struct Reap {
+    pid_t pid;
+    int to_child;
+    ~Reap() {
+      close(to_child);
+      int status;
+      waitpid(pid, &status, 0);
+    }
+  } reap{pid, down[1]};
+  const std::string name = "bypass-conformance-av-" + std::to_string(getpid());
+  fi_info* i = AvInfo(c);
+  fid_domain* d = c.Domain(c.Fabric(i), i);
+  fid_av* av = NamedAv(c, d, name, 0);
+  EpOpts o;
+  o.av = av;
+  Ep a = c.OpenEp(d, i, o);
+  // A third party first, so that the fi_addrs are not just 0 and 1.
+  sockaddr_in third{};
+  third.sin_family = AF_INET;
+  third.sin_port = htons(9);
+  third.sin_addr.s_addr = htonl(0x0afffe01);  // 10.255.254.1
+  std::vector<char> third_name(a.name.size(), 0);
+  std::memcpy(third_name.data(), &third, std::min(sizeof third, third_name.size()));
+  c.Insert(av, third_name);
+  const fi_addr_t xa = c.Insert(av, a.name);
+  WriteMsg(down[1], name);
+  const std::string b_name = ReadMsg(up[0], "the second process's address");
+  const fi_addr_t xb = c.Insert(av, Bytes(b_name));
+  WriteMsg(down[1], std::to_string(xa) + " " + std::to_string(xb));
+  static char in_buf[16], out_buf[16] = "from a";
+  CHECK_RET(fi_trecv(a.ep, in_buf, sizeof in_buf, nullptr, FI_ADDR_UNSPEC, 2, 0, nullptr), 0);
+  const Completion got = c.Wait(a.rx, "b's message", true);
+  CHECK(!got.error, "b's message failed: " << Err(-got.err.err));
+  CHECK(std::strcmp(in_buf, "from b") == 0, "b's message arrived damaged");
+  CHECK(got.src == xb, "b's message came from fi_addr " << got.src << ", inserted as " << xb);
+  c.Post("fi_tsend to b", [&] { return fi_tsend(a.ep, out_buf, sizeof out_buf, nullptr, xb, 1, nullptr); });
+  CHECK(!c.Wait(a.tx, "the send to b").error, "the send to b failed");
+  const std::string verdict = ReadMsg(up[0], "the second process's verdict");
+  CHECK(verdict == "ok", verdict);
+}
+
+// FI_READ opens an AV that exists: a name nobody opened fails.
+CONFORMANCE_CASE(av_read_only_needs_existing, kShm) {
+  fi_info* i = AvInfo(c);
+  fid_domain* d = c.Domain(c.Fabric(i), i);
+  fi_av_attr attr{};
+  attr.type = FI_AV_TABLE;
+  const std::string name = "bypass-conformance-none-" + std::to_string(getpid());
+  attr.name = name.c_str();
+  attr.flags = FI_READ;
+  fid_av* av = nullptr;
+  const int r = fi_av_open(d, &attr, &av, nullptr);
+  if (r == 0) c.Own(&av->fid);
+  CHECK(r < 0, "fi_av_open(FI_READ) of an AV nobody created succeeded");
 }
 
 }  // namespace bypass::fi::conformance
