@@ -409,6 +409,7 @@ ssize_t EpCancel(fid_t f, void* context) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
+  if (ep->srx != nullptr && Enabled(ep)) return CancelSharedRecv(ep->srx, context);
   DomainGuard g(ep->domain->lock);
   if (!Enabled(ep)) return -FI_EOPBADSTATE;
   const auto cancel = [ep](void* ctx) {

@@ -317,6 +317,9 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
   if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
   if (t.srx != nullptr) return PostSharedRecv(t.srx, a, len);
+  // An endpoint bound to an srx posts to it (its records are the srx's:
+  // the receive may complete at another endpoint).
+  if (ep->srx != nullptr) return PostSharedRecv(ep->srx, a, len);
   DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only

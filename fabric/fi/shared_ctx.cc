@@ -54,12 +54,7 @@ fi_ops g_srx_fi_ops = {
 ssize_t SrxCancel(fid_t f, void* context) {
   Srx* s = AsSrx(f);
   if (s == nullptr) return BadFid(f, FI_CLASS_SRX_CTX);
-  DomainGuard g(s->domain->lock);
-  // A receive posted with a record is known to the engine by the record.
-  for (OpRecord& r : s->records.slots) {
-    if (r.user_context == context && context != nullptr && s->queue->CancelRecv(&r)) return 0;
-  }
-  return s->queue->CancelRecv(context) ? 0 : -FI_ENOENT;
+  return CancelSharedRecv(s, context);
 }
 
 int SrxGetopt(fid_t, int, int, void*, size_t*) { return -FI_ENOPROTOOPT; }
@@ -225,6 +220,15 @@ int OpenStx(fid_domain* domain, fi_tx_attr* attr, fid_stx** out, void* context) 
   d->obj.refs.fetch_add(1);
   *out = &s.release()->fid;
   return 0;
+}
+
+ssize_t CancelSharedRecv(Srx* s, void* context) {
+  DomainGuard g(s->domain->lock);
+  // A receive posted with a record is known to the engine by the record.
+  for (OpRecord& r : s->records.slots) {
+    if (r.user_context == context && context != nullptr && s->queue->CancelRecv(&r)) return 0;
+  }
+  return s->queue->CancelRecv(context) ? 0 : -FI_ENOENT;
 }
 
 int BindSharedContext(Ep* ep, fid* ctx, uint64_t flags) {

@@ -66,6 +66,8 @@ int OpenStx(fid_domain* domain, fi_tx_attr* attr, fid_stx** stx, void* context);
 // fi_ep_bind of an srx or stx (flags 0) to an endpoint opened with
 // FI_SHARED_CONTEXT on that side, before fi_enable.
 int BindSharedContext(Ep* ep, fid* ctx, uint64_t flags);
+// fi_cancel of a receive posted to s (through it or a bound endpoint).
+ssize_t CancelSharedRecv(Srx* s, void* context);
 // At fi_close of the endpoint: what it still had outstanding on its stx is
 // given back, and both contexts lose it.
 void UnbindSharedContexts(Ep* ep);

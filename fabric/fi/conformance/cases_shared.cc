@@ -365,6 +365,37 @@ CONFORMANCE_CASE(srx_tagged_match, kShm) {
   }
 }
 
+// A receive posted through a bound endpoint goes to the shared queue: one
+// of two buffers (fi_recvv) posted at a takes a message sent to b and
+// completes at b with its context, the bytes scattered; fi_cancel on the
+// srx ends another with FI_ECANCELED at one of the endpoints.
+CONFORMANCE_CASE(srx_posted_through_endpoint, kShm) {
+  Shared s = OpenShared(c, true, 16);
+  static char head[4], tail[12], spare[16];
+  static const char out[16] = "abcdefghijklmno";
+  static int ctx_v, ctx_spare;
+  iovec iov[2] = {{head, sizeof head}, {tail, sizeof tail}};
+  const ssize_t posted = fi_recvv(s.a.ep, iov, nullptr, 2, FI_ADDR_UNSPEC, &ctx_v);
+  if (posted == -FI_EINVAL && s.info->rx_attr->iov_limit < 2) Refuse("rx iov_limit is below 2");
+  CHECK_RET(posted, 0);
+  c.Post("fi_send to b", [&] { return fi_send(s.p.ep, out, sizeof out, nullptr, s.p_to[1], nullptr); });
+  const Completion got = c.Wait(s.b.rx, "the message at b", true);
+  CHECK(!got.error, "the receive failed: " << Err(-got.err.err));
+  CHECK(got.entry.op_context == &ctx_v, "the completion's op_context is not the fi_recvv's");
+  CHECK(got.src == s.from_p, "source " << got.src << ", sent by " << s.from_p);
+  CHECK(std::memcmp(head, out, 4) == 0 && std::memcmp(tail, out + 4, 12) == 0, "the bytes were not scattered");
+  CHECK_RET(fi_recv(s.srx, spare, sizeof spare, nullptr, FI_ADDR_UNSPEC, &ctx_spare), 0);
+  CHECK_RET(fi_cancel(&s.srx->fid, &ctx_spare), 0);
+  Completion canceled;
+  bool found = false;
+  for (int pass = 0; pass < 2000 && !found; ++pass) {
+    found = c.Poll(s.a.rx, &canceled, 1) || c.Poll(s.b.rx, &canceled, 1);
+  }
+  CHECK(found, "no completion for the canceled receive at either endpoint");
+  CHECK(canceled.error && canceled.err.err == FI_ECANCELED && canceled.err.op_context == &ctx_spare,
+        "the canceled receive did not end with FI_ECANCELED and its context");
+}
+
 // The srx's rx_attr->size bounds the receives posted to it: one more
 // answers -FI_EAGAIN; fi_rx_size_left says what is left.
 CONFORMANCE_CASE(srx_size_enforced, kShm) {
