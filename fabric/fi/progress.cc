@@ -83,34 +83,21 @@ void CountCompletion(Ep* ep, uint64_t f, bool error) {
   if (f & rdm::kCompRemoteRead) count(ep->cntrs.remote_read);
 }
 
-// A peer's write into or read of one of our regions (the engine reports
-// every one: FI_RMA_EVENT): it counts on the endpoint's and the region's
-// FI_REMOTE_WRITE / FI_REMOTE_READ counters; a write carrying CQ data is
-// also an entry of the receive CQ, whose op_context is the region's
-// context (fi_cq(3)).
-void DeliverRemote(Ep* ep, const rdm::Completion& c) {
-  void* mr_context = CountMrEvent(c.context, (c.flags & rdm::kCompRemoteWrite) != 0);
-  CountCompletion(ep, c.flags, false);
-  Cq* cq = ep->cqs.rx;
-  if (cq == nullptr || !(c.flags & rdm::kCompRemoteData)) return;
-  CqEntry e{};
-  e.e.op_context = mr_context;
-  e.e.flags = FiFlags(c.flags);
-  e.e.len = c.len;
-  e.e.buf = c.buf;
-  e.e.data = c.data;
-  e.src = AddrOfPeer(ep, c.source);
-  cq->entries.push_back(e);
-}
-
+// A completion into its CQ and counters. A peer's write into or read of
+// one of our regions (the engine reports every one: FI_RMA_EVENT) counts on
+// the endpoint's and the region's FI_REMOTE_WRITE / FI_REMOTE_READ
+// counters; only a write carrying FI_REMOTE_CQ_DATA is also an entry of
+// the receive CQ, its op_context the region's context (fi_cq(3)).
 void Deliver(Ep* ep, const rdm::Completion& c) {
-  if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
-    DeliverRemote(ep, c);
-    return;
-  }
   bool suppress = false;
-  size_t len = c.len;
-  void* user = Resolve(ep, c, &suppress, &len);
+  void* user;
+  if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
+    user = CountMrEvent(c.context, (c.flags & rdm::kCompRemoteWrite) != 0);
+    suppress = !(c.flags & rdm::kCompRemoteData);
+  } else {
+    size_t len = c.len;
+    user = Resolve(ep, c, &suppress, &len);
+  }
   CountCompletion(ep, c.flags, false);
   const bool tx = TxSide(c.flags);
   if (tx) StxGive(ep);

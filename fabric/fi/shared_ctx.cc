@@ -74,6 +74,7 @@ ssize_t SrxTxSizeLeft(fid_ep* f) {
   return -FI_ENOSYS;  // a receive context
 }
 
+// An stx has the same table: each call answers it an error.
 fi_ops_ep g_srx_ep_ops = {
     .size = sizeof(fi_ops_ep),
     .cancel = SrxCancel,
@@ -128,16 +129,6 @@ fi_ops g_stx_fi_ops = {
     .ops_set = NoSysOpsSet,
 };
 
-fi_ops_ep g_stx_ep_ops = {
-    .size = sizeof(fi_ops_ep),
-    .cancel = [](fid_t, void*) -> ssize_t { return -FI_ENOSYS; },
-    .getopt = SrxGetopt,
-    .setopt = SrxSetopt,
-    .tx_ctx = SrxTxCtx,
-    .rx_ctx = SrxRxCtx,
-    .rx_size_left = [](fid_ep*) -> ssize_t { return -FI_ENOSYS; },
-    .tx_size_left = [](fid_ep*) -> ssize_t { return -FI_ENOSYS; },
-};
 
 // The size an srx or stx gets: the attribute's (0: the endpoint's
 // default), at most what an endpoint may have (fabric/fi/info offers it).
@@ -214,7 +205,7 @@ int OpenStx(fid_domain* domain, fi_tx_attr* attr, fid_stx** out, void* context) 
   s->fid.fid.fclass = FI_CLASS_STX_CTX;
   s->fid.fid.context = context;
   s->fid.fid.ops = &g_stx_fi_ops;
-  s->fid.ops = &g_stx_ep_ops;
+  s->fid.ops = &g_srx_ep_ops;  // its calls answer -FI_EINVAL: an stx is no srx
   s->domain = d;
   s->size = size;
   d->obj.refs.fetch_add(1);
