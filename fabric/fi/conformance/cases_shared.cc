@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fabric/fi/conformance/conformance.h"
@@ -115,15 +117,11 @@ struct Shared {
   fi_addr_t from_p = FI_ADDR_NOTAVAIL, from_q = FI_ADDR_NOTAVAIL;  // in a's and b's AV
 };
 
-fi_info* SharedInfo(Ctx& c, bool rx) {
-  fi_info* h = c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE);
-  (rx ? h->ep_attr->rx_ctx_cnt : h->ep_attr->tx_ctx_cnt) = FI_SHARED_CONTEXT;
-  return c.Info(h);
-}
-
-Shared OpenShared(Ctx& c, bool rx, size_t size) {
+// From hints asking FI_SHARED_CONTEXT on one side (rx: the receive side).
+Shared OpenSharedFrom(Ctx& c, fi_info* hints, size_t size) {
   Shared s;
-  s.info = SharedInfo(c, rx);
+  s.info = c.Info(hints);
+  const bool rx = hints->ep_attr->rx_ctx_cnt == FI_SHARED_CONTEXT;
   fid_fabric* f = c.Fabric(s.info);
   s.domain = c.Domain(f, s.info);
   if (rx) {
@@ -147,7 +145,9 @@ Shared OpenShared(Ctx& c, bool rx, size_t size) {
     *e = c.OpenEp(s.domain, s.info, o);
   }
   // The peers: plain endpoints of another domain.
-  fi_info* plain = c.Info(c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE));
+  fi_info* plain_hints = c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE);
+  plain_hints->domain_attr->threading = hints->domain_attr->threading;
+  fi_info* plain = c.Info(plain_hints);
   fid_domain* other = c.Domain(f, plain);
   s.p = c.OpenEp(other, plain);
   s.q = c.OpenEp(other, plain);
@@ -158,6 +158,12 @@ Shared OpenShared(Ctx& c, bool rx, size_t size) {
   s.from_p = c.Insert(s.av, s.p.name);
   s.from_q = c.Insert(s.av, s.q.name);
   return s;
+}
+
+Shared OpenShared(Ctx& c, bool rx, size_t size) {
+  fi_info* h = c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE);
+  (rx ? h->ep_attr->rx_ctx_cnt : h->ep_attr->tx_ctx_cnt) = FI_SHARED_CONTEXT;
+  return OpenSharedFrom(c, h, size);
 }
 
 }  // namespace
@@ -394,6 +400,66 @@ CONFORMANCE_CASE(srx_posted_through_endpoint, kShm) {
   CHECK(found, "no completion for the canceled receive at either endpoint");
   CHECK(canceled.error && canceled.err.err == FI_ECANCELED && canceled.err.op_context == &ctx_spare,
         "the canceled receive did not end with FI_ECANCELED and its context");
+}
+
+// FI_THREAD_SAFE: one thread reads each bound endpoint's CQ (their reads
+// progress the shared queue from two threads) while the main thread sends
+// from two peers to both endpoints; every message completes once, at the
+// endpoint it was sent to.
+CONFORMANCE_CASE(srx_threads, kShm) {
+  constexpr int kEach = 40;  // per peer and endpoint
+  fi_info* h = c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE);
+  h->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
+  h->domain_attr->threading = FI_THREAD_SAFE;
+  (void)c.Info(h);  // refused here if the provider cannot
+  Shared s = OpenSharedFrom(c, h, 4 * kEach);
+  static char in[4 * kEach][8];
+  for (auto& buf : in) {
+    c.Post("fi_recv on the srx", [&] { return fi_recv(s.srx, buf, sizeof buf, nullptr, FI_ADDR_UNSPEC, nullptr); });
+  }
+  std::atomic<int> got[2] = {0, 0};
+  std::atomic<bool> wrong{false};
+  std::atomic<bool> stop{false};
+  auto reader = [&](int k) {
+    fid_cq* cq = (k == 0 ? s.a : s.b).rx;
+    while (!stop.load() && got[k].load() < 2 * kEach) {
+      fi_cq_tagged_entry e;
+      fi_addr_t src;
+      const ssize_t r = fi_cq_readfrom(cq, &e, 1, &src);
+      if (r == 1) {
+        // "p0".."q1": who sent it, to which endpoint.
+        const char* m = static_cast<const char*>(e.buf);
+        if (m[1] - '0' != k || src != (m[0] == 'p' ? s.from_p : s.from_q)) wrong = true;
+        ++got[k];
+      } else if (r != -FI_EAGAIN) {
+        wrong = true;
+        return;
+      }
+    }
+  };
+  std::thread ra(reader, 0), rb(reader, 1);
+  static char out[4][3] = {"p0", "p1", "q0", "q1"};
+  for (int n = 0; n < kEach; ++n) {
+    for (int m = 0; m < 4; ++m) {
+      Ep& from = m < 2 ? s.p : s.q;
+      const fi_addr_t to = (m < 2 ? s.p_to : s.q_to)[m % 2];
+      c.Post("fi_send", [&] { return fi_send(from.ep, out[m], sizeof out[m], nullptr, to, nullptr); });
+      fi_cq_tagged_entry done;
+      (void)fi_cq_read(from.tx, &done, 1);  // the peers progress here
+    }
+  }
+  const double deadline = 200000;
+  for (int pass = 0; pass < deadline && got[0].load() + got[1].load() < 4 * kEach; ++pass) {
+    fi_cq_tagged_entry done;
+    (void)fi_cq_read(s.p.tx, &done, 1);
+    (void)fi_cq_read(s.q.tx, &done, 1);
+  }
+  stop = true;
+  ra.join();
+  rb.join();
+  CHECK(!wrong.load(), "a message completed at the wrong endpoint, with the wrong source, or a read failed");
+  CHECK(got[0].load() == 2 * kEach && got[1].load() == 2 * kEach,
+        "a got " << got[0].load() << " and b " << got[1].load() << " of " << 2 * kEach << " each");
 }
 
 // The srx's rx_attr->size bounds the receives posted to it: one more
