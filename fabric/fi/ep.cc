@@ -275,8 +275,9 @@ int Enable(Ep* ep) {
     return -FI_ENOCQ;
   }
   if ((ep->shared_rx && ep->srx == nullptr) || (ep->shared_tx && ep->stx == nullptr)) {
+    const bool rx = ep->shared_rx && ep->srx == nullptr;
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint was opened with FI_SHARED_CONTEXT: "
-                   "bind its shared %s context first\n", ep->srx == nullptr && ep->shared_rx ? "receive" : "transmit");
+                   "bind its shared %s context first\n", rx ? "receive" : "transmit");
     return -FI_EOPBADSTATE;
   }
   ep->config.shared_recv = ep->srx != nullptr ? ep->srx->queue.get() : nullptr;
