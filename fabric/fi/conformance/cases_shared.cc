@@ -462,6 +462,55 @@ CONFORMANCE_CASE(srx_threads, kShm) {
         "a got " << got[0].load() << " and b " << got[1].load() << " of " << 2 * kEach << " each");
 }
 
+// FI_MULTI_RECV on a shared receive context: one buffer takes messages
+// arriving at both endpoints, each at its own offset, the last one
+// flagged FI_MULTI_RECV once the buffer is released.
+CONFORMANCE_CASE(srx_multi_recv, kShm) {
+  Shared s = OpenShared(c, true, 16);
+  static char buf[64];
+  static char out[3][24] = {"one", "two", "three"};
+  iovec iov{buf, sizeof buf};
+  fi_msg m{};
+  m.msg_iov = &iov;
+  m.iov_count = 1;
+  m.addr = FI_ADDR_UNSPEC;
+  m.context = buf;
+  CHECK_RET(fi_recvmsg(s.srx, &m, FI_MULTI_RECV), 0);
+  for (int k = 0; k < 3; ++k) {
+    c.Post("fi_send", [&] { return fi_send(s.p.ep, out[k], sizeof out[k], nullptr, s.p_to[k % 2], nullptr); });
+  }
+  int got = 0;
+  bool released = false;
+  for (int pass = 0; pass < 200000 && got < 3; ++pass) {
+    for (int k = 0; k < 2; ++k) {
+      Completion e;
+      if (!c.Poll((k == 0 ? s.a : s.b).rx, &e, 1)) continue;
+      CHECK(!e.error, "a multi-receive completion is an error: " << Err(-e.err.err));
+      const char* at = static_cast<const char*>(e.entry.buf);
+      CHECK(at >= buf && at + e.entry.len <= buf + sizeof buf, "a message landed outside the buffer");
+      released = released || (e.entry.flags & FI_MULTI_RECV);
+      ++got;
+    }
+  }
+  CHECK(got == 3, got << " of 3 messages completed");
+  CHECK(released, "the buffer (64 B, 72 B sent) was not released with FI_MULTI_RECV");
+}
+
+// FI_DIRECTED_RECV on a shared receive context: a receive from q's
+// address takes q's message, not p's that arrived first.
+CONFORMANCE_CASE(srx_directed_recv, kShm) {
+  fi_info* h = c.Hints(FI_MSG | FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV);
+  h->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
+  Shared s = OpenSharedFrom(c, h, 16);
+  static char from_p[8] = "p", from_q[8] = "q", in[8];
+  c.Post("fi_send p", [&] { return fi_send(s.p.ep, from_p, sizeof from_p, nullptr, s.p_to[0], nullptr); });
+  for (int i = 0; i < 200; ++i) c.Progress();
+  CHECK_RET(fi_recv(s.srx, in, sizeof in, nullptr, s.from_q, in), 0);
+  c.Post("fi_send q", [&] { return fi_send(s.q.ep, from_q, sizeof from_q, nullptr, s.q_to[0], nullptr); });
+  const Completion got = c.Wait(s.a.rx, "the directed receive");
+  CHECK(!got.error && std::strcmp(in, "q") == 0, "the directed receive did not take q's message");
+}
+
 // The srx's rx_attr->size bounds the receives posted to it: one more
 // answers -FI_EAGAIN; fi_rx_size_left says what is left.
 CONFORMANCE_CASE(srx_size_enforced, kShm) {
