@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "fabric/fi/domain.h"
 #include "fabric/fi/fabric.h"
@@ -20,20 +21,27 @@
 namespace bypass::fi {
 namespace {
 
-// ---- The shared receive context.
-
-int SrxClose(fid* f) {
-  Srx* s = AsSrx(f);
-  if (s == nullptr) return BadFid(f, FI_CLASS_SRX_CTX);
+// Closes a shared context: -FI_EBUSY while endpoints are bound to it.
+template <class T>
+int CloseContext(T* s) {
   Domain* d = s->domain;
   DomainGuard g(d->lock);
-  if (s->obj.refs.load() > 0) return -FI_EBUSY;  // endpoints are bound to it
-  s->queue.reset();
-  s->records.Release();
+  if (s->obj.refs.load() > 0) return -FI_EBUSY;
+  if constexpr (std::is_same_v<T, Srx>) {
+    s->queue.reset();  // its endpoints have left it
+    s->records.Release();
+  }
   d->obj.refs.fetch_sub(1);
   s->obj.magic = Obj::kDead;
   Retire(s);
   return 0;
+}
+
+// ---- The shared receive context.
+
+int SrxClose(fid* f) {
+  Srx* s = AsSrx(f);
+  return s != nullptr ? CloseContext(s) : BadFid(f, FI_CLASS_SRX_CTX);
 }
 
 int SrxControl(fid* f, int command, void*) {
@@ -104,14 +112,7 @@ fi_ops_cm g_srx_cm_ops = {
 
 int StxClose(fid* f) {
   Stx* s = AsStx(f);
-  if (s == nullptr) return BadFid(f, FI_CLASS_STX_CTX);
-  Domain* d = s->domain;
-  DomainGuard g(d->lock);
-  if (s->obj.refs.load() > 0) return -FI_EBUSY;  // endpoints are bound to it
-  d->obj.refs.fetch_sub(1);
-  s->obj.magic = Obj::kDead;
-  Retire(s);
-  return 0;
+  return s != nullptr ? CloseContext(s) : BadFid(f, FI_CLASS_STX_CTX);
 }
 
 int StxControl(fid* f, int, void*) {
