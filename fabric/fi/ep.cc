@@ -269,8 +269,11 @@ int Enable(Ep* ep) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
-  if (ep->cqs.tx == nullptr && ep->cqs.rx == nullptr && ep->cntrs.send == nullptr &&
-      ep->cntrs.recv == nullptr) {
+  const EpCntrs& n = ep->cntrs;
+  // Any counter will do: an RMA target may count remote writes and nothing else.
+  if (ep->cqs.tx == nullptr && ep->cqs.rx == nullptr && n.send == nullptr && n.recv == nullptr &&
+      n.read == nullptr && n.write == nullptr && n.remote_read == nullptr &&
+      n.remote_write == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind a CQ or counter first\n");
     return -FI_ENOCQ;
   }

@@ -189,6 +189,40 @@ CONFORMANCE_CASE(cntr_rma_event_classes, kShm) {
   }
 }
 
+// fi_endpoint(3) asks only that what an endpoint uses be bound before
+// fi_enable: an RMA target with no CQ, counting remote writes on a
+// FI_REMOTE_WRITE counter (reading the counter progresses it).
+CONFORMANCE_CASE(cntr_remote_write_no_cq, kShm) {
+  fi_info* i = RmaEventInfo(c);
+  fid_fabric* f = c.Fabric(i);
+  fid_domain* da = c.Domain(f, i);
+  fid_domain* db = c.Domain(f, i);
+  fid_cntr* counted = c.Cntr(db);
+  fid_ep* target = OpenWithCntrs(c, db, i, {{counted, FI_REMOTE_WRITE}});
+  fid_av* av = c.Av(db, FI_AV_TABLE);
+  CHECK_RET(fi_ep_bind(target, &av->fid, 0), 0);
+  CHECK_RET(fi_enable(target), 0);
+  std::vector<char> name(256);
+  size_t len = name.size();
+  CHECK_RET(fi_getname(&target->fid, name.data(), &len), 0);
+  name.resize(len);
+  char* region = c.Buf(kLen, 'T');
+  char* local = c.Buf(kLen, 'L');
+  fid_mr* mr = nullptr;
+  CHECK_RET(fi_mr_reg(db, region, kLen, FI_REMOTE_WRITE, 0, 93, 0, &mr, nullptr), 0);
+  c.Own(&mr->fid);
+  Ep a = c.OpenEp(da, i);
+  const fi_addr_t to = c.Insert(a.av, name);
+  for (int k = 0; k < 3; ++k) {
+    c.Post("fi_write", [&] { return fi_write(a.ep, local, kLen, nullptr, to, RmaAddr(i, region), fi_mr_key(mr), nullptr); });
+    // The write completes once the target applied it: it must progress too.
+    for (Completion done; !c.Poll(a.tx, &done, 1);) (void)fi_cntr_read(counted);
+  }
+  c.WaitCntr(counted, 3, "the target's FI_REMOTE_WRITE counter");
+  CHECK(fi_cntr_read(counted) == 3, "the counter reads " << fi_cntr_read(counted) << " after 3 writes");
+  CHECK(std::memcmp(region, local, kLen) == 0, "the writes did not land");
+}
+
 // fi_writedata with FI_REMOTE_CQ_DATA: one receive-CQ entry at the target
 // (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, the data) and one count on its
 // FI_REMOTE_WRITE counter.
