@@ -120,6 +120,7 @@ uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t d
   const uint32_t e = free_msgs_.Pop();
   UnexpectedMsg& m = msgs_[e];
   m.source = source;
+  m.match_source = source;
   m.owner = 0;
   m.tagged = tagged;
   m.tag = tag;
@@ -158,6 +159,7 @@ uint32_t MatchQueues::AdmitRendezvous(PeerId source, bool tagged, uint64_t tag, 
   UnexpectedMsg& m = msgs_[e];
   m = UnexpectedMsg{};
   m.source = source;
+  m.match_source = source;
   m.tagged = tagged;
   m.tag = tag;
   m.data = data;
@@ -193,7 +195,7 @@ uint32_t MatchQueues::FindUnexpected(const RecvRequest& r, uint64_t max_total, b
        e = msgs_[e].next) {
     const UnexpectedMsg& m = msgs_[e];
     if (m.claimed || m.total > max_total || (eager_only && m.rendezvous)) continue;
-    if (Matches(r, m.tagged, m.source, m.tag)) return e;
+    if (Matches(r, m.tagged, m.match_source, m.tag)) return e;
   }
   return kNone;
 }

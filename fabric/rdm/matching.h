@@ -36,6 +36,9 @@ struct UnexpectedMsg {
   // (SharedMatch: its member number; 0 otherwise). source is that
   // endpoint's peer.
   uint32_t owner = 0;
+  // What receives match it by: source, or in shared queues the queue's id
+  // for the sender's address (SharedMatch::IdOf).
+  PeerId match_source;
   bool tagged = false;
   uint64_t tag = 0;
   uint64_t data = 0;

@@ -399,7 +399,10 @@ void Messaging::EndSlot(uint32_t slot, int err, const char* why, bool failure) {
   }
   const RecvRequest q = s.req;
   matcher_.FreeRecv(slot);
-  completions_.ReceiveFailed(q.source == kAnyPeer ? PeerId{} : q.source, q, MessageInfo{}, 0,
+  // (A shared queue's directed receive names its sender by the queue's id,
+  // no peer of this endpoint.)
+  const bool named = !(q.source == kAnyPeer) && shared_ == nullptr;
+  completions_.ReceiveFailed(named ? q.source : PeerId{}, q, MessageInfo{}, 0,
                              flags, err, why, failure);
 }
 
@@ -452,9 +455,10 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
     const bool cq_room = completions_.Reserve();
     // A shared receive reserves its completion here, when it takes the
     // message: without room the message waits (refused).
-    if (shared_ != nullptr && !cq_room && matcher_.HasPosted(tagged, src, m.tag)) return false;
+    const PeerId match = p.match_source;
+    if (shared_ != nullptr && !cq_room && matcher_.HasPosted(tagged, match, m.tag)) return false;
     uint64_t base = 0;
-    uint32_t index = matcher_.MatchPosted(tagged, src, m.tag, m.total_length,
+    uint32_t index = matcher_.MatchPosted(tagged, match, m.tag, m.total_length,
                                           cq_room ? MatchQueues::Multi::kTake
                                                   : MatchQueues::Multi::kBlock,
                                           &base);
@@ -468,6 +472,7 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
       // No room to buffer it: not acknowledged, so the sender backs off.
       if (index == kNone) return false;
       matcher_.unexpected(index).owner = owner_;
+      matcher_.unexpected(index).match_source = match;
       sink = RxSink::kUnexpected;
       ++ctx_.counters.unexpected_msgs;
       NoteUnexpectedDepth();
@@ -549,22 +554,23 @@ uint64_t Messaging::RxSessionId(uint32_t pi) const {
 
 bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
   const PeerId src = session_.peers().Id(pi);
+  const PeerId match = peers_[pi].match_source;
   const bool tagged = (m.msg_flags & wire::kMsgTagged) != 0;
   if (!ops_.engine_free()) {
     ++ctx_.counters.rma_no_slot;
     return false;  // no op to answer with: refused, comes again
   }
-  if (!CanPull() && matcher_.HasPosted(tagged, src, m.tag)) {
+  if (!CanPull() && matcher_.HasPosted(tagged, match, m.tag)) {
     // Every op pulls may take is pulling: refused, comes again.
     ++ctx_.counters.rma_no_slot;
     return false;
   }
   // A shared receive's completion is reserved here (see ConsumeData).
-  if (shared_ != nullptr && matcher_.HasPosted(tagged, src, m.tag) && !completions_.Reserve()) {
+  if (shared_ != nullptr && matcher_.HasPosted(tagged, match, m.tag) && !completions_.Reserve()) {
     return false;
   }
   // Pulled straight into a receive; never into a multi-receive.
-  const uint32_t slot = matcher_.MatchPosted(tagged, src, m.tag);
+  const uint32_t slot = matcher_.MatchPosted(tagged, match, m.tag);
   if (slot != kNone) {
     StartPull(pi, slot, m.msg_id, InfoOf(m.total_length, m.msg_flags, m.tag, m.data),
               m.msg_flags, m.offer_pid, m.offer_addr);
@@ -574,6 +580,7 @@ bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
                                                 m.total_length, m.msg_id, RxSessionId(pi));
     if (e == kNone) return false;
     matcher_.unexpected(e).owner = owner_;
+    matcher_.unexpected(e).match_source = match;
     matcher_.unexpected(e).rndv_pid = m.offer_pid;
     matcher_.unexpected(e).rndv_addr = m.offer_addr;
     ++ctx_.counters.unexpected_msgs;
@@ -813,8 +820,15 @@ void Messaging::EndSession(uint32_t pi, int err, const char* why) {
 }
 
 void Messaging::FailDirected(uint32_t pi, int err, const char* why) {
-  const PeerId id = session_.peers().Id(pi);
-  for (uint32_t s = matcher_.TakePostedFrom(id); s != kNone; s = matcher_.TakePostedFrom(id)) {
+  const PeerId id = peers_[pi].match_source;  // a shared queue's receives name it so
+  for (;;) {
+    // A shared receive has no completion reserved until one takes it.
+    if (shared_ != nullptr && !completions_.Reserve()) break;
+    const uint32_t s = matcher_.TakePostedFrom(id);
+    if (s == kNone) {
+      if (shared_ != nullptr) completions_.Unreserve();
+      break;
+    }
     EndSlot(s, err, why, /*failure=*/true);
   }
   NoteFreed();
@@ -822,7 +836,10 @@ void Messaging::FailDirected(uint32_t pi, int err, const char* why) {
 
 void Messaging::RemovePeer(uint32_t pi) {
   const PeerId id = session_.peers().Id(pi);
-  for (uint32_t s = matcher_.TakePostedFrom(id); s != kNone; s = matcher_.TakePostedFrom(id)) {
+  // A shared queue's receives directed to it stay: another endpoint may
+  // still have it.
+  for (uint32_t s = shared_ == nullptr ? matcher_.TakePostedFrom(id) : kNone; s != kNone;
+       s = matcher_.TakePostedFrom(id)) {
     CancelSlot(s, "receive canceled: its source was removed");
   }
   for (uint32_t e = matcher_.FindFrom(id, owner_); e != kNone; e = matcher_.FindFrom(id, owner_)) {

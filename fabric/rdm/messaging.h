@@ -51,6 +51,9 @@ struct MsgPeer {
   // The sender abandoned message rx_next_msg_id - 1: its other segments are
   // acknowledged and dropped.
   bool rx_skip = false;
+  // What receives match its messages by: its PeerId, or in a shared queue
+  // the queue's id for its address (SharedMatch::IdOf).
+  PeerId match_source;
 };
 
 // Sends, receives, matching and rendezvous of one endpoint.
@@ -66,7 +69,11 @@ class Messaging {
   // given back, its unexpected messages dropped.
   ~Messaging();
 
-  void AddPeer(uint32_t pi) { peers_[pi] = MsgPeer{}; }
+  void AddPeer(uint32_t pi) {
+    peers_[pi] = MsgPeer{};
+    peers_[pi].match_source =
+        shared_ != nullptr ? shared_->IdOf(session_.address(pi)) : session_.peers().Id(pi);
+  }
 
   // ---- The application's calls.
   Result PostSend(const SendRequest& r);
@@ -98,9 +105,7 @@ class Messaging {
   // A message from pi is between its first and last segment.
   bool Receiving(uint32_t pi) const { return peers_[pi].rx.active; }
   // A posted receive is directed to pi (FI_DIRECTED_RECV): pi is awaited.
-  bool AwaitsFrom(uint32_t pi) const {
-    return matcher_.HasPostedFrom(session_.peers().Id(pi));
-  }
+  bool AwaitsFrom(uint32_t pi) const { return matcher_.HasPostedFrom(peers_[pi].match_source); }
   // Ends the message from pi being received (err, why) and spends its number.
   void AbortReceive(uint32_t pi, int err, const char* why);
 

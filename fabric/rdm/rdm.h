@@ -183,9 +183,10 @@ class Endpoint {
 // sent. A receive completes at the endpoint its message arrived at (that
 // endpoint's PollCompletions, the source one of its peers), which reserves
 // the completion when it takes the receive: without room it refuses the
-// message for now, as it does without a receive. Receives are from any
-// source (peers belong to endpoints) and plain: no multi-receive buffers,
-// peeks or claims (kInvalid). Single-threaded, like the Port.
+// message for now, as it does without a receive. Receives are plain (no
+// multi-receive buffers, peeks or claims: kInvalid), from any source or
+// directed to a sender named by its address (peers belong to endpoints).
+// Single-threaded, like the Port.
 class SharedRecvQueue {
  public:
   // REQUIRES: port outlives the queue, which outlives its endpoints.
@@ -200,6 +201,11 @@ class SharedRecvQueue {
   // slot is taken, or the endpoint holding the message it takes has no
   // completion room (progress and retry).
   Result PostRecv(const RecvRequest& r);
+  // The same directed to the sender at source's IPv4 and UDP port (at
+  // whichever endpoint its messages arrive). It keeps that sender awaited
+  // at the endpoints that have it as a peer, and fails (ETIMEDOUT) when one
+  // of them gives it up, as an endpoint's own directed receives do.
+  Result PostRecvFrom(const RecvRequest& r, const Address& source);
   // Cancels the queued receive with this context: an error completion
   // (ECANCELED) at one of the endpoints. False when there is none.
   bool CancelRecv(void* context);

@@ -26,6 +26,12 @@ void SharedMatch::Leave(uint32_t member) {
   --live_;
 }
 
+PeerId SharedMatch::IdOf(const Address& a) {
+  const uint64_t key = uint64_t{a.ip.value} << 16 | a.udp_port;
+  const auto [it, added] = ids_.try_emplace(key, PeerId{static_cast<uint32_t>(ids_.size())});
+  return it->second;
+}
+
 Result SharedMatch::PostRecv(const RecvRequest& r) {
   const uint32_t e = queues_.FindUnexpected(r);
   if (e != kNone) return members_[queues_.unexpected(e).owner - 1]->ReceiveShared(r, e);

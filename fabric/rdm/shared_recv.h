@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "fabric/rdm/config.h"
 #include "fabric/rdm/matching.h"
 #include "fabric/rdm/types.h"
@@ -36,8 +38,13 @@ class SharedMatch {
   void Leave(uint32_t member);
   uint32_t members() const { return live_; }
 
-  // The application's receive (source any, no flags; the caller checked):
-  // handed to the endpoint holding the first message it takes, or queued.
+  // The id receives in the queue name a sender by (its IPv4 and UDP port):
+  // the same for every endpoint that has it as a peer, whatever its PeerId
+  // there (UnexpectedMsg::match_source, a directed receive's source).
+  PeerId IdOf(const Address& a);
+  // The application's receive (no flags; the caller checked; source any,
+  // or an IdOf): handed to the endpoint holding the first message it
+  // takes, or queued.
   Result PostRecv(const RecvRequest& r);
   // Cancels the queued receive with this context through an endpoint with
   // room for its error completion; false when there is none to cancel (or,
@@ -50,6 +57,7 @@ class SharedMatch {
   MatchQueues queues_;
   std::vector<Messaging*> members_;  // [member - 1]; null once it left
   uint32_t live_ = 0;
+  absl::flat_hash_map<uint64_t, PeerId> ids_;  // (IPv4 << 16 | port) -> IdOf
 };
 
 }  // namespace bypass::rdm

@@ -32,6 +32,15 @@ Result SharedRecvQueue::PostRecv(const RecvRequest& r) {
   return impl_->PostRecv(r);
 }
 
+Result SharedRecvQueue::PostRecvFrom(const RecvRequest& r, const Address& source) {
+  if (r.flags != 0 || !(r.source == kAnyPeer) || (r.len > 0 && r.buf == nullptr)) {
+    return Result::kInvalid;
+  }
+  RecvRequest q = r;
+  q.source = impl_->IdOf(source);
+  return impl_->PostRecv(q);
+}
+
 bool SharedRecvQueue::CancelRecv(void* context) { return impl_->CancelRecv(context); }
 uint32_t SharedRecvQueue::RecvSlotsFree() const {
   return impl_->queues().recv_slots_free();

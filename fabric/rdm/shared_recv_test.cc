@@ -245,6 +245,49 @@ TEST_F(SharedRecvTest, TheQueueSizeIsEnforcedAndOnlyPlainReceivesAreShared) {
             Result::kInvalid);
 }
 
+// A receive directed to a sender by its address takes that sender's
+// message at whichever endpoint it arrives, not an earlier one of another
+// sender: from the unexpected queue and when posted first.
+TEST_F(SharedRecvTest, DirectedReceivesTakeTheirSendersMessagesAtEitherEndpoint) {
+  Make(0);
+  Send(0, 0, 0, 100);  // sender 0 -> A, arrives first
+  Send(1, 1, 0, 100);  // sender 1 -> B
+  for (int i = 0; i < 2000; ++i) Step();
+  std::vector<uint8_t> first(4096), second(4096), third(4096), fourth(4096);
+  ASSERT_EQ(srq_->PostRecvFrom({.buf = first.data(), .len = first.size(), .context = &first},
+                               sender(1).address()),
+            Result::kOk);
+  ASSERT_TRUE(RunUntil([&] { return Received() == 1; }, 100'000));
+  ASSERT_EQ(got_[1].size(), 1u) << "the directed receive did not take sender 1's message at B";
+  EXPECT_EQ(got_[1][0].context, &first);
+  EXPECT_EQ(got_[1][0].source, from_[1][1]);
+  // Sender 0's message, still waiting at A, is the next one directed to it.
+  ASSERT_EQ(srq_->PostRecvFrom({.buf = second.data(), .len = second.size(), .context = &second},
+                               sender(0).address()),
+            Result::kOk);
+  ASSERT_TRUE(RunUntil([&] { return Received() == 2; }, 100'000));
+  ASSERT_EQ(got_[0].size(), 1u);
+  EXPECT_EQ(got_[0][0].context, &second);
+  EXPECT_EQ(got_[0][0].source, from_[0][0]);
+  // Posted first: directed to sender 1; sender 0's next message (to B)
+  // passes it by, sender 1's (to A) lands in it.
+  ASSERT_EQ(srq_->PostRecvFrom({.buf = third.data(), .len = third.size(), .context = &third},
+                               sender(1).address()),
+            Result::kOk);
+  Send(0, 1, 0, 100);
+  for (int i = 0; i < 2000; ++i) Step();
+  EXPECT_EQ(Received(), 2u) << "a receive directed to sender 1 took sender 0's message";
+  Send(1, 0, 0, 100);
+  ASSERT_TRUE(RunUntil([&] { return Received() == 3; }, 100'000));
+  ASSERT_EQ(got_[0].size(), 2u);
+  EXPECT_EQ(got_[0][1].context, &third);
+  EXPECT_EQ(got_[0][1].source, from_[0][1]);
+  // A plain receive takes the one left.
+  ASSERT_EQ(srq_->PostRecv({.buf = fourth.data(), .len = fourth.size()}), Result::kOk);
+  ASSERT_TRUE(RunUntil([&] { return Received() == 4; }, 100'000));
+  Verify(1, kAllStreams);
+}
+
 TEST_F(SharedRecvTest, CancelCompletesAtAnEndpoint) {
   Make(0);
   std::vector<uint8_t> buf(64);
