@@ -390,4 +390,10 @@ fi_addr_t AddrOfPeer(Ep* ep, rdm::PeerId p) {
   return ep->peers.AddrOf(p);
 }
 
+std::optional<rdm::Address> AvAddress(Av* av, fi_addr_t fa) {
+  if (fa >= av->addrs.size()) SyncSharedAv(av);
+  if (fa >= av->addrs.size()) return std::nullopt;
+  return av->addrs[fa];
+}
+
 }  // namespace bypass::fi

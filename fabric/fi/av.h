@@ -46,6 +46,9 @@ int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context);
 bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out);
 // The fi_addr of a peer of ep (FI_ADDR_NOTAVAIL: none), the same way.
 fi_addr_t AddrOfPeer(Ep* ep, rdm::PeerId p);
+// The address fa names in av (a named AV read again if needed); nullopt:
+// none. REQUIRES: the domain guard.
+std::optional<rdm::Address> AvAddress(Av* av, fi_addr_t fa);
 
 }  // namespace bypass::fi
 

@@ -280,22 +280,33 @@ OpRecord* PlaceRecv(OpRecords& records, const RecvArgs& a, size_t len, bool supp
   return rec;
 }
 
-// A receive posted to a shared receive context: plain receives from any
-// source (rdm::SharedRecvQueue). Whether it is reported is decided where
-// it completes: FI_COMPLETION, or the completing endpoint's receive CQ
-// bound without FI_SELECTIVE_COMPLETION (progress.cc).
+// The sender a directed receive of an srx names: its address in the AV
+// of the first bound endpoint that has it.
+std::optional<rdm::Address> SharedSource(Srx* s, fi_addr_t src) {
+  for (Ep* ep : s->eps) {
+    if (ep->av == nullptr) continue;
+    if (std::optional<rdm::Address> a = AvAddress(ep->av, src)) return a;
+  }
+  return std::nullopt;
+}
+
+// A receive posted to a shared receive context (rdm::SharedRecvQueue):
+// plain receives, from any source or (FI_DIRECTED_RECV) from the sender an
+// fi_addr of the bound endpoints' AV names. Whether it is reported is
+// decided where it completes: FI_COMPLETION, or the completing endpoint's
+// receive CQ bound without FI_SELECTIVE_COMPLETION (progress.cc).
 ssize_t PostSharedRecv(Srx* s, const RecvArgs& a, size_t len) {
   if (a.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD)) {
     BYPASS_FI_WARN(FI_LOG_EP_DATA, "shared receive contexts take no FI_MULTI_RECV, FI_PEEK, "
                    "FI_CLAIM or FI_DISCARD receives\n");
     return -FI_EOPNOTSUPP;
   }
-  if (a.src != FI_ADDR_UNSPEC && (s->caps & FI_DIRECTED_RECV)) {
-    BYPASS_FI_WARN(FI_LOG_EP_DATA, "shared receive contexts take receives from any source "
-                   "(FI_ADDR_UNSPEC) only\n");
-    return -FI_EOPNOTSUPP;
-  }
   DomainGuard g(s->domain->lock);
+  std::optional<rdm::Address> from;
+  if (a.src != FI_ADDR_UNSPEC && (s->caps & FI_DIRECTED_RECV)) {
+    from = SharedSource(s, a.src);
+    if (!from) return -FI_EINVAL;  // no bound endpoint's AV has it
+  }
   rdm::RecvRequest r;
   r.tagged = a.tagged;
   r.tag = a.tag;
@@ -303,7 +314,7 @@ ssize_t PostSharedRecv(Srx* s, const RecvArgs& a, size_t len) {
   int err = 0;
   OpRecord* rec = PlaceRecv(s->records, a, len, !(a.flags & FI_COMPLETION), &r, &err);
   if (err != 0) return err;
-  const rdm::Result res = s->queue->PostRecv(r);
+  const rdm::Result res = from ? s->queue->PostRecvFrom(r, *from) : s->queue->PostRecv(r);
   if (res != rdm::Result::kOk && rec != nullptr) s->records.Free(rec);
   return Map(res);
 }

@@ -242,6 +242,7 @@ int BindSharedContext(Ep* ep, fid* ctx, uint64_t flags) {
     if (s == nullptr) return -FI_EBADF;
     if (s->domain != ep->domain || ep->srx != nullptr) return -FI_EINVAL;
     ep->srx = s;
+    s->eps.push_back(ep);
     s->obj.refs.fetch_add(1);
   } else {
     Stx* s = AsStx(ctx);
@@ -255,6 +256,7 @@ int BindSharedContext(Ep* ep, fid* ctx, uint64_t flags) {
 
 void UnbindSharedContexts(Ep* ep) {
   if (ep->srx != nullptr) {
+    EraseOne(ep->srx->eps, ep);
     ep->srx->obj.refs.fetch_sub(1);
     ep->srx = nullptr;
   }

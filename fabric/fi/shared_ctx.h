@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "fabric/fi/common.h"
 #include "fabric/fi/ep.h"
@@ -38,6 +39,7 @@ struct Srx {
   uint64_t caps = 0;
   uint64_t op_flags = 0;  // rx_attr->op_flags: what fi_recv and fi_trecv default to
   std::unique_ptr<rdm::SharedRecvQueue> queue;
+  std::vector<Ep*> eps;  // bound: their AVs name the sources of directed receives
   // Receives that scatter into several buffers, or that asked for no
   // completion (reported unless the completing endpoint's CQ was bound
   // with FI_SELECTIVE_COMPLETION): progress.cc resolves them.
