@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fabric/fi/address/address.h"
+#include "fabric/fi/av_shared.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
@@ -35,6 +36,7 @@ int AvClose(fid* f) {
   if (av->obj.refs.load() > 0) return -FI_EBUSY;
   if (av->eq != nullptr) av->eq->obj.refs.fetch_sub(1);
   av->addrs.clear();
+  av->shared.reset();  // its creator unlinks the name
   d->obj.refs.fetch_sub(1);
   av->obj.magic = Obj::kDead;
   Retire(av);
@@ -69,8 +71,42 @@ fi_ops g_av_fi_ops = {
     .ops_set = NoSysOpsSet,
 };
 
+// Entries [from, addrs.size()) into every enabled endpoint on the AV (a
+// failure is logged: that endpoint cannot reach the address).
+void WireNew(Av* av, size_t from) {
+  for (size_t fa = from; fa < av->addrs.size(); ++fa) {
+    if (!av->addrs[fa]) continue;
+    for (Ep* ep : av->eps) {
+      if (Enabled(ep)) (void)AddPeerToEp(ep, fa, *av->addrs[fa]);
+    }
+  }
+}
+
+// A named AV: what other processes appended since, into addrs and the
+// endpoints. REQUIRES: a lock on the table.
+bool SyncLocked(Av* av) {
+  const size_t from = av->addrs.size();
+  const bool ok = av->shared->ReadNew(&av->addrs);
+  WireNew(av, from);
+  return ok;
+}
+
+void SyncSharedAv(Av* av) {
+  if (av == nullptr || av->shared == nullptr) return;
+  SharedAvTable::Lock lock(*av->shared, false);
+  (void)SyncLocked(av);
+}
+
+// FI_READ: the named AV is someone else's to change.
+bool ReadOnly(const Av* av) {
+  if (av->shared == nullptr || !av->shared->read_only()) return false;
+  BYPASS_FI_WARN(FI_LOG_AV, "the AV was opened FI_READ: inserts and removals are refused\n");
+  return true;
+}
+
 // One address into the AV and every enabled endpoint on it; its fi_addr,
-// or FI_ADDR_NOTAVAIL with *err set.
+// or FI_ADDR_NOTAVAIL with *err set. A named AV's table gets it first, as
+// its next entry (the entries others appended are read before).
 fi_addr_t InsertOne(Av* av, rdm::Address a, int* err) {
   if (a.ip.value == 0) {
     *err = FI_EINVAL;
@@ -79,6 +115,13 @@ fi_addr_t InsertOne(Av* av, rdm::Address a, int* err) {
   // A MAC of zeros is not known: the engine broadcasts to the peer until
   // its answer tells the MAC; datagrams go to the broadcast MAC.
   a = LocalToDevice(av->domain, a);
+  if (av->shared != nullptr) {
+    SharedAvTable::Lock lock(*av->shared, true);
+    if (!SyncLocked(av) || !av->shared->Append(a)) {
+      *err = FI_EIO;
+      return FI_ADDR_NOTAVAIL;
+    }
+  }
   const fi_addr_t fa = av->addrs.size();
   av->addrs.push_back(a);
   for (Ep* ep : av->eps) {
@@ -127,6 +170,7 @@ int AvInsert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint
   if ((flags & ~static_cast<uint64_t>(FI_MORE | FI_SYNC_ERR)) != 0) return -FI_EBADFLAGS;
   if ((flags & FI_SYNC_ERR) && av->eq != nullptr) return -FI_EINVAL;
   int* errors = (flags & FI_SYNC_ERR) ? static_cast<int*>(context) : nullptr;
+  if (ReadOnly(av)) return -FI_EACCES;
   DomainGuard g(av->domain->lock);
   size_t ok = 0;
   InsertFailures failed;
@@ -167,6 +211,7 @@ int AvInsertSvc(fid_av* f, const char* node, const char* service, fi_addr_t* fi_
   if (av == nullptr) return BadFid(f, FI_CLASS_AV);
   if (node == nullptr || service == nullptr) return -FI_EINVAL;
   if ((flags & ~static_cast<uint64_t>(FI_MORE)) != 0) return -FI_EBADFLAGS;
+  if (ReadOnly(av)) return -FI_EACCES;
   std::optional<rdm::Address> a = Resolve(node, service);
   DomainGuard g(av->domain->lock);
   int err = FI_EINVAL;
@@ -184,6 +229,7 @@ int AvInsertSym(fid_av* f, const char* node, size_t nodecnt, const char* service
   Av* av = AsAv(f);
   if (av == nullptr) return BadFid(f, FI_CLASS_AV);
   if ((flags & ~static_cast<uint64_t>(FI_MORE)) != 0) return -FI_EBADFLAGS;
+  if (ReadOnly(av)) return -FI_EACCES;
   std::optional<rdm::Address> base = Resolve(node, service);
   if (!base || nodecnt == 0 || svccnt == 0) return -FI_EINVAL;
   if (base->udp_port + svccnt - 1 > 65535) return -FI_EINVAL;
@@ -210,9 +256,17 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
   if (av == nullptr) return BadFid(f, FI_CLASS_AV);
   if (fi_addr == nullptr && count > 0) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
+  if (ReadOnly(av)) return -FI_EACCES;
   DomainGuard g(av->domain->lock);
+  SyncSharedAv(av);
   for (size_t i = 0; i < count; ++i) {
     if (fi_addr[i] >= av->addrs.size() || !av->addrs[fi_addr[i]]) return -FI_EINVAL;
+  }
+  if (av->shared != nullptr) {
+    // Gone from the table for processes that read it later; those that
+    // have the entry keep it until they remove it themselves.
+    SharedAvTable::Lock lock(*av->shared, true);
+    for (size_t i = 0; i < count; ++i) (void)av->shared->MarkRemoved(fi_addr[i]);
   }
   int ret = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -243,6 +297,7 @@ int AvLookup(fid_av* f, fi_addr_t fa, void* addr, size_t* addrlen) {
   if (av == nullptr) return BadFid(f, FI_CLASS_AV);
   if (addrlen == nullptr || (addr == nullptr && *addrlen > 0)) return -FI_EINVAL;
   DomainGuard g(av->domain->lock);
+  if (fa >= av->addrs.size()) SyncSharedAv(av);
   if (fa >= av->addrs.size() || !av->addrs[fa]) return -FI_EINVAL;
   const sockaddr_in s = ToSockaddr(*av->addrs[fa]);
   std::memcpy(addr, &s, std::min(*addrlen, kAddrLen));
@@ -292,8 +347,19 @@ int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
   fi_av_type type = static_cast<fi_av_type>(raw_type);
   if (type == FI_AV_UNSPEC) type = d->av_type == FI_AV_UNSPEC ? FI_AV_TABLE : d->av_type;
   if (d->av_type != FI_AV_UNSPEC && type != d->av_type) return -FI_EINVAL;
-  if (attr->rx_ctx_bits != 0 || attr->name != nullptr) return -FI_ENOSYS;  // no shared/scalable AVs
-  if ((attr->flags & ~static_cast<uint64_t>(FI_EVENT)) != 0) return -FI_EBADFLAGS;
+  if (attr->rx_ctx_bits != 0) return -FI_ENOSYS;  // no scalable AVs
+  if ((attr->flags & ~static_cast<uint64_t>(FI_EVENT | FI_READ | FI_SYMMETRIC)) != 0) {
+    return -FI_EBADFLAGS;
+  }
+  const bool read_only = (attr->flags & FI_READ) != 0;
+  if (read_only && attr->name == nullptr) {
+    BYPASS_FI_WARN(FI_LOG_AV, "fi_av_open: FI_READ opens a named AV; give attr->name\n");
+    return -FI_EINVAL;
+  }
+  std::unique_ptr<SharedAvTable> shared;
+  if (attr->name != nullptr) {
+    if (int ret = SharedAvTable::Open(attr->name, read_only, &shared); ret != 0) return ret;
+  }
   auto av = std::make_unique<Av>();
   std::memset(&av->fid, 0, sizeof(av->fid));
   av->fid.fid.fclass = FI_CLASS_AV;
@@ -303,9 +369,31 @@ int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
   av->domain = d;
   av->type = type;
   av->addrs.reserve(attr->count);
+  av->shared = std::move(shared);
+  if (av->shared != nullptr) SyncSharedAv(av.get());  // what its other users inserted
   d->obj.refs.fetch_add(1);
   *out = &av.release()->fid;
   return 0;
+}
+
+bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out) {
+  if (ep->peers.Find(fa, out)) return true;
+  if (ep->av == nullptr || ep->av->shared == nullptr) return false;
+  SyncSharedAv(ep->av);
+  return ep->peers.Find(fa, out);
+}
+
+fi_addr_t AddrOfPeer(Ep* ep, rdm::PeerId p) {
+  fi_addr_t fa = ep->peers.AddrOf(p);
+  if (fa != FI_ADDR_NOTAVAIL || ep->av == nullptr || ep->av->shared == nullptr) return fa;
+  SyncSharedAv(ep->av);  // perhaps another process inserted it
+  return ep->peers.AddrOf(p);
+}
+
+std::optional<rdm::Address> AvAddress(Av* av, fi_addr_t fa) {
+  if (fa >= av->addrs.size()) SyncSharedAv(av);
+  if (fa >= av->addrs.size()) return std::nullopt;
+  return av->addrs[fa];
 }
 
 }  // namespace bypass::fi

@@ -7,6 +7,7 @@
 #include <rdma/fi_domain.h>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace bypass::fi {
 struct Domain;
 struct Ep;
 struct Eq;
+class SharedAvTable;
 
 // An address vector of one domain (map and table alike: fi_addr is the index).
 struct Av {
@@ -28,6 +30,9 @@ struct Av {
   std::vector<std::optional<rdm::Address>> addrs;  // indexed by fi_addr
   std::vector<Ep*> eps;
   Eq* eq = nullptr;  // fi_av_bind: inserts complete as FI_AV_COMPLETE events
+  // A named AV (attr->name): its table shared with other processes
+  // (av_shared.h); addrs mirrors it, fi_addr i its entry i.
+  std::unique_ptr<SharedAvTable> shared;
 };
 static_assert(offsetof(Av, fid) == 0);
 
@@ -35,6 +40,15 @@ inline Av* AsAv(const void* f) { return As<Av>(f, FI_CLASS_AV); }
 
 // fi_av_open.
 int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context);
+// ep's engine peer for fa. On a named AV an fa another process inserted
+// since this one last looked is found after reading the table (SyncSharedAv).
+// REQUIRES: the domain guard.
+bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out);
+// The fi_addr of a peer of ep (FI_ADDR_NOTAVAIL: none), the same way.
+fi_addr_t AddrOfPeer(Ep* ep, rdm::PeerId p);
+// The address fa names in av (a named AV read again if needed); nullopt:
+// none. REQUIRES: the domain guard.
+std::optional<rdm::Address> AvAddress(Av* av, fi_addr_t fa);
 
 }  // namespace bypass::fi
 

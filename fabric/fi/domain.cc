@@ -27,6 +27,7 @@
 #include "fabric/fi/mr.h"
 #include "fabric/fi/poll.h"
 #include "fabric/fi/services.h"
+#include "fabric/fi/shared_ctx.h"
 
 namespace bypass::fi {
 namespace {
@@ -101,8 +102,6 @@ fi_ops g_domain_fi_ops = {
 };
 
 int ScalableEp(fid_domain*, fi_info*, fid_ep**, void*) { return -FI_ENOSYS; }
-int StxCtx(fid_domain*, fi_tx_attr*, fid_stx**, void*) { return -FI_ENOSYS; }
-int SrxCtx(fid_domain*, fi_rx_attr*, fid_ep**, void*) { return -FI_ENOSYS; }
 int QueryAtomic(fid_domain*, fi_datatype, fi_op, fi_atomic_attr*, uint64_t) { return -FI_ENOSYS; }
 int QueryCollective(fid_domain*, fi_collective_op, fi_collective_attr*, uint64_t) {
   return -FI_ENOSYS;
@@ -120,8 +119,8 @@ fi_ops_domain g_domain_ops = {
     .scalable_ep = ScalableEp,
     .cntr_open = OpenCntr,
     .poll_open = PollOpen,
-    .stx_ctx = StxCtx,
-    .srx_ctx = SrxCtx,
+    .stx_ctx = OpenStx,
+    .srx_ctx = OpenSrx,
     .query_atomic = QueryAtomic,
     .query_collective = QueryCollective,
     .endpoint2 = Endpoint2,
@@ -137,7 +136,7 @@ static_assert(kMaxEndpoints == rdm::Port::kMaxEndpoints, "ep_cnt is the port's e
 uint64_t MrModeBits(int mr_mode) {
   if (mr_mode == FI_MR_BASIC) return FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   if (mr_mode == FI_MR_SCALABLE) return 0;
-  return static_cast<uint64_t>(mr_mode) & (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY);
+  return static_cast<uint64_t>(mr_mode) & (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_RMA_EVENT);
 }
 
 }  // namespace

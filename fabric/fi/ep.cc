@@ -25,6 +25,7 @@
 #include "fabric/fi/mr.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
+#include "fabric/fi/shared_ctx.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -140,6 +141,7 @@ int EpClose(fid* f) {
     CloseDgram(ep);
     Unbind(ep);
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
+    UnbindSharedContexts(ep);  // after the engine left the shared receive queue
     ep->drain.reset();
     ep->records.Release();
     EraseOne(d->eps, ep);
@@ -229,6 +231,9 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
       av->obj.refs.fetch_add(1);
       return 0;
     }
+    case FI_CLASS_SRX_CTX:
+    case FI_CLASS_STX_CTX:
+      return BindSharedContext(ep, bfid, flags);
     case FI_CLASS_EQ: {
       Eq* eq = AsEq(bfid);
       if (eq == nullptr) return -FI_EBADF;
@@ -264,11 +269,21 @@ int Enable(Ep* ep) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
-  if (ep->cqs.tx == nullptr && ep->cqs.rx == nullptr && ep->cntrs.send == nullptr &&
-      ep->cntrs.recv == nullptr) {
+  const EpCntrs& n = ep->cntrs;
+  // Any counter will do: an RMA target may count remote writes and nothing else.
+  if (ep->cqs.tx == nullptr && ep->cqs.rx == nullptr && n.send == nullptr && n.recv == nullptr &&
+      n.read == nullptr && n.write == nullptr && n.remote_read == nullptr &&
+      n.remote_write == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind a CQ or counter first\n");
     return -FI_ENOCQ;
   }
+  if ((ep->shared_rx && ep->srx == nullptr) || (ep->shared_tx && ep->stx == nullptr)) {
+    const bool rx = ep->shared_rx && ep->srx == nullptr;
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint was opened with FI_SHARED_CONTEXT: "
+                   "bind its shared %s context first\n", rx ? "receive" : "transmit");
+    return -FI_EOPBADSTATE;
+  }
+  ep->config.shared_recv = ep->srx != nullptr ? ep->srx->queue.get() : nullptr;
   Domain* d = ep->domain;
   const uint16_t first_port = ep->udp_port;
   absl::Status made = CreateEngineEndpoint(ep);
@@ -315,7 +330,7 @@ int Enable(Ep* ep) {
   }
   for (Mr* mr : ep->rdm != nullptr ? d->mrs : std::vector<Mr*>{}) {  // no RMA on datagrams
     const bool remote = (mr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0;
-    const bool mine = (d->mr_mode & FI_MR_ENDPOINT) ? (mr->bound == ep && mr->enabled) : true;
+    const bool mine = (d->mr_mode & FI_MR_ENDPOINT) ? mr->bound == ep && mr->enabled : mr->enabled;
     if (!remote || !mine) continue;
     if (int ret = RegisterMrWithEp(mr, ep); ret != 0) {
       for (Mr* m : d->mrs) EraseOne(m->registered, ep);
@@ -398,6 +413,7 @@ ssize_t EpCancel(fid_t f, void* context) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
+  if (ep->srx != nullptr && Enabled(ep)) return CancelSharedRecv(ep->srx, context);
   DomainGuard g(ep->domain->lock);
   if (!Enabled(ep)) return -FI_EOPBADSTATE;
   const auto cancel = [ep](void* ctx) {
@@ -467,7 +483,8 @@ ssize_t TxSizeLeft(fid_ep* f) {
   DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return ep->cqs.tx != nullptr ? ep->cqs.tx->room() : 1;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
-  return ep->rdm->SendSlotsFree();
+  const size_t left = ep->rdm->SendSlotsFree();
+  return ep->stx != nullptr ? std::min(left, ep->stx->size - ep->stx->outstanding) : left;
 }
 
 fi_ops_ep g_ep_ops = {
@@ -573,9 +590,14 @@ const char* AttrBeyondLimits(const fi_info* info, const rdm::EndpointConfig& c, 
   }
   if (const fi_ep_attr* ep = info->ep_attr; ep != nullptr) {
     if (type != FI_EP_DGRAM && ep->max_msg_size > c.max_msg_size) return "ep_attr->max_msg_size";
-    // One context each way; no scalable endpoints, no shared contexts.
-    if (ep->tx_ctx_cnt > 1) return "ep_attr->tx_ctx_cnt";
-    if (ep->rx_ctx_cnt > 1) return "ep_attr->rx_ctx_cnt";
+    // One context each way, or a shared one (FI_EP_RDM); no scalable endpoints.
+    const bool rdm = type != FI_EP_DGRAM;
+    if (ep->tx_ctx_cnt > 1 && !(rdm && ep->tx_ctx_cnt == FI_SHARED_CONTEXT)) {
+      return "ep_attr->tx_ctx_cnt";
+    }
+    if (ep->rx_ctx_cnt > 1 && !(rdm && ep->rx_ctx_cnt == FI_SHARED_CONTEXT)) {
+      return "ep_attr->rx_ctx_cnt";
+    }
   }
   return nullptr;
 }
@@ -659,7 +681,15 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   ep->domain = d;
   ep->type = type == FI_EP_DGRAM ? FI_EP_DGRAM : FI_EP_RDM;
   ep->caps = info->caps;
+  if (info->ep_attr != nullptr) {
+    ep->shared_tx = info->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT;
+    ep->shared_rx = info->ep_attr->rx_ctx_cnt == FI_SHARED_CONTEXT;
+  }
   ep->config = d->fabric->settings.engine;
+  // FI_RMA_EVENT holds on every RDM endpoint: the engine reports each
+  // peer's write and read here, for the FI_REMOTE_WRITE/READ counters of
+  // the endpoint and of the region (progress.cc).
+  ep->config.rma_events = true;
   uint16_t port = 0;
   if (info->src_addr != nullptr &&
       (info->addr_format == FI_SOCKADDR_IN || info->addr_format == FI_SOCKADDR)) {

@@ -35,6 +35,8 @@ struct Av;
 struct Eq;
 struct Mr;
 struct DrainBuffers;
+struct Srx;
+struct Stx;
 
 // A send or receive that needs more than the application's context: an
 // operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
@@ -180,6 +182,14 @@ struct Ep {
   Av* av = nullptr;
   Eq* eq = nullptr;
   std::vector<Mr*> mrs;  // FI_MR_ENDPOINT regions bound here
+  // Shared contexts (shared_ctx.h): the sides opened with
+  // FI_SHARED_CONTEXT, the contexts bound to them, and this endpoint's
+  // part of the stx's outstanding operations.
+  bool shared_rx = false;
+  bool shared_tx = false;
+  Srx* srx = nullptr;
+  Stx* stx = nullptr;
+  size_t stx_outstanding = 0;
   // After fi_enable: the engine's endpoint (rdm for FI_EP_RDM, dgram for
   // FI_EP_DGRAM) and what the facade keeps beside it, the same for both.
   std::unique_ptr<rdm::Endpoint> rdm;

@@ -15,11 +15,14 @@
 #include <optional>
 #include <vector>
 
+#include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/dgram.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/info/info.h"
+#include "fabric/fi/services.h"
+#include "fabric/fi/shared_ctx.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -50,9 +53,11 @@ constexpr uint64_t kRecvFlags =
     FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE | FI_MSG |
     FI_TAGGED | FI_RECV;
 
-// The enabled endpoint behind a handle (an alias gives its flags).
+// The enabled endpoint behind a handle (an alias gives its flags), or for
+// receives a shared receive context.
 struct Target {
   Ep* ep = nullptr;       // the base endpoint
+  Srx* srx = nullptr;     // or the shared receive context (receives only)
   uint64_t tx_flags = 0;  // the handle's default flags
   uint64_t rx_flags = 0;
   int err = 0;
@@ -70,6 +75,21 @@ Target Resolve(fid_ep* f) {
   t.rx_flags = e->rx_op_flags;
   if (!Enabled(t.ep)) t.err = -FI_EOPBADSTATE;  // fi_enable first
   return t;
+}
+
+// The same for a receive call: a shared receive context takes them too.
+Target ResolveRx(fid_ep* f) {
+  if (f != nullptr && f->fid.fclass == FI_CLASS_SRX_CTX) {
+    Target t;
+    t.srx = AsSrx(f);
+    if (t.srx == nullptr) {
+      t.err = BadFid(f, FI_CLASS_SRX_CTX);
+    } else {
+      t.rx_flags = t.srx->op_flags;
+    }
+    return t;
+  }
+  return Resolve(f);
 }
 
 // An iov the engine can take: at most iov_limit buffers (fi_endpoint(3)),
@@ -140,7 +160,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
   }
   rdm::SendRequest r;
-  if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
+  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, a.dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.tag = a.tag;
@@ -180,6 +200,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   // default); its last packet asks for that acknowledgement at once: the
   // application may wait for the completion and nothing else, and the peer
   // may have stopped progressing once it had the message.
+  if (StxFull(ep)) return -FI_EAGAIN;  // the shared transmit context's size
   uint8_t gathered[kGatherBytes];
   const bool buffered = (a.flags & FI_INJECT_COMPLETE) != 0 &&
                         (a.flags & (FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE)) == 0 &&
@@ -212,6 +233,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   }
   r.len = len;
   const rdm::Result res = ep->rdm->Send(r);
+  if (res == rdm::Result::kOk) StxTake(ep);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
 }
@@ -227,6 +249,76 @@ struct RecvArgs {
   bool tagged = false;
 };
 
+// Where a receive's bytes land (r->buf): its buffer, or for several
+// buffers a record's bounce buffer, scattered at completion (progress.cc);
+// a record also carries `suppress`. The record (null: none), or
+// *err = -FI_EAGAIN when every record is in use.
+OpRecord* PlaceRecv(OpRecords& records, const RecvArgs& a, size_t len, bool suppress,
+                    rdm::RecvRequest* r, int* err) {
+  const bool peek_or_claim = (a.flags & (FI_PEEK | FI_CLAIM)) != 0;
+  const bool scatter = a.count > 1 && !peek_or_claim;
+  OpRecord* rec = nullptr;
+  r->context = a.context;
+  if (suppress || scatter) {
+    rec = records.Alloc();
+    if (rec == nullptr) {
+      *err = -FI_EAGAIN;
+      return nullptr;
+    }
+    rec->user_context = a.context;
+    rec->suppress = suppress;
+    r->context = rec;
+  }
+  if (scatter) {
+    rec->bounce.resize(len);  // a copy: the message lands here, then scatters
+    rec->scatter.assign(a.iov, a.iov + a.count);
+    r->buf = rec->bounce.data();
+  } else {
+    r->buf = a.count >= 1 ? a.iov[0].iov_base : nullptr;
+  }
+  r->len = len;
+  return rec;
+}
+
+// The sender a directed receive of an srx names: its address in the AV
+// of the first bound endpoint that has it.
+std::optional<rdm::Address> SharedSource(Srx* s, fi_addr_t src) {
+  for (Ep* ep : s->eps) {
+    if (ep->av == nullptr) continue;
+    if (std::optional<rdm::Address> a = AvAddress(ep->av, src)) return a;
+  }
+  return std::nullopt;
+}
+
+// A receive posted to a shared receive context (rdm::SharedRecvQueue):
+// plain receives, from any source or (FI_DIRECTED_RECV) from the sender an
+// fi_addr of the bound endpoints' AV names. Whether it is reported is
+// decided where it completes: FI_COMPLETION, or the completing endpoint's
+// receive CQ bound without FI_SELECTIVE_COMPLETION (progress.cc).
+ssize_t PostSharedRecv(Srx* s, const RecvArgs& a, size_t len) {
+  if (a.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD)) {
+    BYPASS_FI_WARN(FI_LOG_EP_DATA, "shared receive contexts take no FI_MULTI_RECV, FI_PEEK, "
+                   "FI_CLAIM or FI_DISCARD receives\n");
+    return -FI_EOPNOTSUPP;
+  }
+  DomainGuard g(s->domain->lock);
+  std::optional<rdm::Address> from;
+  if (a.src != FI_ADDR_UNSPEC && (s->caps & FI_DIRECTED_RECV)) {
+    from = SharedSource(s, a.src);
+    if (!from) return -FI_EINVAL;  // no bound endpoint's AV has it
+  }
+  rdm::RecvRequest r;
+  r.tagged = a.tagged;
+  r.tag = a.tag;
+  r.ignore = a.ignore;
+  int err = 0;
+  OpRecord* rec = PlaceRecv(s->records, a, len, !(a.flags & FI_COMPLETION), &r, &err);
+  if (err != 0) return err;
+  const rdm::Result res = from ? s->queue->PostRecvFrom(r, *from) : s->queue->PostRecv(r);
+  if (res != rdm::Result::kOk && rec != nullptr) s->records.Free(rec);
+  return Map(res);
+}
+
 ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (t.err != 0) return t.err;
   Ep* ep = t.ep;
@@ -235,6 +327,10 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if ((a.flags & ~kRecvFlags) != 0) return -FI_EBADFLAGS;
   if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
   if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
+  if (t.srx != nullptr) return PostSharedRecv(t.srx, a, len);
+  // An endpoint bound to an srx posts to it (its records are the srx's:
+  // the receive may complete at another endpoint).
+  if (ep->srx != nullptr) return PostSharedRecv(ep->srx, a, len);
   DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
@@ -243,9 +339,8 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   rdm::RecvRequest r;
   r.source = rdm::kAnyPeer;
   if ((ep->caps & FI_DIRECTED_RECV) && a.src != FI_ADDR_UNSPEC && ep->rdm != nullptr) {
-    if (!ep->peers.Find(a.src, &r.source)) return -FI_EINVAL;
+    if (!FindPeer(ep, a.src, &r.source)) return -FI_EINVAL;
   }
-  r.context = a.context;
   r.tagged = a.tagged;
   r.tag = a.tag;
   r.ignore = a.ignore;
@@ -256,23 +351,9 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   const bool peek_or_claim = (a.flags & (FI_PEEK | FI_CLAIM)) != 0;
   const bool suppress = ep->cqs.rx_selective && !(a.flags & FI_COMPLETION) && !peek_or_claim &&
                         !(a.flags & FI_MULTI_RECV);
-  const bool scatter = a.count > 1 && !peek_or_claim;
-  OpRecord* rec = nullptr;
-  if (suppress || scatter) {
-    rec = ep->records.Alloc();
-    if (rec == nullptr) return -FI_EAGAIN;
-    rec->user_context = a.context;
-    rec->suppress = suppress;
-    r.context = rec;
-  }
-  if (scatter) {
-    rec->bounce.resize(len);  // a copy: the message lands here, then scatters
-    rec->scatter.assign(a.iov, a.iov + a.count);
-    r.buf = rec->bounce.data();
-  } else {
-    r.buf = a.count >= 1 ? a.iov[0].iov_base : nullptr;
-  }
-  r.len = len;
+  int err = 0;
+  OpRecord* rec = PlaceRecv(ep->records, a, len, suppress, &r, &err);
+  if (err != 0) return err;
   const rdm::Result res = ep->dgram != nullptr ? ep->dgram->PostRecv(r) : ep->rdm->PostRecv(r);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
@@ -301,7 +382,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   DomainGuard g(ep->domain->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
-  if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
+  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, a.dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.addr = a.addr;
@@ -328,6 +409,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     }
     return Map(res);
   }
+  if (StxFull(ep)) return -FI_EAGAIN;  // the shared transmit context's size
   const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
   const bool copy = a.count > 1 || (a.flags & FI_INJECT);
   OpRecord* rec = nullptr;
@@ -351,6 +433,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   }
   r.len = len;
   const rdm::Result res = a.read ? ep->rdm->Read(r) : ep->rdm->Write(r);
+  if (res == rdm::Result::kOk) StxTake(ep);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
 }
@@ -359,18 +442,18 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
 
 ssize_t Recv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, void* ctx) {
   const iovec iov{buf, len};
-  Target t = Resolve(ep);
+  Target t = ResolveRx(ep);
   return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx,
                        .flags = t.rx_flags & kRecvDefaultFlags});
 }
 ssize_t Recvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, void* ctx) {
-  Target t = Resolve(ep);
+  Target t = ResolveRx(ep);
   return PostRecv(t, {.iov = iov, .count = count, .src = src, .context = ctx,
                        .flags = t.rx_flags & kRecvDefaultFlags});
 }
 ssize_t RecvMsg(fid_ep* ep, const fi_msg* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
-  return PostRecv(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
+  return PostRecv(ResolveRx(ep), {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
                        .context = m->context, .flags = flags});
 }
 ssize_t Send(fid_ep* ep, const void* buf, size_t len, void*, fi_addr_t dest, void* ctx) {
@@ -411,21 +494,21 @@ ssize_t InjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi_ad
 ssize_t TRecv(fid_ep* ep, void* buf, size_t len, void*, fi_addr_t src, uint64_t tag,
               uint64_t ignore, void* ctx) {
   const iovec iov{buf, len};
-  Target t = Resolve(ep);
+  Target t = ResolveRx(ep);
   return PostRecv(t, {.iov = &iov, .count = 1, .src = src, .context = ctx, .tag = tag,
                        .ignore = ignore, .flags = t.rx_flags & kTaggedRecvDefaultFlags,
                        .tagged = true});
 }
 ssize_t TRecvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src, uint64_t tag,
                uint64_t ignore, void* ctx) {
-  Target t = Resolve(ep);
+  Target t = ResolveRx(ep);
   return PostRecv(t, {.iov = iov, .count = count, .src = src, .context = ctx, .tag = tag,
                        .ignore = ignore, .flags = t.rx_flags & kTaggedRecvDefaultFlags,
                        .tagged = true});
 }
 ssize_t TRecvMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
-  return PostRecv(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
+  return PostRecv(ResolveRx(ep), {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
                        .context = m->context, .tag = m->tag, .ignore = m->ignore, .flags = flags,
                        .tagged = true});
 }

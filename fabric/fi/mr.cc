@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "fabric/fi/cntr.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
@@ -23,6 +24,56 @@ constexpr uint64_t kAccessBits = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REM
 
 bool RemoteAccess(const Mr* mr) { return (mr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0; }
 
+void DropCntr(Cntr*& c) {
+  if (c != nullptr) c->obj.refs.fetch_sub(1);
+  c = nullptr;
+}
+
+// Makes a region open to remote access known to every RDM endpoint of its
+// domain (all or none).
+int RegisterWithDomainEps(Mr* mr) {
+  if (!RemoteAccess(mr)) return 0;
+  for (Ep* ep : mr->domain->eps) {
+    if (ep->rdm == nullptr) continue;
+    if (int ret = RegisterMrWithEp(mr, ep); ret != 0) {
+      while (!mr->registered.empty()) DeregisterMrFromEp(mr, mr->registered.back());
+      return ret;
+    }
+  }
+  return 0;
+}
+
+// fi_mr_bind to a counter (fi_mr(3)): FI_REMOTE_WRITE and/or FI_REMOTE_READ
+// events of the region count on it. Before fi_mr_enable under
+// FI_MR_RMA_EVENT; at any time otherwise (the region is enabled at
+// registration and there is no enable step).
+int BindCntrToMr(Mr* mr, Cntr* c, uint64_t flags) {
+  if (c->domain != mr->domain) return -FI_EINVAL;
+  if (flags == 0 || (flags & ~static_cast<uint64_t>(FI_REMOTE_WRITE | FI_REMOTE_READ)) != 0) {
+    BYPASS_FI_WARN(FI_LOG_MR, "fi_mr_bind to a counter takes FI_REMOTE_WRITE and/or "
+                   "FI_REMOTE_READ (flags 0x%llx)\n", static_cast<unsigned long long>(flags));
+    return -FI_EBADFLAGS;
+  }
+  if ((mr->domain->mr_mode & FI_MR_RMA_EVENT) && mr->enabled) {
+    BYPASS_FI_WARN(FI_LOG_MR, "fi_mr_bind after fi_mr_enable: under FI_MR_RMA_EVENT register "
+                   "with FI_RMA_EVENT, bind the counters, then enable\n");
+    return -FI_EINVAL;
+  }
+  if (((flags & FI_REMOTE_WRITE) && mr->remote_write_cntr != nullptr) ||
+      ((flags & FI_REMOTE_READ) && mr->remote_read_cntr != nullptr)) {
+    return -FI_EINVAL;  // one counter per kind of event
+  }
+  if (flags & FI_REMOTE_WRITE) {
+    mr->remote_write_cntr = c;
+    c->obj.refs.fetch_add(1);
+  }
+  if (flags & FI_REMOTE_READ) {
+    mr->remote_read_cntr = c;
+    c->obj.refs.fetch_add(1);
+  }
+  return 0;
+}
+
 int MrClose(fid* f) {
   Mr* mr = AsMr(f);
   if (mr == nullptr) return BadFid(f, FI_CLASS_MR);
@@ -30,6 +81,8 @@ int MrClose(fid* f) {
   DomainGuard g(d->lock);
   if (mr->obj.refs.load() > 0) return -FI_EBUSY;
   while (!mr->registered.empty()) DeregisterMrFromEp(mr, mr->registered.back());
+  DropCntr(mr->remote_write_cntr);
+  DropCntr(mr->remote_read_cntr);
   if (mr->bound != nullptr) {
     EraseOne(mr->bound->mrs, mr);
     mr->bound->obj.refs.fetch_sub(1);
@@ -44,6 +97,12 @@ int MrClose(fid* f) {
 int MrBind(fid* f, fid* bfid, uint64_t flags) {
   Mr* mr = AsMr(f);
   if (mr == nullptr) return BadFid(f, FI_CLASS_MR);
+  if (bfid != nullptr && bfid->fclass == FI_CLASS_CNTR) {
+    Cntr* c = AsCntr(bfid);
+    if (c == nullptr) return BadFid(bfid, FI_CLASS_CNTR);
+    DomainGuard g(mr->domain->lock);
+    return BindCntrToMr(mr, c, flags);
+  }
   if (!(mr->domain->mr_mode & FI_MR_ENDPOINT)) return -FI_EINVAL;  // only with FI_MR_ENDPOINT
   Ep* ep = AsEp(bfid);
   if (ep == nullptr) return BadFid(bfid, FI_CLASS_EP);
@@ -64,7 +123,13 @@ int MrControl(fid* f, int command, void* arg) {
   if (command != FI_ENABLE) return -FI_ENOSYS;
   (void)arg;
   DomainGuard g(mr->domain->lock);
-  if (!(mr->domain->mr_mode & FI_MR_ENDPOINT)) return 0;  // enabled at registration
+  if (!(mr->domain->mr_mode & FI_MR_ENDPOINT)) {
+    // Enabled at registration, or (FI_RMA_EVENT under FI_MR_RMA_EVENT) now.
+    if (mr->enabled) return 0;
+    if (int ret = RegisterWithDomainEps(mr); ret != 0) return ret;
+    mr->enabled = true;
+    return 0;
+  }
   if (mr->bound == nullptr) return -FI_EINVAL;              // fi_mr_bind first
   if (mr->enabled) return 0;
   if (RemoteAccess(mr) && mr->bound->rdm != nullptr) {
@@ -198,17 +263,13 @@ int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   mr->offset = attr->offset;
   mr->context = attr->context;
   mr->fid.mem_desc = mr.get();  // fi_mr_desc: the region itself
-  if (!(d->mr_mode & FI_MR_ENDPOINT)) {
+  // fi_mr(3): under FI_MR_ENDPOINT, and under FI_MR_RMA_EVENT for regions
+  // registered with FI_RMA_EVENT, a region starts disabled (fi_mr_enable).
+  const bool deferred = (d->mr_mode & FI_MR_ENDPOINT) ||
+                        ((d->mr_mode & FI_MR_RMA_EVENT) && (flags & FI_RMA_EVENT));
+  if (!deferred) {
+    if (int ret = RegisterWithDomainEps(mr.get()); ret != 0) return ret;
     mr->enabled = true;
-    if (RemoteAccess(mr.get())) {
-      for (Ep* ep : d->eps) {
-        if (ep->rdm == nullptr) continue;
-        if (int ret = RegisterMrWithEp(mr.get(), ep); ret != 0) {
-          while (!mr->registered.empty()) DeregisterMrFromEp(mr.get(), mr->registered.back());
-          return ret;
-        }
-      }
-    }
   }
   d->mrs.push_back(mr.get());
   d->obj.refs.fetch_add(1);
@@ -228,7 +289,7 @@ int RegisterMrWithEp(Mr* mr, Ep* ep) {
   r.base = (mr->domain->mr_mode & FI_MR_VIRT_ADDR) ? reinterpret_cast<uint64_t>(mr->addr)
                                                    : mr->offset;
   r.key = mr->fid.key;
-  r.context = mr->context;
+  r.context = mr;  // the engine's events name the region (CountMrEvent)
   absl::StatusOr<uint64_t> key = ep->rdm->RegisterRegion(r);
   if (!key.ok()) {
     BYPASS_FI_WARN(FI_LOG_MR, "cannot register a region for remote access: %s\n",
@@ -242,6 +303,13 @@ int RegisterMrWithEp(Mr* mr, Ep* ep) {
 void DeregisterMrFromEp(Mr* mr, Ep* ep) {
   if (ep->rdm != nullptr) (void)ep->rdm->DeregisterRegion(mr->fid.key);
   EraseOne(mr->registered, ep);
+}
+
+void* CountMrEvent(void* region_context, bool write) {
+  Mr* mr = AsMr(region_context);  // closed since: its shell answers null
+  if (mr == nullptr) return nullptr;
+  CountEvent(write ? mr->remote_write_cntr : mr->remote_read_cntr);
+  return mr->context;
 }
 
 }  // namespace bypass::fi

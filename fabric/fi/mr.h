@@ -15,6 +15,7 @@
 
 namespace bypass::fi {
 
+struct Cntr;
 struct Domain;
 struct Ep;
 
@@ -28,9 +29,14 @@ struct Mr {
   uint64_t access = 0;
   uint64_t offset = 0;
   Ep* bound = nullptr;  // FI_MR_ENDPOINT: the endpoint it is bound to
+  // Disabled (FI_MR_ENDPOINT, or FI_RMA_EVENT under FI_MR_RMA_EVENT) until
+  // fi_mr_enable: peers cannot reach it.
   bool enabled = false;
   std::vector<Ep*> registered;  // endpoints whose engine knows the region
   void* context = nullptr;
+  // fi_mr_bind to counters: peers' writes into it and reads of it.
+  Cntr* remote_write_cntr = nullptr;
+  Cntr* remote_read_cntr = nullptr;
 };
 static_assert(offsetof(Mr, fid) == 0);
 
@@ -43,6 +49,10 @@ int RegMr(fid* domain, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr);
 // Registers mr with ep's engine (remote access regions).
 int RegisterMrWithEp(Mr* mr, Ep* ep);
 void DeregisterMrFromEp(Mr* mr, Ep* ep);
+// A peer's access to a region reported by the engine (its region context
+// is the Mr): counted on the counters bound to the region; the region's
+// own context, or null if it has been closed since.
+void* CountMrEvent(void* region_context, bool write);
 
 }  // namespace bypass::fi
 

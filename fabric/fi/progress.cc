@@ -13,13 +13,16 @@
 #include <cstring>
 #include <type_traits>
 
+#include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
 #include "fabric/fi/progress_thread.h"
+#include "fabric/fi/mr.h"
 #include "fabric/fi/services.h"
+#include "fabric/fi/shared_ctx.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -36,6 +39,7 @@ uint64_t FiFlags(uint64_t f) {
   if (f & rdm::kCompRead) out |= FI_READ;
   if (f & rdm::kCompWrite) out |= FI_WRITE;
   if (f & rdm::kCompRemoteWrite) out |= FI_REMOTE_WRITE;
+  if (f & rdm::kCompRemoteRead) out |= FI_REMOTE_READ;
   if (f & rdm::kCompMultiRecv) out |= FI_MULTI_RECV;
   return out;
 }
@@ -45,10 +49,19 @@ bool TxSide(uint64_t f) { return (f & (rdm::kCompSend | rdm::kCompRead | rdm::kC
 // The application's view of an engine completion's context, scattering a
 // bounce buffer where there is one. Sets *suppress for CQ-less operations.
 void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
-  OpRecord* r = ep->records.Of(c.context);
+  OpRecords* pool = &ep->records;
+  OpRecord* r = pool->Of(c.context);
+  bool shared = false;
+  if (r == nullptr && ep->srx != nullptr) {
+    // A receive of the shared receive context: it asked for no completion
+    // (suppress), which holds where this endpoint's CQ is selective.
+    pool = &ep->srx->records;
+    r = pool->Of(c.context);
+    shared = true;
+  }
   if (r == nullptr) return c.context;
   void* user = r->user_context;
-  *suppress = r->suppress;
+  *suppress = r->suppress && (!shared || ep->cqs.rx_selective);
   if (!r->scatter.empty()) {
     size_t done = 0;
     for (const iovec& v : r->scatter) {
@@ -58,7 +71,7 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
       if (done == std::min(*len, r->bounce.size())) break;
     }
   }
-  ep->records.Free(r);
+  pool->Free(r);
   return user;
 }
 
@@ -69,14 +82,27 @@ void CountCompletion(Ep* ep, uint64_t f, bool error) {
   if (f & rdm::kCompRead) count(ep->cntrs.read);
   if (f & rdm::kCompWrite) count(ep->cntrs.write);
   if (f & rdm::kCompRemoteWrite) count(ep->cntrs.remote_write);
+  if (f & rdm::kCompRemoteRead) count(ep->cntrs.remote_read);
 }
 
+// A completion into its CQ and counters. A peer's write into or read of
+// one of our regions (the engine reports every one: FI_RMA_EVENT) counts on
+// the endpoint's and the region's FI_REMOTE_WRITE / FI_REMOTE_READ
+// counters; only a write carrying FI_REMOTE_CQ_DATA is also an entry of
+// the receive CQ, its op_context the region's context (fi_cq(3)).
 void Deliver(Ep* ep, const rdm::Completion& c) {
   bool suppress = false;
-  size_t len = c.len;
-  void* user = Resolve(ep, c, &suppress, &len);
+  void* user;
+  if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
+    user = CountMrEvent(c.context, (c.flags & rdm::kCompRemoteWrite) != 0);
+    suppress = !(c.flags & rdm::kCompRemoteData);
+  } else {
+    size_t len = c.len;
+    user = Resolve(ep, c, &suppress, &len);
+  }
   CountCompletion(ep, c.flags, false);
   const bool tx = TxSide(c.flags);
+  if (tx) StxGive(ep);
   Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
   if (cq == nullptr || suppress) return;
   CqEntry e{};
@@ -86,7 +112,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   e.e.buf = c.buf;
   e.e.data = c.data;
   e.e.tag = c.tag;
-  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(c.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : AddrOfPeer(ep, c.source);
   cq->entries.push_back(e);
   cq->wait.Signal();
 }
@@ -140,6 +166,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   void* user = Resolve(ep, ec.op, &suppress, &len);
   CountCompletion(ep, ec.op.flags, true);
   const bool tx = TxSide(ec.op.flags);
+  if (tx) StxGive(ep);
   Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
   BYPASS_FI_DBG(FI_LOG_CQ, "operation failed (errno %d): %s\n", ec.err, ec.message);
   if (cq == nullptr) return;  // errors are reported even for selective operations
@@ -153,7 +180,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   e.e.olen = ec.olen;
   e.e.err = FiErr(ec, tx);
   e.e.prov_errno = ec.err;
-  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(ec.op.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : AddrOfPeer(ep, ec.op.source);
   std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
   cq->errors.push_back(e);
   cq->wait.Signal();

@@ -14,6 +14,8 @@ namespace bypass::rdm {
 // The largest receive window: the reach of an ACK's SACK bitmap (wire.h).
 inline constexpr uint32_t kMaxWindowPackets = 256;
 
+class SharedRecvQueue;  // rdm.h
+
 // Endpoint settings. Times are nanoseconds of the injected clock.
 struct EndpointConfig {
   uint16_t udp_port = 0;  // REQUIRED, non-zero
@@ -60,12 +62,23 @@ struct EndpointConfig {
   // the rest stay for answers, so that pulls never starve them.
   uint32_t max_regions = 64;
   uint32_t max_rma_ops = 64;
+  // Target-side RMA events (libfabric's FI_RMA_EVENT): every peer's write
+  // applied here and every read of ours answered is a completion
+  // (kCompRemoteWrite, kCompRemoteRead) with its region's context, once.
+  // Without it only writes carrying CQ data complete here.
+  bool rma_events = false;
   uint32_t window_packets = 128;      // receive window granted per peer, 1..256
   // Out-of-order packets held across all peers; 0: half the device pool.
   uint32_t max_held_packets = 0;
   uint32_t max_unexpected_msgs = 128;
   uint64_t unexpected_bytes = 8u << 20;    // buffer for messages without a receive
   uint32_t unexpected_chunk_bytes = 4096;  // its allocation unit
+  // Receives from a queue shared with other endpoints of the same Port
+  // (libfabric's shared receive context, rdm.h): the endpoint matches what
+  // arrives at it against the shared posted receives and queues what none
+  // takes in the shared unexpected queue; the four sizes above then do not
+  // apply (the queue's own do). REQUIRES: outlives the endpoint.
+  SharedRecvQueue* shared_recv = nullptr;
   // A multi-receive buffer with less than this left is released
   // (FI_OPT_MIN_MULTI_RECV; Engine::SetMinMultiRecv changes it).
   uint64_t min_multi_recv = 1024;
@@ -103,6 +116,14 @@ struct EndpointConfig {
 
 // One-line InvalidArgument naming the first bad field.
 absl::Status ValidateConfig(const EndpointConfig& c);
+
+// A SharedRecvQueue's sizes (the receive-side sizes of EndpointConfig).
+struct SharedRecvConfig {
+  uint32_t max_posted_recvs = 256;
+  uint32_t max_unexpected_msgs = 128;
+  uint64_t unexpected_bytes = 8u << 20;
+  uint32_t unexpected_chunk_bytes = 4096;
+};
 
 // DatagramEndpoint settings (unreliable datagrams, FI_EP_DGRAM).
 struct DatagramConfig {

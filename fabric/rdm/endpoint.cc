@@ -40,7 +40,16 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const dri
     return static_cast<driver::QueuePair*>(qp)->ReachesSameHost(ip, udp_port);
   };
   dev.reaches_same_host_arg = &port.qp();
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dev, config);
+  SharedMatch* shared = nullptr;
+  if (config.shared_recv != nullptr) {
+    if (&config.shared_recv->port() != &port) {
+      return absl::InvalidArgumentError(
+          "Endpoint::Create: config.shared_recv belongs to another Port; endpoints share a "
+          "receive queue only on one Port");
+    }
+    shared = &config.shared_recv->impl();
+  }
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dev, config, shared);
   if (!engine.ok()) return engine.status();
   std::unique_ptr<Endpoint> ep(new Endpoint(port, clock, *std::move(engine)));
   if (absl::Status s = port.Attach(config.udp_port, ep->inbox_.get()); !s.ok()) return s;

@@ -17,7 +17,8 @@
 namespace bypass::rdm {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const DeviceParams& dev,
-                                                       const EndpointConfig& config) {
+                                                       const EndpointConfig& config,
+                                                       SharedMatch* shared) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
   if (sodium_init() < 0) {
     return absl::InternalError(
@@ -52,12 +53,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const DeviceParams& dev,
   while (inc == 0) inc = static_cast<uint32_t>(SplitMix64(&state));
   const uint32_t ring = std::bit_ceil(config.window_packets);
   return std::unique_ptr<Engine>(
-      new Engine(dev, config, max_datagram, ring, held_budget, state, inc));
+      new Engine(dev, config, max_datagram, ring, held_budget, state, inc, shared));
 }
 
 Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t max_datagram,
-               uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation)
-    : Stages(config, dev, max_datagram, ring_size, held_budget, seed, incarnation) {}
+               uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation,
+               SharedMatch* shared)
+    : Stages(config, dev, max_datagram, ring_size, held_budget, seed, incarnation, shared) {}
 
 Engine::~Engine() = default;
 

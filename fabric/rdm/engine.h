@@ -28,8 +28,10 @@ namespace bypass::rdm {
 // Single-threaded: one owner calls everything (FI_THREAD_DOMAIN).
 class Engine : private Stages {
  public:
+  // shared: the inside of config.shared_recv (rdm.h), or null.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const DeviceParams& dev,
-                                                        const EndpointConfig& config);
+                                                        const EndpointConfig& config,
+                                                        SharedMatch* shared = nullptr);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
   ~Engine();
@@ -84,7 +86,8 @@ class Engine : private Stages {
   static constexpr uint32_t kPacketsPerTurn = 16;
 
   Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t max_datagram,
-         uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation);
+         uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation,
+         SharedMatch* shared);
 
   // After every call that may free receive resources: refused peers retry.
   void AfterFreeing() {

@@ -66,9 +66,10 @@ BENCHMARK(BM_RawPingPong);
 
 // Two endpoints on two loopback ports of one segment.
 struct Pair {
+  // shared_recv: b receives through a SharedRecvQueue (alone on it).
   explicit Pair(uint16_t idle_passes_per_clock_read = 1,
                 uint64_t rendezvous_threshold = EndpointConfig{}.rendezvous_threshold,
-                const std::string& keys = "", bool read_in_place = true) {
+                const std::string& keys = "", bool read_in_place = true, bool shared_recv = false) {
     const std::string seg = Segment();
     a = OpenPort(seg, keys);
     b = OpenPort(seg, keys);
@@ -82,12 +83,17 @@ struct Pair {
     c.udp_port = 1;
     ea = *Endpoint::Create(*pa, driver::SteadyClock::Get(), c);
     c.udp_port = 2;
+    if (shared_recv) {
+      srq = *SharedRecvQueue::Create(*pb, {});
+      c.shared_recv = srq.get();
+    }
     eb = *Endpoint::Create(*pb, driver::SteadyClock::Get(), c);
     to_b = *ea->InsertPeer(eb->address());
     to_a = *eb->InsertPeer(ea->address());
   }
   std::unique_ptr<LoopbackDevice> a, b;
   std::unique_ptr<Port> pa, pb;
+  std::unique_ptr<SharedRecvQueue> srq;  // outlives eb
   std::unique_ptr<Endpoint> ea, eb;
   PeerId to_b, to_a;
 };
@@ -100,9 +106,9 @@ void WaitOne(Endpoint& e, Endpoint& other) {
   }
 }
 
-template <uint16_t kIdlePassesPerClockRead = 1>
+template <uint16_t kIdlePassesPerClockRead = 1, bool kSharedRecv = false>
 void BM_RdmPingPong(benchmark::State& state) {
-  Pair p(kIdlePassesPerClockRead);
+  Pair p(kIdlePassesPerClockRead, EndpointConfig{}.rendezvous_threshold, "", true, kSharedRecv);
   uint8_t out[64] = {}, in_a[64], in_b[64];
   for (auto _ : state) {
     p.eb->PostRecv({.buf = in_b, .len = sizeof(in_b)});
@@ -119,6 +125,8 @@ void BM_RdmPingPong(benchmark::State& state) {
 BENCHMARK(BM_RdmPingPong<>)->Name("BM_RdmPingPong");
 // Idle passes reuse the clock reading (EndpointConfig::idle_passes_per_clock_read).
 BENCHMARK(BM_RdmPingPong<16>)->Name("BM_RdmPingPong/lazy_clock");
+// b's receives through a SharedRecvQueue (fi_srx_context) instead of its own.
+BENCHMARK(BM_RdmPingPong<1, true>)->Name("BM_RdmPingPong/shared_recv");
 
 // One Progress pass that finds nothing: what a busy-polling loop pays per
 // turn, and so about twice what a message waits, on average, to be seen.

@@ -120,6 +120,8 @@ uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t d
   const uint32_t e = free_msgs_.Pop();
   UnexpectedMsg& m = msgs_[e];
   m.source = source;
+  m.match_source = source;
+  m.owner = 0;
   m.tagged = tagged;
   m.tag = tag;
   m.data = data;
@@ -157,6 +159,7 @@ uint32_t MatchQueues::AdmitRendezvous(PeerId source, bool tagged, uint64_t tag, 
   UnexpectedMsg& m = msgs_[e];
   m = UnexpectedMsg{};
   m.source = source;
+  m.match_source = source;
   m.tagged = tagged;
   m.tag = tag;
   m.data = data;
@@ -192,7 +195,7 @@ uint32_t MatchQueues::FindUnexpected(const RecvRequest& r, uint64_t max_total, b
        e = msgs_[e].next) {
     const UnexpectedMsg& m = msgs_[e];
     if (m.claimed || m.total > max_total || (eager_only && m.rendezvous)) continue;
-    if (Matches(r, m.tagged, m.source, m.tag)) return e;
+    if (Matches(r, m.tagged, m.match_source, m.tag)) return e;
   }
   return kNone;
 }
@@ -206,22 +209,28 @@ uint32_t MatchQueues::FindClaimed(void* context) const {
   return kNone;
 }
 
-uint32_t MatchQueues::FindFrom(PeerId source) const {
+uint32_t MatchQueues::FindUnexpectedIf(absl::FunctionRef<bool(const UnexpectedMsg&)> pred) const {
   for (const IndexList<UnexpectedMsg>& q : unexpected_) {
     for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
-      if (msgs_[e].source == source) return e;
+      if (pred(msgs_[e])) return e;
     }
   }
   return kNone;
 }
 
-uint32_t MatchQueues::FindRendezvousFrom(PeerId source) const {
-  for (const IndexList<UnexpectedMsg>& q : unexpected_) {
-    for (uint32_t e = q.front(); e != kNone; e = msgs_[e].next) {
-      if (msgs_[e].rendezvous && msgs_[e].source == source) return e;
-    }
-  }
-  return kNone;
+uint32_t MatchQueues::FindFrom(PeerId source, uint32_t owner) const {
+  return FindUnexpectedIf(
+      [&](const UnexpectedMsg& m) { return m.owner == owner && m.source == source; });
+}
+
+uint32_t MatchQueues::FindRendezvousFrom(PeerId source, uint32_t owner) const {
+  return FindUnexpectedIf([&](const UnexpectedMsg& m) {
+    return m.rendezvous && m.owner == owner && m.source == source;
+  });
+}
+
+uint32_t MatchQueues::FindOwned(uint32_t owner) const {
+  return FindUnexpectedIf([&](const UnexpectedMsg& m) { return m.owner == owner; });
 }
 
 uint64_t MatchQueues::CopyOut(uint32_t e, uint8_t* dst, uint64_t cap) const {

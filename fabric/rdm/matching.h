@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "fabric/rdm/index_list.h"
 #include "fabric/rdm/types.h"
@@ -31,6 +32,13 @@ struct RecvSlot {
 // segment on, complete when its last segment has arrived.
 struct UnexpectedMsg {
   PeerId source;
+  // The endpoint it arrived at, when endpoints share the queues
+  // (SharedMatch: its member number; 0 otherwise). source is that
+  // endpoint's peer.
+  uint32_t owner = 0;
+  // What receives match it by: source, or in shared queues the queue's id
+  // for the sender's address (SharedMatch::IdOf).
+  PeerId match_source;
   bool tagged = false;
   uint64_t tag = 0;
   uint64_t data = 0;
@@ -128,10 +136,12 @@ class MatchQueues {
                           bool eager_only = false, uint32_t after = kNone) const;
   // The message claimed for `context`, left queued; kNone.
   uint32_t FindClaimed(void* context) const;
-  // A queued message from `source` (claimed or not); kNone.
-  uint32_t FindFrom(PeerId source) const;
-  // A queued rendezvous message from `source` (claimed or not); kNone.
-  uint32_t FindRendezvousFrom(PeerId source) const;
+  // A queued message from `source` of endpoint `owner` (claimed or not); kNone.
+  uint32_t FindFrom(PeerId source, uint32_t owner = 0) const;
+  // A queued rendezvous message from `source` of `owner` (claimed or not); kNone.
+  uint32_t FindRendezvousFrom(PeerId source, uint32_t owner = 0) const;
+  // A queued message that arrived at endpoint `owner`; kNone.
+  uint32_t FindOwned(uint32_t owner) const;
   // Copies the first min(received, cap) bytes; returns how many.
   uint64_t CopyOut(uint32_t e, uint8_t* dst, uint64_t cap) const;
   // Removes it from its queue and frees its chunks.
@@ -145,6 +155,8 @@ class MatchQueues {
   const uint8_t* chunk(uint32_t c) const { return arena_.get() + uint64_t{c} * chunk_bytes_; }
   // Takes queued receive s out of its queue.
   void Unqueue(uint32_t s);
+  // The first queued message (of both kinds, in queue order) pred takes.
+  uint32_t FindUnexpectedIf(absl::FunctionRef<bool(const UnexpectedMsg&)> pred) const;
 
   std::unique_ptr<RecvSlot[]> recvs_;
   FreeSlots free_recvs_;

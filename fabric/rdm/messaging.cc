@@ -19,16 +19,44 @@ MessageInfo InfoOf(uint64_t total, uint16_t msg_flags, uint64_t tag, uint64_t da
 }  // namespace
 
 Messaging::Messaging(Context& ctx, Session& session, OpTable& ops, Completions& completions,
-                     Reliability& reliability)
+                     Reliability& reliability, SharedMatch* shared)
     : ctx_(ctx),
       session_(session),
       ops_(ops),
       completions_(completions),
       reliability_(reliability),
-      matcher_(ctx.config.max_posted_recvs, ctx.config.max_unexpected_msgs,
-               ctx.config.unexpected_bytes, ctx.config.unexpected_chunk_bytes),
+      own_(shared != nullptr ? nullptr
+                             : std::make_unique<MatchQueues>(
+                                   ctx.config.max_posted_recvs, ctx.config.max_unexpected_msgs,
+                                   ctx.config.unexpected_bytes, ctx.config.unexpected_chunk_bytes)),
+      shared_(shared),
+      matcher_(shared != nullptr ? shared->queues() : *own_),
       peers_(new MsgPeer[ctx.config.max_peers]) {
-  matcher_.set_min_multi_recv(ctx.config.min_multi_recv);
+  if (shared_ != nullptr) {
+    owner_ = shared_->Join(this);
+  } else {
+    matcher_.set_min_multi_recv(ctx.config.min_multi_recv);
+  }
+}
+
+Messaging::~Messaging() {
+  if (shared_ == nullptr) return;
+  // The shared receives it was landing messages in (arriving, or pulled)
+  // go back to the pool: their messages will never end here.
+  for (uint32_t pi = 0; pi < ctx_.config.max_peers; ++pi) {
+    const RxMessage& rx = peers_[pi].rx;
+    if (rx.active && rx.sink == RxSink::kPosted) matcher_.FreeRecv(rx.index);
+  }
+  for (uint32_t o = 0; o < ops_.capacity(); ++o) {
+    if (ops_[o].kind == OpKind::kPull && ops_[o].state != OpState::kIdle) {
+      matcher_.FreeRecv(ops_[o].slot);
+    }
+  }
+  for (uint32_t e = matcher_.FindOwned(owner_); e != kNone; e = matcher_.FindOwned(owner_)) {
+    matcher_.Release(e);
+  }
+  shared_->Leave(owner_);
+  shared_->NoteFreed();
 }
 
 void Messaging::NoteUnexpectedDepth() {
@@ -114,15 +142,41 @@ Result Messaging::PostRecv(const RecvRequest& r) {
   }
   if ((f & kRecvPeek) == 0 && r.len > 0 && r.buf == nullptr) return Result::kInvalid;
   if ((f & kRecvClaim) && !(f & kRecvPeek)) return Claim(r);  // source and tag do not apply
+  if (shared_ != nullptr) {
+    // A shared queue takes receives from any source with no flags: peers
+    // are per endpoint, and multi-receive buffers, peeks and claims are
+    // not shared (rdm.h, SharedRecvQueue).
+    if (f != 0 || !(r.source == kAnyPeer)) return Result::kInvalid;
+    return shared_->PostRecv(r);
+  }
   if (!(r.source == kAnyPeer) && !session_.peers().Valid(r.source)) return Result::kInvalid;
   if (f & kRecvPeek) return Peek(r);
   if (!completions_.Reserve()) return Result::kAgain;
   if (f & kRecvMulti) return PostMulti(r);
-  const uint32_t e = matcher_.FindUnexpected(r);
+  return Receive(r, matcher_.FindUnexpected(r));
+}
+
+Result Messaging::ReceiveShared(const RecvRequest& r, uint32_t e) {
+  if (!completions_.Reserve()) return Result::kAgain;
+  return Receive(r, e);
+}
+
+Result Messaging::CancelShared(void* context) {
+  if (!completions_.Reserve()) return Result::kAgain;
+  const uint32_t slot = matcher_.TakePosted(context);
+  if (slot == kNone) {
+    completions_.Unreserve();
+    return Result::kInvalid;
+  }
+  CancelSlot(slot, "receive canceled");
+  return Result::kOk;
+}
+
+Result Messaging::Receive(const RecvRequest& r, uint32_t e) {
   if (e != kNone && matcher_.unexpected(e).rendezvous) return PullUnexpected(e, r);
   if (e != kNone && matcher_.unexpected(e).complete) {
     DeliverUnexpected(e, r);
-    ctx_.NoteFreed();
+    NoteFreed();
     return Result::kOk;
   }
   const uint32_t slot = matcher_.AllocRecv(r);
@@ -135,7 +189,7 @@ Result Messaging::PostRecv(const RecvRequest& r) {
   } else {
     BindArriving(e, slot, 0);
   }
-  ctx_.NoteFreed();
+  NoteFreed();
   return Result::kOk;
 }
 
@@ -190,7 +244,7 @@ Result Messaging::PostMulti(const RecvRequest& r) {
     const RecvRequest landed = EndRecvSlot(slot, info.total, base, &flags);
     completions_.Received(src, landed, info, flags);
   }
-  ctx_.NoteFreed();
+  NoteFreed();
   return Result::kOk;
 }
 
@@ -255,7 +309,7 @@ Result Messaging::Claim(const RecvRequest& r) {
   if (m.rendezvous) return PullUnexpected(e, q);
   if (m.complete) {
     DeliverUnexpected(e, q);
-    ctx_.NoteFreed();
+    NoteFreed();
     return Result::kOk;
   }
   const uint32_t slot = matcher_.AllocRecv(q);
@@ -264,7 +318,7 @@ Result Messaging::Claim(const RecvRequest& r) {
     return Result::kAgain;
   }
   BindArriving(e, slot, 0);
-  ctx_.NoteFreed();
+  NoteFreed();
   return Result::kOk;
 }
 
@@ -309,7 +363,7 @@ void Messaging::DropUnexpected(uint32_t e) {
   }
   matcher_.Release(e);
   NoteUnexpectedDepth();
-  ctx_.NoteFreed();
+  NoteFreed();
 }
 
 RecvRequest Messaging::EndRecvSlot(uint32_t slot, uint64_t total, uint64_t base,
@@ -345,11 +399,15 @@ void Messaging::EndSlot(uint32_t slot, int err, const char* why, bool failure) {
   }
   const RecvRequest q = s.req;
   matcher_.FreeRecv(slot);
-  completions_.ReceiveFailed(q.source == kAnyPeer ? PeerId{} : q.source, q, MessageInfo{}, 0,
+  // (A shared queue's directed receive names its sender by the queue's id,
+  // no peer of this endpoint.)
+  const bool named = !(q.source == kAnyPeer) && shared_ == nullptr;
+  completions_.ReceiveFailed(named ? q.source : PeerId{}, q, MessageInfo{}, 0,
                              flags, err, why, failure);
 }
 
 bool Messaging::CancelRecv(void* context) {
+  if (shared_ != nullptr) return shared_->CancelRecv(context);
   const uint32_t slot = matcher_.TakePosted(context);
   if (slot == kNone) return false;
   CancelSlot(slot, "receive canceled");
@@ -395,20 +453,26 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
     // without room for one the message waits (refused) rather than go to
     // a later receive or the unexpected queue ahead of its order.
     const bool cq_room = completions_.Reserve();
+    // A shared receive reserves its completion here, when it takes the
+    // message: without room the message waits (refused).
+    const PeerId match = p.match_source;
+    if (shared_ != nullptr && !cq_room && matcher_.HasPosted(tagged, match, m.tag)) return false;
     uint64_t base = 0;
-    uint32_t index = matcher_.MatchPosted(tagged, src, m.tag, m.total_length,
+    uint32_t index = matcher_.MatchPosted(tagged, match, m.tag, m.total_length,
                                           cq_room ? MatchQueues::Multi::kTake
                                                   : MatchQueues::Multi::kBlock,
                                           &base);
     if (index == MatchQueues::kBlocked) return false;
-    if (cq_room && (index == kNone || (matcher_.recv(index).flags & kRecvMulti) == 0)) {
-      completions_.Unreserve();
-    }
+    const bool keep =
+        index != kNone && (shared_ != nullptr || (matcher_.recv(index).flags & kRecvMulti) != 0);
+    if (cq_room && !keep) completions_.Unreserve();
     RxSink sink = RxSink::kPosted;
     if (index == kNone) {
       index = matcher_.Admit(src, tagged, m.tag, m.data, m.msg_flags, m.total_length);
       // No room to buffer it: not acknowledged, so the sender backs off.
       if (index == kNone) return false;
+      matcher_.unexpected(index).owner = owner_;
+      matcher_.unexpected(index).match_source = match;
       sink = RxSink::kUnexpected;
       ++ctx_.counters.unexpected_msgs;
       NoteUnexpectedDepth();
@@ -471,7 +535,7 @@ void Messaging::AbortReceive(uint32_t pi, int err, const char* why) {
   } else if (r.sink == RxSink::kUnexpected) {
     matcher_.Release(r.index);
     NoteUnexpectedDepth();
-    ctx_.NoteFreed();
+    NoteFreed();
   }
   r.active = false;
   ++p.rx_next_msg_id;
@@ -490,18 +554,23 @@ uint64_t Messaging::RxSessionId(uint32_t pi) const {
 
 bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
   const PeerId src = session_.peers().Id(pi);
+  const PeerId match = peers_[pi].match_source;
   const bool tagged = (m.msg_flags & wire::kMsgTagged) != 0;
   if (!ops_.engine_free()) {
     ++ctx_.counters.rma_no_slot;
     return false;  // no op to answer with: refused, comes again
   }
-  if (!CanPull() && matcher_.HasPosted(tagged, src, m.tag)) {
+  if (!CanPull() && matcher_.HasPosted(tagged, match, m.tag)) {
     // Every op pulls may take is pulling: refused, comes again.
     ++ctx_.counters.rma_no_slot;
     return false;
   }
+  // A shared receive's completion is reserved here (see ConsumeData).
+  if (shared_ != nullptr && matcher_.HasPosted(tagged, match, m.tag) && !completions_.Reserve()) {
+    return false;
+  }
   // Pulled straight into a receive; never into a multi-receive.
-  const uint32_t slot = matcher_.MatchPosted(tagged, src, m.tag);
+  const uint32_t slot = matcher_.MatchPosted(tagged, match, m.tag);
   if (slot != kNone) {
     StartPull(pi, slot, m.msg_id, InfoOf(m.total_length, m.msg_flags, m.tag, m.data),
               m.msg_flags, m.offer_pid, m.offer_addr);
@@ -510,6 +579,8 @@ bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
     const uint32_t e = matcher_.AdmitRendezvous(src, tagged, m.tag, m.data, m.msg_flags,
                                                 m.total_length, m.msg_id, RxSessionId(pi));
     if (e == kNone) return false;
+    matcher_.unexpected(e).owner = owner_;
+    matcher_.unexpected(e).match_source = match;
     matcher_.unexpected(e).rndv_pid = m.offer_pid;
     matcher_.unexpected(e).rndv_addr = m.offer_addr;
     ++ctx_.counters.unexpected_msgs;
@@ -581,7 +652,7 @@ Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
                                ECONNRESET, message, /*failure=*/true);
     matcher_.Release(e);
     NoteUnexpectedDepth();
-    ctx_.NoteFreed();
+    NoteFreed();
     return Result::kOk;
   }
   if (!CanPull()) {  // the rest of max_rma_ops stay for answers
@@ -597,7 +668,7 @@ Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
             m.rndv_pid, m.rndv_addr);
   matcher_.Release(e);
   NoteUnexpectedDepth();
-  ctx_.NoteFreed();
+  NoteFreed();
   return Result::kOk;
 }
 
@@ -723,15 +794,15 @@ void Messaging::EndSession(uint32_t pi, int err, const char* why) {
   // that is gone, so nothing can pull them; no receive or peek finds them.
   const PeerId id = session_.peers().Id(pi);
   bool lost = false;
-  for (uint32_t e = matcher_.FindRendezvousFrom(id); e != kNone;
-       e = matcher_.FindRendezvousFrom(id)) {
+  for (uint32_t e = matcher_.FindRendezvousFrom(id, owner_); e != kNone;
+       e = matcher_.FindRendezvousFrom(id, owner_)) {
     matcher_.Release(e);
     ++ctx_.counters.rendezvous_lost;
     lost = true;
   }
   if (lost) {
     NoteUnexpectedDepth();
-    ctx_.NoteFreed();
+    NoteFreed();
   }
   MsgPeer& p = peers_[pi];
   p.rx_next_msg_id = 0;
@@ -749,23 +820,33 @@ void Messaging::EndSession(uint32_t pi, int err, const char* why) {
 }
 
 void Messaging::FailDirected(uint32_t pi, int err, const char* why) {
-  const PeerId id = session_.peers().Id(pi);
-  for (uint32_t s = matcher_.TakePostedFrom(id); s != kNone; s = matcher_.TakePostedFrom(id)) {
+  const PeerId id = peers_[pi].match_source;  // a shared queue's receives name it so
+  for (;;) {
+    // A shared receive has no completion reserved until one takes it.
+    if (shared_ != nullptr && !completions_.Reserve()) break;
+    const uint32_t s = matcher_.TakePostedFrom(id);
+    if (s == kNone) {
+      if (shared_ != nullptr) completions_.Unreserve();
+      break;
+    }
     EndSlot(s, err, why, /*failure=*/true);
   }
-  ctx_.NoteFreed();
+  NoteFreed();
 }
 
 void Messaging::RemovePeer(uint32_t pi) {
   const PeerId id = session_.peers().Id(pi);
-  for (uint32_t s = matcher_.TakePostedFrom(id); s != kNone; s = matcher_.TakePostedFrom(id)) {
+  // A shared queue's receives directed to it stay: another endpoint may
+  // still have it.
+  for (uint32_t s = shared_ == nullptr ? matcher_.TakePostedFrom(id) : kNone; s != kNone;
+       s = matcher_.TakePostedFrom(id)) {
     CancelSlot(s, "receive canceled: its source was removed");
   }
-  for (uint32_t e = matcher_.FindFrom(id); e != kNone; e = matcher_.FindFrom(id)) {
+  for (uint32_t e = matcher_.FindFrom(id, owner_); e != kNone; e = matcher_.FindFrom(id, owner_)) {
     matcher_.Release(e);
   }
   NoteUnexpectedDepth();
-  ctx_.NoteFreed();
+  NoteFreed();
 }
 
 }  // namespace bypass::rdm

@@ -19,6 +19,7 @@
 #include "fabric/rdm/ops.h"
 #include "fabric/rdm/reliability.h"
 #include "fabric/rdm/session.h"
+#include "fabric/rdm/shared_recv.h"
 #include "fabric/rdm/types.h"
 #include "fabric/rdm/wire.h"
 
@@ -50,17 +51,29 @@ struct MsgPeer {
   // The sender abandoned message rx_next_msg_id - 1: its other segments are
   // acknowledged and dropped.
   bool rx_skip = false;
+  // What receives match its messages by: its PeerId, or in a shared queue
+  // the queue's id for its address (SharedMatch::IdOf).
+  PeerId match_source;
 };
 
 // Sends, receives, matching and rendezvous of one endpoint.
 class Messaging {
  public:
+  // shared: the receive queue it shares with other endpoints, or null for
+  // its own (EndpointConfig::shared_recv).
   Messaging(Context& ctx, Session& session, OpTable& ops, Completions& completions,
-            Reliability& reliability);
+            Reliability& reliability, SharedMatch* shared = nullptr);
   Messaging(const Messaging&) = delete;
   Messaging& operator=(const Messaging&) = delete;
+  // With a shared queue: the receives its messages were landing in are
+  // given back, its unexpected messages dropped.
+  ~Messaging();
 
-  void AddPeer(uint32_t pi) { peers_[pi] = MsgPeer{}; }
+  void AddPeer(uint32_t pi) {
+    peers_[pi] = MsgPeer{};
+    peers_[pi].match_source =
+        shared_ != nullptr ? shared_->IdOf(session_.address(pi)) : session_.peers().Id(pi);
+  }
 
   // ---- The application's calls.
   Result PostSend(const SendRequest& r);
@@ -68,6 +81,14 @@ class Messaging {
   // Cancels the posted receive with this context (ECANCELED); false if none.
   bool CancelRecv(void* context);
   uint32_t RecvSlotsFree() const { return matcher_.recv_slots_free(); }
+
+  // ---- The shared queue's calls (SharedMatch).
+  // Receives r into unexpected message e, which arrived here.
+  Result ReceiveShared(const RecvRequest& r, uint32_t e);
+  // kOk: canceled; kInvalid: no queued receive has this context; kAgain:
+  // no room here for its error completion.
+  Result CancelShared(void* context);
+  void NoteFreedHere() { ctx_.NoteFreed(); }
   void SetMinMultiRecv(size_t bytes) { matcher_.set_min_multi_recv(bytes); }
   size_t min_multi_recv() const { return matcher_.min_multi_recv(); }
 
@@ -84,9 +105,7 @@ class Messaging {
   // A message from pi is between its first and last segment.
   bool Receiving(uint32_t pi) const { return peers_[pi].rx.active; }
   // A posted receive is directed to pi (FI_DIRECTED_RECV): pi is awaited.
-  bool AwaitsFrom(uint32_t pi) const {
-    return matcher_.HasPostedFrom(session_.peers().Id(pi));
-  }
+  bool AwaitsFrom(uint32_t pi) const { return matcher_.HasPostedFrom(peers_[pi].match_source); }
   // Ends the message from pi being received (err, why) and spends its number.
   void AbortReceive(uint32_t pi, int err, const char* why);
 
@@ -106,6 +125,18 @@ class Messaging {
   void FailDirected(uint32_t pi, int err, const char* why);
 
  private:
+  // Receive resources were freed: refused peers (of every endpoint sharing
+  // the queue) retry.
+  void NoteFreed() {
+    if (shared_ != nullptr) {
+      shared_->NoteFreed();
+    } else {
+      ctx_.NoteFreed();
+    }
+  }
+  // Receives r into unexpected message e, or queues it (e kNone).
+  // REQUIRES: a completion reserved for r.
+  Result Receive(const RecvRequest& r, uint32_t e);
   Result PostMulti(const RecvRequest& r);
   Result Peek(const RecvRequest& r);
   Result Claim(const RecvRequest& r);
@@ -153,7 +184,10 @@ class Messaging {
   OpTable& ops_;
   Completions& completions_;
   Reliability& reliability_;
-  MatchQueues matcher_;
+  std::unique_ptr<MatchQueues> own_;  // null with a shared queue
+  SharedMatch* const shared_;
+  uint32_t owner_ = 0;  // its member number in shared_ (UnexpectedMsg::owner)
+  MatchQueues& matcher_;  // *own_ or the shared queue's
   std::unique_ptr<MsgPeer[]> peers_;
 };
 

@@ -180,6 +180,7 @@ class OpTable {
   const SendOp& operator[](uint32_t o) const { return ops_[o]; }
   SendOp* base() { return ops_.get(); }
   bool IsUser(uint32_t o) const { return o < user_slots_; }
+  uint32_t capacity() const { return user_slots_ + engine_slots_; }
   uint32_t user_free() const { return free_user_.available(); }
   bool engine_free() const { return !free_engine_.empty(); }
   uint32_t live(OpKind k) const { return live_[static_cast<size_t>(k)]; }

@@ -33,6 +33,7 @@ namespace bypass::rdm {
 class Engine;
 class Inbox;
 class DatagramPath;
+class SharedMatch;
 
 // What a Port dropped, plain counters of its thread.
 struct PortCounters {
@@ -171,6 +172,57 @@ class Endpoint {
   uint32_t tx_capacity_ = UINT32_MAX;  // of AllocBulk's buffers; until known, nothing is kept
   driver::Packet* backlog_[Port::kMaxBurst];  // built, not yet taken by TxBurst
   uint32_t backlog_n_ = 0;
+};
+
+// A receive queue several Endpoints of one Port share (libfabric's shared
+// receive context, fi_srx_context): endpoints created with
+// EndpointConfig::shared_recv pointing at it match the messages arriving
+// at each of them against its one FIFO of posted receives, and queue what
+// none takes in its one unexpected queue (in arrival order, across the
+// endpoints). A peer's messages to one endpoint are matched in the order
+// sent. A receive completes at the endpoint its message arrived at (that
+// endpoint's PollCompletions, the source one of its peers), which reserves
+// the completion when it takes the receive: without room it refuses the
+// message for now, as it does without a receive. Receives are plain (no
+// multi-receive buffers, peeks or claims: kInvalid), from any source or
+// directed to a sender named by its address (peers belong to endpoints).
+// Single-threaded, like the Port.
+class SharedRecvQueue {
+ public:
+  // REQUIRES: port outlives the queue, which outlives its endpoints.
+  static absl::StatusOr<std::unique_ptr<SharedRecvQueue>> Create(Port& port,
+                                                                 const SharedRecvConfig& config);
+  SharedRecvQueue(const SharedRecvQueue&) = delete;
+  SharedRecvQueue& operator=(const SharedRecvQueue&) = delete;
+  // REQUIRES: no endpoint uses it. Posted receives are dropped.
+  ~SharedRecvQueue();
+
+  // r.source kAnyPeer, r.flags 0 (else kInvalid). kAgain: every receive
+  // slot is taken, or the endpoint holding the message it takes has no
+  // completion room (progress and retry).
+  Result PostRecv(const RecvRequest& r);
+  // The same directed to the sender at source's IPv4 and UDP port (at
+  // whichever endpoint its messages arrive). It keeps that sender awaited
+  // at the endpoints that have it as a peer, and fails (ETIMEDOUT) when one
+  // of them gives it up, as an endpoint's own directed receives do.
+  Result PostRecvFrom(const RecvRequest& r, const Address& source);
+  // Cancels the queued receive with this context: an error completion
+  // (ECANCELED) at one of the endpoints. False when there is none.
+  bool CancelRecv(void* context);
+  uint32_t RecvSlotsFree() const;
+  uint32_t endpoints() const;
+  const SharedRecvConfig& config() const { return config_; }
+
+  // For the endpoints of fabric/rdm.
+  Port& port() { return port_; }
+  SharedMatch& impl() { return *impl_; }
+
+ private:
+  SharedRecvQueue(Port& port, const SharedRecvConfig& config);
+
+  Port& port_;
+  const SharedRecvConfig config_;
+  std::unique_ptr<SharedMatch> impl_;
 };
 
 // Plain UDP datagrams (FI_EP_DGRAM) on a Port beside the reliable

@@ -281,7 +281,8 @@ bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const u
   }
   const bool last = w.received + payload.size() == w.total;
   const bool ok = w.status == wire::RmaStatus::kOk;
-  const bool target_completion = ok && (w.flags & wire::kRmaFlagRemoteData) != 0;
+  const bool remote_data = (w.flags & wire::kRmaFlagRemoteData) != 0;
+  const bool target_completion = ok && (remote_data || ctx_.config.rma_events);
   uint32_t resp = kNone;
   if (last) {
     // Room for the answer (and the completion here) first: without it the
@@ -306,10 +307,10 @@ bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const u
     if (target_completion) {
       Completion c;
       c.context = g.context;
-      c.flags = kCompRma | kCompRemoteWrite | kCompRemoteData;
+      c.flags = kCompRma | kCompRemoteWrite | (remote_data ? kCompRemoteData : 0);
       c.len = w.total;
       c.buf = g.addr + (w.addr - g.base);
-      c.data = w.data;
+      c.data = remote_data ? w.data : 0;
       c.source = session_.peers().Id(pi);
       completions_.Push(c);
     }
@@ -326,8 +327,12 @@ bool Rma::ConsumeReadRequest(uint32_t pi, const wire::RmaFields& r) {
   const wire::RmaStatus status =
       CheckAccess(r.key, r.addr, r.total_length, kAccessRemoteRead, &region);
   const bool ok = status == wire::RmaStatus::kOk;
+  const bool event = ok && ctx_.config.rma_events;
   const uint32_t o = ops_.Alloc(ok ? OpKind::kReadData : OpKind::kResponse);
-  if (o == kNone) {
+  // The event's room is taken with the answer's: the request is consumed
+  // (and counted) once, or refused whole and comes again.
+  if (o == kNone || (event && !completions_.Reserve())) {
+    if (o != kNone) ops_.Free(o);
     ++ctx_.counters.rma_no_slot;
     return false;  // refused: comes again when an answer of ours is acknowledged
   }
@@ -350,6 +355,15 @@ bool Rma::ConsumeReadRequest(uint32_t pi, const wire::RmaFields& r) {
   a.ref = &g.reads;  // the region stays until the answer is acknowledged
   ++g.reads;
   ++ctx_.counters.rma_served;
+  if (event) {
+    Completion c;
+    c.context = g.context;
+    c.flags = kCompRma | kCompRemoteRead;
+    c.len = r.total_length;
+    c.buf = const_cast<uint8_t*>(a.src);
+    c.source = session_.peers().Id(pi);
+    completions_.Push(c);
+  }
   reliability_.Queue(pi, o);
   return true;
 }

@@ -20,15 +20,17 @@ namespace bypass::rdm {
 // Every stage of one endpoint, each holding references to those below it.
 struct Stages {
   // REQUIRES: ring_size a power of two at least config.window_packets.
+  // shared: the receive queue shared with other endpoints, or null.
   Stages(const EndpointConfig& config, const DeviceParams& dev, uint32_t max_datagram,
-         uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation)
+         uint32_t ring_size, uint32_t held_budget, uint64_t seed, uint32_t incarnation,
+         SharedMatch* shared = nullptr)
       : ctx(config, dev, max_datagram, incarnation, seed, held_budget + kReleaseSlack),
         session(ctx, config.max_peers),
         completions(ctx.counters, session.peers(), config.max_send_ops + config.max_posted_recvs,
                     config.max_send_ops),
         ops(ctx, config.max_send_ops, config.max_rma_ops, config.inject_size),
         reliability(ctx, session, ops, completions, ring_size, held_budget),
-        messaging(ctx, session, ops, completions, reliability),
+        messaging(ctx, session, ops, completions, reliability, shared),
         rma(ctx, session, ops, completions, reliability) {}
   Stages(const Stages&) = delete;
   Stages& operator=(const Stages&) = delete;

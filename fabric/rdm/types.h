@@ -127,7 +127,8 @@ struct RegionRequest {
   // The key peers must present; unset: RandomRegionKey() (one no live
   // region has).
   std::optional<uint64_t> key = std::nullopt;
-  // Reported with the completion of a remote write carrying CQ data.
+  // Reported with the completion of a peer's access to the region (a write
+  // carrying CQ data; every write and read with EndpointConfig::rma_events).
   void* context = nullptr;
 };
 
@@ -163,12 +164,16 @@ inline constexpr uint64_t kCompRemoteData = 1u << 4;  // data holds the sender's
 inline constexpr uint64_t kCompRma = 1u << 5;
 inline constexpr uint64_t kCompRead = 1u << 6;         // an RMA read we issued
 inline constexpr uint64_t kCompWrite = 1u << 7;        // an RMA write we issued
-inline constexpr uint64_t kCompRemoteWrite = 1u << 8;  // a peer's write with CQ data landed here
+// A peer's write landed here: one with CQ data always (kCompRemoteData
+// too), every one with EndpointConfig::rma_events.
+inline constexpr uint64_t kCompRemoteWrite = 1u << 8;
 inline constexpr uint64_t kCompMultiRecv = 1u << 9;    // the multi-receive buffer is released
 // (Errors only.) An inject's or a buffered send's failure: the operation
 // has no completion of its own (an inject) or has had it already (buffered):
 // the error must not be reported as a second completion of it.
 inline constexpr uint64_t kCompAfterCompletion = 1u << 10;
+// A peer's read of a region here was answered (EndpointConfig::rma_events).
+inline constexpr uint64_t kCompRemoteRead = 1u << 11;
 
 // One finished operation.
 struct Completion {

@@ -17,27 +17,6 @@
 namespace bypass::fi::conformance {
 namespace {
 
-void WriteMsg(int fd, const std::string& m) {
-  const uint32_t n = m.size();
-  CHECK(write(fd, &n, sizeof n) == sizeof n && write(fd, m.data(), n) == static_cast<ssize_t>(n),
-        "writing to the other process failed");
-}
-
-std::string ReadMsg(int fd, const char* what) {
-  pollfd p{fd, POLLIN, 0};
-  CHECK(poll(&p, 1, kHangSeconds * 1000) == 1, "hang: no " << what << " from the other process");
-  uint32_t n = 0;
-  CHECK(read(fd, &n, sizeof n) == sizeof n, "the other process ended before sending " << what);
-  std::string m(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = read(fd, m.data() + got, n - got);
-    CHECK(r > 0, "the other process ended in the middle of " << what);
-    got += r;
-  }
-  return m;
-}
-
 struct Child {
   pid_t pid;
   int to;    // parent -> child

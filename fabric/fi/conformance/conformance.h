@@ -176,6 +176,11 @@ class HangGuard {
 // The runner's verdict pipe, for HangGuard.
 void SetVerdictFd(int fd);
 
+// Length-prefixed messages between the processes of a case (pipes): a
+// read waits at most kHangSeconds.
+void WriteMsg(int fd, const std::string& m);
+std::string ReadMsg(int fd, const char* what);
+
 // The RMA address of `buf` in `mr` under the domain's mr_mode.
 uint64_t RmaAddr(const fi_info* info, const void* buf);
 

@@ -53,7 +53,9 @@ constexpr uint64_t kRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
 // ordering is not promised (the engine's RMA is newer than this contract).
 constexpr uint64_t kRdmMsgOrder = FI_ORDER_SAS;
 // The mr_mode bits a hint may offer that the facade then uses.
-constexpr int kMrModeUsed = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+// FI_MR_RMA_EVENT: regions registered with FI_RMA_EVENT start disabled,
+// take their counters (fi_mr_bind) and are enabled by fi_mr_enable (mr.cc).
+constexpr int kMrModeUsed = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_RMA_EVENT;
 constexpr size_t kIpUdpHeaders = 20 + 8;
 
 thread_local std::string g_mismatch;
@@ -118,6 +120,7 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
   const size_t datagram = o.device.mtu > kIpUdpHeaders ? o.device.mtu - kIpUdpHeaders : 0;
   if (type == FI_EP_RDM) {
     d.caps = (o.rdm_caps & kRdmCaps) | comm;
+    if ((d.caps & FI_RMA) == 0) d.caps &= ~FI_RMA_EVENT;  // events of RMA targets
     d.max_msg_size = o.limits.max_msg_size;
     d.inject_size = o.limits.inject_size;
     d.tx_size = o.limits.max_send_ops;
@@ -260,13 +263,14 @@ void CheckEp(uint32_t version, const fi_ep_attr* h, const fi_ep_attr& o, size_t 
   c->AtMost("max_order_raw_size", h->max_order_raw_size, o.max_order_raw_size);
   c->AtMost("max_order_war_size", h->max_order_war_size, o.max_order_war_size);
   c->AtMost("max_order_waw_size", h->max_order_waw_size, o.max_order_waw_size);
+  // Shared contexts (fi_stx_context, fi_srx_context) for FI_EP_RDM.
   if (h->tx_ctx_cnt == FI_SHARED_CONTEXT) {
-    c->Fail("tx_ctx_cnt FI_SHARED_CONTEXT asked; bypass has no shared transmit contexts");
+    if (o.type != FI_EP_RDM) c->Fail("tx_ctx_cnt FI_SHARED_CONTEXT asked; %s has none", EpName(o.type));
   } else {
     c->AtMost("ep tx_ctx_cnt", h->tx_ctx_cnt, max_ctx);
   }
   if (h->rx_ctx_cnt == FI_SHARED_CONTEXT) {
-    c->Fail("rx_ctx_cnt FI_SHARED_CONTEXT asked; bypass has no shared receive contexts");
+    if (o.type != FI_EP_RDM) c->Fail("rx_ctx_cnt FI_SHARED_CONTEXT asked; %s has none", EpName(o.type));
   } else {
     c->AtMost("ep rx_ctx_cnt", h->rx_ctx_cnt, max_ctx);
   }
@@ -362,8 +366,10 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   dom->rx_ctx_cnt = kMaxEndpoints;
   dom->max_ep_tx_ctx = o.max_ep_ctx;
   dom->max_ep_rx_ctx = o.max_ep_ctx;
-  dom->max_ep_stx_ctx = 0;
-  dom->max_ep_srx_ctx = 0;
+  // An RDM endpoint may use one shared transmit and one shared receive
+  // context (fabric/fi/shared_ctx.h).
+  dom->max_ep_stx_ctx = type == FI_EP_RDM ? 1 : 0;
+  dom->max_ep_srx_ctx = type == FI_EP_RDM ? 1 : 0;
   dom->cntr_cnt = kMaxCntrs;
   dom->mr_iov_limit = kIovLimit;
   dom->caps = d.caps & (FI_LOCAL_COMM | FI_REMOTE_COMM);
@@ -403,6 +409,11 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
     // fi_getinfo(3): the primary capabilities asked (with their modifiers),
     // and the secondary ones we offer at no cost.
     info->caps = (hints->caps & (kPrimaryCaps | kPrimaryModifiers)) | (info->caps & kSecondaryCaps);
+  }
+  // FI_RMA_EVENT is about RMA targets (fi_getinfo(3)): not without FI_RMA
+  // unless asked.
+  if ((info->caps & FI_RMA) == 0 && (hints->caps & FI_RMA_EVENT) == 0) {
+    info->caps &= ~FI_RMA_EVENT;
   }
   const fi_tx_attr* ht = hints->tx_attr;
   info->tx_attr->caps = (ht != nullptr && ht->caps != 0 ? ht->caps : info->caps) & kTxCaps;

@@ -38,8 +38,11 @@ inline constexpr size_t kCqDataSize = sizeof(uint64_t);
 // FI_LOCAL_COMM / FI_REMOTE_COMM come from the device (see DomainOffer).
 inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_RECV | FI_READ |
                                      FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
-                                     FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE;
-inline constexpr uint64_t kDgramCaps = FI_MSG | FI_SEND | FI_RECV | FI_SOURCE;
+                                     FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT |
+                                     FI_SHARED_AV;
+// FI_SHARED_AV: named AVs shared by the user's processes of a host
+// (fabric/fi/av_shared.h), for both endpoint types.
+inline constexpr uint64_t kDgramCaps = FI_MSG | FI_SEND | FI_RECV | FI_SOURCE | FI_SHARED_AV;
 
 // The wire protocol an RDM entry names in ep_attr->protocol: libfabric has
 // no value for it, so it is provider specific (fi_endpoint(3)); the version

@@ -119,7 +119,9 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_EQ(d->cq_data_size, 8u);
   EXPECT_EQ(d->ep_cnt, kMaxEndpoints);
   EXPECT_EQ(d->max_ep_tx_ctx, 1u);
-  EXPECT_EQ(d->max_ep_stx_ctx, 0u);
+  EXPECT_EQ(d->max_ep_stx_ctx, 1u);  // shared contexts, one each way
+  EXPECT_EQ(d->max_ep_srx_ctx, 1u);
+  EXPECT_EQ(v[1]->domain_attr->max_ep_stx_ctx, 0u);  // none for datagrams
   EXPECT_EQ(d->mr_iov_limit, 1u);
   EXPECT_EQ(d->caps, FI_LOCAL_COMM | FI_REMOTE_COMM);
   EXPECT_EQ(d->auth_key_size, 4u);
@@ -213,7 +215,9 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   hints_->caps = FI_MSG;
   ExpectEntries(2);
   for (fi_info* i : List()) {
-    EXPECT_EQ(i->caps & ~(FI_MSG | FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM), 0u)
+    EXPECT_EQ(i->caps & ~(FI_MSG | FI_MULTI_RECV | FI_SOURCE | FI_SHARED_AV | FI_LOCAL_COMM |
+                          FI_REMOTE_COMM),
+              0u)
         << i->caps;
     EXPECT_NE(i->caps & FI_MSG, 0u);
     EXPECT_EQ(i->tx_attr->caps, FI_MSG);
@@ -224,7 +228,8 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   ExpectEntries(1);
   EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
   EXPECT_EQ(result_->caps,
-            FI_TAGGED | FI_SEND | FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM);
+            FI_TAGGED | FI_SEND | FI_MULTI_RECV | FI_SOURCE | FI_SHARED_AV | FI_LOCAL_COMM |
+                FI_REMOTE_COMM);
   EXPECT_EQ(result_->tx_attr->caps, FI_TAGGED | FI_SEND);
   EXPECT_EQ(result_->rx_attr->caps & FI_TAGGED, FI_TAGGED);
   hints_->caps = FI_RMA | FI_MSG | FI_LOCAL_COMM | FI_REMOTE_COMM;
@@ -236,6 +241,14 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   ExpectNoMatch("caps");
   hints_->caps = FI_MSG | FI_HMEM;
   ExpectNoMatch("caps");
+  // FI_RMA_EVENT comes with FI_RMA, or when asked.
+  hints_->caps = FI_RMA;
+  ExpectEntries(1);
+  EXPECT_EQ(result_->caps & FI_RMA_EVENT, FI_RMA_EVENT);
+  EXPECT_EQ(result_->rx_attr->caps & FI_RMA_EVENT, FI_RMA_EVENT);
+  hints_->caps = FI_MSG | FI_RMA_EVENT;
+  ExpectEntries(1);
+  EXPECT_EQ(result_->caps & FI_RMA_EVENT, FI_RMA_EVENT);
   // A domain that lacks RMA today.
   hints_->caps = FI_RMA;
   offers_[0].rdm_caps =
@@ -391,6 +404,11 @@ TEST_F(InfoTest, MrModeBitsAndLegacyValues) {
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
   ExpectEntries(2);
   EXPECT_EQ(result_->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY);
+  // FI_MR_RMA_EVENT is followed when offered (regions registered with
+  // FI_RMA_EVENT then wait for fi_mr_enable).
+  hints_->domain_attr->mr_mode = FI_MR_RMA_EVENT | FI_MR_ENDPOINT;
+  ExpectEntries(2);
+  EXPECT_EQ(result_->domain_attr->mr_mode, FI_MR_RMA_EVENT);
   hints_->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ENDPOINT;
   ExpectEntries(2);
   EXPECT_EQ(result_->domain_attr->mr_mode, 0);
@@ -405,7 +423,7 @@ TEST_F(InfoTest, MrModeBitsAndLegacyValues) {
   // libfabric's core passes every bit but the legacy ones for "any mode".
   hints_->domain_attr->mr_mode = ~(FI_MR_BASIC | FI_MR_SCALABLE);
   ExpectEntries(2);
-  EXPECT_EQ(result_->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY);
+  EXPECT_EQ(result_->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_RMA_EVENT);
   hints_->domain_attr->mr_mode = 1 << 20;
   ExpectEntries(2);
   EXPECT_EQ(result_->domain_attr->mr_mode, 0);
@@ -452,8 +470,8 @@ TEST_F(InfoTest, DomainSizesAndCounts) {
       {&fi_domain_attr::rx_ctx_cnt, kMaxEndpoints + 1, "rx_ctx_cnt"},
       {&fi_domain_attr::max_ep_tx_ctx, 2, "max_ep_tx_ctx"},
       {&fi_domain_attr::max_ep_rx_ctx, 2, "max_ep_rx_ctx"},
-      {&fi_domain_attr::max_ep_stx_ctx, 1, "max_ep_stx_ctx"},
-      {&fi_domain_attr::max_ep_srx_ctx, 1, "max_ep_srx_ctx"},
+      {&fi_domain_attr::max_ep_stx_ctx, 2, "max_ep_stx_ctx"},
+      {&fi_domain_attr::max_ep_srx_ctx, 2, "max_ep_srx_ctx"},
       {&fi_domain_attr::cntr_cnt, kMaxCntrs + 1, "cntr_cnt"},
       {&fi_domain_attr::mr_iov_limit, 2, "mr_iov_limit"},
       {&fi_domain_attr::mr_cnt, offers_[0].limits.max_regions + 1u, "mr_cnt"},
@@ -557,11 +575,18 @@ TEST_F(InfoTest, EndpointAttributes) {
     ExpectNoMatch("max_order_");
     e->*f = 0;
   }
+  // Shared contexts: FI_EP_RDM only.
   e->tx_ctx_cnt = FI_SHARED_CONTEXT;
-  ExpectNoMatch("FI_SHARED_CONTEXT");
+  ExpectEntries(1);
+  EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
+  EXPECT_EQ(result_->ep_attr->tx_ctx_cnt, FI_SHARED_CONTEXT);
   e->tx_ctx_cnt = 0;
   e->rx_ctx_cnt = FI_SHARED_CONTEXT;
+  ExpectEntries(1);
+  EXPECT_EQ(result_->ep_attr->rx_ctx_cnt, FI_SHARED_CONTEXT);
+  e->type = FI_EP_DGRAM;
   ExpectNoMatch("FI_SHARED_CONTEXT");
+  e->type = FI_EP_UNSPEC;
   e->rx_ctx_cnt = 2;
   ExpectNoMatch("rx_ctx_cnt");
 }
