@@ -28,7 +28,15 @@ struct Av {
   std::vector<std::optional<rdm::Address>> addrs;  // indexed by fi_addr
   std::vector<Ep*> eps;
   Eq* eq = nullptr;  // fi_av_bind: inserts complete as FI_AV_COMPLETE events
+  // av_attr->rx_ctx_bits: the high bits of an fi_addr that name a receive
+  // context (fi_rx_addr), the rest the entry.
+  int rx_ctx_bits = 0;
 };
+
+// The bits of an fi_addr that name the AV entry under rx_ctx_bits bits.
+inline fi_addr_t RxIndexMask(int rx_ctx_bits) {
+  return rx_ctx_bits == 0 ? ~fi_addr_t{0} : ~fi_addr_t{0} >> rx_ctx_bits;
+}
 static_assert(offsetof(Av, fid) == 0);
 
 inline Av* AsAv(const void* f) { return As<Av>(f, FI_CLASS_AV); }

@@ -50,7 +50,7 @@ fi_ops g_cntr_fi_ops = {
 uint64_t CntrRead(fid_cntr* f) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return 0;
-  DomainGuard g(c->domain->lock);
+  DomainGuard g(*c->lock.load());
   ProgressAll(c->eps);
   return c->value.load();
 }
@@ -58,7 +58,7 @@ uint64_t CntrRead(fid_cntr* f) {
 uint64_t CntrReadErr(fid_cntr* f) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return 0;
-  DomainGuard g(c->domain->lock);
+  DomainGuard g(*c->lock.load());
   ProgressAll(c->eps);
   return c->errors.load();
 }
@@ -99,7 +99,7 @@ int CntrWait(fid_cntr* f, uint64_t threshold, int timeout) {
   const uint64_t errors = c->errors.load();
   for (;;) {
     {
-      DomainGuard g(c->domain->lock);
+      DomainGuard g(*c->lock.load());
       ProgressAll(c->eps);
     }
     if (c->value.load() >= threshold) return 0;
@@ -139,6 +139,7 @@ int OpenCntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** out, void* conte
   c->fid.fid.ops = &g_cntr_fi_ops;
   c->fid.ops = &g_cntr_ops;
   c->domain = d;
+  c->lock.store(&d->lock);
   d->obj.refs.fetch_add(1);
   *out = &c.release()->fid;
   return 0;

@@ -27,6 +27,8 @@ struct Cntr {
   std::atomic<uint64_t> value{0};
   std::atomic<uint64_t> errors{0};
   std::vector<Ep*> eps;  // progressed by every read and wait
+  // The lock of the endpoints it serves (as Cq::lock).
+  std::atomic<DomainLock*> lock{nullptr};
 };
 static_assert(offsetof(Cntr, fid) == 0);
 

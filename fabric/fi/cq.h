@@ -44,6 +44,9 @@ struct Cq {
   Ring<CqError> errors;       // bounded by capacity
   char last_error[160] = {};  // err_data of the last readerr without a buffer
   std::vector<Ep*> eps;       // progressed by every read
+  // The lock of the endpoints it serves, which a read takes: the domain's,
+  // or the queue's of a scalable endpoint's context (ep.cc, ServesLock).
+  std::atomic<DomainLock*> lock{nullptr};
   std::atomic<bool> signaled{false};
 
   size_t room() const { return capacity - entries.size(); }

@@ -50,11 +50,13 @@ constexpr uint64_t kRecvFlags =
     FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE | FI_MSG |
     FI_TAGGED | FI_RECV;
 
-// The enabled endpoint behind a handle (an alias gives its flags).
+// The enabled endpoint behind a handle (an alias or a context gives its
+// flags).
 struct Target {
   Ep* ep = nullptr;       // the base endpoint
   uint64_t tx_flags = 0;  // the handle's default flags
   uint64_t rx_flags = 0;
+  Ep::Side side = Ep::kWhole;  // a context's side: a transmit context cannot receive
   int err = 0;
 };
 
@@ -68,7 +70,10 @@ Target Resolve(fid_ep* f) {
   t.ep = e->base;
   t.tx_flags = e->tx_op_flags;
   t.rx_flags = e->rx_op_flags;
-  if (!Enabled(t.ep)) t.err = -FI_EOPBADSTATE;  // fi_enable first
+  t.side = e->side;
+  if (!Enabled(t.ep) || (e->side != Ep::kWhole && !e->side_enabled)) {
+    t.err = -FI_EOPBADSTATE;  // fi_enable first
+  }
   return t;
 }
 
@@ -129,18 +134,19 @@ struct SendArgs {
 
 ssize_t PostSend(const Target& t, const SendArgs& a) {
   if (t.err != 0) return t.err;
+  if (t.side == Ep::kRx) return -FI_EOPNOTSUPP;  // a receive context
   Ep* ep = t.ep;
   size_t len = 0;
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
     if (a.flags & FI_DELIVERY_COMPLETE) return -FI_EBADFLAGS;  // datagrams are not acknowledged
     return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
   }
   rdm::SendRequest r;
-  if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
+  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, a.dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.tag = a.tag;
@@ -229,13 +235,14 @@ struct RecvArgs {
 
 ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (t.err != 0) return t.err;
+  if (t.side == Ep::kTx) return -FI_EOPNOTSUPP;  // a transmit context
   Ep* ep = t.ep;
   size_t len = 0;
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kRecvFlags) != 0) return -FI_EBADFLAGS;
   if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
   if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
     if (a.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD)) return -FI_EINVAL;
@@ -243,7 +250,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   rdm::RecvRequest r;
   r.source = rdm::kAnyPeer;
   if ((ep->caps & FI_DIRECTED_RECV) && a.src != FI_ADDR_UNSPEC && ep->rdm != nullptr) {
-    if (!ep->peers.Find(a.src, &r.source)) return -FI_EINVAL;
+    if (!FindPeer(ep, a.src, &r.source)) return -FI_EINVAL;
   }
   r.context = a.context;
   r.tagged = a.tagged;
@@ -293,15 +300,16 @@ struct RmaArgs {
 
 ssize_t PostRma(const Target& t, const RmaArgs& a) {
   if (t.err != 0) return t.err;
+  if (t.side == Ep::kRx) return -FI_EOPNOTSUPP;  // a receive context
   Ep* ep = t.ep;
   size_t len = 0;
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
   if (a.read && (a.flags & (FI_INJECT | FI_REMOTE_CQ_DATA))) return -FI_EINVAL;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
-  if (!ep->peers.Find(a.dest, &r.dest)) return -FI_EINVAL;
+  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, a.dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.addr = a.addr;
