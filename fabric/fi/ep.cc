@@ -342,14 +342,26 @@ absl::Status CreateOnPort(Ep* ep) {
 
 }  // namespace
 
+void DisableEp(Ep* ep) {
+  for (Mr* mr : ep->domain->mrs) EraseOne(mr->registered, ep);
+  ReleasePort(*ep->lane, ep->udp_port);
+  ep->rdm.reset();
+  ep->dgram.reset();
+  ep->drain.reset();
+  ep->records.Release();
+  ep->peers = PeerMap();
+}
+
 int EnableEp(Ep* ep) {
   if (Enabled(ep)) return 0;
   if (ep->av == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
-  if (ep->cqs.tx == nullptr && ep->cqs.rx == nullptr && ep->cntrs.send == nullptr &&
-      ep->cntrs.recv == nullptr) {
+  // A slot of a scalable endpoint is enabled with its first context (its
+  // contexts bind their CQs, sep.cc).
+  if (ep->sep == nullptr && ep->cqs.tx == nullptr && ep->cqs.rx == nullptr &&
+      ep->cntrs.send == nullptr && ep->cntrs.recv == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind a CQ or counter first\n");
     return -FI_ENOCQ;
   }
@@ -378,12 +390,7 @@ int EnableEp(Ep* ep) {
   }
   ep->drain = std::make_unique<DrainBuffers>();
   auto fail = [ep](int ret) {
-    ReleasePort(*ep->lane, ep->udp_port);
-    ep->rdm.reset();
-    ep->dgram.reset();
-    ep->drain.reset();
-    ep->peers.peer_of.clear();
-    ep->peers.addr_of.clear();
+    DisableEp(ep);
     return ret;
   };
   if (ep->dscp && ep->rdm != nullptr) {

@@ -232,6 +232,9 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx, std::un
 // fi_enable of an endpoint (or a slot of a scalable endpoint): its engine
 // endpoint on its lane. REQUIRES: the domain's and the endpoint's locks.
 int EnableEp(Ep* ep);
+// Undoes EnableEp of an endpoint nothing has used yet (a failed enable; a
+// scalable endpoint moving its ports). REQUIRES: the same locks.
+void DisableEp(Ep* ep);
 // Closes an endpoint's (or slot's) engine side and takes it off its
 // domain: lingers, unbinds, frees its port. REQUIRES: the domain's lock.
 void CloseEngineEp(Ep* ep);

@@ -264,6 +264,31 @@ void PlaceSlot(Domain* d, Ep* slot) {
 
 size_t ContextCount(size_t asked) { return asked == 0 ? 1 : asked; }
 
+// The engine endpoints of every slot at once (the first context's
+// fi_enable), so that the run of ports is the scalable endpoint's before
+// any context uses it. On a device whose ports the host shares, the run
+// may be another process's: a base nobody named moves on. REQUIRES: the
+// domain's lock.
+int EnableSlots(Sep* sep) {
+  for (int tries = 0;; ++tries) {
+    int ret = 0;
+    for (Ep* slot : sep->slots) {
+      DomainGuard q(*slot->lock);
+      ret = EnableEp(slot);
+      if (ret != 0) break;
+    }
+    if (ret == 0) return 0;
+    for (Ep* slot : sep->slots) {
+      DomainGuard q(*slot->lock);
+      if (Enabled(slot)) DisableEp(slot);
+    }
+    if (ret != -FI_EADDRINUSE || sep->port_given || tries == kPortTries) return ret;
+    const uint16_t next = FreeRun(sep->domain, sep->base_port + 1u, sep->slots.size(), sep);
+    if (next == 0) return ret;
+    SetBase(sep, next);
+  }
+}
+
 }  // namespace
 
 int CheckContextBind(const Ep* ctx, const fid* bfid, uint64_t flags) {
@@ -299,18 +324,7 @@ int EnableContext(Ep* ctx) {
     return -FI_ENOAV;
   }
   if (!Enabled(slot)) {
-    // On a device whose ports the host shares, the run may be another
-    // process's: a base nobody named moves on while no context has its
-    // engine endpoint yet.
-    const bool movable = !sep->port_given && !AnyEnabled(sep);
-    int ret = EnableEp(slot);
-    for (int tries = 0; ret == -FI_EADDRINUSE && movable && tries < kPortTries; ++tries) {
-      const uint16_t next = FreeRun(sep->domain, sep->base_port + 1u, sep->slots.size(), sep);
-      if (next == 0) break;
-      SetBase(sep, next);
-      ret = EnableEp(slot);
-    }
-    if (ret != 0) return ret;
+    if (int ret = EnableSlots(sep); ret != 0) return ret;
   }
   ctx->side_enabled = true;
   return 0;
