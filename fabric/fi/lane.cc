@@ -30,6 +30,9 @@ struct SharedOpen {
 namespace {
 
 std::mutex g_opens_mu;
+// Serializes the domains' opens, so two threads opening one URI at once
+// share one open of it (not two ports).
+std::mutex g_open_serial;
 // URI -> the process's open of it (devices that deliver by frame).
 std::map<std::string, std::weak_ptr<SharedOpen>>& Opens() {
   static auto* opens = new std::map<std::string, std::weak_ptr<SharedOpen>>();
@@ -109,6 +112,7 @@ Lane::~Lane() {
 absl::StatusOr<std::shared_ptr<Lane>> OpenDomainLane(const std::string& uri, bool thread_safe,
                                                      std::string* note) {
   note->clear();
+  std::lock_guard<std::mutex> serial(g_open_serial);
   std::shared_ptr<SharedOpen> open;
   {
     std::lock_guard<std::mutex> l(g_opens_mu);
