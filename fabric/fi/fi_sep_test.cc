@@ -301,6 +301,47 @@ TEST(ScalableEndpoint, NamedReceiveContext) {
   d.Close();
 }
 
+// Counters bound to a transmit context (FI_SEND) and to the receive
+// context of the same index (FI_RECV) count its operations; reading them
+// progresses the context.
+TEST(ScalableEndpoint, CountersOnContexts) {
+  Domain d;
+  d.Open(kDefault, 1);
+  fid_ep* sep = nullptr;
+  ASSERT_EQ(fi_scalable_ep(d.domain, d.info, &sep, nullptr), 0);
+  ASSERT_EQ(fi_scalable_ep_bind(sep, &d.av->fid, 0), 0);
+  fid_ep *tx = nullptr, *rx = nullptr;
+  fid_cntr *sent = nullptr, *received = nullptr;
+  fi_cntr_attr cntr_attr{};
+  cntr_attr.events = FI_CNTR_EVENTS_COMP;
+  ASSERT_EQ(fi_cntr_open(d.domain, &cntr_attr, &sent, nullptr), 0);
+  ASSERT_EQ(fi_cntr_open(d.domain, &cntr_attr, &received, nullptr), 0);
+  ASSERT_EQ(fi_tx_context(sep, 0, nullptr, &tx, nullptr), 0);
+  ASSERT_EQ(fi_rx_context(sep, 0, nullptr, &rx, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(tx, &sent->fid, FI_SEND), 0);
+  ASSERT_EQ(fi_ep_bind(rx, &received->fid, FI_RECV), 0);
+  ASSERT_EQ(fi_enable(tx), 0);
+  ASSERT_EQ(fi_enable(rx), 0);
+  std::vector<char> name(64);
+  size_t len = name.size();
+  ASSERT_EQ(fi_getname(&sep->fid, name.data(), &len), 0);
+  fi_addr_t self;
+  ASSERT_EQ(fi_av_insert(d.av, name.data(), 1, &self, 0, nullptr), 1);
+  char in[3][4], out[4] = "abc";
+  for (auto& b : in) ASSERT_EQ(fi_recv(rx, b, sizeof(b), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(fi_send(tx, out, sizeof(out), nullptr, self, nullptr), 0);
+  for (int i = 0; i < 1'000'000 && (fi_cntr_read(sent) < 3 || fi_cntr_read(received) < 3); ++i) {
+  }
+  EXPECT_EQ(fi_cntr_read(sent), 3u);
+  EXPECT_EQ(fi_cntr_read(received), 3u);
+  EXPECT_EQ(fi_close(&tx->fid), 0);
+  EXPECT_EQ(fi_close(&rx->fid), 0);
+  EXPECT_EQ(fi_close(&sent->fid), 0);
+  EXPECT_EQ(fi_close(&received->fid), 0);
+  EXPECT_EQ(fi_close(&sep->fid), 0);
+  d.Close();
+}
+
 // fi_endpoint(3): a scalable endpoint with open contexts, and the CQs bound
 // to open contexts, do not close (-FI_EBUSY); each closes after them.
 TEST(ScalableEndpoint, ClosingOrder) {
