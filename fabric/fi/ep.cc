@@ -385,7 +385,11 @@ int EnableEp(Ep* ep) {
                    first_port, ep->udp_port);
   }
   if (!made.ok()) {
-    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(made.message()).c_str());
+    // A scalable endpoint's slot whose port is taken moves with its run
+    // (sep.cc EnableSlots, which says so if it cannot).
+    if (ep->sep == nullptr || !absl::IsAlreadyExists(made)) {
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(made.message()).c_str());
+    }
     return FromStatus(made);
   }
   ep->drain = std::make_unique<DrainBuffers>();
@@ -781,7 +785,10 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
   }
   if (const char* attr = AttrBeyondLimits(info, d->fabric->settings.engine, type, max_ctx)) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "%s is beyond what fi_getinfo offers for this domain; "
-                   "use the value fi_getinfo returned\n", attr);
+                   "use the value fi_getinfo returned%s\n", attr,
+                   max_ctx == 1 && std::strstr(attr, "ctx_cnt") != nullptr
+                       ? " (more than one context: fi_scalable_ep)"
+                       : "");
     return -FI_EINVAL;
   }
   auto ep = std::make_unique<Ep>();

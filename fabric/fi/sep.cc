@@ -282,9 +282,17 @@ int EnableSlots(Sep* sep) {
       DomainGuard q(*slot->lock);
       if (Enabled(slot)) DisableEp(slot);
     }
-    if (ret != -FI_EADDRINUSE || sep->port_given || tries == kPortTries) return ret;
-    const uint16_t next = FreeRun(sep->domain, sep->base_port + 1u, sep->slots.size(), sep);
-    if (next == 0) return ret;
+    if (ret != -FI_EADDRINUSE) return ret;
+    const uint16_t next = sep->port_given || tries == kPortTries
+                              ? 0
+                              : FreeRun(sep->domain, sep->base_port + 1u, sep->slots.size(), sep);
+    if (next == 0) {
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: UDP ports %u..%zu of the scalable endpoint: one "
+                     "is another process's%s\n", sep->base_port,
+                     sep->base_port + sep->slots.size() - 1,
+                     sep->port_given ? "; give it another src_addr" : ", and no free run is left");
+      return ret;
+    }
     SetBase(sep, next);
   }
 }
