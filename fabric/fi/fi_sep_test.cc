@@ -1,6 +1,7 @@
 // Scalable endpoints (fi_endpoint(3) "SCALABLE ENDPOINTS", fabric/fi/sep.h)
 // and several domains on one device (fabric/fi/lane.h), over the public
-// libfabric API: a thread per context, each sending a fixed count of
+// libfabric API (and the provider's objects behind the handles, to check
+// which lock each context takes): a thread per context, each sending a fixed count of
 // messages to the peer's receive context of the same index (fi_rx_addr), on
 // the default domain (a device instance per context) and on loopback ports
 // with several steered queues; named receive contexts; closing order; two
@@ -19,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "fabric/fi/domain.h"
+#include "fabric/fi/ep.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -42,6 +45,18 @@ const bool kEnvironment = [] {
 }();
 
 constexpr int kRxBits = 2;
+
+// The lock a call on a context (or on the domain) takes (fabric/fi/lane.h):
+// what the test checks to say the contexts progress independently.
+const bypass::fi::DomainLock* LockOf(const bypass::fi::DomainLock* l) {
+  return l->shared != nullptr ? l->shared : l;
+}
+const bypass::fi::DomainLock* LockOf(fid_ep* context) {
+  return LockOf(bypass::fi::AsEp(context)->base->lock);
+}
+const bypass::fi::DomainLock* LockOf(fid_domain* domain) {
+  return LockOf(&bypass::fi::AsDomain(domain)->lock);
+}
 
 fi_info* Hints(size_t contexts, fi_threading threading = FI_THREAD_SAFE) {
   fi_info* h = fi_allocinfo();
@@ -181,7 +196,9 @@ int RunContext(Scalable& from, Scalable& to, fi_addr_t to_addr, size_t i, int co
   return in_order;
 }
 
-void TwoThreads(const char* dev_a, const char* dev_b) {
+// own_queues: each context has a queue and a lock of its own, none the
+// domain's; otherwise every context takes the domain's.
+void TwoThreads(const char* dev_a, const char* dev_b, bool own_queues) {
   constexpr size_t kContexts = 2;
   constexpr int kMessages = 2000;
   Domain da, db;
@@ -192,6 +209,18 @@ void TwoThreads(const char* dev_a, const char* dev_b) {
   a.Open(da, kContexts);
   b.Open(b_dom, kContexts);
   if (::testing::Test::HasFatalFailure()) return;
+  for (Scalable* s : {&a, &b}) {
+    fid_domain* domain = s == &a ? da.domain : b_dom.domain;
+    for (size_t i = 0; i < kContexts; ++i) {
+      EXPECT_EQ(LockOf(s->tx[i]), LockOf(s->rx[i])) << "context " << i << ": one engine endpoint";
+      if (own_queues) {
+        EXPECT_NE(LockOf(s->tx[i]), LockOf(domain)) << "context " << i;
+        for (size_t j = 0; j < i; ++j) EXPECT_NE(LockOf(s->tx[i]), LockOf(s->tx[j]));
+      } else {
+        EXPECT_EQ(LockOf(s->tx[i]), LockOf(domain)) << "context " << i;
+      }
+    }
+  }
   fi_addr_t b_addr = FI_ADDR_NOTAVAIL;
   std::vector<char> nb = b.Name();
   ASSERT_EQ(fi_av_insert(da.av, nb.data(), 1, &b_addr, 0, nullptr), 1);
@@ -213,11 +242,13 @@ void TwoThreads(const char* dev_a, const char* dev_b) {
   da.Close();
 }
 
-TEST(ScalableEndpoint, TwoThreadsOnTheDefaultDomain) { TwoThreads(kDefault, kDefault); }
+TEST(ScalableEndpoint, TwoThreadsOnTheDefaultDomain) { TwoThreads(kDefault, kDefault, true); }
 
-TEST(ScalableEndpoint, TwoThreadsOnSteeredQueues) { TwoThreads(kSteerA, kSteerB); }
+TEST(ScalableEndpoint, TwoThreadsOnSteeredQueues) { TwoThreads(kSteerA, kSteerB, true); }
 
-TEST(ScalableEndpoint, TwoThreadsDemultiplexedInSoftware) { TwoThreads(kOneQueue, kOneQueuePeer); }
+TEST(ScalableEndpoint, TwoThreadsDemultiplexedInSoftware) {
+  TwoThreads(kOneQueue, kOneQueuePeer, false);
+}
 
 TEST(ScalableEndpoint, InfoSaysWhichQueuesAreIndependent) {
   fi_info* def = InfoFor(kDefault, 4);
@@ -424,10 +455,11 @@ TEST(ScalableEndpoint, Errors) {
 // Two domains of one process on one loopback port (opened once, lane.h):
 // the first takes queue 0, the second queue 1, and their endpoints talk.
 // On a port with one queue they share it (and its lock).
-void TwoDomainsOnOneDevice(const char* dev) {
+void TwoDomainsOnOneDevice(const char* dev, bool share_queue) {
   Domain d1, d2;
   d1.Open(dev, 1);
   d2.Open(dev, 1);
+  EXPECT_EQ(LockOf(d1.domain) == LockOf(d2.domain), share_queue);
   fid_ep* ep[2] = {};
   fid_cq* cq[2] = {};
   Domain* ds[2] = {&d1, &d2};
@@ -474,11 +506,11 @@ void TwoDomainsOnOneDevice(const char* dev) {
   d1.Close();
 }
 
-TEST(Domains, TwoOnOneSteeredDevice) { TwoDomainsOnOneDevice(kSteerA); }
+TEST(Domains, TwoOnOneSteeredDevice) { TwoDomainsOnOneDevice(kSteerA, false); }
 
-TEST(Domains, TwoOnOneQueue) { TwoDomainsOnOneDevice(kOneQueue); }
+TEST(Domains, TwoOnOneQueue) { TwoDomainsOnOneDevice(kOneQueue, true); }
 
-TEST(Domains, TwoOnTheDefaultDevice) { TwoDomainsOnOneDevice(kDefault); }
+TEST(Domains, TwoOnTheDefaultDevice) { TwoDomainsOnOneDevice(kDefault, false); }
 
 // A domain that takes no lock (FI_THREAD_DOMAIN) does not share its only
 // queue: a second domain on the device is refused with one line, and opens
