@@ -80,9 +80,9 @@ driver::DeviceInfo DescribeWithoutOpening(const std::string& uri) {
     uint32_t q = 0;
     if (absl::SimpleAtoi(*queues, &q) && q > 0 && q <= UINT16_MAX) d.num_queues = q;
   }
-  // Loopback ports steer; whether a DPDK port does is known once it is
-  // open (rte_flow): not claimed here.
-  d.can_steer = parsed->scheme == "loopback";
+  // Loopback ports and mlx5 NICs (verbs flow rules) steer; whether a DPDK
+  // port does is known once it is open (rte_flow): not claimed here.
+  d.can_steer = parsed->scheme == "loopback" || parsed->scheme == "mlx5";
   if (auto ip = parsed->Get("ip")) {
     if (auto v = driver::Ipv4Address::Parse(*ip); v.ok()) d.ipv4 = *v;
   }
