@@ -1,4 +1,4 @@
-// The domain: one device and its queue 0, and the domain's calls (the
+// The domain: one device queue (lane.h), and the domain's calls (the
 // objects it opens are in their own files; its fi_mr_* calls in mr.cc).
 #include "fabric/fi/domain.h"
 

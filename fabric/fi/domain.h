@@ -1,4 +1,4 @@
-// The domain (fi_domain(3)): one device and its queue 0, shared by the
+// The domain (fi_domain(3)): one device queue (lane.h), shared by the
 // endpoints opened on it.
 #ifndef BYPASS_FABRIC_FI_DOMAIN_H_
 #define BYPASS_FABRIC_FI_DOMAIN_H_
@@ -28,7 +28,7 @@ struct Mr;
 
 // One device (port) and the endpoints on its queue (lane.h: the process
 // opens a device that delivers by frame once, and each domain takes a
-// queue of it; domains share queue 0 when none is free).
+// queue of it; with none free, a domain shares another's).
 struct Domain {
   fid_domain fid;
   Obj obj;

@@ -22,7 +22,7 @@ struct SharedOpen {
   std::unique_ptr<driver::Device> dev;
   std::mutex mu;  // guards what follows; never held while a Lane dies
   std::vector<bool> taken;
-  std::weak_ptr<Lane> queue0;  // domains share it when no queue is free
+  std::weak_ptr<Lane> for_domains;  // a domain's, which others share when no queue is free
   std::set<uint16_t> ports;    // claimed by engine endpoints of any lane
   ~SharedOpen();
 };
@@ -83,7 +83,6 @@ std::shared_ptr<Lane> TakeFreeQueue(const std::shared_ptr<SharedOpen>& open, boo
     lane->queue = q;
     lane->port = std::make_unique<rdm::Port>(open->dev->queue(q), open->dev->info());
     lane->lock.thread_safe = thread_safe;
-    if (q == 0) open->queue0 = lane;
     return lane;
   }
   return nullptr;
@@ -130,11 +129,15 @@ absl::StatusOr<std::shared_ptr<Lane>> OpenDomainLane(const std::string& uri, boo
       Opens()[uri] = open;
     }
   }
-  if (std::shared_ptr<Lane> lane = TakeFreeQueue(open, thread_safe)) return lane;
+  if (std::shared_ptr<Lane> lane = TakeFreeQueue(open, thread_safe)) {
+    std::lock_guard<std::mutex> l(open->mu);
+    if (open->for_domains.expired()) open->for_domains = lane;
+    return lane;
+  }
   std::shared_ptr<Lane> first;
   {
     std::lock_guard<std::mutex> l(open->mu);
-    first = open->queue0.lock();
+    first = open->for_domains.lock();
   }
   if (first == nullptr || !first->lock.thread_safe) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -142,7 +145,7 @@ absl::StatusOr<std::shared_ptr<Lane>> OpenDomainLane(const std::string& uri, boo
         "FI_THREAD_DOMAIN, which takes no lock to share its queue with",
         "; open the device with more queues (queues=N) or another threading level"));
   }
-  // Domains share queue 0, its port and its lock (lane.h).
+  // Domains share one queue (the first domain's), its port and its lock.
   return first;
 }
 

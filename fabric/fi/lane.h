@@ -7,7 +7,7 @@
 // opened twice: the process opens each URI once (a reference-counted
 // SharedOpen), and each domain or context takes a free queue of it, its
 // ports steered there (Device::SteerUdpPort). With no free queue a domain
-// shares queue 0 with the domain on it (one Port, one lock), and a context
+// shares another domain's queue (one Port, one lock), and a context
 // stays on its domain's lane (software demultiplexing). Devices that
 // deliver by port (host_address: kernel UDP, the intra-host shm device,
 // their composite) have one queue each, but open again costs a socket or a
@@ -41,7 +41,7 @@ struct Lane {
 // The lane of a new domain on uri (the domain's threading: whether its lock
 // is taken). A URI LOCAL+REMOTE whose intra-host part cannot open falls
 // back to REMOTE alone (*note says so, else it is cleared). FailedPrecondition
-// when the device's only free lane is queue 0 of a domain that takes no
+// when no queue is free and the domain whose queue others share takes no
 // lock (FI_THREAD_DOMAIN).
 absl::StatusOr<std::shared_ptr<Lane>> OpenDomainLane(const std::string& uri, bool thread_safe,
                                                      std::string* note);
