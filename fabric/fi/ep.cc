@@ -745,10 +745,41 @@ bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out) {
   return true;
 }
 
+fi_addr_t SourceOf(Ep* ep, rdm::PeerId p) {
+  PeerMap& m = ep->peers;
+  const fi_addr_t fa = m.AddrOf(p);
+  const int bits = ep->av != nullptr ? ep->av->rx_ctx_bits : 0;
+  const uint32_t slot = p.slot();
+  if (fa != FI_ADDR_NOTAVAIL || bits == 0 || ep->rdm == nullptr ||
+      (slot < m.unnamed.size() && m.unnamed[slot])) {
+    return fa;
+  }
+  // Once per peer the engine learned from the network: which entry's
+  // receive context it is.
+  const std::optional<rdm::Address> a = ep->rdm->PeerAddress(p);
+  fi_addr_t found = FI_ADDR_NOTAVAIL;
+  for (fi_addr_t e = 0; a && e < m.av_addr.size() && found == FI_ADDR_NOTAVAIL; ++e) {
+    const std::optional<rdm::Address>& entry = m.av_addr[e];
+    if (entry && entry->ip == a->ip && a->udp_port > entry->udp_port &&
+        a->udp_port - entry->udp_port < (1 << bits)) {
+      found = fi_rx_addr(e, a->udp_port - entry->udp_port, bits);
+    }
+  }
+  if (found == FI_ADDR_NOTAVAIL) {
+    if (m.unnamed.size() <= slot) m.unnamed.resize(slot + 1);
+    m.unnamed[slot] = true;
+    return found;
+  }
+  if (m.addr_of.size() <= slot) m.addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
+  m.addr_of[slot] = found;
+  return found;
+}
+
 int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
   DomainGuard g(*ep->lock);
   if (ep->peers.av_addr.size() <= fa) ep->peers.av_addr.resize(fa + 1);
   ep->peers.av_addr[fa] = a;
+  ep->peers.unnamed.clear();  // SourceOf looks again
   absl::StatusOr<rdm::PeerId> p =
       ep->rdm != nullptr ? ep->rdm->InsertPeer(a) : ep->dgram->InsertPeer(a);
   if (!p.ok()) {

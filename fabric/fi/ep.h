@@ -148,6 +148,9 @@ struct PeerMap {
   // index (the address's UDP port plus the index), made on first use.
   std::vector<std::optional<rdm::Address>> av_addr;
   absl::flat_hash_map<fi_addr_t, rdm::PeerId> named;
+  // By PeerId.slot(): a peer the engine learned that SourceOf found in no
+  // AV entry's receive contexts (looked for again when the AV grows).
+  std::vector<bool> unnamed;
   void Set(fi_addr_t fa, rdm::PeerId p) {
     if (peer_of.size() <= fa) peer_of.resize(fa + 1);
     peer_of[fa] = p;
@@ -256,6 +259,11 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a);
 // rx_ctx_bits, a receive context of one (fi_rx_addr: the entry's UDP port
 // plus the index; its peer is made on first use). False if there is none.
 bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out);
+// The source a completion from peer p reports (FI_SOURCE): p's AV entry,
+// or, through an AV with rx_ctx_bits, fi_rx_addr(entry, i) when p is at
+// an entry's UDP port + i (a scalable endpoint's context i: sep.h);
+// FI_ADDR_NOTAVAIL when neither.
+fi_addr_t SourceOf(Ep* ep, rdm::PeerId p);
 // Before fi_av_remove forgets fa: the buffered sends and injects to it
 // (whose completions the application has had, or which have none) finish
 // first rather than vanish, a failure owed to fa is forgotten, and the

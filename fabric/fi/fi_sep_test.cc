@@ -314,6 +314,21 @@ TEST(ScalableEndpoint, NamedReceiveContext) {
   EXPECT_STREQ(got[1], "ctx one");
   EXPECT_EQ(src, ep_addr);
   EXPECT_EQ(fi_cq_read(s.rxcq[0], &e, 1), -FI_EAGAIN);  // context 0 received nothing
+  // Transmit context 1 to receive context 0 of the same scalable endpoint:
+  // the source is context 1's address, fi_rx_addr(sep_addr, 1).
+  char from1[8] = "from 1";
+  ASSERT_EQ(fi_recv(s.rx[0], got[0], 8, nullptr, FI_ADDR_UNSPEC, got[0]), 0);
+  ASSERT_EQ(fi_send(s.tx[1], from1, sizeof(from1), nullptr, sep_addr, nullptr), 0);
+  n = 0;
+  for (int i = 0; i < 1'000'000 && n != 1; ++i) {
+    fi_cq_read(s.txcq[1], &e, 1);
+    n = fi_cq_readfrom(s.rxcq[0], &e, 1, &src);
+  }
+  ASSERT_EQ(n, 1);
+  EXPECT_STREQ(got[0], "from 1");
+  EXPECT_EQ(src, fi_rx_addr(sep_addr, 1, kRxBits));
+  while (fi_cq_read(s.txcq[1], &e, 1) != 1) {
+  }
   // Context 0 is the scalable endpoint's own address (fi_rx_addr(a, 0) == a).
   ASSERT_EQ(fi_send(ep, msg, sizeof(msg), nullptr, sep_addr, nullptr), 0);
   n = 0;

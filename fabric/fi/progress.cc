@@ -84,7 +84,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   e.e.buf = c.buf;
   e.e.data = c.data;
   e.e.tag = c.tag;
-  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(c.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : SourceOf(ep, c.source);
   cq->entries.push_back(e);
 }
 
@@ -150,7 +150,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   e.e.olen = ec.olen;
   e.e.err = FiErr(ec, tx);
   e.e.prov_errno = ec.err;
-  e.src = tx ? FI_ADDR_NOTAVAIL : ep->peers.AddrOf(ec.op.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : SourceOf(ep, ec.op.source);
   std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
   cq->errors.push_back(e);
 }
