@@ -76,7 +76,7 @@ ssize_t CqReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src) {
   Cq* cq = AsCq(f);
   if (cq == nullptr) return BadFid(f, FI_CLASS_CQ);
   if (buf == nullptr && count > 0) return -FI_EINVAL;
-  DomainGuard g(cq->domain->lock);
+  DomainGuard g(*cq->lock.load());
   if (count == 0) {
     ProgressAll(cq->eps);
     return cq->errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
@@ -91,7 +91,7 @@ ssize_t CqReadErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t flags) {
   if (cq == nullptr) return BadFid(f, FI_CLASS_CQ);
   if (buf == nullptr) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
-  DomainGuard g(cq->domain->lock);
+  DomainGuard g(*cq->lock.load());
   if (cq->errors.empty()) ProgressAll(cq->eps);
   if (cq->errors.empty()) return -FI_EAGAIN;
   const CqError& e = cq->errors.front();
@@ -109,7 +109,7 @@ ssize_t CqSReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src, const vo
   ssize_t ret = -FI_EAGAIN;
   SleepUntil(&cq->wait, &cq->fid.fid, DeadlineAfterMs(timeout), [&] {
     if (cq->signaled.exchange(false)) return true;  // ret stays -FI_EAGAIN
-    DomainGuard g(cq->domain->lock);
+    DomainGuard g(*cq->lock.load());
     ret = CqReadLocked(cq, buf, count, src);
     return ret != -FI_EAGAIN;
   });
@@ -185,6 +185,7 @@ int OpenCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context) {
   cq->fid.fid.ops = &g_cq_fi_ops;
   cq->fid.ops = &g_cq_ops;
   cq->domain = d;
+  cq->lock.store(&d->lock);
   cq->format = format;
   cq->entry_size = entry_size;
   cq->capacity = attr->size == 0 ? kDefaultCqSize : attr->size;

@@ -375,13 +375,13 @@ int OpenWaitSet(fid_fabric* fabric, fi_wait_attr* attr, fid_wait** out) {
 
 bool HasEvents(fid* f) {
   if (Cq* cq = AsCq(f)) {
-    DomainGuard g(cq->domain->lock);
+    DomainGuard g(*cq->lock.load());
     if (cq->entries.empty() && cq->errors.empty()) ProgressAll(cq->eps);
     return !cq->entries.empty() || !cq->errors.empty();
   }
   if (Cntr* c = AsCntr(f)) {
     {
-      DomainGuard g(c->domain->lock);
+      DomainGuard g(*c->lock.load());
       ProgressAll(c->eps);
     }
     return c->value.load() != c->read_value.load() || c->errors.load() != c->read_errors.load();
