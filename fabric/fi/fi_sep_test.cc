@@ -269,6 +269,104 @@ TEST(ScalableEndpoint, InfoSaysWhichQueuesAreIndependent) {
   fi_freeinfo(one);
 }
 
+// A thread blocked in fi_cq_sread on a context's CQ is served by the
+// domain's progress thread, which then progresses every context of the
+// domain under that context's own lock (under FI_THREAD_DOMAIN the contexts'
+// locks start untaken and are switched on for it). TSan sees a race here if
+// the progress thread touched a context without its lock while the
+// application reads that context's CQ.
+TEST(ScalableEndpoint, BlockingReadsOnContexts) {
+  constexpr size_t kContexts = 2;
+  constexpr int kMessages = 200;
+  Domain da, db;
+  da.Open(kDefault, kContexts);
+  db.Open(kDefault, kContexts, FI_THREAD_DOMAIN);
+  Scalable a, b;
+  a.Open(da, kContexts);
+  b.Open(db, kContexts);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (size_t i = 0; i < kContexts; ++i) EXPECT_FALSE(LockOf(b.rx[i])->thread_safe);
+  std::vector<char> nb = b.Name();
+  fi_addr_t b_addr = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(da.av, nb.data(), 1, &b_addr, 0, nullptr), 1);
+  std::vector<Payload> rx_buf(kContexts * kMessages);
+  for (size_t i = 0; i < kContexts; ++i) {
+    for (int m = 0; m < kMessages; ++m) {
+      Payload* buf = &rx_buf[i * kMessages + m];
+      ASSERT_EQ(fi_recv(b.rx[i], buf, sizeof(*buf), nullptr, FI_ADDR_UNSPEC, buf), 0);
+    }
+  }
+  // The sender progresses only its own side: b's ACKs come from b's
+  // progress thread while the main thread sleeps in fi_cq_sread.
+  int sent_done = 0;
+  std::thread sender([&] {
+    std::vector<Payload> tx_buf(kContexts * kMessages);
+    for (int m = 0; m < kMessages; ++m) {
+      for (size_t i = 0; i < kContexts; ++i) {
+        Payload* p = &tx_buf[i * kMessages + m];
+        *p = Payload{static_cast<uint32_t>(i), static_cast<uint32_t>(m)};
+        const fi_addr_t dest = fi_rx_addr(b_addr, static_cast<int>(i), kRxBits);
+        ssize_t ret;
+        while ((ret = fi_send(a.tx[i], p, sizeof(*p), nullptr, dest, nullptr)) == -FI_EAGAIN) {
+          fi_cq_tagged_entry e[16];
+          for (size_t j = 0; j < kContexts; ++j) {
+            const ssize_t n = fi_cq_read(a.txcq[j], e, 16);
+            if (n > 0) sent_done += static_cast<int>(n);
+          }
+        }
+        ASSERT_EQ(ret, 0);
+      }
+    }
+    for (int spins = 0; sent_done < static_cast<int>(kContexts) * kMessages && spins < 50'000'000;
+         ++spins) {
+      fi_cq_tagged_entry e[16];
+      for (size_t j = 0; j < kContexts; ++j) {
+        const ssize_t n = fi_cq_read(a.txcq[j], e, 16);
+        if (n > 0) sent_done += static_cast<int>(n);
+      }
+    }
+  });
+  for (size_t i = kContexts; i-- > 0;) {  // the last context first: the others wait meanwhile
+    int received = 0, in_order = 0;
+    while (received < kMessages) {
+      fi_cq_tagged_entry e[16];
+      const ssize_t n = fi_cq_sread(b.rxcq[i], e, 16, nullptr, 10'000);
+      ASSERT_GT(n, 0) << "context " << i << " after " << received << ": " << fi_strerror(-n);
+      for (ssize_t j = 0; j < n; ++j) {
+        const auto* p = static_cast<const Payload*>(e[j].op_context);
+        if (p->context == i && p->seq == static_cast<uint32_t>(received)) ++in_order;
+        ++received;
+      }
+    }
+    EXPECT_EQ(in_order, kMessages) << "context " << i;
+    EXPECT_TRUE(LockOf(b.rx[i])->thread_safe) << "context " << i;
+  }
+  sender.join();
+  EXPECT_EQ(sent_done, static_cast<int>(kContexts) * kMessages);
+  a.Close();
+  b.Close();
+  db.Close();
+  da.Close();
+}
+
+// A named AV refreshes every endpoint on it from any caller's call: it
+// cannot serve contexts that each run under their own lock.
+TEST(ScalableEndpoint, NamedAvRefused) {
+  Domain d;
+  d.Open(kDefault, 2);
+  fid_ep* sep = nullptr;
+  ASSERT_EQ(fi_scalable_ep(d.domain, d.info, &sep, nullptr), 0);
+  fi_av_attr attr{};
+  attr.type = FI_AV_TABLE;
+  attr.name = "bypass-sep-test-named-av";
+  fid_av* named = nullptr;
+  ASSERT_EQ(fi_av_open(d.domain, &attr, &named, nullptr), 0);
+  EXPECT_EQ(fi_scalable_ep_bind(sep, &named->fid, 0), -FI_EOPNOTSUPP);
+  EXPECT_EQ(fi_close(&named->fid), 0);
+  EXPECT_EQ(fi_close(&sep->fid), 0);
+  d.Close();
+}
+
 // Reads one completion of cq with its source, progressing `also` (whose
 // completions it drops); 1, or fi_cq_readfrom's answer when none came.
 ssize_t ReadOne(fid_cq* cq, fid_cq* also, fi_cq_tagged_entry* e, fi_addr_t* src) {
