@@ -81,6 +81,8 @@ void AppChanged(Cntr* c, bool baseline) {
     c->read_errors.store(e, std::memory_order_relaxed);
   }
   c->wait.Signal();
+  // The application holds no endpoint lock here: due work is issued now.
+  if (c->triggers.load() != 0) FireTriggers(c, true);
 }
 
 int CntrAdd(fid_cntr* f, uint64_t v) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fabric/fi/common.h"
+#include "fabric/fi/trigger.h"
 #include "fabric/fi/wait.h"
 
 namespace bypass::fi {
@@ -38,6 +39,9 @@ struct Cntr {
   std::atomic<uint64_t> poll_errors{0};
   // The lock of the endpoints it serves (as Cq::lock).
   std::atomic<DomainLock*> lock{nullptr};
+  // Triggered operations and deferred work waiting on it (trigger.h):
+  // while 0, a change costs one load more.
+  std::atomic<size_t> triggers{0};
 };
 static_assert(offsetof(Cntr, fid) == 0);
 
@@ -48,11 +52,13 @@ inline void CountEvent(Cntr* c) {
   if (c == nullptr) return;
   c->value.fetch_add(1);
   c->wait.Signal();
+  if (c->triggers.load() != 0) FireTriggers(c, false);
 }
 inline void CountErrorEvent(Cntr* c) {
   if (c == nullptr) return;
   c->errors.fetch_add(1);
   c->wait.Signal();
+  if (c->triggers.load() != 0) FireTriggers(c, false);
 }
 
 // fi_cntr_open.

@@ -29,6 +29,7 @@
 #include "fabric/fi/sep.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
+#include "fabric/fi/trigger.h"
 
 namespace bypass::fi {
 namespace {
@@ -69,9 +70,11 @@ int DomainBind(fid* f, fid* bfid, uint64_t flags) {
   return 0;
 }
 
-int DomainControl(fid* f, int, void*) {
-  if (AsDomain(f) == nullptr) return BadFid(f, FI_CLASS_DOMAIN);
-  return -FI_ENOSYS;
+// FI_QUEUE_WORK, FI_CANCEL_WORK, FI_FLUSH_WORK (trigger.h); nothing else.
+int DomainControl(fid* f, int command, void* arg) {
+  Domain* d = AsDomain(f);
+  if (d == nullptr) return BadFid(f, FI_CLASS_DOMAIN);
+  return TriggerControl(d, command, arg);
 }
 
 int DomainOpsOpen(fid* f, const char*, uint64_t, void**, void*) {
@@ -213,6 +216,7 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->ep_cnt = kMaxEndpoints;
   d->mr_cnt = fab->settings.engine.max_regions;
   d->caps = info->caps;
+  d->triggers = NewTriggerQueue();
   if (info->domain_attr != nullptr &&
       (RawEnum(info->domain_attr->data_progress) == FI_PROGRESS_AUTO ||
        RawEnum(info->domain_attr->control_progress) == FI_PROGRESS_AUTO)) {

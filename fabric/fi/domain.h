@@ -26,6 +26,7 @@ struct Fabric;
 struct Eq;
 struct Ep;
 struct Mr;
+struct TriggerQueue;
 
 // One device (port) and the endpoints on its queue (lane.h: the process
 // opens a device that delivers by frame once, and each domain takes a
@@ -60,6 +61,8 @@ struct Domain {
   // FI_PROGRESS_AUTO (started at fi_domain), or a blocking wait's progress
   // (started at the first one: EnsureProgressThread). Stopped first at close.
   std::unique_ptr<ProgressThread> progress;
+  // Triggered operations and deferred work (trigger.h).
+  std::shared_ptr<TriggerQueue> triggers;
 };
 
 // Takes one of max slots counted by used (the domain's cq_cnt, cntr_cnt);

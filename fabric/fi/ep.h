@@ -162,6 +162,15 @@ struct PeerMap {
   }
 };
 
+// A deferred operation (fi_trigger(3), trigger.h) posted and not yet
+// complete: the context its CQ entry carries, its completion counter, and
+// whether the endpoint reports it (FI_COMPLETION).
+struct DeferredOp {
+  void* context = nullptr;
+  Cntr* done = nullptr;
+  bool report = false;
+};
+
 // An endpoint, or an alias of one (`base` says which).
 struct Ep {
   fid_ep fid;
@@ -221,6 +230,8 @@ struct Ep {
   std::unique_ptr<DrainBuffers> drain;  // progress.h
   PeerMap peers;
   OpRecords records;
+  // Deferred operations in flight, by the request they were posted with.
+  absl::flat_hash_map<void*, DeferredOp> deferred;
 };
 static_assert(offsetof(Ep, fid) == 0);
 

@@ -23,6 +23,7 @@
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
+#include "fabric/fi/trigger.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -460,6 +461,7 @@ ssize_t Recvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src,
 }
 ssize_t RecvMsg(fid_ep* ep, const fi_msg* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) return QueueTriggeredMsg(ep, m, flags, true);
   return PostRecv(ResolveRx(ep), {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
                        .context = m->context, .flags = flags});
 }
@@ -476,6 +478,7 @@ ssize_t Sendv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t dest
 }
 ssize_t SendMsg(fid_ep* ep, const fi_msg* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) return QueueTriggeredMsg(ep, m, flags, false);
   return PostSend(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
                        .context = m->context, .data = m->data, .flags = flags});
 }
@@ -515,6 +518,7 @@ ssize_t TRecvv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t src
 }
 ssize_t TRecvMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) return QueueTriggeredTagged(ep, m, flags, true);
   return PostRecv(ResolveRx(ep), {.iov = m->msg_iov, .count = m->iov_count, .src = m->addr,
                        .context = m->context, .tag = m->tag, .ignore = m->ignore, .flags = flags,
                        .tagged = true});
@@ -534,6 +538,7 @@ ssize_t TSendv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t des
 }
 ssize_t TSendMsg(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) return QueueTriggeredTagged(ep, m, flags, false);
   return PostSend(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
                        .context = m->context, .tag = m->tag, .data = m->data, .flags = flags,
                        .tagged = true});
@@ -575,6 +580,7 @@ ssize_t RmaReadv(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t s
 }
 ssize_t RmaReadMsg(fid_ep* ep, const fi_msg_rma* m, uint64_t flags) {
   if (m == nullptr || m->rma_iov == nullptr || m->rma_iov_count != 1) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) return QueueTriggeredRma(ep, m, flags, true);
   return PostRma(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
                       .addr = m->rma_iov[0].addr, .key = m->rma_iov[0].key,
                       .context = m->context, .flags = flags, .read = true});
@@ -594,6 +600,7 @@ ssize_t RmaWritev(fid_ep* ep, const iovec* iov, void**, size_t count, fi_addr_t 
 }
 ssize_t RmaWriteMsg(fid_ep* ep, const fi_msg_rma* m, uint64_t flags) {
   if (m == nullptr || m->rma_iov == nullptr || m->rma_iov_count != 1) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) return QueueTriggeredRma(ep, m, flags, false);
   return PostRma(Resolve(ep), {.iov = m->msg_iov, .count = m->iov_count, .dest = m->addr,
                       .addr = m->rma_iov[0].addr, .key = m->rma_iov[0].key,
                       .context = m->context, .data = m->data, .flags = flags});

@@ -23,6 +23,7 @@
 #include "fabric/fi/mr.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
+#include "fabric/fi/trigger.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -99,6 +100,11 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   } else {
     size_t len = c.len;
     user = Resolve(ep, c, &suppress, &len);
+    if (!ep->deferred.empty()) {  // deferred work (trigger.h) reports only if asked
+      bool report = true;
+      user = FinishDeferred(ep, user, false, &report);
+      if (!report) return;
+    }
   }
   CountCompletion(ep, c.flags, false);
   const bool tx = TxSide(c.flags);
@@ -164,6 +170,11 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   bool suppress = false;
   size_t len = ec.op.len;
   void* user = Resolve(ep, ec.op, &suppress, &len);
+  if (!ep->deferred.empty()) {  // deferred work (trigger.h) reports only if asked
+    bool report = true;
+    user = FinishDeferred(ep, user, true, &report);
+    if (!report) return;
+  }
   CountCompletion(ep, ec.op.flags, true);
   const bool tx = TxSide(ec.op.flags);
   if (tx) StxGive(ep);
@@ -235,6 +246,8 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
 }  // namespace
 
 size_t ProgressEp(Ep* ep) {
+  // Triggered work that could not be issued when it became due (trigger.h).
+  if (TriggersReady(ep->domain)) DrainTriggers(ep->domain);
   if (ep->rdm != nullptr) return ProgressAndDrain(ep, *ep->rdm);
   if (ep->dgram != nullptr) return ProgressAndDrain(ep, *ep->dgram);
   return 0;
