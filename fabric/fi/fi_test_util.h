@@ -59,6 +59,10 @@ struct Node {
   fid_ep* ep = nullptr;
   fid_eq* eq = nullptr;   // opened and bound when want_eq is set before Open
   bool want_eq = false;
+  // A counter opened and bound with these flags (FI_SEND, FI_RECV, ...)
+  // before fi_enable when set before Open.
+  uint64_t cntr_flags = 0;
+  fid_cntr* cntr = nullptr;
   fi_addr_t peer = FI_ADDR_NOTAVAIL;
 
   void Open(const fi_info* entry, fi_cq_format format, uint64_t tx_bind_flags = 0) {
@@ -82,6 +86,12 @@ struct Node {
       ASSERT_EQ(fi_eq_open(fabric, &eq_attr, &eq, nullptr), 0);
       ASSERT_EQ(fi_ep_bind(ep, &eq->fid, 0), 0);
     }
+    if (cntr_flags != 0) {
+      fi_cntr_attr cntr_attr{};
+      cntr_attr.events = FI_CNTR_EVENTS_COMP;
+      ASSERT_EQ(fi_cntr_open(domain, &cntr_attr, &cntr, nullptr), 0);
+      ASSERT_EQ(fi_ep_bind(ep, &cntr->fid, cntr_flags), 0);
+    }
     ASSERT_EQ(fi_enable(ep), 0);
   }
 
@@ -96,6 +106,9 @@ struct Node {
   void Close() {
     if (ep != nullptr) {
       EXPECT_EQ(fi_close(&ep->fid), 0);
+    }
+    if (cntr != nullptr) {
+      EXPECT_EQ(fi_close(&cntr->fid), 0);
     }
     if (txcq != nullptr) {
       EXPECT_EQ(fi_close(&txcq->fid), 0);

@@ -263,6 +263,10 @@ uint64_t DrainOnce(TriggerQueue& q, bool may_block) {
     }
     Release(*w);
   }
+  if (!kept.empty()) {
+    BYPASS_FI_DBG(FI_LOG_EP_DATA, "%zu triggered operations wait for a busy endpoint "
+                  "(-FI_EAGAIN or its lock)\n", kept.size());
+  }
   std::lock_guard<std::mutex> l(q.mu);
   // What was kept goes ahead of what became due meanwhile.
   for (auto it = kept.rbegin(); it != kept.rend(); ++it) q.ready.push_front(std::move(*it));
