@@ -10,12 +10,20 @@
 //    1% of a core), and that of a process whose thread blocks 2 s in
 //    fi_cq_sread.
 // bazel run -c opt //fabric/fi:fi_progress_bench
+//
+// With --trigger [ROUNDS] it measures triggered operations instead
+// (fi_trigger(3)), one thread, manual progress, alternating in one run:
+//  - triggered: a send posted with FI_TRIGGER beforehand, its counter one
+//    below the threshold; timed from the fi_cntr_add that reaches the
+//    threshold to the message's completion at the receiver;
+//  - plain (the baseline): timed from fi_send to the same arrival.
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_trigger.h>
 #include <time.h>
 
 #include <algorithm>
@@ -23,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -58,7 +67,7 @@ struct Side {
   void Open(fi_progress progress) {
     fi_info* hints = fi_allocinfo();
     hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_MSG;
+    hints->caps = FI_MSG | FI_TRIGGER;
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->domain_attr->data_progress = progress;
     hints->domain_attr->control_progress = progress;
@@ -195,6 +204,68 @@ double WakeUs(fi_progress progress, int iters, int gap_us) {
   return lat[lat.size() / 2] * 1e6;
 }
 
+// Polls b's CQ until its receive completes, progressing a meanwhile
+// (one thread, manual progress); then a's send completion, untimed.
+// Returns the seconds from `start` to the receive.
+double ArrivalAfter(Side& a, Side& b, double start) {
+  fi_cq_entry e;
+  ssize_t r;
+  while ((r = fi_cq_read(b.cq, &e, 1)) == -FI_EAGAIN) fi_cq_read(a.cq, nullptr, 0);
+  CHECK_FI(r);
+  const double s = Seconds(CLOCK_MONOTONIC) - start;
+  while ((r = fi_cq_read(a.cq, &e, 1)) == -FI_EAGAIN) fi_cq_read(b.cq, nullptr, 0);
+  CHECK_FI(r);
+  return s;
+}
+
+double Median(std::vector<double>& v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2] * 1e6;
+}
+
+// --trigger: the median microseconds from the fi_cntr_add that reaches a
+// triggered send's threshold to its arrival (*trig), and from a plain
+// fi_send to its arrival (*plain), alternating, 8 B.
+void TriggerUs(int iters, double* trig, double* plain) {
+  Side a, b;
+  a.Open(FI_PROGRESS_MANUAL);
+  b.Open(FI_PROGRESS_MANUAL);
+  Connect(a, b);
+  fi_cntr_attr attr{};
+  attr.events = FI_CNTR_EVENTS_COMP;
+  fid_cntr* cntr = nullptr;
+  CHECK_FI(fi_cntr_open(a.domain, &attr, &cntr, nullptr));
+  constexpr int kWarmup = 200;
+  std::vector<double> t, p;
+  uint64_t value = 0;
+  for (int i = 0; i < kWarmup + iters; ++i) {
+    b.PostRecv();
+    fi_triggered_context ctx{};
+    ctx.event_type = FI_TRIGGER_THRESHOLD;
+    ctx.trigger.threshold.cntr = cntr;
+    ctx.trigger.threshold.threshold = ++value;
+    iovec iov{a.buf, 8};
+    fi_msg m{&iov, nullptr, 1, a.peer, &ctx, 0};
+    CHECK_FI(fi_sendmsg(a.ep, &m, FI_TRIGGER | FI_COMPLETION));
+    double start = Seconds(CLOCK_MONOTONIC);
+    CHECK_FI(fi_cntr_add(cntr, 1));
+    const double ts = ArrivalAfter(a, b, start);
+    b.PostRecv();
+    start = Seconds(CLOCK_MONOTONIC);
+    CHECK_FI(fi_send(a.ep, a.buf, 8, nullptr, a.peer, nullptr));
+    const double ps = ArrivalAfter(a, b, start);
+    if (i >= kWarmup) {
+      t.push_back(ts);
+      p.push_back(ps);
+    }
+  }
+  *trig = Median(t);
+  *plain = Median(p);
+  CHECK_FI(fi_close(&cntr->fid));
+  a.Close();
+  b.Close();
+}
+
 // The process's CPU over `seconds` while the main thread does `idle` (the
 // endpoint sides are open meanwhile), as a percentage of one core.
 template <class F>
@@ -209,6 +280,17 @@ double CpuPercent(double seconds, F idle) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--trigger") == 0) {
+    const int rounds = argc > 2 ? std::atoi(argv[2]) : 20000;
+    double trig = 0, plain = 0;
+    TriggerUs(rounds, &trig, &plain);
+    std::printf("fi_progress_bench --trigger: default domain, 2 domains in one process, 1 thread, "
+                "8 B, %d rounds (medians)\n", rounds);
+    std::printf("  %-44s %8.2f us  1.00x (baseline)\n", "fi_send -> arrival", plain);
+    std::printf("  %-44s %8.2f us  %.2fx\n", "fi_cntr_add reaching the threshold -> arrival",
+                trig, trig / plain);
+    return 0;
+  }
   const int iters = argc > 1 ? std::atoi(argv[1]) : 20000;
   std::printf(
       "fi_progress_bench: default domain, 2 domains in one process, 1 thread each; %d "

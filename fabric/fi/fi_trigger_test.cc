@@ -67,6 +67,12 @@ std::string NextMessage(Pair& p) {
   return std::string(static_cast<const char*>(e.buf), e.len);
 }
 
+// Waits for n send completions at a (a send's buffer must outlive it).
+void WaitSends(Pair& p, int n) {
+  fi_cq_tagged_entry e;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(p.Wait(p.a.txcq, &e));
+}
+
 class TriggerTest : public ::testing::Test {
  protected:
   void SetUp() override { Open(); }
@@ -85,6 +91,9 @@ class TriggerTest : public ::testing::Test {
   }
   Pair p_;
   fid_cntr* cntr_ = nullptr;
+  // Buffers that outlive the endpoints (a closing endpoint may still
+  // answer a peer's retransmitted read from a region).
+  std::vector<char> target_, local_, back_;
 };
 
 TEST_F(TriggerTest, GetinfoOffersTrigger) {
@@ -115,6 +124,7 @@ TEST_F(TriggerTest, ThresholdAlreadyMetIssuesAtOnce) {
   fi_triggered_context t = Threshold(cntr_, 4);
   ASSERT_EQ(TriggeredSend(p_, msg, &t), 0);
   EXPECT_EQ(NextMessage(p_), msg);
+  WaitSends(p_, 1);
 }
 
 // fi_trigger(3): in order of threshold, equal thresholds in posting order,
@@ -139,6 +149,7 @@ TEST_F(TriggerTest, OrderOfThresholdsOnOneCounter) {
   EXPECT_TRUE(NothingArrives(p_));
   ASSERT_EQ(fi_cntr_add(cntr_, 2), 0);
   EXPECT_EQ(NextMessage(p_), e);
+  WaitSends(p_, 5);
 }
 
 // A triggered tagged send on b fires when b's receive counter counts the
@@ -169,12 +180,19 @@ TEST(TriggerChainTest, ACompletionCountTriggersTheNext) {
   ASSERT_TRUE(p.Wait(p.a.rxcq, &e));
   EXPECT_EQ(std::string(at_a.data(), e.len), pong);
   EXPECT_EQ(std::string(at_b.data(), 4), ping);
+  ASSERT_TRUE(p.Wait(p.a.txcq, &e));
+  ASSERT_TRUE(p.Wait(p.b.txcq, &e));
   EXPECT_EQ(fi_close(&start->fid), 0);
   p.Close();
 }
 
 TEST_F(TriggerTest, RmaWriteAndReadTriggered) {
-  std::vector<char> target(256, 0), local(256, 'w'), back(256, 0);
+  target_.assign(256, 0);
+  local_.assign(256, 'w');
+  back_.assign(256, 0);
+  std::vector<char>& target = target_;
+  std::vector<char>& local = local_;
+  std::vector<char>& back = back_;
   fid_mr* mr = nullptr;
   ASSERT_EQ(fi_mr_reg(p_.b.domain, target.data(), target.size(), FI_REMOTE_WRITE | FI_REMOTE_READ,
                       0, 0, 0, &mr, nullptr),
@@ -400,6 +418,7 @@ TEST_F(TriggerTest, ThreadsAddWhileAnotherProgresses) {
   for (int i = 0; i < kOps; ++i) ts.push_back(Threshold(cntr_, i + 1));
   for (int i = 0; i < kOps; ++i) ASSERT_EQ(TriggeredSend(p_, msgs[i], &ts[i]), 0);
   std::atomic<int> received{0};
+  int sent = 0;  // the progress thread's, then the main thread's
   std::vector<std::string> got;
   std::thread progress([&] {
     fi_cq_tagged_entry e;
@@ -408,7 +427,7 @@ TEST_F(TriggerTest, ThreadsAddWhileAnotherProgresses) {
         got.emplace_back(static_cast<const char*>(e.buf), e.len);
         received.fetch_add(1);
       }
-      fi_cq_read(p_.a.txcq, &e, 1);
+      if (fi_cq_read(p_.a.txcq, &e, 1) == 1) ++sent;
     }
   });
   std::thread adder([&] {
@@ -421,6 +440,9 @@ TEST_F(TriggerTest, ThreadsAddWhileAnotherProgresses) {
   progress.join();
   ASSERT_EQ(received.load(), kOps);
   EXPECT_EQ(got, msgs);
+  fi_cq_tagged_entry e;
+  while (sent < kOps && p_.Wait(p_.a.txcq, &e)) ++sent;
+  EXPECT_EQ(sent, kOps);
 }
 
 }  // namespace

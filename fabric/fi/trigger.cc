@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -306,11 +307,6 @@ Cntr* CntrOf(fid_cntr* f, const Domain* d) {
   return c != nullptr && c->domain == d ? c : nullptr;
 }
 
-void CopyIov(Work& w, const iovec* iov, void** desc, size_t count) {
-  w.iov.assign(iov, iov + count);
-  if (desc != nullptr) w.desc.assign(desc, desc + count);
-}
-
 bool ValidIov(const iovec* iov, size_t count) {
   return count <= kMsgIovLimit && (count == 0 || iov != nullptr);
 }
@@ -361,50 +357,48 @@ ssize_t Submit(Domain* d, WorkPtr w) {
   return 0;
 }
 
+// Copies a message (fi_msg, fi_msg_tagged or fi_msg_rma) into w: false
+// when it is malformed (too many or missing iovs; RMA: one remote iov).
+template <class M>
+bool CopyMsg(Work& w, const M& m) {
+  if (!ValidIov(m.msg_iov, m.iov_count)) return false;
+  w.iov.assign(m.msg_iov, m.msg_iov + m.iov_count);
+  if (m.desc != nullptr) w.desc.assign(m.desc, m.desc + m.iov_count);
+  w.addr = m.addr;
+  w.data = m.data;
+  if constexpr (std::is_same_v<M, fi_msg_tagged>) {
+    w.tag = m.tag;
+    w.ignore = m.ignore;
+  }
+  if constexpr (std::is_same_v<M, fi_msg_rma>) {
+    if (m.rma_iov == nullptr || m.rma_iov_count != 1) return false;
+    w.rma.assign(m.rma_iov, m.rma_iov + m.rma_iov_count);
+  }
+  return true;
+}
+
+// A data call with FI_TRIGGER of operation `op`.
+template <class M>
+ssize_t QueueTriggered(fid_ep* ep, const M& m, uint64_t flags, int op) {
+  auto w = std::make_unique<Work>();
+  if (int r = PrepareTriggered(ep, m.context, w.get()); r != 0) return r;
+  if (!CopyMsg(*w, m)) return -FI_EINVAL;
+  w->op = op;
+  w->flags = flags;
+  Domain* d = w->handle->base->domain;
+  return Submit(d, std::move(w));
+}
+
 }  // namespace
 
 ssize_t QueueTriggeredMsg(fid_ep* ep, const fi_msg* m, uint64_t flags, bool recv) {
-  auto w = std::make_unique<Work>();
-  if (int r = PrepareTriggered(ep, m->context, w.get()); r != 0) return r;
-  if (!ValidIov(m->msg_iov, m->iov_count)) return -FI_EINVAL;
-  w->op = recv ? FI_OP_RECV : FI_OP_SEND;
-  CopyIov(*w, m->msg_iov, m->desc, m->iov_count);
-  w->addr = m->addr;
-  w->data = m->data;
-  w->flags = flags;
-  Domain* d = w->handle->base->domain;
-  return Submit(d, std::move(w));
+  return QueueTriggered(ep, *m, flags, recv ? FI_OP_RECV : FI_OP_SEND);
 }
-
 ssize_t QueueTriggeredTagged(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags, bool recv) {
-  auto w = std::make_unique<Work>();
-  if (int r = PrepareTriggered(ep, m->context, w.get()); r != 0) return r;
-  if (!ValidIov(m->msg_iov, m->iov_count)) return -FI_EINVAL;
-  w->op = recv ? FI_OP_TRECV : FI_OP_TSEND;
-  CopyIov(*w, m->msg_iov, m->desc, m->iov_count);
-  w->addr = m->addr;
-  w->tag = m->tag;
-  w->ignore = m->ignore;
-  w->data = m->data;
-  w->flags = flags;
-  Domain* d = w->handle->base->domain;
-  return Submit(d, std::move(w));
+  return QueueTriggered(ep, *m, flags, recv ? FI_OP_TRECV : FI_OP_TSEND);
 }
-
 ssize_t QueueTriggeredRma(fid_ep* ep, const fi_msg_rma* m, uint64_t flags, bool read) {
-  auto w = std::make_unique<Work>();
-  if (int r = PrepareTriggered(ep, m->context, w.get()); r != 0) return r;
-  if (!ValidIov(m->msg_iov, m->iov_count) || m->rma_iov == nullptr || m->rma_iov_count != 1) {
-    return -FI_EINVAL;
-  }
-  w->op = read ? FI_OP_READ : FI_OP_WRITE;
-  CopyIov(*w, m->msg_iov, m->desc, m->iov_count);
-  w->rma.assign(m->rma_iov, m->rma_iov + m->rma_iov_count);
-  w->addr = m->addr;
-  w->data = m->data;
-  w->flags = flags;
-  Domain* d = w->handle->base->domain;
-  return Submit(d, std::move(w));
+  return QueueTriggered(ep, *m, flags, read ? FI_OP_READ : FI_OP_WRITE);
 }
 
 namespace {
@@ -413,6 +407,17 @@ namespace {
 Ep* EpOf(fid_ep* f, const Domain* d) {
   Ep* e = AsEp(f);
   return e != nullptr && e->base->domain == d && Enabled(e->base) ? e : nullptr;
+}
+
+// The operation of a deferred request (fi_op_msg, fi_op_tagged or
+// fi_op_rma) into w; false when it is missing or its message malformed.
+template <class Op>
+bool FromOp(Work& w, const Op* op, const Domain* d) {
+  if (op == nullptr || !CopyMsg(w, op->msg)) return false;
+  w.handle = EpOf(op->ep, d);
+  w.context = op->msg.context;
+  w.flags = op->flags;
+  return true;
 }
 
 // FI_QUEUE_WORK: checks the request (fi_trigger(3): the provider may
@@ -439,47 +444,17 @@ int QueueWork(Domain* d, fi_deferred_work* dw) {
   }
   switch (dw->op_type) {
     case FI_OP_SEND:
-    case FI_OP_RECV: {
-      const fi_op_msg* op = dw->op.msg;
-      if (op == nullptr || !ValidIov(op->msg.msg_iov, op->msg.iov_count)) return -FI_EINVAL;
-      CopyIov(*w, op->msg.msg_iov, op->msg.desc, op->msg.iov_count);
-      w->handle = EpOf(op->ep, d);
-      w->addr = op->msg.addr;
-      w->data = op->msg.data;
-      w->context = op->msg.context;
-      w->flags = op->flags;
+    case FI_OP_RECV:
+      if (!FromOp(*w, dw->op.msg, d)) return -FI_EINVAL;
       break;
-    }
     case FI_OP_TSEND:
-    case FI_OP_TRECV: {
-      const fi_op_tagged* op = dw->op.tagged;
-      if (op == nullptr || !ValidIov(op->msg.msg_iov, op->msg.iov_count)) return -FI_EINVAL;
-      CopyIov(*w, op->msg.msg_iov, op->msg.desc, op->msg.iov_count);
-      w->handle = EpOf(op->ep, d);
-      w->addr = op->msg.addr;
-      w->tag = op->msg.tag;
-      w->ignore = op->msg.ignore;
-      w->data = op->msg.data;
-      w->context = op->msg.context;
-      w->flags = op->flags;
+    case FI_OP_TRECV:
+      if (!FromOp(*w, dw->op.tagged, d)) return -FI_EINVAL;
       break;
-    }
     case FI_OP_READ:
-    case FI_OP_WRITE: {
-      const fi_op_rma* op = dw->op.rma;
-      if (op == nullptr || !ValidIov(op->msg.msg_iov, op->msg.iov_count) ||
-          op->msg.rma_iov == nullptr || op->msg.rma_iov_count != 1) {
-        return -FI_EINVAL;
-      }
-      CopyIov(*w, op->msg.msg_iov, op->msg.desc, op->msg.iov_count);
-      w->rma.assign(op->msg.rma_iov, op->msg.rma_iov + op->msg.rma_iov_count);
-      w->handle = EpOf(op->ep, d);
-      w->addr = op->msg.addr;
-      w->data = op->msg.data;
-      w->context = op->msg.context;
-      w->flags = op->flags;
+    case FI_OP_WRITE:
+      if (!FromOp(*w, dw->op.rma, d)) return -FI_EINVAL;
       break;
-    }
     case FI_OP_CNTR_SET:
     case FI_OP_CNTR_ADD:
       if (dw->op.cntr == nullptr) return -FI_EINVAL;
