@@ -4,11 +4,13 @@
 #include <rdma/fi_trigger.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "fabric/fi/ep.h"
 #include "fabric/fi/fi_test_util.h"
 #include "gtest/gtest.h"
 
@@ -16,6 +18,15 @@ namespace bypass::fi::testing {
 namespace {
 
 constexpr uint64_t kCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_TRIGGER;
+
+// A loopback port with three steered queues: a scalable endpoint's
+// contexts each get a queue and a lock of their own (lane.h).
+constexpr char kSteered[] = "loopback:trigq,queues=3,ip=10.77.12.1";
+const bool kSteeredDevice = [] {
+  const char* devs = getenv("FI_BYPASS_DEVICES");  // fi_test_util.h's, set first
+  setenv("FI_BYPASS_DEVICES", (std::string(devs != nullptr ? devs : "") + ";" + kSteered).c_str(), 1);
+  return true;
+}();
 
 fid_cntr* OpenCntr(fid_domain* d) {
   fi_cntr_attr attr{};
@@ -443,6 +454,118 @@ TEST_F(TriggerTest, ThreadsAddWhileAnotherProgresses) {
   fi_cq_tagged_entry e;
   while (sent < kOps && p_.Wait(p_.a.txcq, &e)) ++sent;
   EXPECT_EQ(sent, kOps);
+}
+
+// The locking rule across locks: a counter counted by context 0 of a
+// scalable endpoint (its queue's lock) fires sends on context 1 (another
+// lock) while a thread progresses each context. The progress path only
+// try-locks context 1's lock; what it cannot take, context 1's own
+// progress issues. Every message arrives once, in order.
+TEST(TriggerLocksTest, CounterOfOneContextFiresWorkOnAnother) {
+  fi_info* hints = RdmHints(FI_MSG | FI_TRIGGER | FI_NAMED_RX_CTX);
+  hints->domain_attr->threading = FI_THREAD_SAFE;
+  hints->ep_attr->tx_ctx_cnt = 2;
+  hints->ep_attr->rx_ctx_cnt = 2;
+  fi_info* list = nullptr;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list), 0);
+  fi_freeinfo(hints);
+  fi_info* info = fi_dupinfo(ForDomain(list, kSteered));
+  fi_freeinfo(list);
+  ASSERT_NE(info, nullptr);
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_av* av = nullptr;
+  fid_ep* sep = nullptr;
+  ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
+  ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  av_attr.rx_ctx_bits = 1;
+  ASSERT_EQ(fi_av_open(domain, &av_attr, &av, nullptr), 0);
+  ASSERT_EQ(fi_scalable_ep(domain, info, &sep, nullptr), 0);
+  ASSERT_EQ(fi_scalable_ep_bind(sep, &av->fid, 0), 0);
+  fid_cntr* received = OpenCntr(domain);
+  fid_ep *tx[2], *rx[2];
+  fid_cq *txcq[2], *rxcq[2];
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_TAGGED;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(fi_tx_context(sep, i, nullptr, &tx[i], nullptr), 0);
+    ASSERT_EQ(fi_rx_context(sep, i, nullptr, &rx[i], nullptr), 0);
+    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &txcq[i], nullptr), 0);
+    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &rxcq[i], nullptr), 0);
+    ASSERT_EQ(fi_ep_bind(tx[i], &txcq[i]->fid, FI_TRANSMIT), 0);
+    ASSERT_EQ(fi_ep_bind(rx[i], &rxcq[i]->fid, FI_RECV), 0);
+  }
+  ASSERT_EQ(fi_ep_bind(rx[0], &received->fid, FI_RECV), 0);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(fi_enable(tx[i]), 0);
+    ASSERT_EQ(fi_enable(rx[i]), 0);
+  }
+  ASSERT_EQ(fi_enable(sep), 0);
+  // The case this test is for: the two contexts serialize on two locks.
+  ASSERT_NE(&AsEp(tx[0])->base->lock->Target(), &AsEp(tx[1])->base->lock->Target());
+  std::vector<char> name(64);
+  size_t len = name.size();
+  ASSERT_EQ(fi_getname(&sep->fid, name.data(), &len), 0);
+  fi_addr_t self;
+  ASSERT_EQ(fi_av_insert(av, name.data(), 1, &self, 0, nullptr), 1);
+  const fi_addr_t to0 = fi_rx_addr(self, 0, 1), to1 = fi_rx_addr(self, 1, 1);
+  constexpr int kOps = 48;
+  std::vector<std::vector<char>> in0(kOps, std::vector<char>(16)), in1 = in0;
+  std::vector<std::string> msgs;
+  for (int i = 0; i < kOps; ++i) msgs.push_back("c" + std::to_string(i));
+  std::vector<fi_triggered_context> ts;
+  for (int i = 0; i < kOps; ++i) ts.push_back(Threshold(received, i + 1));
+  for (int i = 0; i < kOps; ++i) {
+    ASSERT_EQ(fi_recv(rx[0], in0[i].data(), 16, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+    ASSERT_EQ(fi_recv(rx[1], in1[i].data(), 16, nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+    iovec iov{msgs[i].data(), msgs[i].size()};
+    fi_msg m{&iov, nullptr, 1, to1, &ts[i], 0};
+    ASSERT_EQ(fi_sendmsg(tx[1], &m, FI_TRIGGER), 0);
+  }
+  // Context 0: its thread sends to itself and progresses (the counter
+  // moves here); context 1: its thread progresses what was fired.
+  std::vector<std::string> got;
+  std::atomic<bool> done{false};
+  std::thread ctx0([&] {
+    fi_cq_tagged_entry e;
+    int sent = 0, completed = 0;
+    const char payload[] = "in";
+    while (!done.load()) {
+      if (sent < kOps && fi_send(tx[0], payload, 2, nullptr, to0, nullptr) == 0) ++sent;
+      if (fi_cq_read(txcq[0], &e, 1) == 1) ++completed;
+      fi_cq_read(rxcq[0], &e, 1);
+    }
+  });
+  std::thread ctx1([&] {
+    fi_cq_tagged_entry e;
+    for (long i = 0; i < 50'000'000 && got.size() < static_cast<size_t>(kOps); ++i) {
+      if (fi_cq_read(rxcq[1], &e, 1) == 1) got.emplace_back(static_cast<const char*>(e.buf), e.len);
+      fi_cq_read(txcq[1], &e, 1);
+    }
+    done.store(true);
+  });
+  ctx1.join();
+  ctx0.join();
+  EXPECT_EQ(got, msgs);
+  fi_cq_tagged_entry e;
+  for (int i = 0; i < 100'000; ++i) {  // the last sends' completions, before closing
+    fi_cq_read(txcq[0], &e, 1);
+    fi_cq_read(txcq[1], &e, 1);
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(fi_close(&tx[i]->fid), 0);
+    EXPECT_EQ(fi_close(&rx[i]->fid), 0);
+    EXPECT_EQ(fi_close(&txcq[i]->fid), 0);
+    EXPECT_EQ(fi_close(&rxcq[i]->fid), 0);
+  }
+  EXPECT_EQ(fi_close(&received->fid), 0);
+  EXPECT_EQ(fi_close(&sep->fid), 0);
+  EXPECT_EQ(fi_close(&av->fid), 0);
+  EXPECT_EQ(fi_close(&domain->fid), 0);
+  EXPECT_EQ(fi_close(&fabric->fid), 0);
+  fi_freeinfo(info);
 }
 
 }  // namespace
