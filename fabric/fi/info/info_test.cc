@@ -216,11 +216,14 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   ExpectEntries(2);
   for (fi_info* i : List()) {
     EXPECT_EQ(i->caps & ~(FI_MSG | FI_MULTI_RECV | FI_SOURCE | FI_SHARED_AV | FI_LOCAL_COMM |
-                          FI_REMOTE_COMM),
+                          FI_REMOTE_COMM | FI_TRIGGER),
               0u)
         << i->caps;
     EXPECT_NE(i->caps & FI_MSG, 0u);
-    EXPECT_EQ(i->tx_attr->caps, FI_MSG);
+    // FI_TRIGGER: a secondary capability of RDM endpoints (trigger.h).
+    const uint64_t trigger = i->ep_attr->type == FI_EP_RDM ? FI_TRIGGER : 0;
+    EXPECT_EQ(i->caps & FI_TRIGGER, trigger);
+    EXPECT_EQ(i->tx_attr->caps, FI_MSG | trigger);
     EXPECT_EQ(i->ep_attr->mem_tag_format, 0u);
     EXPECT_EQ(i->tx_attr->rma_iov_limit, 0u);
   }
@@ -229,8 +232,8 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
   EXPECT_EQ(result_->caps,
             FI_TAGGED | FI_SEND | FI_MULTI_RECV | FI_SOURCE | FI_SHARED_AV | FI_LOCAL_COMM |
-                FI_REMOTE_COMM);
-  EXPECT_EQ(result_->tx_attr->caps, FI_TAGGED | FI_SEND);
+                FI_REMOTE_COMM | FI_TRIGGER);
+  EXPECT_EQ(result_->tx_attr->caps, FI_TAGGED | FI_SEND | FI_TRIGGER);
   EXPECT_EQ(result_->rx_attr->caps & FI_TAGGED, FI_TAGGED);
   hints_->caps = FI_RMA | FI_MSG | FI_LOCAL_COMM | FI_REMOTE_COMM;
   ExpectEntries(1);
