@@ -44,6 +44,17 @@ fi_triggered_context Threshold(fid_cntr* c, size_t threshold) {
   return t;
 }
 
+// A deferred counter operation (FI_OP_CNTR_ADD or FI_OP_CNTR_SET) of *op,
+// due when `trigger` reaches `threshold`.
+fi_deferred_work CntrWork(fid_cntr* trigger, uint64_t threshold, fi_op_type type, fi_op_cntr* op) {
+  fi_deferred_work w{};
+  w.threshold = threshold;
+  w.triggering_cntr = trigger;
+  w.op_type = type;
+  w.op.cntr = op;
+  return w;
+}
+
 // fi_sendmsg with FI_TRIGGER of `buf` to a's peer.
 ssize_t TriggeredSend(Pair& p, const std::string& buf, fi_triggered_context* t) {
   iovec iov{const_cast<char*>(buf.data()), buf.size()};
@@ -244,11 +255,7 @@ TEST_F(TriggerTest, DeferredWorkChainsThroughCounters) {
   fid_cntr* mid = OpenCntr(p_.a.domain);
   fid_cntr* done = OpenCntr(p_.a.domain);
   fi_op_cntr add{mid, 5};
-  fi_deferred_work w1{};
-  w1.threshold = 1;
-  w1.triggering_cntr = cntr_;
-  w1.op_type = FI_OP_CNTR_ADD;
-  w1.op.cntr = &add;
+  fi_deferred_work w1 = CntrWork(cntr_, 1, FI_OP_CNTR_ADD, &add);
   const std::string quiet = "quiet", loud = "loud";
   iovec qiov{const_cast<char*>(quiet.data()), quiet.size()};
   int qctx = 0, lctx = 0;
@@ -289,11 +296,7 @@ TEST_F(TriggerTest, CancelAndFlushWork) {
   Recvs r(p_, 1);
   fid_cntr* target = OpenCntr(p_.a.domain);
   fi_op_cntr set{target, 42};
-  fi_deferred_work w{};
-  w.threshold = 1;
-  w.triggering_cntr = cntr_;
-  w.op_type = FI_OP_CNTR_SET;
-  w.op.cntr = &set;
+  fi_deferred_work w = CntrWork(cntr_, 1, FI_OP_CNTR_SET, &set);
   fi_deferred_work w2 = w;
   ASSERT_EQ(fi_control(&p_.a.domain->fid, FI_QUEUE_WORK, &w), 0);
   ASSERT_EQ(fi_control(&p_.a.domain->fid, FI_QUEUE_WORK, &w2), 0);
@@ -322,12 +325,8 @@ TEST_F(TriggerTest, FlushOneCounterOnly) {
   fid_cntr* other = OpenCntr(p_.a.domain);
   fid_cntr* target = OpenCntr(p_.a.domain);
   fi_op_cntr add{target, 1};
-  fi_deferred_work on_mine{}, on_other{};
-  on_mine.threshold = on_other.threshold = 1;
-  on_mine.triggering_cntr = cntr_;
-  on_other.triggering_cntr = other;
-  on_mine.op_type = on_other.op_type = FI_OP_CNTR_ADD;
-  on_mine.op.cntr = on_other.op.cntr = &add;
+  fi_deferred_work on_mine = CntrWork(cntr_, 1, FI_OP_CNTR_ADD, &add);
+  fi_deferred_work on_other = CntrWork(other, 1, FI_OP_CNTR_ADD, &add);
   ASSERT_EQ(fi_control(&p_.a.domain->fid, FI_QUEUE_WORK, &on_mine), 0);
   ASSERT_EQ(fi_control(&p_.a.domain->fid, FI_QUEUE_WORK, &on_other), 0);
   fi_deferred_work which{};

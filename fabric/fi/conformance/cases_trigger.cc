@@ -25,7 +25,18 @@ fi_triggered_context Threshold(fid_cntr* cntr, size_t threshold) {
   return t;
 }
 
-// A send of `len` bytes of buf from p.a with FI_TRIGGER on t.
+// A deferred counter operation (FI_OP_CNTR_ADD or FI_OP_CNTR_SET) of *op,
+// due when `trigger` reaches `threshold`.
+fi_deferred_work CntrWork(fid_cntr* trigger, uint64_t threshold, fi_op_type type, fi_op_cntr* op) {
+  fi_deferred_work w{};
+  w.threshold = threshold;
+  w.triggering_cntr = trigger;
+  w.op_type = type;
+  w.op.cntr = op;
+  return w;
+}
+
+// A send of kLen bytes of buf from p.a with FI_TRIGGER on t.
 ssize_t TriggeredSend(Pair& p, char* buf, fi_triggered_context* t) {
   iovec iov{buf, kLen};
   fi_msg m{&iov, nullptr, 1, p.a_to_b, t, 0};
@@ -91,11 +102,7 @@ CONFORMANCE_CASE(trigger_deferred_cntr_chain, kSockets) {
   char* out = c.Buf(kLen, 'D');
   PostRecv(c, p, in);
   fi_op_cntr add{mid, 4};
-  fi_deferred_work w1{};
-  w1.threshold = 1;
-  w1.triggering_cntr = start;
-  w1.op_type = FI_OP_CNTR_ADD;
-  w1.op.cntr = &add;
+  fi_deferred_work w1 = CntrWork(start, 1, FI_OP_CNTR_ADD, &add);
   iovec iov{out, kLen};
   fi_op_msg msg{p.a.ep, {&iov, nullptr, 1, p.a_to_b, nullptr, 0}, 0};
   fi_deferred_work w2{};
@@ -121,11 +128,7 @@ CONFORMANCE_CASE(trigger_cancel_and_flush_work, kSockets) {
   fid_cntr* cntr = c.Cntr(d);
   fid_cntr* target = c.Cntr(d);
   fi_op_cntr set{target, 9};
-  fi_deferred_work w1{}, w2{};
-  w1.threshold = w2.threshold = 1;
-  w1.triggering_cntr = w2.triggering_cntr = cntr;
-  w1.op_type = w2.op_type = FI_OP_CNTR_SET;
-  w1.op.cntr = w2.op.cntr = &set;
+  fi_deferred_work w1 = CntrWork(cntr, 1, FI_OP_CNTR_SET, &set), w2 = w1;
   CHECK_RET(fi_control(&d->fid, FI_QUEUE_WORK, &w1), 0);
   CHECK_RET(fi_control(&d->fid, FI_QUEUE_WORK, &w2), 0);
   CHECK_RET(fi_control(&d->fid, FI_CANCEL_WORK, &w1), 0);
@@ -144,11 +147,7 @@ CONFORMANCE_CASE(trigger_cntr_close_busy, kSockets) {
   CHECK_RET(fi_cntr_open(d, &attr, &cntr, nullptr), 0);
   fid_cntr* target = c.Cntr(d);
   fi_op_cntr add{target, 1};
-  fi_deferred_work w{};
-  w.threshold = 1;
-  w.triggering_cntr = cntr;
-  w.op_type = FI_OP_CNTR_ADD;
-  w.op.cntr = &add;
+  fi_deferred_work w = CntrWork(cntr, 1, FI_OP_CNTR_ADD, &add);
   CHECK_RET(fi_control(&d->fid, FI_QUEUE_WORK, &w), 0);
   CHECK_RET(fi_close(&cntr->fid), -FI_EBUSY);
   CHECK_RET(fi_control(&d->fid, FI_CANCEL_WORK, &w), 0);
