@@ -445,7 +445,14 @@ namespace {
 
 int Alias(Ep* ep, struct fi_alias* a) {
   if (a == nullptr || a->fid == nullptr) return -FI_EINVAL;
-  if (!(a->flags & (FI_TRANSMIT | FI_RECV))) return -FI_EINVAL;
+  const uint64_t side = a->flags & (FI_TRANSMIT | FI_RECV);
+  if (side != FI_TRANSMIT && side != FI_RECV) {
+    // fi_endpoint(3): "must include FI_TRANSMIT or FI_RECV (not both)".
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL,
+                   "fi_ep_alias: flags take FI_TRANSMIT or FI_RECV, not %s\n",
+                   side == 0 ? "neither" : "both");
+    return -FI_EINVAL;
+  }
   Ep* base = ep->base;
   auto alias = std::make_unique<Ep>();
   alias->fid = base->fid;  // the same ops tables

@@ -243,6 +243,49 @@ CONFORMANCE_CASE(ep_opt_xpu_and_buffered, kShm) {
             -FI_ENOPROTOOPT);
 }
 
+// fi_ep_alias: "An alias EP differs from its parent endpoint only by its
+// default data transfer flags": on an endpoint bound with
+// FI_SELECTIVE_COMPLETION, a send through an alias made with FI_TRANSMIT |
+// FI_COMPLETION is reported, one through the parent is not; both arrive.
+CONFORMANCE_CASE(ep_alias_tx_flags, kShm) {
+  Bare b = OpenDomain(c, c.Hints());
+  fid_ep* ep = RawEp(c, b.domain, b.info);
+  Ep a = Finish(c, b.domain, b.info, ep, FI_SELECTIVE_COMPLETION);
+  fid_ep* alias = nullptr;
+  CHECK_RET(fi_ep_alias(a.ep, &alias, FI_TRANSMIT | FI_COMPLETION), 0);
+  c.Own(&alias->fid);
+  const fi_addr_t self = c.Insert(a.av, a.name);
+  char* in = c.Buf(16);
+  char* out = c.Buf(8, 'a');
+  int rctx[2], sctx[2];
+  for (int& r : rctx) CHECK_RET(fi_recv(a.ep, in + (&r - rctx) * 8, 8, nullptr, FI_ADDR_UNSPEC, &r), 0);
+  c.Post("fi_send", [&] { return fi_send(a.ep, out, 8, nullptr, self, &sctx[0]); });
+  c.Post("fi_send", [&] { return fi_send(alias, out, 8, nullptr, self, &sctx[1]); });
+  CHECK(!c.Wait(a.rx, "the first receive").error, "a receive failed");
+  CHECK(!c.Wait(a.rx, "the second receive").error, "a receive failed");
+  const Completion s = c.Wait(a.tx, "the alias's send");
+  CHECK(!s.error && s.entry.op_context == &sctx[1],
+        "the completion is not the alias's send (the parent's has no FI_COMPLETION)");
+  Completion extra;
+  CHECK(!c.Poll(a.tx, &extra, 200), "the parent's send (no FI_COMPLETION) was reported");
+}
+
+// fi_ep_alias: the flags carry FI_TRANSMIT or FI_RECV, not both, not
+// neither; "All allocated aliases must be closed for the underlying
+// endpoint to be released" (its fi_close: -FI_EBUSY until then).
+CONFORMANCE_CASE(ep_alias_flags_and_close, kShm) {
+  Bare b = OpenDomain(c, c.Hints());
+  fid_ep* ep = RawEp(c, b.domain, b.info);
+  Ep a = Finish(c, b.domain, b.info, ep, 0);
+  fid_ep* alias = nullptr;
+  CHECK_RET(fi_ep_alias(a.ep, &alias, FI_TRANSMIT | FI_RECV | FI_COMPLETION), -FI_EINVAL);
+  CHECK_RET(fi_ep_alias(a.ep, &alias, FI_COMPLETION), -FI_EINVAL);
+  CHECK_RET(fi_ep_alias(a.ep, &alias, FI_RECV | FI_COMPLETION), 0);
+  CHECK_RET(fi_close(&a.ep->fid), -FI_EBUSY);
+  CHECK_RET(fi_close(&alias->fid), 0);
+  CHECK_RET(c.Close(&a.ep->fid), 0);
+}
+
 // "FI_SETOPSFLAG ... override the previous transmit and receive
 // attributes": FI_COMPLETION set this way makes fi_send complete.
 CONFORMANCE_CASE(ep_setopsflag, kShm) {
