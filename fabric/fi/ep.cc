@@ -26,6 +26,7 @@
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
+#include "fabric/fi/trigger.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -522,6 +523,7 @@ ssize_t EpCancel(fid_t f, void* context) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
+  if (context != nullptr && CancelTriggered(ep, context)) return 0;  // trigger.h
   if (ep->srx != nullptr && Enabled(ep)) return CancelSharedRecv(ep->srx, context);
   DomainGuard g(*ep->lock);
   if (!Enabled(ep)) return -FI_EOPBADSTATE;

@@ -321,6 +321,23 @@ TEST_F(TriggerTest, CancelAndFlushWork) {
   EXPECT_EQ(fi_close(&target->fid), 0);
 }
 
+// fi_cancel reaches a triggered operation that has not been issued: it
+// completes with FI_ECANCELED and its context, and never runs.
+TEST_F(TriggerTest, FiCancelOfAWaitingTriggeredSend) {
+  Recvs r(p_, 1);
+  const std::string msg = "canceled";
+  fi_triggered_context t = Threshold(cntr_, 1);
+  ASSERT_EQ(TriggeredSend(p_, msg, &t), 0);
+  ASSERT_EQ(fi_cancel(&p_.a.ep->fid, &t), 0);
+  fi_cq_err_entry err{};
+  ASSERT_TRUE(p_.WaitError(p_.a.txcq, &err));
+  EXPECT_EQ(err.err, FI_ECANCELED);
+  EXPECT_EQ(err.op_context, &t);
+  ASSERT_EQ(fi_cntr_add(cntr_, 1), 0);
+  EXPECT_TRUE(NothingArrives(p_));
+  EXPECT_EQ(fi_cancel(&p_.a.ep->fid, &t), -FI_ENOENT);
+}
+
 TEST_F(TriggerTest, FlushOneCounterOnly) {
   fid_cntr* other = OpenCntr(p_.a.domain);
   fid_cntr* target = OpenCntr(p_.a.domain);

@@ -560,6 +560,16 @@ int TriggerControl(Domain* d, int command, void* arg) {
   }
 }
 
+bool CancelTriggered(Ep* ep, void* context) {
+  Ep* base = ep->base;
+  std::vector<WorkPtr> out = Remove(*base->domain->triggers, [&](const Work& w) {
+    return w.dw == nullptr && w.context == context && w.handle->base == base;
+  });
+  if (out.empty()) return false;
+  Canceled(std::move(out));
+  return true;
+}
+
 void FireTriggers(Cntr* c, bool may_block) {
   TriggerQueue& q = *c->domain->triggers;
   {

@@ -72,6 +72,11 @@ ssize_t QueueTriggeredRma(fid_ep* ep, const fi_msg_rma* m, uint64_t flags, bool 
 // -FI_ENOSYS.
 int TriggerControl(Domain* d, int command, void* arg);
 
+// fi_cancel of a triggered operation still waiting on ep (any handle of
+// its endpoint) whose context is `context`: it completes with
+// FI_ECANCELED. False when there is none.
+bool CancelTriggered(Ep* ep, void* context);
+
 // A counter of c's domain changed: issues the work now due (see the
 // locking rule above: may_block when the caller holds no endpoint lock).
 void FireTriggers(Cntr* c, bool may_block);
