@@ -23,6 +23,7 @@
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/keys.h"
 #include "fabric/fi/mr.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
@@ -122,6 +123,7 @@ int EpClose(fid* f) {
         }
       }
     }
+    CloseMsg(ep);  // a connected peer is told (FI_SHUTDOWN there) during the linger
     if (ep->rdm != nullptr) {
       Linger(ep);
       driver::QueuePair& qp = d->port->qp();
@@ -141,6 +143,7 @@ int EpClose(fid* f) {
     CloseDgram(ep);
     Unbind(ep);
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
+    FreeMsg(ep);
     UnbindSharedContexts(ep);  // after the engine left the shared receive queue
     ep->drain.reset();
     ep->records.Release();
@@ -225,6 +228,7 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
       Av* av = AsAv(bfid);
       if (av == nullptr) return -FI_EBADF;
       if (av->domain != d || ep->av != nullptr) return -FI_EINVAL;
+      if (ep->type == FI_EP_MSG) return -FI_EINVAL;  // its one peer is the connection's
       if (flags != 0) return -FI_EBADFLAGS;
       ep->av = av;
       av->eps.push_back(ep);
@@ -265,7 +269,7 @@ absl::Status CreateEngineEndpoint(Ep* ep) {
 
 int Enable(Ep* ep) {
   if (Enabled(ep)) return 0;
-  if (ep->av == nullptr) {
+  if (ep->av == nullptr && ep->type != FI_EP_MSG) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
@@ -324,7 +328,7 @@ int Enable(Ep* ep) {
     }
   }
   if (ep->min_multi_recv_set && ep->rdm != nullptr) ep->rdm->SetMinMultiRecv(ep->min_multi_recv);
-  for (fi_addr_t fa = 0; fa < ep->av->addrs.size(); ++fa) {
+  for (fi_addr_t fa = 0; ep->av != nullptr && fa < ep->av->addrs.size(); ++fa) {
     if (!ep->av->addrs[fa]) continue;
     if (int ret = AddPeerToEp(ep, fa, *ep->av->addrs[fa]); ret != 0) return fail(ret);
   }
@@ -338,6 +342,9 @@ int Enable(Ep* ep) {
     }
   }
   ep->records.Init(ep->config.max_send_ops + ep->config.max_posted_recvs);
+  if (ep->msg != nullptr) {
+    if (int ret = EnableMsg(ep); ret != 0) return fail(ret);
+  }
   const rdm::Address self = ep->rdm != nullptr ? ep->rdm->address() : ep->dgram->address();
   BYPASS_FI_INFO(FI_LOG_EP_CTRL, "%s endpoint %s enabled on %s\n",
                  ep->rdm != nullptr ? "RDM" : "datagram", self.ToString().c_str(), d->uri.c_str());
@@ -650,8 +657,8 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
   if (info == nullptr || out == nullptr) return -FI_EINVAL;
   const fi_ep_type type = info->ep_attr != nullptr ? info->ep_attr->type : FI_EP_RDM;
-  if (type != FI_EP_RDM && type != FI_EP_DGRAM && type != FI_EP_UNSPEC) {
-    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM and FI_EP_DGRAM endpoints are implemented\n");
+  if (type != FI_EP_RDM && type != FI_EP_DGRAM && type != FI_EP_MSG && type != FI_EP_UNSPEC) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM, FI_EP_MSG and FI_EP_DGRAM endpoints are implemented\n");
     return -FI_ENOSYS;
   }
   DomainGuard g(d->lock);
@@ -679,7 +686,7 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   ep->fid.collective = &g_collective_ops;
   ep->base = ep.get();
   ep->domain = d;
-  ep->type = type == FI_EP_DGRAM ? FI_EP_DGRAM : FI_EP_RDM;
+  ep->type = type == FI_EP_DGRAM || type == FI_EP_MSG ? type : FI_EP_RDM;
   ep->caps = info->caps;
   if (info->ep_attr != nullptr) {
     ep->shared_tx = info->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT;
@@ -725,7 +732,10 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
           std::min<size_t>(std::max<size_t>(info->rx_attr->size, ep->config.max_posted_recvs), 1u << 16));
     }
   }
-  if (int ret = EndpointKeys(d, info, ep->type == FI_EP_RDM, &ep->config); ret != 0) return ret;
+  if (int ret = EndpointKeys(d, info, ep->type != FI_EP_DGRAM, &ep->config); ret != 0) return ret;
+  if (ep->type == FI_EP_MSG) {
+    if (int ret = OpenMsg(ep.get(), info); ret != 0) return ret;
+  }
   d->eps.push_back(ep.get());
   d->obj.refs.fetch_add(1);
   *out = &ep.release()->fid;

@@ -37,6 +37,7 @@ struct Mr;
 struct DrainBuffers;
 struct Srx;
 struct Stx;
+struct MsgConn;
 
 // A send or receive that needs more than the application's context: an
 // operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
@@ -197,6 +198,8 @@ struct Ep {
   std::unique_ptr<DrainBuffers> drain;  // progress.h
   PeerMap peers;
   OpRecords records;
+  // FI_EP_MSG: the connection (msg_ep.h), owned; null for other types.
+  MsgConn* msg = nullptr;
 };
 static_assert(offsetof(Ep, fid) == 0);
 
@@ -204,7 +207,7 @@ inline Ep* AsEp(const void* f) { return As<Ep>(f, FI_CLASS_EP); }
 
 inline bool Enabled(const Ep* ep) { return ep->rdm != nullptr || ep->dgram != nullptr; }
 
-// fi_endpoint (FI_EP_RDM or FI_EP_DGRAM).
+// fi_endpoint (FI_EP_RDM, FI_EP_DGRAM or FI_EP_MSG).
 int OpenEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
 // Wires an AV entry into an enabled endpoint's engine.
 int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a);

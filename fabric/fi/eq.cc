@@ -6,19 +6,25 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <utility>
 
+#include "driver/clock.h"
 #include "fabric/fi/fabric.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/services.h"
 
 namespace bypass::fi {
 namespace {
 
 constexpr size_t kDefaultEqSize = 256;
+// fi_eq_sread's naps between reads while connections are being managed.
+constexpr uint64_t kCmNapNs = 200'000;
 
 int EqClose(fid* f) {
   Eq* eq = AsEq(f);
@@ -57,6 +63,7 @@ ssize_t EqRead(fid_eq* f, uint32_t* event, void* buf, size_t len, uint64_t flags
   if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
   if (event == nullptr || (buf == nullptr && len > 0)) return -FI_EINVAL;
   if ((flags & ~static_cast<uint64_t>(FI_PEEK)) != 0) return -FI_EBADFLAGS;
+  ProgressCm(eq);  // connection events come from the endpoints' progress
   std::lock_guard<std::mutex> lock(eq->mu);
   if (eq->events.empty()) return -FI_EAGAIN;
   const EqEvent& ev = eq->events.front();
@@ -69,6 +76,32 @@ ssize_t EqRead(fid_eq* f, uint32_t* event, void* buf, size_t len, uint64_t flags
   return n;
 }
 
+// A connection error's err_data, the peer's bytes (fi_reject's data): into
+// the caller's buffer (at most err_data_size bytes) or, when it gives
+// none, ours (valid until the next readerr), as CopyErrData does for text.
+void CopyErrBytes(Eq* eq, const EqEvent& ev, fi_eq_err_entry* out) {
+  const size_t n = std::min(ev.err_bytes.size(), sizeof(eq->last_error));
+  if (FI_VERSION_LT(eq->fabric->api_version, FI_VERSION(1, 5))) {
+    std::memcpy(out, &ev.err, offsetof(fi_eq_err_entry, err_data_size));
+    std::memcpy(eq->last_error, ev.err_bytes.data(), n);
+    out->err_data = eq->last_error;
+    return;
+  }
+  void* user = out->err_data;
+  const size_t user_size = out->err_data_size;
+  *out = ev.err;
+  if (user != nullptr && user_size > 0) {
+    const size_t m = std::min(user_size, ev.err_bytes.size());
+    std::memcpy(user, ev.err_bytes.data(), m);
+    out->err_data = user;
+    out->err_data_size = m;
+  } else {
+    std::memcpy(eq->last_error, ev.err_bytes.data(), n);
+    out->err_data = eq->last_error;
+    out->err_data_size = n;
+  }
+}
+
 ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* buf, uint64_t flags) {
   Eq* eq = AsEq(f);
   if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
@@ -77,7 +110,11 @@ ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* buf, uint64_t flags) {
   std::lock_guard<std::mutex> lock(eq->mu);
   if (eq->events.empty() || !eq->events.front().error) return -FI_EAGAIN;
   const EqEvent& ev = eq->events.front();
-  CopyErrData(eq->fabric->api_version, ev.err, ev.message, eq->last_error, buf);
+  if (ev.binary) {
+    CopyErrBytes(eq, ev, buf);
+  } else {
+    CopyErrData(eq->fabric->api_version, ev.err, ev.message, eq->last_error, buf);
+  }
   if (!(flags & FI_PEEK)) eq->events.pop_front();
   return sizeof(*buf);
 }
@@ -100,10 +137,21 @@ ssize_t EqSRead(fid_eq* f, uint32_t* event, void* buf, size_t len, int timeout, 
   Eq* eq = AsEq(f);
   if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
   ssize_t ret = -FI_EAGAIN;
-  SleepUntil(&eq->wait, &eq->fid.fid, DeadlineAfterMs(timeout), [&] {
+  const auto read = [&] {
     ret = EqRead(f, event, buf, len, flags);
     return ret != -FI_EAGAIN;
-  });
+  };
+  const uint64_t deadline = DeadlineAfterMs(timeout);
+  if (!HasCm(eq)) {
+    SleepUntil(&eq->wait, &eq->fid.fid, deadline, read);
+    return ret;
+  }
+  // Connection events come from progress that reading does (ProgressCm):
+  // sleep in short naps, reading between them.
+  const driver::Clock& clock = driver::SteadyClock::Get();
+  while (!SleepUntil(&eq->wait, &eq->fid.fid, std::min(deadline, clock.NowNs() + kCmNapNs), read) &&
+         clock.NowNs() < deadline) {
+  }
   return ret;
 }
 
