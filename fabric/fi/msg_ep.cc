@@ -176,7 +176,9 @@ rdm::Result SendCm(Ep* ep, rdm::PeerId to, CmType type, const void* data, size_t
   r.buf = buf;
   r.len = EncodeCm(m, buf);
   r.tag = kCmTagBit | static_cast<uint64_t>(type);
-  r.flags = rdm::kSendTagged | rdm::kSendInject;
+  // Acknowledged at once: a closing endpoint lingers until its SHUTDOWN is,
+  // and the connecting side's request should not wait on the listener.
+  r.flags = rdm::kSendTagged | rdm::kSendInject | rdm::kSendAckNow;
   return ep->rdm->Send(r);
 }
 
@@ -687,7 +689,7 @@ void ProgressPep(Pep* p) {
     if (n <= 0) break;
     for (ssize_t i = 0; i < n; ++i) {
       auto* b = static_cast<CmBuffer*>(e[i].op_context);
-      if (b < p->rx.data() || b >= p->rx.data() + p->rx.size()) continue;  // an inject's? none
+      if (b < p->rx.data() || b >= p->rx.data() + p->rx.size()) continue;  // a rejection sent
       std::optional<CmMessage> m = ParseCm(b->data(), e[i].len);
       if (m && m->type == CmType::kConnReq) {
         OnConnReq(p, *m);
@@ -731,7 +733,15 @@ int PepReject(fid_pep* f, fid_t handle, const void* param, size_t paramlen) {
   if (paramlen > 0) std::memcpy(m.data, param, paramlen);
   uint8_t buf[kCmMaxPacket];
   const size_t len = EncodeCm(m, buf);
-  return static_cast<int>(fi_tinject(p->ep, buf, len, fa, kCmTagBit | static_cast<uint64_t>(m.type)));
+  // FI_INJECT: copied at once; a send (not fi_tinject) asks the client for
+  // its acknowledgement at once. Its completion (no context) is dropped.
+  iovec iov{buf, len};
+  fi_msg_tagged t{};
+  t.msg_iov = &iov;
+  t.iov_count = 1;
+  t.addr = fa;
+  t.tag = kCmTagBit | static_cast<uint64_t>(m.type);
+  return static_cast<int>(fi_tsendmsg(p->ep, &t, FI_INJECT));
 }
 
 int PepGetName(fid_t f, void* addr, size_t* addrlen) {
