@@ -122,7 +122,7 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
   const size_t datagram = o.device.mtu > kIpUdpHeaders ? o.device.mtu - kIpUdpHeaders : 0;
   if (type == FI_EP_RDM || type == FI_EP_MSG) {
     // FI_EP_MSG: the same engine endpoint, where FI_EP_RDM is offered.
-    d.caps = (o.rdm_caps & (type == FI_EP_MSG ? kMsgCaps : kRdmCaps)) | comm;
+    d.caps = (type == FI_EP_MSG ? o.rdm_caps & o.msg_caps & kMsgCaps : o.rdm_caps & kRdmCaps) | comm;
     if ((d.caps & FI_RMA) == 0) d.caps &= ~FI_RMA_EVENT;  // events of RMA targets
     d.max_msg_size = o.limits.max_msg_size;
     d.inject_size = o.limits.inject_size;

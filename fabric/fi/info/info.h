@@ -91,6 +91,9 @@ struct DomainOffer {
   // of that endpoint type.
   uint64_t rdm_caps = kRdmCaps;
   uint64_t dgram_caps = kDgramCaps;
+  // FI_EP_MSG (within rdm_caps: the same engine endpoint). Off unless the
+  // caller offers it: the provider does (provider.cc).
+  uint64_t msg_caps = 0;
   // FI_LOCAL_COMM and/or FI_REMOTE_COMM; 0: from device.driver (memif and
   // loopback reach this host only, every other driver both).
   uint64_t comm_caps = 0;
