@@ -1,14 +1,17 @@
 // Connected endpoints against RDM in one run, one process, two loopback
 // domains, through the public libfabric API (the static library):
-//   - connection setup: fi_connect until the client's FI_CONNECTED (the
-//     listener's FI_CONNREQ, fi_endpoint + fi_accept on the other side),
-//     progressed only by fi_eq_read, against opening and enabling an RDM
-//     endpoint and its first 8-byte round trip to a new peer (the same
-//     handshake in the engine);
+//   - connection setup: both endpoints opened, fi_connect until the
+//     client's FI_CONNECTED (the listener's FI_CONNREQ, fi_endpoint +
+//     fi_accept on the other side), progressed only by fi_eq_read, against
+//     two RDM endpoints opened on the same domains, each other's name
+//     inserted and their first 8-byte round trip (the engine's handshake);
 //   - 8-byte ping-pong with fi_inject over a connection against the same on
 //     an RDM pair.
 // Medians; ratios against the RDM figures of the same run.
 //   bazel run -c opt //fabric/fi:fi_msg_bench
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -143,32 +146,67 @@ int Main() {
   const std::vector<double> msg_rtt =
       PingPong(client.ep, client.cq, 0, server.ep, server.cq, 0, kRoundTrips);
 
-  // RDM: a new endpoint's first round trip (its handshake), then the same
-  // ping-pong on one pair.
+  // RDM on the same domains: two new endpoints (an AV each, the other's
+  // name inserted) and their first round trip, the engine's handshake;
+  // then the same ping-pong on one pair.
+  fi_info* rdm_hints = fi_allocinfo();
+  rdm_hints->caps = FI_MSG;
+  rdm_hints->ep_attr->type = FI_EP_RDM;
+  fi_info* rdm_infos = nullptr;
+  if (fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, rdm_hints, &rdm_infos) != 0) return 1;
+  struct RdmEp {
+    Side s;
+    fid_av* av = nullptr;
+    fi_addr_t peer = 0;
+  };
+  auto open_rdm = [&](fid_domain* dom, fi_info* info, RdmEp* r) {
+    fi_av_attr aa{};
+    aa.type = FI_AV_TABLE;
+    fi_av_open(dom, &aa, &r->av, nullptr);
+    fi_cq_attr ca{};
+    ca.format = FI_CQ_FORMAT_CONTEXT;
+    fi_cq_open(dom, &ca, &r->s.cq, nullptr);
+    fi_endpoint(dom, info, &r->s.ep, nullptr);
+    fi_ep_bind(r->s.ep, &r->av->fid, 0);
+    fi_ep_bind(r->s.ep, &r->s.cq->fid, FI_TRANSMIT | FI_RECV);
+    fi_enable(r->s.ep);
+  };
+  auto insert = [](RdmEp* from, RdmEp* to) {
+    char addr[64];
+    size_t len = sizeof(addr);
+    fi_getname(&to->s.ep->fid, addr, &len);
+    fi_av_insert(from->av, addr, 1, &from->peer, 0, nullptr);
+  };
   std::vector<double> rdm_first;
   for (int i = 0; i < kConnects; ++i) {
-    testing::Pair p;
+    RdmEp x, y;
     const auto t0 = Clock::now();
-    p.Open(testing::RdmHints(FI_MSG), FI_CQ_FORMAT_CONTEXT);
-    std::vector<double> one = PingPong(p.a.ep, p.a.rxcq, p.a.peer, p.b.ep, p.b.rxcq, p.b.peer, 1);
+    open_rdm(da, testing::ForDomain(rdm_infos, kDevA), &x);
+    open_rdm(db, testing::ForDomain(rdm_infos, kDevB), &y);
+    insert(&x, &y);
+    insert(&y, &x);
+    PingPong(x.s.ep, x.s.cq, x.peer, y.s.ep, y.s.cq, y.peer, 1);
     rdm_first.push_back(Us(t0, Clock::now()));
-    if (i + 1 < kConnects) {
-      p.Close();
-      continue;
+    std::vector<double> rdm_rtt;
+    if (i + 1 == kConnects) {
+      rdm_rtt = PingPong(x.s.ep, x.s.cq, x.peer, y.s.ep, y.s.cq, y.peer, kRoundTrips);
+      const double ms = Median(setup), rs = Median(rdm_first);
+      const double mr = Median(msg_rtt), rr = Median(rdm_rtt);
+      std::printf("connection setup (open, fi_connect, FI_CONNREQ, open, fi_accept -> FI_CONNECTED), "
+                  "median of %d: %.1f us\n", kConnects, ms);
+      std::printf("RDM: two endpoints opened, names inserted, first round trip (baseline), median of "
+                  "%d: %.1f us; ratio %.2fx\n", kConnects, rs, ms / rs);
+      std::printf("8 B fi_inject round trip, RDM (baseline), median of %d: %.2f us\n", kRoundTrips, rr);
+      std::printf("8 B fi_inject round trip, FI_EP_MSG, median of %d: %.2f us; ratio %.2fx\n",
+                  kRoundTrips, mr, mr / rr);
     }
-    const std::vector<double> rdm_rtt =
-        PingPong(p.a.ep, p.a.rxcq, p.a.peer, p.b.ep, p.b.rxcq, p.b.peer, kRoundTrips);
-    const double ms = Median(setup), rs = Median(rdm_first);
-    const double mr = Median(msg_rtt), rr = Median(rdm_rtt);
-    std::printf("connection setup (open, fi_connect, FI_CONNREQ, open, fi_accept -> FI_CONNECTED), "
-                "median of %d: %.1f us\n", kConnects, ms);
-    std::printf("RDM pair open + enable + first round trip (baseline), median of %d: %.1f us; ratio %.2fx\n",
-                kConnects, rs, ms / rs);
-    std::printf("8 B fi_inject round trip, RDM (baseline), median of %d: %.2f us\n", kRoundTrips, rr);
-    std::printf("8 B fi_inject round trip, FI_EP_MSG, median of %d: %.2f us; ratio %.2fx\n", kRoundTrips,
-                mr, mr / rr);
-    p.Close();
+    x.s.Close();
+    y.s.Close();
+    fi_close(&x.av->fid);
+    fi_close(&y.av->fid);
   }
+  fi_freeinfo(rdm_infos);
+  fi_freeinfo(rdm_hints);
   server.Close();
   client.Close();
   fi_close(&pep->fid);
