@@ -63,16 +63,25 @@ T* As(const void* fid, size_t fclass) {
 int BadFid(const void* fid, size_t fclass);
 
 // A domain's lock. FI_THREAD_SAFE (and FID/ENDPOINT) take it in every call
-// (DomainGuard); other threading levels take nothing.
+// (DomainGuard); other threading levels take nothing. The lock of one
+// device queue (fabric/fi/lane.h): a domain's is its queue's (`shared`,
+// which domains sharing one queue share), and a context of a scalable
+// endpoint on its own queue has that queue's.
 struct DomainLock {
   bool thread_safe = false;
   std::recursive_mutex mu;
+  DomainLock* shared = nullptr;  // when set, the lock this one stands for
+
+  // The lock a guard of this one takes.
+  DomainLock& Target() { return shared != nullptr ? *shared : *this; }
 };
 
-// Takes the domain lock only in FI_THREAD_SAFE mode.
+// Takes the lock (or the one it stands for) unless its level takes none.
 class DomainGuard {
  public:
-  explicit DomainGuard(DomainLock& l) : mu_(l.thread_safe ? &l.mu : nullptr) {
+  explicit DomainGuard(DomainLock& l) {
+    DomainLock& t = l.Target();
+    mu_ = t.thread_safe ? &t.mu : nullptr;
     if (mu_ != nullptr) mu_->lock();
   }
   ~DomainGuard() {

@@ -100,6 +100,7 @@ int Main() {
   fi_info* hints = fi_allocinfo();
   hints->caps = FI_MSG;
   hints->ep_attr->type = FI_EP_MSG;
+  hints->domain_attr->threading = FI_THREAD_SAFE;  // the listener shares the device's queue
   fi_info* infos = nullptr;
   if (fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &infos) != 0) return 1;
   fi_info* a = testing::ForDomain(infos, kDevA);
@@ -152,6 +153,7 @@ int Main() {
   fi_info* rdm_hints = fi_allocinfo();
   rdm_hints->caps = FI_MSG;
   rdm_hints->ep_attr->type = FI_EP_RDM;
+  rdm_hints->domain_attr->threading = FI_THREAD_SAFE;
   fi_info* rdm_infos = nullptr;
   if (fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, rdm_hints, &rdm_infos) != 0) return 1;
   struct RdmEp {

@@ -56,11 +56,11 @@ constexpr fi_addr_t kPeerAddr = 0;
 constexpr size_t kCmSlots = 4;
 // ... and a passive endpoint.
 constexpr size_t kPepSlots = 64;
-// A passive endpoint forgets a connecting endpoint this long after its
+// A passive endpoint forgets a connecting endpoint this long (5 ms) after its
 // request (the engine's acknowledgement of it long gone): the listener's
 // engine keeps no peer per connection. A request retransmitted after that
 // (its acknowledgement lost) is known by its conn_id and dropped.
-constexpr uint64_t kForgetNs = 50'000'000;
+constexpr uint64_t kForgetNs = 5'000'000;
 // Connection ids a passive endpoint remembers for that.
 constexpr size_t kRecentIds = 1024;
 
@@ -312,7 +312,7 @@ int MsgConnect(fid_ep* f, const void* addr, const void* param, size_t paramlen) 
   if (int ret = CheckData(param, paramlen); ret != 0) return ret;
   std::optional<rdm::Address> a = FromSockaddr(addr, kAddrLen);
   if (!a) return -FI_EINVAL;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   MsgConn* m = ep->msg;
   if (m->from_connreq) return -FI_EINVAL;  // accept it instead
   if (m->state != ConnState::kIdle) return Live(m->state) ? -FI_EISCONN : -FI_EOPBADSTATE;
@@ -332,7 +332,7 @@ int MsgAccept(fid_ep* f, const void* param, size_t paramlen) {
   Ep* ep = MsgEpOf(f, &err);
   if (ep == nullptr) return err;
   if (int ret = CheckData(param, paramlen); ret != 0) return ret;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   MsgConn* m = ep->msg;
   if (!m->from_connreq) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_accept: open the endpoint with the FI_CONNREQ's info\n");
@@ -355,7 +355,7 @@ int MsgShutdown(fid_ep* f, uint64_t flags) {
   Ep* ep = MsgEpOf(f, &err);
   if (ep == nullptr) return err;
   if (flags != 0) return -FI_EBADFLAGS;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   MsgConn* m = ep->msg;
   if (!Live(m->state)) return -FI_ENOTCONN;
   const rdm::Result r = SendCm(ep, *m->peer, CmType::kShutdown, nullptr, 0);
@@ -370,7 +370,7 @@ int MsgGetPeer(fid_ep* f, void* addr, size_t* addrlen) {
   Ep* ep = MsgEpOf(f, &err);
   if (ep == nullptr) return err;
   if (addrlen == nullptr) return -FI_EINVAL;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   MsgConn* m = ep->msg;
   if (!m->peer) return -FI_ENOTCONN;
   std::optional<rdm::Address> a = ep->rdm->PeerAddress(*m->peer);
@@ -647,7 +647,7 @@ void ForgetHandled(Pep* p) {
       fi_av_remove(p->av, const_cast<fi_addr_t*>(&h.fa), 1, 0);
       continue;
     }
-    DomainGuard g(e->domain->lock);
+    DomainGuard g(*e->lock);
     absl::StatusOr<rdm::PeerId> id = e->rdm->InsertPeer(h.addr);  // finds the learned one
     if (id.ok()) (void)e->rdm->RemovePeer(*id);
   }
@@ -954,7 +954,7 @@ void ProgressCm(Eq* eq) {
     if (Pep* p = AsPep(f)) {
       ProgressPep(p);
     } else if (Ep* ep = AsEp(f)) {
-      DomainGuard g(ep->domain->lock);
+      DomainGuard g(*ep->lock);
       ProgressEp(ep);
     }
   }

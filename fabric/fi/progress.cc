@@ -114,7 +114,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   e.e.buf = c.buf;
   e.e.data = c.data;
   e.e.tag = c.tag;
-  e.src = tx ? FI_ADDR_NOTAVAIL : AddrOfPeer(ep, c.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : SourceOf(ep, c.source);
   cq->entries.push_back(e);
   cq->wait.Signal();
 }
@@ -184,7 +184,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   e.e.olen = ec.olen;
   e.e.err = FiErr(ec, tx);
   e.e.prov_errno = ec.err;
-  e.src = tx ? FI_ADDR_NOTAVAIL : AddrOfPeer(ep, ec.op.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : SourceOf(ep, ec.op.source);
   std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
   cq->errors.push_back(e);
   cq->wait.Signal();
@@ -251,9 +251,15 @@ void ProgressAll(const std::vector<Ep*>& eps) {
 }
 
 size_t ProgressDomain(Domain* d) {
-  std::lock_guard<std::recursive_mutex> g(d->lock.mu);
+  // The domain's lock keeps d->eps; a slot of a scalable endpoint on a
+  // queue of its own is progressed under its own lock too (taken after the
+  // domain's, the order every path keeps).
+  DomainGuard g(d->lock);
   size_t n = 0;
-  for (Ep* ep : d->eps) n += ProgressEp(ep);
+  for (Ep* ep : d->eps) {
+    DomainGuard q(*ep->lock);
+    n += ProgressEp(ep);
+  }
   return n;
 }
 

@@ -69,6 +69,11 @@ uint64_t CommCaps(const DomainOffer& o) {
   return FI_LOCAL_COMM | FI_REMOTE_COMM;
 }
 
+// Scalable endpoints are FI_EP_RDM's (fabric/fi/sep.h).
+size_t MaxEpContexts(const DomainOffer& o, fi_ep_type type) {
+  return type == FI_EP_RDM ? o.max_ep_ctx : 1;
+}
+
 const char* EpName(fi_ep_type t) {
   return t == FI_EP_RDM ? "FI_EP_RDM" : t == FI_EP_MSG ? "FI_EP_MSG" : "FI_EP_DGRAM";
 }
@@ -366,10 +371,10 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   dom->cq_data_size = d.cq_data_size;
   dom->cq_cnt = kMaxCqs;
   dom->ep_cnt = kMaxEndpoints;
-  dom->tx_ctx_cnt = kMaxEndpoints;
-  dom->rx_ctx_cnt = kMaxEndpoints;
-  dom->max_ep_tx_ctx = o.max_ep_ctx;
-  dom->max_ep_rx_ctx = o.max_ep_ctx;
+  dom->tx_ctx_cnt = IndependentQueues(o.device);
+  dom->rx_ctx_cnt = IndependentQueues(o.device);
+  dom->max_ep_tx_ctx = MaxEpContexts(o, type);
+  dom->max_ep_rx_ctx = MaxEpContexts(o, type);
   // An RDM endpoint may use one shared transmit and one shared receive
   // context (fabric/fi/shared_ctx.h).
   dom->max_ep_stx_ctx = type == FI_EP_RDM ? 1 : 0;
@@ -678,7 +683,7 @@ int GetInfo(uint32_t version, const char* node, const char* service, uint64_t fl
         c.Bits("caps", hints->caps, cand->caps);
         CheckFabric(hints->fabric_attr, &c);
         CheckDomain(version, hints->domain_attr, *cand->domain_attr, &c);
-        CheckEp(version, hints->ep_attr, *cand->ep_attr, o.max_ep_ctx, &c);
+        CheckEp(version, hints->ep_attr, *cand->ep_attr, MaxEpContexts(o, type), &c);
         CheckTx(hints->tx_attr, *cand, &c);
         CheckRx(hints->rx_attr, *cand, &c);
       }
