@@ -78,6 +78,10 @@ struct MsgConn {
   Eq* eq = nullptr;  // where it is registered for progress
   std::array<CmBuffer, kCmSlots> rx{};
   bool rx_posted = false;
+  // The peer's session as last seen (WatchPeer): its incarnation once
+  // established, and since when it has had none (0: it has one).
+  uint32_t peer_incarnation = 0;
+  uint64_t sessionless_since_ns = 0;
 };
 
 namespace {
@@ -901,7 +905,17 @@ bool MsgCompletion(Ep* ep, const rdm::Completion& c) {
 
 bool MsgError(Ep* ep, const rdm::ErrorCompletion& ec) {
   MsgConn* m = ep->msg;
-  if (SlotOf(m, ec.op.context) >= 0) return true;  // canceled, or its peer failed (below)
+  if (const int slot = SlotOf(m, ec.op.context); slot >= 0) {
+    // Canceled (its slot already posted again, or the connection ended),
+    // or its peer given up (MsgPeerFailure): nothing more. Any other end
+    // (the peer reset or restarted its session: ECONNRESET) is posted
+    // again, so the engine keeps watching the peer.
+    if (m->rx_posted && ec.err != ECANCELED && ec.err != ETIMEDOUT &&
+        PostCmRecv(ep, slot) != rdm::Result::kOk) {
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL, "no receive slot for the connection manager\n");
+    }
+    return true;
+  }
   if (!(ec.op.flags & rdm::kCompAfterCompletion)) return false;
   // A connection message that could not be delivered.
   if (m->state == ConnState::kConnecting && m->listener && ec.op.source == *m->listener) {
@@ -926,9 +940,11 @@ bool MsgPeerFailure(Ep* ep, const rdm::PeerFailure& f) {
     if (m->state == ConnState::kConnected) {
       BYPASS_FI_WARN(FI_LOG_EP_CTRL, "%s: the connection is shut down\n", f.message);
       m->state = ConnState::kShutdown;
+      CancelCmRecvs(ep);
       PushCmEvent(ep->eq, FI_SHUTDOWN, &ep->fid.fid, nullptr, nullptr, 0);
     } else if (m->state == ConnState::kAccepting) {
       m->state = ConnState::kFailed;
+      CancelCmRecvs(ep);
       PushCmError(ep, FI_ECONNABORTED, f.err, f.message, nullptr, 0);
     }
     return true;
@@ -943,6 +959,42 @@ bool MsgPeerFailure(Ep* ep, const rdm::PeerFailure& f) {
   return false;
 }
 
+namespace {
+
+// The connection ends (FI_SHUTDOWN) when its peer's session does: the peer
+// restarted (another incarnation), or has had no session for the peer
+// timeout (a session the peer reset, or that a RESET sent in its name
+// ended, and that nobody re-established: the engine watches only
+// established peers, so a dead one would otherwise never time out).
+void WatchPeer(Ep* ep) {
+  MsgConn* m = ep->msg;
+  if (m == nullptr || m->state != ConnState::kConnected || ep->rdm == nullptr) return;
+  const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(*m->peer);
+  const char* why = nullptr;
+  const uint64_t now = driver::SteadyClock::Get().NowNs();
+  if (!st) {
+    why = "the peer is gone";
+  } else if (st->established && m->peer_incarnation == 0) {
+    m->peer_incarnation = st->incarnation;
+  } else if (st->established && st->incarnation != m->peer_incarnation) {
+    why = "the peer restarted";
+  }
+  if (st && st->established) {
+    m->sessionless_since_ns = 0;
+  } else if (m->sessionless_since_ns == 0) {
+    m->sessionless_since_ns = now;
+  } else if (now - m->sessionless_since_ns >= ep->config.peer_timeout_ns) {
+    why = "the peer's session ended and was not re-established within the peer timeout";
+  }
+  if (why == nullptr) return;
+  BYPASS_FI_WARN(FI_LOG_EP_CTRL, "%s: the connection is shut down\n", why);
+  m->state = ConnState::kShutdown;
+  CancelCmRecvs(ep);
+  PushCmEvent(ep->eq, FI_SHUTDOWN, &ep->fid.fid, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
 void ProgressCm(Eq* eq) {
   std::vector<fid_t> members;
   {
@@ -956,6 +1008,7 @@ void ProgressCm(Eq* eq) {
     } else if (Ep* ep = AsEp(f)) {
       DomainGuard g(*ep->lock);
       ProgressEp(ep);
+      WatchPeer(ep);
     }
   }
 }
