@@ -76,32 +76,6 @@ ssize_t EqRead(fid_eq* f, uint32_t* event, void* buf, size_t len, uint64_t flags
   return n;
 }
 
-// A connection error's err_data, the peer's bytes (fi_reject's data): into
-// the caller's buffer (at most err_data_size bytes) or, when it gives
-// none, ours (valid until the next readerr), as CopyErrData does for text.
-void CopyErrBytes(Eq* eq, const EqEvent& ev, fi_eq_err_entry* out) {
-  const size_t n = std::min(ev.err_bytes.size(), sizeof(eq->last_error));
-  if (FI_VERSION_LT(eq->fabric->api_version, FI_VERSION(1, 5))) {
-    std::memcpy(out, &ev.err, offsetof(fi_eq_err_entry, err_data_size));
-    std::memcpy(eq->last_error, ev.err_bytes.data(), n);
-    out->err_data = eq->last_error;
-    return;
-  }
-  void* user = out->err_data;
-  const size_t user_size = out->err_data_size;
-  *out = ev.err;
-  if (user != nullptr && user_size > 0) {
-    const size_t m = std::min(user_size, ev.err_bytes.size());
-    std::memcpy(user, ev.err_bytes.data(), m);
-    out->err_data = user;
-    out->err_data_size = m;
-  } else {
-    std::memcpy(eq->last_error, ev.err_bytes.data(), n);
-    out->err_data = eq->last_error;
-    out->err_data_size = n;
-  }
-}
-
 ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* buf, uint64_t flags) {
   Eq* eq = AsEq(f);
   if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
@@ -110,8 +84,9 @@ ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* buf, uint64_t flags) {
   std::lock_guard<std::mutex> lock(eq->mu);
   if (eq->events.empty() || !eq->events.front().error) return -FI_EAGAIN;
   const EqEvent& ev = eq->events.front();
-  if (ev.binary) {
-    CopyErrBytes(eq, ev, buf);
+  if (ev.binary) {  // a connection error's err_data: the peer's bytes (fi_reject's data)
+    CopyErrBytes(eq->fabric->api_version, ev.err, ev.err_bytes.data(), ev.err_bytes.size(),
+                 eq->last_error, buf);
   } else {
     CopyErrData(eq->fabric->api_version, ev.err, ev.message, eq->last_error, buf);
   }
