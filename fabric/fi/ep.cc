@@ -23,6 +23,7 @@
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/keys.h"
 #include "fabric/fi/mr.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
@@ -163,6 +164,7 @@ void CloseEngineEp(Ep* ep) {
         }
       }
     }
+    CloseMsg(ep);  // a connected peer is told (FI_SHUTDOWN there) during the linger
     if (ep->rdm != nullptr) {
       Linger(ep);
       rdm::Port& port = *ep->lane->port;
@@ -184,6 +186,7 @@ void CloseEngineEp(Ep* ep) {
     CloseDgram(ep);
     Unbind(ep);
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
+    FreeMsg(ep);
     UnbindSharedContexts(ep);  // after the engine left the shared receive queue
     ep->drain.reset();
     ep->records.Release();
@@ -300,6 +303,7 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
       Av* av = AsAv(bfid);
       if (av == nullptr) return -FI_EBADF;
       if (av->domain != d || ep->av != nullptr) return -FI_EINVAL;
+      if (ep->type == FI_EP_MSG) return -FI_EINVAL;  // its one peer is the connection's
       if (flags != 0) return -FI_EBADFLAGS;
       ep->av = av;
       av->eps.push_back(ep);
@@ -360,7 +364,7 @@ void DisableEp(Ep* ep) {
 
 int EnableEp(Ep* ep) {
   if (Enabled(ep)) return 0;
-  if (ep->av == nullptr) {
+  if (ep->av == nullptr && ep->type != FI_EP_MSG) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
@@ -421,7 +425,7 @@ int EnableEp(Ep* ep) {
     }
   }
   if (ep->min_multi_recv_set && ep->rdm != nullptr) ep->rdm->SetMinMultiRecv(ep->min_multi_recv);
-  for (fi_addr_t fa = 0; fa < ep->av->addrs.size(); ++fa) {
+  for (fi_addr_t fa = 0; ep->av != nullptr && fa < ep->av->addrs.size(); ++fa) {
     if (!ep->av->addrs[fa]) continue;
     if (int ret = AddPeerToEp(ep, fa, *ep->av->addrs[fa]); ret != 0) return fail(ret);
   }
@@ -435,6 +439,9 @@ int EnableEp(Ep* ep) {
     }
   }
   ep->records.Init(ep->config.max_send_ops + ep->config.max_posted_recvs);
+  if (ep->msg != nullptr) {
+    if (int ret = EnableMsg(ep); ret != 0) return fail(ret);
+  }
   const rdm::Address self = ep->rdm != nullptr ? ep->rdm->address() : ep->dgram->address();
   BYPASS_FI_INFO(FI_LOG_EP_CTRL, "%s endpoint %s enabled on %s queue %u\n",
                  ep->rdm != nullptr ? "RDM" : "datagram", self.ToString().c_str(), d->uri.c_str(),
@@ -885,8 +892,8 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
 int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
           std::unique_ptr<Ep>* out) {
   const fi_ep_type type = info->ep_attr != nullptr ? info->ep_attr->type : FI_EP_RDM;
-  if (type != FI_EP_RDM && type != FI_EP_DGRAM && type != FI_EP_UNSPEC) {
-    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM and FI_EP_DGRAM endpoints are implemented\n");
+  if (type != FI_EP_RDM && type != FI_EP_DGRAM && type != FI_EP_MSG && type != FI_EP_UNSPEC) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM, FI_EP_MSG and FI_EP_DGRAM endpoints are implemented\n");
     return -FI_ENOSYS;
   }
   if (d->eps.size() >= d->ep_cnt) {
@@ -918,7 +925,7 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
   ep->domain = d;
   ep->lane = d->lane;
   ep->lock = &d->lock;
-  ep->type = type == FI_EP_DGRAM ? FI_EP_DGRAM : FI_EP_RDM;
+  ep->type = type == FI_EP_DGRAM || type == FI_EP_MSG ? type : FI_EP_RDM;
   ep->caps = info->caps;
   if (info->ep_attr != nullptr) {
     ep->shared_tx = info->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT;
@@ -964,7 +971,10 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
           std::min<size_t>(std::max<size_t>(info->rx_attr->size, ep->config.max_posted_recvs), 1u << 16));
     }
   }
-  if (int ret = EndpointKeys(d, info, ep->type == FI_EP_RDM, &ep->config); ret != 0) return ret;
+  if (int ret = EndpointKeys(d, info, ep->type != FI_EP_DGRAM, &ep->config); ret != 0) return ret;
+  if (ep->type == FI_EP_MSG) {
+    if (int ret = OpenMsg(ep.get(), info); ret != 0) return ret;
+  }
   *out = std::move(ep);
   return 0;
 }

@@ -40,6 +40,7 @@ struct DrainBuffers;
 struct Sep;
 struct Srx;
 struct Stx;
+struct MsgConn;
 
 // A send or receive that needs more than the application's context: an
 // operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
@@ -233,6 +234,8 @@ struct Ep {
   std::unique_ptr<DrainBuffers> drain;  // progress.h
   PeerMap peers;
   OpRecords records;
+  // FI_EP_MSG: the connection (msg_ep.h), owned; null for other types.
+  MsgConn* msg = nullptr;
   // Deferred operations in flight, by the request they were posted with.
   absl::flat_hash_map<void*, DeferredOp> deferred;
 };
@@ -249,7 +252,7 @@ inline Ep* AsEp(const void* f) {
 
 inline bool Enabled(const Ep* ep) { return ep->rdm != nullptr || ep->dgram != nullptr; }
 
-// fi_endpoint (FI_EP_RDM or FI_EP_DGRAM).
+// fi_endpoint (FI_EP_RDM, FI_EP_DGRAM or FI_EP_MSG).
 int OpenEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
 // An endpoint of d made from info (its port chosen, not yet one of d's
 // endpoints), or a negative fi_errno; max_ctx: the ep_attr->tx_ctx_cnt and

@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "fabric/fi/av.h"
+#include "fabric/fi/cm.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/dgram.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/info/info.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
 #include "fabric/fi/trigger.h"
@@ -166,8 +168,11 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
   }
   rdm::SendRequest r;
-  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
-  if (TakeLateError(ep, a.dest)) return -FI_EIO;
+  fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
+  if (int ret = MsgDest(ep, &dest); ret != 0) return ret;
+  if (ep->msg != nullptr && a.tagged && (a.tag & kCmTagBit)) return -FI_EINVAL;  // cm.h
+  if (!FindPeer(ep, dest, &r.dest)) return -FI_EINVAL;
+  if (TakeLateError(ep, dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.tag = a.tag;
   r.data = a.data;
@@ -191,7 +196,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     const rdm::Result res = ep->rdm->Send(r);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.send);
-      ep->peers.NoteBuffered(a.dest);
+      ep->peers.NoteBuffered(dest);
     }
     return Map(res);
   }
@@ -213,7 +218,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
                         len <= ep->config.inject_size && (a.count <= 1 || len <= sizeof(gathered));
   if (buffered) {
     r.flags |= rdm::kSendBuffered;
-    ep->peers.NoteBuffered(a.dest);
+    ep->peers.NoteBuffered(dest);
   } else {
     r.flags |= rdm::kSendAckNow;
   }
@@ -351,6 +356,10 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   r.tagged = a.tagged;
   r.tag = a.tag;
   r.ignore = a.ignore;
+  if (ep->msg != nullptr) {  // never the connection manager's messages (cm.h)
+    r.tag &= ~kCmTagBit;
+    r.ignore &= ~kCmTagBit;
+  }
   if (a.flags & FI_MULTI_RECV) r.flags |= rdm::kRecvMulti;
   if (a.flags & FI_PEEK) r.flags |= rdm::kRecvPeek;
   if (a.flags & FI_CLAIM) r.flags |= rdm::kRecvClaim;
@@ -390,8 +399,10 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
-  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
-  if (TakeLateError(ep, a.dest)) return -FI_EIO;
+  fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
+  if (int ret = MsgDest(ep, &dest); ret != 0) return ret;
+  if (!FindPeer(ep, dest, &r.dest)) return -FI_EINVAL;
+  if (TakeLateError(ep, dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.addr = a.addr;
   r.key = a.key;
@@ -413,7 +424,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     const rdm::Result res = ep->rdm->Write(r);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.write);
-      ep->peers.NoteBuffered(a.dest);
+      ep->peers.NoteBuffered(dest);
     }
     return Map(res);
   }

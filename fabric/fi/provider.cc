@@ -117,6 +117,7 @@ int GetInfoEntry(uint32_t version, const char* node, const char* service, uint64
     o.device = DescribeWithoutOpening(uri);
     o.limits = s.engine;
     o.default_port = s.base_port;
+    o.msg_caps = kMsgCaps;  // connected endpoints (msg_ep.h) wherever FI_EP_RDM is
     o.max_ep_ctx = kMaxEpContexts;
     offers.push_back(std::move(o));
   }
