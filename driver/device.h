@@ -35,8 +35,16 @@ struct Ipv4Address {
   uint32_t value = 0;
   static absl::StatusOr<Ipv4Address> Parse(std::string_view text);  // "10.0.0.1"
   std::string ToString() const;
+  bool IsMulticast() const { return (value >> 28) == 0xe; }  // 224.0.0.0/4
   friend bool operator==(const Ipv4Address&, const Ipv4Address&) = default;
 };
+
+// The Ethernet address an IPv4 multicast group is sent to (RFC 1112):
+// 01:00:5e and the group's low 23 bits.
+inline MacAddress MulticastMac(Ipv4Address group) {
+  return MacAddress{{0x01, 0x00, 0x5e, static_cast<uint8_t>((group.value >> 16) & 0x7f),
+                     static_cast<uint8_t>(group.value >> 8), static_cast<uint8_t>(group.value)}};
+}
 
 // Device-level offload capabilities (DeviceInfo::offloads).
 enum DeviceOffload : uint32_t {
