@@ -22,6 +22,7 @@
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/keys.h"
+#include "fabric/fi/mcast.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
@@ -651,7 +652,6 @@ int Listen(fid_pep*) { return -FI_ENOSYS; }
 int Accept(fid_ep*, const void*, size_t) { return -FI_ENOSYS; }
 int Reject(fid_pep*, fid_t, const void*, size_t) { return -FI_ENOSYS; }
 int Shutdown(fid_ep*, uint64_t) { return -FI_ENOSYS; }
-int Join(fid_ep*, const void*, uint64_t, fid_mc**, void*) { return -FI_ENOSYS; }
 
 fi_ops_cm g_cm_ops = {
     .size = sizeof(fi_ops_cm),
@@ -663,7 +663,7 @@ fi_ops_cm g_cm_ops = {
     .accept = Accept,
     .reject = Reject,
     .shutdown = Shutdown,
-    .join = Join,
+    .join = JoinGroup,  // mcast.h
 };
 
 // A UDP port no endpoint of the domain has, from the base port up.

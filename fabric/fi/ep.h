@@ -40,6 +40,7 @@ struct DrainBuffers;
 struct Sep;
 struct Srx;
 struct Stx;
+struct Mc;
 
 // A send or receive that needs more than the application's context: an
 // operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
@@ -221,6 +222,8 @@ struct Ep {
   std::unique_ptr<DrainBuffers> drain;  // progress.h
   PeerMap peers;
   OpRecords records;
+  // FI_EP_DGRAM: its multicast memberships (fi_join, mcast.h).
+  std::vector<Mc*> groups;
 };
 static_assert(offsetof(Ep, fid) == 0);
 

@@ -43,6 +43,9 @@ inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_
 // FI_SHARED_AV: named AVs shared by the user's processes of a host
 // (fabric/fi/av_shared.h), for both endpoint types.
 inline constexpr uint64_t kDgramCaps = FI_MSG | FI_SEND | FI_RECV | FI_SOURCE | FI_SHARED_AV;
+// Offered on FI_EP_DGRAM only where DomainOffer::dgram_caps adds it (a
+// device that carries multicast: fabric/fi/mcast.h).
+inline constexpr uint64_t kDgramMulticastCap = FI_MULTICAST;
 
 // The wire protocol an RDM entry names in ep_attr->protocol: libfabric has
 // no value for it, so it is provider specific (fi_endpoint(3)); the version
