@@ -48,6 +48,9 @@ struct Cq {
   std::vector<Ep*> eps;       // progressed by every read
   std::atomic<bool> signaled{false};  // fi_cq_signal: the next sread returns -FI_EAGAIN
   WaitObject wait;                    // signaled by every entry added (wait.h)
+  // attr->wait_cond: FI_CQ_COND_THRESHOLD makes an sread's cond the number
+  // of entries to wait for (as a value, as providers read it).
+  bool threshold = false;
   // The lock of the endpoints it serves, which a read takes: the domain's,
   // or the queue's of a scalable endpoint's context (ep.cc, ServesLock).
   std::atomic<DomainLock*> lock{nullptr};

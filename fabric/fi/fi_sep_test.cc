@@ -126,6 +126,7 @@ struct Scalable {
     rxcq.resize(k);
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.wait_obj = FI_WAIT_UNSPEC;  // BlockingReadsOnContexts sleeps in fi_cq_sread
     for (size_t i = 0; i < k; ++i) {
       ASSERT_EQ(fi_tx_context(sep, static_cast<int>(i), nullptr, &tx[i], nullptr), 0);
       ASSERT_EQ(fi_rx_context(sep, static_cast<int>(i), nullptr, &rx[i], nullptr), 0);
