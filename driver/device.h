@@ -139,6 +139,21 @@ class QueuePair {
   virtual absl::Status BindUdpPort(uint16_t /*port*/) { return absl::OkStatus(); }
   virtual void UnbindUdpPort(uint16_t /*port*/) {}
 
+  // IPv4 multicast (cold path): frames to group:udp_port (224.0.0.0/4)
+  // reach this queue from JoinGroup until LeaveGroup. Unimplemented on
+  // devices that join none (the default). The loopback device carries every
+  // multicast frame to every other port already; the kernel UDP device
+  // opens a socket bound to group:udp_port (SO_REUSEADDR, so this host's
+  // processes can each have one) with IP_ADD_MEMBERSHIP on its address.
+  virtual absl::Status JoinGroup(Ipv4Address /*group*/, uint16_t /*udp_port*/) {
+    return absl::UnimplementedError("this device joins no multicast groups");
+  }
+  virtual void LeaveGroup(Ipv4Address /*group*/, uint16_t /*udp_port*/) {}
+  // Whether a multicast frame sent on this queue comes back to it for the
+  // groups it joined (the kernel's IP_MULTICAST_LOOP); false: the layer
+  // above hands this queue's members their copy itself.
+  virtual bool LoopsMulticast() const { return false; }
+
   // Copies len bytes at addr in process pid of this host into dst, in one
   // copy (cross-memory attach), for a peer whose frames arrive with
   // kRxSameHost. Returns the bytes copied or a negative errno; -ENOSYS on

@@ -118,8 +118,12 @@ int JoinEngine(Ep* ep, Mc* mc) {
     const absl::Status s = ep->dgram->JoinGroup(mc->group, mc->udp_port);
     if (!s.ok()) {
       BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_join: %s\n", std::string(s.message()).c_str());
-      if (s.code() == absl::StatusCode::kAlreadyExists) return -FI_EALREADY;
-      return s.code() == absl::StatusCode::kResourceExhausted ? -FI_ENOSPC : -FI_EINVAL;
+      switch (s.code()) {
+        case absl::StatusCode::kAlreadyExists: return -FI_EALREADY;
+        case absl::StatusCode::kResourceExhausted: return -FI_ENOSPC;
+        case absl::StatusCode::kInvalidArgument: return -FI_EINVAL;
+        default: return -FI_EADDRNOTAVAIL;  // the device could not join (a socket error)
+      }
     }
   }
   if (mc->sends) {
@@ -138,7 +142,10 @@ int JoinEngine(Ep* ep, Mc* mc) {
 
 }  // namespace
 
-bool DeviceCarriesMulticast(const driver::DeviceInfo& info) { return info.driver == "loopback"; }
+bool DeviceCarriesMulticast(const driver::DeviceInfo& info) {
+  const std::string& d = info.driver;
+  return d == "loopback" || d == "udp" || d == "shm+udp";
+}
 
 int JoinGroup(fid_ep* f, const void* addr, uint64_t flags, fid_mc** out, void* context) {
   Ep* ep = AsEp(f);

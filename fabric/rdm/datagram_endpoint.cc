@@ -224,10 +224,12 @@ Result DatagramEndpoint::SendV(const SendRequest& r, absl::Span<const iovec> iov
   pkt->len = static_cast<uint32_t>(driver::WriteUdpHeaders(
       flow, len, {pkt->data, pkt->capacity}, driver::UdpChecksumFill::kCompute));
   const bool built = pkt->len != 0;
-  // This port's members get the datagram once the device took it; TxBurst
-  // takes the frame, so they get it from a copy kept until then.
+  // This port's members get the datagram once the device took it (unless
+  // the device loops it back itself); TxBurst takes the frame, so they get
+  // it from a copy kept until then.
   driver::Packet* loop = nullptr;
-  if (built && group && port_.group_members() > 0 && qp.AllocBulk({&loop, 1})) {
+  if (built && group && port_.group_members() > 0 && !qp.LoopsMulticast() &&
+      qp.AllocBulk({&loop, 1})) {
     std::memcpy(loop->data, pkt->data, pkt->len);
     loop->len = pkt->len;
   }

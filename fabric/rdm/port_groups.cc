@@ -24,8 +24,20 @@ absl::Status Port::JoinGroup(driver::Ipv4Address group, uint16_t udp_port, Inbox
     return absl::ResourceExhaustedError(absl::StrCat(
         info_.uri, " already has ", kMaxGroupMembers, " multicast memberships on this queue"));
   }
+  // The queue joins once per group, for its first member.
+  if (Members(group.value, udp_port) == 0) {
+    if (absl::Status s = qp_.JoinGroup(group, udp_port); !s.ok()) return s;
+  }
   members_[member_count_++] = GroupMember{group.value, udp_port, inbox};
   return absl::OkStatus();
+}
+
+uint32_t Port::Members(uint32_t group, uint16_t udp_port) const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < member_count_; ++i) {
+    n += members_[i].group == group && members_[i].udp_port == udp_port;
+  }
+  return n;
 }
 
 void Port::LeaveGroup(driver::Ipv4Address group, uint16_t udp_port, Inbox* inbox) {
@@ -33,12 +45,13 @@ void Port::LeaveGroup(driver::Ipv4Address group, uint16_t udp_port, Inbox* inbox
     const GroupMember& m = members_[i];
     if (m.group != group.value || m.udp_port != udp_port || m.inbox != inbox) continue;
     members_[i] = members_[--member_count_];
+    if (Members(group.value, udp_port) == 0) qp_.LeaveGroup(group, udp_port);
     return;
   }
 }
 
 void Port::LoopToGroup(const driver::Packet& frame) {
-  if (member_count_ > 0) DeliverToGroup(const_cast<driver::Packet*>(&frame), /*loop=*/true);
+  if (member_count_ > 0 && !qp_.LoopsMulticast()) DeliverToGroup(const_cast<driver::Packet*>(&frame), /*loop=*/true);
 }
 
 bool Port::DeliverToGroup(driver::Packet* p, bool loop) {

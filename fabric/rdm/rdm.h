@@ -76,16 +76,19 @@ class Port {
   // group:udp_port (an IPv4 multicast address) goes to every inbox joined
   // to it, the frame itself to the first and a copy from the queue's pool to
   // each other one (none left: that member misses it, counted in
-  // inbox_full); to none, it is dropped (no_endpoint). JoinGroup is
+  // inbox_full); to none, it is dropped (no_endpoint). The queue joins the
+  // group with its first member and leaves it with its last
+  // (QueuePair::JoinGroup, whose errors JoinGroup returns). JoinGroup is
   // InvalidArgument for a group outside 224.0.0.0/4, AlreadyExists for the
   // inbox joined there already, ResourceExhausted past kMaxGroupMembers.
   static constexpr uint32_t kMaxGroupMembers = 64;
   absl::Status JoinGroup(driver::Ipv4Address group, uint16_t udp_port, Inbox* inbox);
   void LeaveGroup(driver::Ipv4Address group, uint16_t udp_port, Inbox* inbox);
   // A copy of `frame` (being sent on this port) for each inbox of this port
-  // joined to its group: the device does not hand a port its own frames,
-  // and members on the sending port get the datagram as IP_MULTICAST_LOOP
-  // gives it to the kernel's sockets (the sender too, if it joined).
+  // joined to its group, where the queue does not loop multicast itself
+  // (QueuePair::LoopsMulticast): members on the sending port get the
+  // datagram as IP_MULTICAST_LOOP gives it to the kernel's sockets (the
+  // sender too, if it joined).
   void LoopToGroup(const driver::Packet& frame);
   uint32_t group_members() const { return member_count_; }
 
@@ -96,6 +99,8 @@ class Port {
     Inbox* inbox = nullptr;
   };
   Inbox* Find(const driver::Packet* p) const;
+  // How many inboxes joined group:udp_port.
+  uint32_t Members(uint32_t group, uint16_t udp_port) const;
   // Hands p to the members of the group it is sent to; false (p untouched)
   // when it is not a multicast frame. `loop`: p stays the caller's, every
   // member gets a copy.
