@@ -83,32 +83,63 @@ CONFORMANCE_CASE(mcast_getinfo_dgram, kUdp) {
   if (c.bypass()) CHECK_RET(c.TryInfo(rdm, &none), -FI_ENODATA);
 }
 
-CONFORMANCE_CASE(mcast_join_send_receive, kUdp) {
+// a and b on one domain joined to one group; a's fid_mc and b's.
+struct Group2 {
+  McEp a, b;
+  fid_mc* ma = nullptr;
+  fid_mc* mb = nullptr;
+};
+Group2 JoinTwo(Ctx& c, const char* ip) {
   fi_info* info = c.Info(DgramHints(c));
   fid_fabric* fabric = c.Fabric(info);
   fid_domain* domain = c.Domain(fabric, info);
-  McEp a = OpenMcEp(c, fabric, domain, info);
-  McEp b = OpenMcEp(c, fabric, domain, info);
+  Group2 g;
+  g.a = OpenMcEp(c, fabric, domain, info);
+  g.b = OpenMcEp(c, fabric, domain, info);
   // The group's port is b's (a kernel socket receives a group's datagrams
   // on the port it is bound to).
   sockaddr_in bname{};
-  std::memcpy(&bname, b.e.name.data(), std::min(sizeof(bname), b.e.name.size()));
-  const sockaddr_in group = Group("239.255.77.1", bname.sin_port);
-  fid_mc* ma = Join(c, a, group);
-  Join(c, b, group);
-  char* rbuf = c.Buf(64);
-  c.Post("fi_recv", [&] { return fi_recv(b.e.ep, rbuf, 64, nullptr, FI_ADDR_UNSPEC, nullptr); });
-  char* sbuf = c.Buf(8, 'm');
+  std::memcpy(&bname, g.b.e.name.data(), std::min(sizeof(bname), g.b.e.name.size()));
+  const sockaddr_in group = Group(ip, bname.sin_port);
+  g.ma = Join(c, g.a, group);
+  g.mb = Join(c, g.b, group);
+  return g;
+}
+
+// a sends 8 bytes to the group (fi_sendmsg with FI_MULTICAST).
+void SendToGroup(Ctx& c, const Group2& g, char fill) {
+  char* sbuf = c.Buf(8, fill);
   iovec iov{sbuf, 8};
   fi_msg msg{};
   msg.msg_iov = &iov;
   msg.iov_count = 1;
-  msg.addr = fi_mc_addr(ma);
-  c.Post("fi_sendmsg(FI_MULTICAST)", [&] { return fi_sendmsg(a.e.ep, &msg, FI_MULTICAST); });
-  const Completion got = c.Wait(b.e.rx, "the group's datagram at b");
+  msg.addr = fi_mc_addr(g.ma);
+  c.Post("fi_sendmsg(FI_MULTICAST)", [&] { return fi_sendmsg(g.a.e.ep, &msg, FI_MULTICAST); });
+}
+
+CONFORMANCE_CASE(mcast_join_send_receive, kUdp) {
+  Group2 g = JoinTwo(c, "239.255.77.1");
+  char* rbuf = c.Buf(64);
+  c.Post("fi_recv", [&] { return fi_recv(g.b.e.ep, rbuf, 64, nullptr, FI_ADDR_UNSPEC, nullptr); });
+  SendToGroup(c, g, 'm');
+  const Completion got = c.Wait(g.b.e.rx, "the group's datagram at b");
   CHECK(!got.error, "an error completion at b");
-  CHECK(got.entry.len == 8 && std::memcmp(rbuf, sbuf, 8) == 0, "b received other bytes");
+  CHECK(got.entry.len == 8 && std::memcmp(rbuf, "mmmmmmmm", 8) == 0, "b received other bytes");
   CHECK(got.entry.flags & FI_RECV, "no FI_RECV flag");
+}
+
+CONFORMANCE_CASE(mcast_leave_stops_delivery, kUdp) {
+  Group2 g = JoinTwo(c, "239.255.77.2");
+  char* rbuf = c.Buf(64);
+  c.Post("fi_recv", [&] { return fi_recv(g.b.e.ep, rbuf, 64, nullptr, FI_ADDR_UNSPEC, nullptr); });
+  c.Post("fi_recv", [&] { return fi_recv(g.b.e.ep, rbuf, 64, nullptr, FI_ADDR_UNSPEC, nullptr); });
+  SendToGroup(c, g, '1');
+  const Completion first = c.Wait(g.b.e.rx, "the group's datagram at b, joined");
+  CHECK(!first.error, "an error completion at b");
+  CHECK_RET(c.Close(&g.mb->fid), 0);  // b leaves
+  SendToGroup(c, g, '2');
+  Completion late;
+  CHECK(!c.Poll(g.b.e.rx, &late, 20000), "b received after it left the group");
 }
 
 CONFORMANCE_CASE(mcast_join_not_multicast, kUdp) {
