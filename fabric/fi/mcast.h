@@ -4,14 +4,18 @@
 // destination of fi_send / fi_sendmsg. A datagram to the group reaches every
 // endpoint joined to it: on a NIC-path device through the group's Ethernet
 // address (01:00:5e + its low 23 bits), on the sender's own queue through
-// the engine's loop (rdm::Port::LoopToGroup, the sender included when it
-// joined, as IP_MULTICAST_LOOP does). fi_close of the fid_mc leaves.
+// the engine's loop (rdm::Port::LoopToGroup) or the kernel's
+// (IP_MULTICAST_LOOP), the sender included when it joined. fi_close of the
+// fid_mc leaves.
 //
-// Offered where the device carries multicast frames to every port that
-// joined and the engine tested it: the in-process loopback device.
-// Refused (no FI_MULTICAST; fi_join -FI_EOPNOTSUPP) on the kernel UDP and
-// intra-host devices and so on the default domain, and on DPDK devices
-// (README.md, CONFORMANCE.md say why).
+// Offered where the device joins groups (driver::QueuePair::JoinGroup):
+// loopback domains (the segment carries multicast frames to every port),
+// the kernel UDP device and the default domain shm:+udp: (a socket per
+// group on each queue; the intra-host device has no groups: a group's
+// frames go through the remote device, and the kernel loops them back to
+// this host's members, which avoids a second copy through shared memory).
+// Refused (no FI_MULTICAST; fi_join -FI_EOPNOTSUPP) on DPDK devices and
+// mlx5 (README.md says why).
 #ifndef BYPASS_FABRIC_FI_MCAST_H_
 #define BYPASS_FABRIC_FI_MCAST_H_
 
@@ -34,7 +38,8 @@ bool DeviceCarriesMulticast(const driver::DeviceInfo& info);
 // port). flags 0 (send and receive), FI_SEND or FI_RECV. Errors, each with
 // one FI_WARN line: -FI_EINVAL (a bad address, null mc, not FI_EP_DGRAM),
 // -FI_EBADFLAGS, -FI_EOPNOTSUPP (the endpoint lacks FI_MULTICAST, or its
-// device carries none), -FI_EOPBADSTATE (not enabled), -FI_ENOEQ (no EQ
+// device carries none), -FI_EADDRNOTAVAIL (the device could not join: a
+// socket error, said in the line), -FI_EOPBADSTATE (not enabled), -FI_ENOEQ (no EQ
 // bound), -FI_EALREADY (joined already), -FI_ENOSPC (too many
 // memberships), -FI_EAGAIN (the EQ is full: nothing joined). The fid_mc
 // holds the endpoint: fi_close of the endpoint is -FI_EBUSY until it goes.
