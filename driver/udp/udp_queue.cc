@@ -99,15 +99,9 @@ absl::Status UdpQueue::BindUdpPort(uint16_t port) {
     return absl::AlreadyExistsError(
         absl::StrCat("udp: ", where, " is already bound on this queue of ", info_.uri));
   }
-  if (num_bound_ == kMaxBoundPorts) {
-    return absl::ResourceExhaustedError(absl::StrCat("udp: cannot bind ", where, ": ", info_.uri,
-                                                     " already has ", kMaxBoundPorts,
-                                                     " UDP ports bound, its most"));
-  }
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("udp: socket() for ", where, ": ", strerror(errno)));
-  }
+  const absl::StatusOr<int> made = NewSocket(where);
+  if (!made.ok()) return made.status();
+  const int fd = *made;
   const int one = 1;
   if (!SetCommonOptions(fd)) {
     const int err = errno;
@@ -165,15 +159,9 @@ absl::Status UdpQueue::JoinGroup(Ipv4Address group, uint16_t port) {
   if (FindBound(port, group.value) >= 0) {
     return absl::AlreadyExistsError(absl::StrCat("udp: ", where, " is joined on this queue"));
   }
-  if (num_bound_ == kMaxBoundPorts) {
-    return absl::ResourceExhaustedError(absl::StrCat("udp: cannot join ", where, ": ", info_.uri,
-                                                     " already has ", kMaxBoundPorts,
-                                                     " sockets, its most"));
-  }
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("udp: socket() for ", where, ": ", strerror(errno)));
-  }
+  const absl::StatusOr<int> made = NewSocket(where);
+  if (!made.ok()) return made.status();
+  const int fd = *made;
   const int one = 1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -196,20 +184,30 @@ absl::Status UdpQueue::JoinGroup(Ipv4Address group, uint16_t port) {
 }
 
 void UdpQueue::LeaveGroup(Ipv4Address group, uint16_t port) {
-  const int i = FindBound(port, group.value);
-  if (i < 0) return;
-  close(bound_[i].fd);  // leaves the group
-  bound_[i] = bound_[--num_bound_];
-  rx_next_ = 0;
+  CloseBound(FindBound(port, group.value));  // closing the socket leaves the group
 }
 
-void UdpQueue::UnbindUdpPort(uint16_t port) {
-  const int i = FindBound(port);
+void UdpQueue::CloseBound(int i) {
   if (i < 0) return;
   close(bound_[i].fd);
   bound_[i] = bound_[--num_bound_];
   rx_next_ = 0;
 }
+
+absl::StatusOr<int> UdpQueue::NewSocket(const std::string& where) {
+  if (num_bound_ == kMaxBoundPorts) {
+    return absl::ResourceExhaustedError(absl::StrCat("udp: cannot open a socket for ", where, ": ",
+                                                     info_.uri, " already has ", kMaxBoundPorts,
+                                                     " sockets (UDP ports and groups), its most"));
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("udp: socket() for ", where, ": ", strerror(errno)));
+  }
+  return fd;
+}
+
+void UdpQueue::UnbindUdpPort(uint16_t port) { CloseBound(FindBound(port)); }
 
 bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_t m,
                            absl::Span<Packet*> out, uint32_t* got) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -138,6 +139,11 @@ class UdpQueue final : public QueuePair {
   // The socket options every socket of the queue has; false (errno set)
   // when one is refused.
   bool SetCommonOptions(int fd);
+  // A new non-blocking socket for `where` (a message's words), or
+  // ResourceExhausted when the queue has kMaxBoundPorts sockets.
+  absl::StatusOr<int> NewSocket(const std::string& where);
+  // Closes bound_[i] (nothing for -1) and takes it out.
+  void CloseBound(int i);
   // Receives into the last `m` of bufs[0, *avail) from socket b; moves the
   // good ones to out[*got...] and keeps the rest in bufs. Returns false when
   // the socket had nothing more.
