@@ -95,7 +95,12 @@ ssize_t CqReadErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t flags) {
   if (cq->errors.empty()) ProgressAll(cq->eps);
   if (cq->errors.empty()) return -FI_EAGAIN;
   const CqError& e = cq->errors.front();
-  CopyErrData(cq->domain->fabric->api_version, e.e, e.message, cq->last_error, buf);
+  const uint32_t api = cq->domain->fabric->api_version;
+  if (e.source_len > 0) {
+    CopyErrBytes(api, e.e, e.source, e.source_len, cq->last_error, buf);
+  } else {
+    CopyErrData(api, e.e, e.message, cq->last_error, buf);
+  }
   cq->errors.pop_front();
   return 1;
 }

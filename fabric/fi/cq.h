@@ -32,6 +32,10 @@ struct CqError {
   fi_cq_err_entry e;
   fi_addr_t src;
   char message[160];
+  // FI_SOURCE_ERR (FI_EADDRNOTAVAIL): err_data is the sender's address in
+  // the domain's format, not the message.
+  uint8_t source[32];
+  size_t source_len = 0;
 };
 
 // A completion queue of one domain.

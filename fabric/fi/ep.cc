@@ -447,7 +447,14 @@ namespace {
 
 int Alias(Ep* ep, struct fi_alias* a) {
   if (a == nullptr || a->fid == nullptr) return -FI_EINVAL;
-  if (!(a->flags & (FI_TRANSMIT | FI_RECV))) return -FI_EINVAL;
+  const uint64_t side = a->flags & (FI_TRANSMIT | FI_RECV);
+  if (side != FI_TRANSMIT && side != FI_RECV) {
+    // fi_endpoint(3): "must include FI_TRANSMIT or FI_RECV (not both)".
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL,
+                   "fi_ep_alias: flags take FI_TRANSMIT or FI_RECV, not %s\n",
+                   side == 0 ? "neither" : "both");
+    return -FI_EINVAL;
+  }
   Ep* base = ep->base;
   auto alias = std::make_unique<Ep>();
   alias->fid = base->fid;  // the same ops tables
@@ -530,6 +537,32 @@ ssize_t EpCancel(fid_t f, void* context) {
   return cancel(context) ? 0 : -FI_ENOENT;
 }
 
+// An option the endpoint does not have (fi_endpoint(3) lists them all):
+// FI_OPT_BUFFERED_MIN/LIMIT belong to FI_BUFFERED_RECV, which is not
+// offered; FI_OPT_SEND/RECV_BUF_SIZE and TX/RX_SIZE are socket buffer
+// sizes (the sizes here are tx_attr/rx_attr's); FI_OPT_CM_DATA_SIZE is a
+// connected endpoint's.
+int NoOption(int optname) {
+  BYPASS_FI_WARN(FI_LOG_EP_CTRL,
+                 "endpoint option %d is not supported (FI_OPT_MIN_MULTI_RECV, "
+                 "FI_OPT_FI_HMEM_P2P and, to fi_getopt, FI_OPT_XPU_TRIGGER are)\n",
+                 optname);
+  return -FI_ENOPROTOOPT;
+}
+
+// Copies a value of type T out for fi_getopt (-FI_ETOOSMALL with the size
+// when *optlen is short).
+template <class T>
+int GetValue(T v, void* optval, size_t* optlen) {
+  if (*optlen < sizeof(T)) {
+    *optlen = sizeof(T);
+    return -FI_ETOOSMALL;
+  }
+  std::memcpy(optval, &v, sizeof(v));
+  *optlen = sizeof(T);
+  return 0;
+}
+
 int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
@@ -537,16 +570,19 @@ int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
   if (optval == nullptr || optlen == nullptr) return -FI_EINVAL;
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
   DomainGuard g(*ep->lock);
-  if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
-  if (*optlen < sizeof(size_t)) {
-    *optlen = sizeof(size_t);
-    return -FI_ETOOSMALL;
+  switch (optname) {
+    case FI_OPT_MIN_MULTI_RECV:
+      return GetValue(ep->rdm != nullptr ? ep->rdm->min_multi_recv()
+                                         : static_cast<size_t>(ep->config.min_multi_recv),
+                      optval, optlen);
+    case FI_OPT_FI_HMEM_P2P:
+      return GetValue(ep->hmem_p2p, optval, optlen);
+    case FI_OPT_XPU_TRIGGER:
+      // No device (HMEM) memory here, so no XPU can trigger (fi_endpoint(3)).
+      return -FI_EOPNOTSUPP;
+    default:
+      return NoOption(optname);
   }
-  const size_t v = ep->rdm != nullptr ? ep->rdm->min_multi_recv()
-                                      : static_cast<size_t>(ep->config.min_multi_recv);
-  std::memcpy(optval, &v, sizeof(v));
-  *optlen = sizeof(size_t);
-  return 0;
 }
 
 int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen) {
@@ -555,7 +591,27 @@ int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen)
   ep = ep->base;
   if (optval == nullptr) return -FI_EINVAL;
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
-  if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
+  if (optname == FI_OPT_FI_HMEM_P2P) {
+    if (optlen != sizeof(int)) return -FI_EINVAL;
+    int mode;
+    std::memcpy(&mode, optval, sizeof(mode));
+    if (mode == FI_HMEM_P2P_REQUIRED) {
+      // Only system memory: no transfer can be peer to peer.
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL,
+                     "FI_OPT_FI_HMEM_P2P: FI_HMEM_P2P_REQUIRED cannot hold (system memory "
+                     "only); ENABLED, PREFERRED and DISABLED are accepted\n");
+      return -FI_EOPNOTSUPP;
+    }
+    if (mode != FI_HMEM_P2P_ENABLED && mode != FI_HMEM_P2P_PREFERRED &&
+        mode != FI_HMEM_P2P_DISABLED) {
+      return -FI_EINVAL;
+    }
+    DomainGuard g(*ep->lock);
+    ep->hmem_p2p = mode;
+    return 0;
+  }
+  if (optname == FI_OPT_XPU_TRIGGER) return -FI_EINVAL;  // fi_getopt only (fi_endpoint(3))
+  if (optname != FI_OPT_MIN_MULTI_RECV) return NoOption(optname);
   if (optlen != sizeof(size_t)) return -FI_EINVAL;
   DomainGuard g(*ep->lock);
   size_t v;

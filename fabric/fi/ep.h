@@ -201,6 +201,9 @@ struct Ep {
   std::optional<uint8_t> dscp;
   size_t min_multi_recv = 0;
   bool min_multi_recv_set = false;
+  // FI_OPT_FI_HMEM_P2P as set (every transfer is of system memory: it
+  // changes nothing but what fi_getopt answers).
+  int hmem_p2p = FI_HMEM_P2P_ENABLED;
   // Bound objects (fi_ep_bind, before fi_enable; MRs with FI_MR_ENDPOINT).
   EpCqs cqs;
   EpCntrs cntrs;

@@ -32,6 +32,10 @@ constexpr uint64_t kPrimaryModifiers =
 constexpr uint64_t kSecondaryCaps = FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT | FI_SHARED_AV |
                                     FI_TRIGGER | FI_FENCE | FI_LOCAL_COMM | FI_REMOTE_COMM |
                                     FI_SOURCE_ERR | FI_RMA_PMEM;
+// Offered only when asked: FI_SOURCE_ERR turns a message from a sender not
+// in the AV into an error entry (fi_cq(3)), which an application that did
+// not ask for it would not expect.
+constexpr uint64_t kAskedOnlyCaps = FI_SOURCE_ERR;
 // fi_endpoint(3): the capabilities that apply to each side.
 constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_READ | FI_WRITE |
                              FI_SEND | FI_HMEM | FI_TRIGGER | FI_FENCE | FI_MULTICAST |
@@ -147,6 +151,9 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
     d.protocol = FI_PROTO_UDP;
     d.protocol_version = kDgramProtocolVersion;
   }
+  // FI_SOURCE_ERR rides on FI_SOURCE (fi_getinfo(3)); Narrow keeps it
+  // only for hints that ask.
+  if (d.caps & FI_SOURCE) d.caps |= kAskedOnlyCaps;
   return d;
 }
 
@@ -408,6 +415,11 @@ bool SetKey(uint8_t** dst, const uint8_t* key, size_t len) {
 // Narrows a matching candidate to the hints. False on allocation failure.
 bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) {
   info->domain_attr->mr_mode = mr_mode;
+  if (hints == nullptr || (hints->caps & kAskedOnlyCaps) == 0) {
+    // Behaviour an application must ask for: off unless asked.
+    info->caps &= ~kAskedOnlyCaps;
+    info->rx_attr->caps &= ~kAskedOnlyCaps;
+  }
   if (hints == nullptr) return true;
   if (hints->addr_format != FI_FORMAT_UNSPEC) info->addr_format = hints->addr_format;
   if (hints->caps != 0) {

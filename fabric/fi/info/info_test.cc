@@ -279,6 +279,23 @@ TEST_F(InfoTest, EndpointTypesADomainDoesNotOffer) {
   ExpectNoMatch("FI_EP_DGRAM: not offered");
 }
 
+// FI_SOURCE_ERR changes what a stranger's message gives (an error entry):
+// offered with FI_SOURCE, kept only when the hints ask for it.
+TEST_F(InfoTest, SourceErrOnlyWhenAsked) {
+  hints_->caps = FI_MSG;
+  ExpectEntries(2);
+  for (fi_info* i : List()) EXPECT_EQ(i->caps & FI_SOURCE_ERR, 0u);
+  hints_->caps = FI_MSG | FI_SOURCE | FI_SOURCE_ERR;
+  ExpectEntries(2);
+  for (fi_info* i : List()) {
+    EXPECT_NE(i->caps & FI_SOURCE_ERR, 0u);
+    EXPECT_NE(i->rx_attr->caps & FI_SOURCE_ERR, 0u);
+  }
+  offers_[0].rdm_caps &= ~FI_SOURCE;
+  offers_[0].dgram_caps &= ~FI_SOURCE;
+  ExpectNoMatch("not offered");  // FI_SOURCE_ERR rides on FI_SOURCE
+}
+
 TEST_F(InfoTest, ModeNeedsNothingOfTheApplication) {
   hints_->mode = 0;
   ExpectEntries(2);
