@@ -22,11 +22,13 @@
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/keys.h"
+#include "fabric/fi/mcast.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/msg_ep.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
+#include "fabric/fi/tclass.h"
 #include "fabric/fi/trigger.h"
 #include "fabric/rdm/rdm.h"
 
@@ -716,7 +718,6 @@ int Listen(fid_pep*) { return -FI_ENOSYS; }
 int Accept(fid_ep*, const void*, size_t) { return -FI_ENOSYS; }
 int Reject(fid_pep*, fid_t, const void*, size_t) { return -FI_ENOSYS; }
 int Shutdown(fid_ep*, uint64_t) { return -FI_ENOSYS; }
-int Join(fid_ep*, const void*, uint64_t, fid_mc**, void*) { return -FI_ENOSYS; }
 
 fi_ops_cm g_cm_ops = {
     .size = sizeof(fi_ops_cm),
@@ -728,8 +729,23 @@ fi_ops_cm g_cm_ops = {
     .accept = Accept,
     .reject = Reject,
     .shutdown = Shutdown,
-    .join = Join,
+    .join = JoinGroup,  // mcast.h
 };
+
+// The DSCP of the endpoint's traffic class (tclass.h): tx_attr's, else
+// the domain's; none for FI_TC_UNSPEC in both.
+int TclassDscp(const fi_info* info, std::optional<uint8_t>* out) {
+  const uint32_t ep_tc = info->tx_attr != nullptr ? info->tx_attr->tclass : uint32_t{FI_TC_UNSPEC};
+  const uint32_t tc = ep_tc != FI_TC_UNSPEC || info->domain_attr == nullptr
+                          ? ep_tc
+                          : info->domain_attr->tclass;
+  bool bad = false;
+  *out = DscpOfTclass(tc, &bad);
+  if (!bad) return 0;
+  BYPASS_FI_WARN(FI_LOG_EP_CTRL, "tclass 0x%x is no traffic class: FI_TC_* or fi_tc_dscp_set(0..63)\n",
+                 tc);
+  return -FI_EINVAL;
+}
 
 // A UDP port no endpoint of the domain has, from the base port up.
 uint16_t FreePort(const Domain* d, uint16_t base) {
@@ -958,12 +974,8 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
       ep->config.max_send_ops = static_cast<uint32_t>(
           std::min<size_t>(std::max<size_t>(info->tx_attr->size, ep->config.max_send_ops), 1u << 16));
     }
-    if (info->tx_attr->tclass & FI_TC_DSCP) ep->dscp = fi_tc_dscp_get(info->tx_attr->tclass);
   }
-  if (!ep->dscp && info->domain_attr != nullptr && (info->domain_attr->tclass & FI_TC_DSCP)) {
-    ep->dscp = fi_tc_dscp_get(info->domain_attr->tclass);
-  }
-  if (ep->dscp && *ep->dscp > 63) return -FI_EINVAL;
+  if (int ret = TclassDscp(info, &ep->dscp); ret != 0) return ret;
   if (info->rx_attr != nullptr) {
     ep->rx_op_flags = info->rx_attr->op_flags;
     if (info->rx_attr->size > 0) {

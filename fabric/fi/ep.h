@@ -41,6 +41,7 @@ struct Sep;
 struct Srx;
 struct Stx;
 struct MsgConn;
+struct Mc;
 
 // A send or receive that needs more than the application's context: an
 // operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
@@ -236,6 +237,8 @@ struct Ep {
   OpRecords records;
   // FI_EP_MSG: the connection (msg_ep.h), owned; null for other types.
   MsgConn* msg = nullptr;
+  // FI_EP_DGRAM: its multicast memberships (fi_join, mcast.h).
+  std::vector<Mc*> groups;
   // Deferred operations in flight, by the request they were posted with.
   absl::flat_hash_map<void*, DeferredOp> deferred;
 };

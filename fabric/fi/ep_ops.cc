@@ -160,7 +160,8 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   Ep* ep = t.ep;
   size_t len = 0;
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
-  if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
+  const uint64_t multicast = ep->type == FI_EP_DGRAM ? FI_MULTICAST : 0;  // mcast.h
+  if ((a.flags & ~(kSendFlags | multicast)) != 0) return -FI_EBADFLAGS;
   DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only

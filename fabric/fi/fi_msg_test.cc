@@ -36,7 +36,6 @@ constexpr char kShm[] = "shm:";
 const bool kEnvironment = [] {
   setenv("FI_BYPASS_DEVICES", (std::string(kDevA) + ";" + kDevB + ";" + kShm).c_str(), 1);
   setenv("FI_BYPASS_MAX_PEERS", "40", 1);  // 21 KiB each per endpoint; a quarter learned
-  setenv("FI_BYPASS_PEER_TIMEOUT_MS", "1000", 1);  // a dead peer is given up after 1 s
   setenv("FI_BYPASS_LINGER_MS", "0", 1);
   return true;
 }();
@@ -85,6 +84,16 @@ class MsgTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(kEnvironment);
+    // The tests of a peer that never answers give it up after 1 s; the
+    // others keep the default (10 s), so a loaded machine that leaves a
+    // listener unscheduled for a second fails nothing.
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    const bool gives_up = test == "ConnectToNobodyFails" || test == "PeerKilledIsShutdown";
+    if (gives_up) {
+      setenv("FI_BYPASS_PEER_TIMEOUT_MS", "1000", 1);
+    } else {
+      unsetenv("FI_BYPASS_PEER_TIMEOUT_MS");
+    }
     fi_info* hints = MsgHints();
     ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &infos_), 0);
     fi_freeinfo(hints);

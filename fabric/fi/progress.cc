@@ -45,6 +45,7 @@ uint64_t FiFlags(uint64_t f) {
   if (f & rdm::kCompRemoteWrite) out |= FI_REMOTE_WRITE;
   if (f & rdm::kCompRemoteRead) out |= FI_REMOTE_READ;
   if (f & rdm::kCompMultiRecv) out |= FI_MULTI_RECV;
+  if (f & rdm::kCompMulticast) out |= FI_MULTICAST;
   return out;
 }
 

@@ -213,9 +213,9 @@ std::string UseProvider(const std::string& so) {
     return "";
   }
   setenv("FI_PROVIDER_PATH", dir.c_str(), 1);
-  // The providers this suite uses, nothing else of libfabric's (sockets:
-  // the reference of the triggered-operation rows, cases_trigger.cc).
-  setenv("FI_PROVIDER", "bypass,shm,tcp,ofi_rxm,sockets", 1);
+  // The providers this suite uses, nothing else of libfabric's (udp:
+  // multicast's reference; sockets: the triggered operations', cases_trigger.cc).
+  setenv("FI_PROVIDER", "bypass,shm,tcp,ofi_rxm,udp,sockets", 1);
   // A dead peer's operations fail after this silence (the default is 10 s).
   setenv("FI_BYPASS_PEER_TIMEOUT_MS", "2000", 0);
   return dir;

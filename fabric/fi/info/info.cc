@@ -143,7 +143,7 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
     d.protocol = kProtoBypassRdm;
     d.protocol_version = rdm::kWireVersion;
   } else {
-    d.caps = (o.dgram_caps & kDgramCaps) | comm;
+    d.caps = (o.dgram_caps & (kDgramCaps | kDgramMulticastCap)) | comm;
     d.max_msg_size = datagram;
     d.inject_size = datagram;
     d.tx_size = o.device.ring_size != 0 ? o.device.ring_size : 1024;

@@ -54,6 +54,9 @@ inline constexpr uint64_t kMsgCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_
 // Tags of FI_EP_MSG are 63 bits: the top one marks the connection
 // manager's messages (fabric/fi/cm.h).
 inline constexpr uint64_t kMsgTagFormat = 0x2AAAAAAAAAAAAAAAull;
+// Offered on FI_EP_DGRAM only where DomainOffer::dgram_caps adds it (a
+// device that carries multicast: fabric/fi/mcast.h).
+inline constexpr uint64_t kDgramMulticastCap = FI_MULTICAST;
 
 // The wire protocol an RDM entry names in ep_attr->protocol: libfabric has
 // no value for it, so it is provider specific (fi_endpoint(3)); the version
