@@ -2,6 +2,7 @@
 // complex), dispatched once per atomic on its datatype.
 #include "fabric/rdm/atomic.h"
 
+#include <algorithm>
 #include <complex>
 #include <cstdint>
 #include <cstring>
@@ -223,6 +224,14 @@ bool AtomicDefined(AtomicOp op, AtomicType t) {
     return false;
   }
   return WithType(t, [op](auto tag) { return Defined<typename decltype(tag)::type>(op); });
+}
+
+uint32_t AtomicMaxCount(AtomicOp op, AtomicType t, uint32_t max_datagram) {
+  const uint32_t size = AtomicTypeSize(t);
+  if (size == 0 || max_datagram <= kAtomicHeaderBytes) return 0;
+  uint32_t bytes = std::min(kMaxAtomicBytes, max_datagram - kAtomicHeaderBytes);
+  if (AtomicCompares(op)) bytes = std::min(kMaxAtomicBytes, (max_datagram - kAtomicHeaderBytes) / 2);
+  return bytes / size;
 }
 
 void ExecuteAtomic(AtomicOp op, AtomicType type, uint32_t count, uint8_t* target,

@@ -438,7 +438,7 @@ Result Rma::PostAtomic(const AtomicRequest& r) {
   // its HELLO told it).
   const uint32_t peer_dg = session_[r.dest.slot()].max_datagram;
   const uint32_t dg = peer_dg == 0 ? ctx_.max_datagram : std::min(ctx_.max_datagram, peer_dg);
-  if (bytes > kMaxAtomicBytes || operands > wire::MaxRmaPayload(dg)) return Result::kTooLong;
+  if (r.count > AtomicMaxCount(r.op, r.type, dg)) return Result::kTooLong;
   if (ops_.user_free() == 0) return Result::kAgain;
   if (!inject && !completions_.Reserve()) return Result::kAgain;
   const uint32_t o = ops_.Alloc(OpKind::kAtomic);

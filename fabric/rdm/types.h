@@ -185,6 +185,11 @@ inline bool AtomicCompares(AtomicOp op) { return op >= AtomicOp::kCswap; }
 // The most target bytes one atomic covers (count * AtomicTypeSize): its
 // request, operands and compare operands, is one packet.
 inline constexpr uint32_t kMaxAtomicBytes = 256;
+// The bypass and RMA headers before an atomic's operands (wire.h checks it).
+inline constexpr uint32_t kAtomicHeaderBytes = 84;
+// The most elements of t one atomic of op carries when UDP payloads are at
+// most max_datagram bytes (its operands, and compare operands, in one packet).
+uint32_t AtomicMaxCount(AtomicOp op, AtomicType t, uint32_t max_datagram);
 
 // Bits of AtomicRequest::flags.
 inline constexpr uint32_t kAtomicInject = 1u << 0;  // no completion (operands are always copied)

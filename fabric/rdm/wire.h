@@ -183,6 +183,7 @@ struct RmaHeader {
 };
 #pragma pack(pop)
 static_assert(sizeof(RmaHeader) == 48);
+static_assert(sizeof(CommonHeader) + sizeof(RmaHeader) == kAtomicHeaderBytes);
 static_assert(sizeof(CommonHeader) == 36);
 static_assert(sizeof(HelloHeader) == 56);
 static_assert(sizeof(ResetHeader) == 24);

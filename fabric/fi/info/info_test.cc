@@ -132,11 +132,15 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_EQ(rdm->ep_attr->protocol_version, uint32_t{bypass::rdm::kWireVersion});
   EXPECT_EQ(rdm->ep_attr->max_msg_size, limits.max_msg_size);
   EXPECT_EQ(rdm->ep_attr->msg_prefix_size, 0u);
-  EXPECT_EQ(rdm->ep_attr->max_order_raw_size, 0u);
+  EXPECT_EQ(rdm->ep_attr->max_order_raw_size, size_t{bypass::rdm::kMaxAtomicBytes});
+  EXPECT_EQ(rdm->ep_attr->max_order_waw_size, size_t{bypass::rdm::kMaxAtomicBytes});
+  EXPECT_EQ(rdm->ep_attr->max_order_war_size, 0u);
   EXPECT_EQ(rdm->ep_attr->mem_tag_format, kDefaultTagFormat);
   EXPECT_EQ(rdm->ep_attr->tx_ctx_cnt, 1u);
-  EXPECT_EQ(rdm->tx_attr->msg_order, FI_ORDER_SAS);
-  EXPECT_EQ(rdm->rx_attr->msg_order, FI_ORDER_SAS);
+  constexpr uint64_t kOrder = FI_ORDER_SAS | FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
+                              FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW;
+  EXPECT_EQ(rdm->tx_attr->msg_order, kOrder);
+  EXPECT_EQ(rdm->rx_attr->msg_order, kOrder);
   EXPECT_EQ(rdm->tx_attr->comp_order, FI_ORDER_NONE);
   EXPECT_EQ(rdm->tx_attr->inject_size, limits.inject_size);
   EXPECT_EQ(rdm->tx_attr->size, limits.max_send_ops);
