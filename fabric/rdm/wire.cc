@@ -326,6 +326,7 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       // Flags only where they mean something; status only in a RESPONSE;
       // requests and responses are one packet without payload.
       if (((r.flags & kRmaFlagRemoteData) != 0 && r.op != RmaOp::kWrite) ||
+          (r.flags & kRmaFlagFetch) != 0 ||
           ((r.flags & kRmaFlagMessage) != 0 && r.op == RmaOp::kWrite) ||
           ((r.flags & kRmaFlagCopied) != 0 &&
            (r.op != RmaOp::kReadReq || (r.flags & kRmaFlagMessage) == 0)) ||
