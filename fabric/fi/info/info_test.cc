@@ -239,7 +239,10 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   hints_->caps = FI_RMA | FI_MSG | FI_LOCAL_COMM | FI_REMOTE_COMM;
   ExpectEntries(1);
   EXPECT_EQ(result_->tx_attr->rma_iov_limit, 1u);
-  hints_->caps = FI_ATOMIC;
+  hints_->caps = FI_ATOMIC | FI_READ | FI_WRITE;  // RDM only
+  ExpectEntries(1);
+  EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
+  hints_->caps = FI_COLLECTIVE;
   ExpectNoMatch("caps");
   hints_->caps = FI_MSG | FI_FENCE;
   ExpectNoMatch("caps");
@@ -575,7 +578,7 @@ TEST_F(InfoTest, EndpointAttributes) {
   e->msg_prefix_size = 0;
   for (size_t fi_ep_attr::*f : {&fi_ep_attr::max_order_raw_size, &fi_ep_attr::max_order_war_size,
                                 &fi_ep_attr::max_order_waw_size}) {
-    e->*f = 64;
+    e->*f = size_t{bypass::rdm::kMaxAtomicBytes} + 1;
     ExpectNoMatch("max_order_");
     e->*f = 0;
   }
@@ -604,7 +607,7 @@ TEST_F(InfoTest, TransmitAttributes) {
   t->iov_limit = 1;
   ExpectEntries(1);  // SAS: RDM only
   EXPECT_EQ(result_->tx_attr->op_flags, FI_TRANSMIT_COMPLETE | FI_COMPLETION);
-  EXPECT_EQ(result_->tx_attr->msg_order, FI_ORDER_SAS);
+  EXPECT_EQ(result_->tx_attr->msg_order & FI_ORDER_SAS, FI_ORDER_SAS);
   t->msg_order = FI_ORDER_NONE;
   ExpectEntries(2);
   t->op_flags = FI_REMOTE_CQ_DATA | FI_INJECT;
@@ -634,7 +637,7 @@ TEST_F(InfoTest, TransmitAttributes) {
   t->rma_iov_limit = 2;
   ExpectNoMatch("rma_iov_limit");
   t->rma_iov_limit = 0;
-  t->caps = FI_ATOMIC;
+  t->caps = FI_COLLECTIVE;
   ExpectNoMatch("tx caps");
 }
 
@@ -906,7 +909,7 @@ TEST_F(InfoTest, MismatchesAreLogged) {
   std::vector<std::string> logged;
   g_logged = &logged;
   SetMismatchLog([](const char* line) { g_logged->push_back(line); });
-  hints_->caps = FI_ATOMIC;
+  hints_->caps = FI_COLLECTIVE;
   ExpectNoMatch("caps");
   SetMismatchLog(nullptr);
   g_logged = nullptr;
