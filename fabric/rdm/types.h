@@ -41,7 +41,7 @@ struct PeerId {
 inline constexpr PeerId kAnyPeer{UINT32_MAX};
 
 // The wire format's version (PROTOCOL.md; fi_info's protocol_version).
-inline constexpr uint8_t kWireVersion = 4;
+inline constexpr uint8_t kWireVersion = 5;
 
 // What a post call did: 0 or a negative errno, so the fi_* facade returns it
 // as is (-FI_EAGAIN == -EAGAIN).
