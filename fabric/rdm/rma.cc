@@ -310,14 +310,8 @@ bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const u
   if (ok) {
     ++ctx_.counters.rma_served;
     if (target_completion) {
-      Completion c;
-      c.context = g.context;
-      c.flags = kCompRma | kCompRemoteWrite | (remote_data ? kCompRemoteData : 0);
-      c.len = w.total;
-      c.buf = g.addr + (w.addr - g.base);
-      c.data = remote_data ? w.data : 0;
-      c.source = session_.peers().Id(pi);
-      completions_.Push(c);
+      PushTargetEvent(pi, g, kCompRma | kCompRemoteWrite | (remote_data ? kCompRemoteData : 0),
+                      w.total, g.addr + (w.addr - g.base), remote_data ? w.data : 0);
     }
   } else {
     ++ctx_.counters.rma_refused;
@@ -361,16 +355,23 @@ bool Rma::ConsumeReadRequest(uint32_t pi, const wire::RmaFields& r) {
   ++g.reads;
   ++ctx_.counters.rma_served;
   if (event) {
-    Completion c;
-    c.context = g.context;
-    c.flags = kCompRma | kCompRemoteRead;
-    c.len = r.total_length;
-    c.buf = const_cast<uint8_t*>(a.src);
-    c.source = session_.peers().Id(pi);
-    completions_.Push(c);
+    PushTargetEvent(pi, g, kCompRma | kCompRemoteRead, r.total_length,
+                    const_cast<uint8_t*>(a.src), 0);
   }
   reliability_.Queue(pi, o);
   return true;
+}
+
+void Rma::PushTargetEvent(uint32_t pi, const Region& g, uint64_t flags, uint64_t len,
+                          uint8_t* buf, uint64_t data) {
+  Completion c;
+  c.context = g.context;
+  c.flags = flags;
+  c.len = len;
+  c.buf = buf;
+  c.data = data;
+  c.source = session_.peers().Id(pi);
+  completions_.Push(c);
 }
 
 // ---- Initiator.
@@ -508,13 +509,8 @@ bool Rma::ConsumeAtomic(uint32_t pi, const wire::RmaFields& r, absl::Span<const 
   }
   ++ctx_.counters.atomic_served;
   if (event) {
-    Completion c;
-    c.context = g.context;
-    c.flags = kCompAtomic | (fetch ? kCompRemoteRead : kCompRemoteWrite);
-    c.len = r.total_length;
-    c.buf = target;
-    c.source = session_.peers().Id(pi);
-    completions_.Push(c);
+    PushTargetEvent(pi, g, kCompAtomic | (fetch ? kCompRemoteRead : kCompRemoteWrite),
+                    r.total_length, target, 0);
   }
   reliability_.Queue(pi, o);
   return true;

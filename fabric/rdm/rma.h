@@ -89,6 +89,9 @@ class Rma {
     uint32_t reads = 0;  // READ_DATA answers streaming from it (their ops hold it)
   };
 
+  // A peer's access to region g as a completion here (its room reserved).
+  void PushTargetEvent(uint32_t pi, const Region& g, uint64_t flags, uint64_t len, uint8_t* buf,
+                       uint64_t data);
   // Op o's target refused it (status): its error completion, and its end.
   void FailRefused(uint32_t pi, uint32_t o, const char* what, wire::RmaStatus status);
   wire::RmaStatus CheckAccess(uint64_t key, uint64_t addr, uint64_t len, uint32_t access,

@@ -37,15 +37,6 @@ fi_info* AtomicInfo(Ctx& c, uint64_t extra_caps = 0) {
   return i;
 }
 
-fid_ep* OpenCounted(Ctx& c, fid_domain* d, fi_info* i,
-                    const std::vector<std::pair<fid_cntr*, uint64_t>>& binds) {
-  fid_ep* ep = nullptr;
-  CHECK_RET(fi_endpoint(d, i, &ep, nullptr), 0);
-  c.Own(&ep->fid);
-  for (const auto& [cntr, flags] : binds) CHECK_RET(fi_ep_bind(ep, &cntr->fid, flags), 0);
-  return ep;
-}
-
 Atomics OpenAtomics(Ctx& c, uint64_t access, bool counters = false) {
   Atomics r;
   r.info = AtomicInfo(c, counters ? FI_RMA_EVENT : 0);
@@ -58,8 +49,8 @@ Atomics OpenAtomics(Ctx& c, uint64_t access, bool counters = false) {
     r.read = c.Cntr(da);
     r.remote_write = c.Cntr(db);
     r.remote_read = c.Cntr(db);
-    oa.opened = OpenCounted(c, da, r.info, {{r.write, FI_WRITE}, {r.read, FI_READ}});
-    ob.opened = OpenCounted(c, db, r.info,
+    oa.opened = OpenWithCntrs(c, da, r.info, {{r.write, FI_WRITE}, {r.read, FI_READ}});
+    ob.opened = OpenWithCntrs(c, db, r.info,
                             {{r.remote_write, FI_REMOTE_WRITE}, {r.remote_read, FI_REMOTE_READ}});
   }
   r.region = reinterpret_cast<uint64_t*>(c.Buf(kWords * sizeof(uint64_t)));
