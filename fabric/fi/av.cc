@@ -19,6 +19,7 @@
 #include "fabric/fi/address/address.h"
 #include "fabric/fi/av_shared.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/info/info.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
 #include "fabric/fi/info/resolve.h"
@@ -274,6 +275,7 @@ int AvRemove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t flags) {
     av->addrs[fa].reset();
     for (Ep* ep : av->eps) {
       if (!Enabled(ep) || fa >= ep->peers.peer_of.size()) continue;
+      DomainGuard eg(*ep->lock);  // a slot of a scalable endpoint has its own
       FinishBeforeRemove(ep, fa);
       const rdm::PeerId p = ep->peers.peer_of[fa];
       ep->peers.peer_of[fa] = rdm::PeerId{};
@@ -347,7 +349,12 @@ int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
   fi_av_type type = static_cast<fi_av_type>(raw_type);
   if (type == FI_AV_UNSPEC) type = d->av_type == FI_AV_UNSPEC ? FI_AV_TABLE : d->av_type;
   if (d->av_type != FI_AV_UNSPEC && type != d->av_type) return -FI_EINVAL;
-  if (attr->rx_ctx_bits != 0) return -FI_ENOSYS;  // no scalable AVs
+  // fi_rx_addr's context index: the engine's ports are 16 bits.
+  if (attr->rx_ctx_bits < 0 || attr->rx_ctx_bits > kMaxRxCtxBits) {
+    BYPASS_FI_WARN(FI_LOG_AV, "rx_ctx_bits %d: 0 to %d (a receive context is a UDP port)\n",
+                   attr->rx_ctx_bits, kMaxRxCtxBits);
+    return -FI_EINVAL;
+  }
   if ((attr->flags & ~static_cast<uint64_t>(FI_EVENT | FI_READ | FI_SYMMETRIC)) != 0) {
     return -FI_EBADFLAGS;
   }
@@ -368,6 +375,7 @@ int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
   av->fid.ops = &g_av_ops;
   av->domain = d;
   av->type = type;
+  av->rx_ctx_bits = attr->rx_ctx_bits;
   av->addrs.reserve(attr->count);
   av->shared = std::move(shared);
   if (av->shared != nullptr) SyncSharedAv(av.get());  // what its other users inserted
@@ -376,7 +384,7 @@ int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context) {
   return 0;
 }
 
-bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out) {
+bool FindEntryPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out) {
   if (ep->peers.Find(fa, out)) return true;
   if (ep->av == nullptr || ep->av->shared == nullptr) return false;
   SyncSharedAv(ep->av);

@@ -33,17 +33,26 @@ struct Av {
   // A named AV (attr->name): its table shared with other processes
   // (av_shared.h); addrs mirrors it, fi_addr i its entry i.
   std::unique_ptr<SharedAvTable> shared;
+  // av_attr->rx_ctx_bits: the high bits of an fi_addr that name a receive
+  // context (fi_rx_addr), the rest the entry.
+  int rx_ctx_bits = 0;
 };
+
+// The bits of an fi_addr that name the AV entry under rx_ctx_bits bits.
+inline fi_addr_t RxIndexMask(int rx_ctx_bits) {
+  return rx_ctx_bits == 0 ? ~fi_addr_t{0} : ~fi_addr_t{0} >> rx_ctx_bits;
+}
 static_assert(offsetof(Av, fid) == 0);
 
 inline Av* AsAv(const void* f) { return As<Av>(f, FI_CLASS_AV); }
 
 // fi_av_open.
 int OpenAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context);
-// ep's engine peer for fa. On a named AV an fa another process inserted
-// since this one last looked is found after reading the table (SyncSharedAv).
-// REQUIRES: the domain guard.
-bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out);
+// ep's engine peer for the AV entry fa (no receive context index: FindPeer
+// in ep.h takes those). On a named AV an fa another process inserted since
+// this one last looked is found after reading the table (SyncSharedAv).
+// REQUIRES: the endpoint's guard.
+bool FindEntryPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out);
 // The fi_addr of a peer of ep (FI_ADDR_NOTAVAIL: none), the same way.
 fi_addr_t AddrOfPeer(Ep* ep, rdm::PeerId p);
 // The address fa names in av (a named AV read again if needed); nullopt:

@@ -52,7 +52,7 @@ fi_ops g_cntr_fi_ops = {
 uint64_t CntrRead(fid_cntr* f) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return 0;
-  DomainGuard g(c->domain->lock);
+  DomainGuard g(*c->lock.load());
   ProgressAll(c->eps);
   const uint64_t v = c->value.load();
   c->read_value.store(v, std::memory_order_relaxed);
@@ -62,7 +62,7 @@ uint64_t CntrRead(fid_cntr* f) {
 uint64_t CntrReadErr(fid_cntr* f) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return 0;
-  DomainGuard g(c->domain->lock);
+  DomainGuard g(*c->lock.load());
   ProgressAll(c->eps);
   const uint64_t v = c->errors.load();
   c->read_errors.store(v, std::memory_order_relaxed);
@@ -121,7 +121,7 @@ int CntrWait(fid_cntr* f, uint64_t threshold, int timeout) {
   int ret = -FI_ETIMEDOUT;
   SleepUntil(&c->wait, &c->fid.fid, DeadlineAfterMs(timeout), [&] {
     {
-      DomainGuard g(c->domain->lock);
+      DomainGuard g(*c->lock.load());
       ProgressAll(c->eps);
     }
     if (c->value.load() >= threshold) {
@@ -172,6 +172,7 @@ int OpenCntr(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** out, void* conte
     return ret;
   }
   if (ws != nullptr) JoinWaitSet(ws, &c->fid.fid);
+  c->lock.store(&d->lock);
   d->obj.refs.fetch_add(1);
   *out = &c.release()->fid;
   return 0;

@@ -36,6 +36,8 @@ struct Cntr {
   std::atomic<uint64_t> read_errors{0};
   std::atomic<uint64_t> poll_value{0};
   std::atomic<uint64_t> poll_errors{0};
+  // The lock of the endpoints it serves (as Cq::lock).
+  std::atomic<DomainLock*> lock{nullptr};
 };
 static_assert(offsetof(Cntr, fid) == 0);
 

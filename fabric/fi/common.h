@@ -63,16 +63,25 @@ T* As(const void* fid, size_t fclass) {
 int BadFid(const void* fid, size_t fclass);
 
 // A domain's lock. FI_THREAD_SAFE (and FID/ENDPOINT) take it in every call
-// (DomainGuard); other threading levels take nothing.
+// (DomainGuard); other threading levels take nothing. The lock of one
+// device queue (fabric/fi/lane.h): a domain's is its queue's (`shared`,
+// which domains sharing one queue share), and a context of a scalable
+// endpoint on its own queue has that queue's.
 struct DomainLock {
   bool thread_safe = false;
   std::recursive_mutex mu;
+  DomainLock* shared = nullptr;  // when set, the lock this one stands for
+
+  // The lock a guard of this one takes.
+  DomainLock& Target() { return shared != nullptr ? *shared : *this; }
 };
 
-// Takes the domain lock only in FI_THREAD_SAFE mode.
+// Takes the lock (or the one it stands for) unless its level takes none.
 class DomainGuard {
  public:
-  explicit DomainGuard(DomainLock& l) : mu_(l.thread_safe ? &l.mu : nullptr) {
+  explicit DomainGuard(DomainLock& l) {
+    DomainLock& t = l.Target();
+    mu_ = t.thread_safe ? &t.mu : nullptr;
     if (mu_ != nullptr) mu_->lock();
   }
   ~DomainGuard() {
@@ -143,37 +152,42 @@ int NoSysTostr(const fid*, char*, size_t);
 int NoSysBind(fid*, fid*, uint64_t);
 
 // What fi_cq_readerr and fi_eq_readerr write into the caller's entry
-// (fi_cq(3), fi_eq(3)). An application of API 1.4 or older has the struct
-// only up to err_data (err_data_size came with 1.5): it gets that much, and
-// err_data in provider memory (`ours`, valid until the next readerr). A
-// newer one gets err_data in its own buffer, at most err_data_size bytes
-// (NUL-terminated), or in ours when err_data_size is 0 on input.
+// (fi_cq(3), fi_eq(3)), err_data being `len` bytes at `data`. An
+// application of API 1.4 or older has the struct only up to err_data
+// (err_data_size came with 1.5): it gets that much, and err_data in
+// provider memory (`ours`, valid until the next readerr). A newer one gets
+// err_data in its own buffer, at most err_data_size bytes, or in ours when
+// err_data_size is 0 on input. Returns the bytes written; `text` makes the
+// last one a NUL when the data is cut.
+template <class Entry, size_t N>
+size_t CopyErrBytes(uint32_t api_version, const Entry& entry, const void* data, size_t len,
+                    char (&ours)[N], Entry* out, bool text = false) {
+  char* dst = ours;
+  size_t room = N;
+  if (FI_VERSION_LT(api_version, FI_VERSION(1, 5))) {
+    std::memcpy(out, &entry, offsetof(Entry, err_data_size));
+  } else {
+    void* user_data = out->err_data;
+    const size_t user_size = out->err_data_size;
+    *out = entry;
+    if (user_size > 0 && user_data != nullptr) {
+      dst = static_cast<char*>(user_data);
+      room = user_size;
+    }
+  }
+  const size_t n = std::min(len, room);
+  if (n > 0) std::memcpy(dst, data, n);
+  if (text && n > 0) dst[n - 1] = '\0';
+  out->err_data = dst;
+  if (!FI_VERSION_LT(api_version, FI_VERSION(1, 5))) out->err_data_size = n;
+  return n;
+}
+
+// The same for a NUL-terminated message (cut to fit, still terminated).
 template <class Entry, size_t N>
 void CopyErrData(uint32_t api_version, const Entry& entry, const char* message, char (&ours)[N],
                  Entry* out) {
-  const size_t msg_len = std::min(std::strlen(message) + 1, N);
-  if (FI_VERSION_LT(api_version, FI_VERSION(1, 5))) {
-    std::memcpy(out, &entry, offsetof(Entry, err_data_size));
-    std::memcpy(ours, message, msg_len);
-    ours[msg_len - 1] = '\0';
-    out->err_data = ours;
-    return;
-  }
-  void* user_data = out->err_data;
-  const size_t user_size = out->err_data_size;
-  *out = entry;
-  if (user_size > 0 && user_data != nullptr) {
-    const size_t n = std::min(user_size, msg_len);
-    std::memcpy(user_data, message, n);
-    static_cast<char*>(user_data)[n - 1] = '\0';
-    out->err_data = user_data;
-    out->err_data_size = n;
-  } else {
-    std::memcpy(ours, message, msg_len);
-    ours[msg_len - 1] = '\0';
-    out->err_data = ours;
-    out->err_data_size = msg_len;
-  }
+  CopyErrBytes(api_version, entry, message, std::strlen(message) + 1, ours, out, true);
 }
 
 }  // namespace bypass::fi

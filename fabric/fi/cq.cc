@@ -76,7 +76,7 @@ ssize_t CqReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src) {
   Cq* cq = AsCq(f);
   if (cq == nullptr) return BadFid(f, FI_CLASS_CQ);
   if (buf == nullptr && count > 0) return -FI_EINVAL;
-  DomainGuard g(cq->domain->lock);
+  DomainGuard g(*cq->lock.load());
   if (count == 0) {
     ProgressAll(cq->eps);
     return cq->errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
@@ -91,11 +91,16 @@ ssize_t CqReadErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t flags) {
   if (cq == nullptr) return BadFid(f, FI_CLASS_CQ);
   if (buf == nullptr) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
-  DomainGuard g(cq->domain->lock);
+  DomainGuard g(*cq->lock.load());
   if (cq->errors.empty()) ProgressAll(cq->eps);
   if (cq->errors.empty()) return -FI_EAGAIN;
   const CqError& e = cq->errors.front();
-  CopyErrData(cq->domain->fabric->api_version, e.e, e.message, cq->last_error, buf);
+  const uint32_t api = cq->domain->fabric->api_version;
+  if (e.source_len > 0) {
+    CopyErrBytes(api, e.e, e.source, e.source_len, cq->last_error, buf);
+  } else {
+    CopyErrData(api, e.e, e.message, cq->last_error, buf);
+  }
   cq->errors.pop_front();
   return 1;
 }
@@ -105,14 +110,35 @@ ssize_t CqSReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src, const vo
   Cq* cq = AsCq(f);
   if (cq == nullptr) return BadFid(f, FI_CLASS_CQ);
   if (buf == nullptr || count == 0) return -FI_EINVAL;
-  (void)cond;  // FI_CQ_COND_NONE only: any completion ends the wait (fi_cq(3) allows it)
+  const int kind = cq->wait.kind();
+  if (kind == FI_WAIT_NONE || kind == FI_WAIT_SET) {
+    BYPASS_FI_WARN(FI_LOG_CQ,
+                   "fi_cq_sread on a CQ opened with wait_obj %s: open it with FI_WAIT_UNSPEC "
+                   "(or FD, MUTEX_COND, YIELD), or wait on its wait set with fi_wait\n",
+                   kind == FI_WAIT_NONE ? "FI_WAIT_NONE" : "FI_WAIT_SET");
+    return -FI_EINVAL;  // fi_cq(3): invalid for FI_WAIT_NONE and FI_WAIT_SET
+  }
+  // FI_CQ_COND_THRESHOLD: wait until that many entries are queued (at most
+  // count); an error entry or the timeout ends the wait with what is there.
+  size_t want = 1;
+  if (cq->threshold) {
+    want = std::clamp<size_t>(reinterpret_cast<uintptr_t>(cond), 1, count);
+  }
   ssize_t ret = -FI_EAGAIN;
   SleepUntil(&cq->wait, &cq->fid.fid, DeadlineAfterMs(timeout), [&] {
     if (cq->signaled.exchange(false)) return true;  // ret stays -FI_EAGAIN
-    DomainGuard g(cq->domain->lock);
+    DomainGuard g(*cq->lock.load());
+    if (want > 1 && cq->errors.empty() && cq->entries.size() < want) {
+      ProgressAll(cq->eps);
+      if (cq->errors.empty() && cq->entries.size() < want) return false;
+    }
     ret = CqReadLocked(cq, buf, count, src);
     return ret != -FI_EAGAIN;
   });
+  if (ret == -FI_EAGAIN && want > 1) {  // timed out short of the threshold: what there is
+    DomainGuard g(*cq->lock.load());
+    ret = CqReadLocked(cq, buf, count, src);
+  }
   return ret;
 }
 
@@ -177,6 +203,11 @@ int OpenCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context) {
   if (err != 0) return err;
   if (attr->size > kMaxCqSize) return -FI_EINVAL;
   if ((attr->flags & ~static_cast<uint64_t>(FI_AFFINITY)) != 0) return -FI_EBADFLAGS;
+  const int cond = RawEnum(attr->wait_cond);
+  if (cond != FI_CQ_COND_NONE && cond != FI_CQ_COND_THRESHOLD) {
+    BYPASS_FI_WARN(FI_LOG_CQ, "wait_cond %d: FI_CQ_COND_NONE or FI_CQ_COND_THRESHOLD\n", cond);
+    return -FI_EINVAL;
+  }
   if (!TakeSlot(d->cqs, kMaxCqs)) return -FI_EINVAL;  // cq_cnt (fabric/fi/info)
   auto cq = std::make_unique<Cq>();
   std::memset(&cq->fid, 0, sizeof(cq->fid));
@@ -185,9 +216,11 @@ int OpenCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context) {
   cq->fid.fid.ops = &g_cq_fi_ops;
   cq->fid.ops = &g_cq_ops;
   cq->domain = d;
+  cq->lock.store(&d->lock);
   cq->format = format;
   cq->entry_size = entry_size;
   cq->capacity = attr->size == 0 ? kDefaultCqSize : attr->size;
+  cq->threshold = cond == FI_CQ_COND_THRESHOLD;
   if (int ret = cq->wait.Init(RawEnum(attr->wait_obj), ws); ret != 0) {
     d->cqs.fetch_sub(1);
     return ret;

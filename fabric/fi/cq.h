@@ -32,6 +32,10 @@ struct CqError {
   fi_cq_err_entry e;
   fi_addr_t src;
   char message[160];
+  // FI_SOURCE_ERR (FI_EADDRNOTAVAIL): err_data is the sender's address in
+  // the domain's format, not the message.
+  uint8_t source[32];
+  size_t source_len = 0;
 };
 
 // A completion queue of one domain.
@@ -48,6 +52,12 @@ struct Cq {
   std::vector<Ep*> eps;       // progressed by every read
   std::atomic<bool> signaled{false};  // fi_cq_signal: the next sread returns -FI_EAGAIN
   WaitObject wait;                    // signaled by every entry added (wait.h)
+  // attr->wait_cond: FI_CQ_COND_THRESHOLD makes an sread's cond the number
+  // of entries to wait for (as a value, as providers read it).
+  bool threshold = false;
+  // The lock of the endpoints it serves, which a read takes: the domain's,
+  // or the queue's of a scalable endpoint's context (ep.cc, ServesLock).
+  std::atomic<DomainLock*> lock{nullptr};
 
   size_t room() const { return capacity - entries.size(); }
 };

@@ -1,4 +1,4 @@
-// The domain: one device and its queue 0, and the domain's calls (the
+// The domain: one device queue (lane.h), and the domain's calls (the
 // objects it opens are in their own files; its fi_mr_* calls in mr.cc).
 #include "fabric/fi/domain.h"
 
@@ -27,6 +27,7 @@
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/poll.h"
+#include "fabric/fi/sep.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
 
@@ -48,6 +49,7 @@ int DomainClose(fid* f) {
   }
   d->port.reset();
   d->dev.reset();
+  d->lane.reset();  // the queue (and, with the last lane, the device) closes
   d->fabric->obj.refs.fetch_sub(1);
   d->obj.magic = Obj::kDead;
   Retire(d);
@@ -102,7 +104,6 @@ fi_ops g_domain_fi_ops = {
     .ops_set = DomainOpsSet,
 };
 
-int ScalableEp(fid_domain*, fi_info*, fid_ep**, void*) { return -FI_ENOSYS; }
 int QueryCollective(fid_domain*, fi_collective_op, fi_collective_attr*, uint64_t) {
   return -FI_ENOSYS;
 }
@@ -116,7 +117,7 @@ fi_ops_domain g_domain_ops = {
     .av_open = OpenAv,
     .cq_open = OpenCq,
     .endpoint = OpenEp,
-    .scalable_ep = ScalableEp,
+    .scalable_ep = OpenSep,
     .cntr_open = OpenCntr,
     .poll_open = PollOpen,
     .stx_ctx = OpenStx,
@@ -177,23 +178,18 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
       ret != 0) {
     return ret;
   }
-  absl::StatusOr<std::unique_ptr<driver::Device>> dev = driver::OpenDevice(uri);
-  if (const size_t plus = driver::CompositeSplit(uri); !dev.ok() && plus != std::string::npos) {
-    // LOCAL+REMOTE whose intra-host part cannot open (no writable run
-    // directory, /dev/shm full): the remote device alone still reaches
-    // every peer, this host's through the kernel.
-    const std::string remote = uri.substr(plus + 1);
-    absl::StatusOr<std::unique_ptr<driver::Device>> alone = driver::OpenDevice(remote);
-    if (alone.ok()) {
-      BYPASS_FI_WARN(FI_LOG_DOMAIN, "%s: %s; using %s alone (this host's processes too)\n",
-                     uri.c_str(), std::string(dev.status().message()).c_str(), remote.c_str());
-      dev = std::move(alone);
-    }
-  }
-  if (!dev.ok()) {
+  // Every endpoint of the domain shares its device queue (and the engine
+  // progresses it from any of them), so only FI_THREAD_DOMAIN, where the
+  // application serializes the whole domain, may go without the lock.
+  const bool thread_safe = info->domain_attr == nullptr ||
+                           RawEnum(info->domain_attr->threading) != FI_THREAD_DOMAIN;
+  std::string note;
+  absl::StatusOr<std::shared_ptr<Lane>> lane = OpenDomainLane(uri, thread_safe, &note);
+  if (!note.empty()) BYPASS_FI_WARN(FI_LOG_DOMAIN, "%s\n", note.c_str());
+  if (!lane.ok()) {
     BYPASS_FI_WARN(FI_LOG_DOMAIN, "cannot open %s: %s\n", uri.c_str(),
-                   std::string(dev.status().message()).c_str());
-    return FromStatus(dev.status());
+                   std::string(lane.status().message()).c_str());
+    return absl::IsFailedPrecondition(lane.status()) ? -FI_EBUSY : FromStatus(lane.status());
   }
   auto d = std::make_unique<Domain>();
   std::memset(&d->fid, 0, sizeof(d->fid));
@@ -205,15 +201,12 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->fabric = fab;
   d->uri = uri;
   d->user_key = user_key;
-  d->dev = *std::move(dev);
-  d->port = std::make_unique<rdm::Port>(d->dev->queue(0), d->dev->info());
-
-  // Every endpoint of the domain shares its device queue (and the engine
-  // progresses it from any of them), so only FI_THREAD_DOMAIN, where the
-  // application serializes the whole domain, may go without the lock.
-  d->lock.thread_safe = true;
+  d->lane = *std::move(lane);
+  d->dev = std::shared_ptr<driver::Device>(d->lane, d->lane->dev);
+  d->port = std::shared_ptr<rdm::Port>(d->lane, d->lane->port.get());
+  d->lock.shared = &d->lane->lock;
+  d->lock.thread_safe = d->lane->lock.thread_safe;
   if (info->domain_attr != nullptr) {
-    d->lock.thread_safe = RawEnum(info->domain_attr->threading) != FI_THREAD_DOMAIN;
     d->mr_mode = MrModeBits(info->domain_attr->mr_mode);
     d->av_type = info->domain_attr->av_type;
   }
@@ -224,7 +217,7 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
       (RawEnum(info->domain_attr->data_progress) == FI_PROGRESS_AUTO ||
        RawEnum(info->domain_attr->control_progress) == FI_PROGRESS_AUTO)) {
     // A thread progresses the domain from now on: it shares the lock.
-    d->lock.thread_safe = true;
+    LockEveryQueue(d.get());
     try {
       d->progress = std::make_unique<ProgressThread>(d.get(), true);
     } catch (const std::system_error& e) {
@@ -236,9 +229,9 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
     }
   }
   fab->obj.refs.fetch_add(1);
-  BYPASS_FI_INFO(FI_LOG_DOMAIN, "opened %s: %s mac %s mtu %u\n", uri.c_str(),
+  BYPASS_FI_INFO(FI_LOG_DOMAIN, "opened %s: %s mac %s mtu %u, queue %u\n", uri.c_str(),
                  d->dev->info().ipv4.ToString().c_str(), d->dev->info().mac.ToString().c_str(),
-                 d->dev->info().mtu);
+                 d->dev->info().mtu, d->lane->queue);
   *dom = &d.release()->fid;
   return 0;
 }

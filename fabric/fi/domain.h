@@ -1,4 +1,4 @@
-// The domain (fi_domain(3)): one device and its queue 0, shared by the
+// The domain (fi_domain(3)): one device queue (lane.h), shared by the
 // endpoints opened on it.
 #ifndef BYPASS_FABRIC_FI_DOMAIN_H_
 #define BYPASS_FABRIC_FI_DOMAIN_H_
@@ -17,6 +17,7 @@
 #include "fabric/fi/common.h"
 #include "fabric/fi/keys.h"
 #include "fabric/fi/progress_thread.h"
+#include "fabric/fi/lane.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -26,15 +27,20 @@ struct Eq;
 struct Ep;
 struct Mr;
 
-// One device (port) and the endpoints on its queue 0.
+// One device (port) and the endpoints on its queue (lane.h: the process
+// opens a device that delivers by frame once, and each domain takes a
+// queue of it; with none free, a domain shares another's).
 struct Domain {
   fid_domain fid;
   Obj obj;
   Fabric* fabric = nullptr;
   std::string uri;
-  std::unique_ptr<driver::Device> dev;
-  std::unique_ptr<rdm::Port> port;
-  DomainLock lock;  // every level but FI_THREAD_DOMAIN: every call takes it (DomainGuard)
+  std::shared_ptr<Lane> lane;  // the domain's queue, its port and its lock
+  std::shared_ptr<driver::Device> dev;  // lane's device (kept open by lane)
+  std::shared_ptr<rdm::Port> port;      // lane's port
+  // Every level but FI_THREAD_DOMAIN: every call takes it (DomainGuard). It
+  // stands for the lane's lock (shared with domains on the same queue).
+  DomainLock lock;
   uint64_t mr_mode = 0;
   fi_av_type av_type = FI_AV_UNSPEC;
   uint64_t caps = 0;

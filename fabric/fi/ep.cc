@@ -32,36 +32,22 @@ namespace bypass::fi {
 namespace {
 
 uint16_t FreePort(const Domain* d, uint16_t base);
+absl::Status CreateOnPort(Ep* ep);
 
 constexpr uint64_t kBindFlags = FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION;
 constexpr uint64_t kCntrBindFlags =
     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
+// A CQ or counter that serves no endpoint any more takes the domain's
+// lock again (the one it served may go with its queue).
+template <class T>
+void StopServing(T* obj, Ep* ep) {
+  EraseOne(obj->eps, ep);
+  if (obj->eps.empty()) obj->lock.store(&ep->domain->lock);
+}
+
 void Unbind(Ep* ep) {
-  auto drop_cq = [ep](Cq*& cq) {
-    if (cq == nullptr) return;
-    cq->obj.refs.fetch_sub(1);
-    EraseOne(cq->eps, ep);
-    cq = nullptr;
-  };
-  const bool same = ep->cqs.tx == ep->cqs.rx;
-  drop_cq(ep->cqs.tx);
-  if (same) {
-    if (ep->cqs.rx != nullptr) ep->cqs.rx->obj.refs.fetch_sub(1);
-    ep->cqs.rx = nullptr;
-  } else {
-    drop_cq(ep->cqs.rx);
-  }
-  EpCntrs& b = ep->cntrs;
-  Cntr** cntrs[] = {&b.send, &b.recv, &b.read, &b.write, &b.remote_read, &b.remote_write};
-  for (Cntr** c : cntrs) {
-    if (*c == nullptr) continue;
-    (*c)->obj.refs.fetch_sub(1);
-    bool still = false;
-    for (Cntr** o : cntrs) still = still || (o != c && *o == *c);
-    if (!still) EraseOne((*c)->eps, ep);
-    *c = nullptr;
-  }
+  UnbindCompletions(ep, true, true);
   if (ep->av != nullptr) {
     ep->av->obj.refs.fetch_sub(1);
     EraseOne(ep->av->eps, ep);
@@ -105,15 +91,69 @@ void Linger(Ep* ep) {
   }
 }
 
+}  // namespace
+
+void UnbindCompletions(Ep* ep, bool tx, bool rx) {
+  EpCqs& q = ep->cqs;
+  for (Cq** c : {tx ? &q.tx : nullptr, rx ? &q.rx : nullptr}) {
+    if (c == nullptr || *c == nullptr) continue;
+    Cq* cq = *c;
+    *c = nullptr;
+    cq->obj.refs.fetch_sub(1);
+    if (q.tx != cq && q.rx != cq) StopServing(cq, ep);
+  }
+  EpCntrs& b = ep->cntrs;
+  struct Side {
+    Cntr** where;
+    bool tx;
+  } cntrs[] = {{&b.send, true},  {&b.recv, false},        {&b.read, true},
+               {&b.write, true}, {&b.remote_read, false}, {&b.remote_write, false}};
+  for (const Side& s : cntrs) {
+    Cntr* c = *s.where;
+    if (c == nullptr || !(s.tx ? tx : rx)) continue;
+    *s.where = nullptr;
+    c->obj.refs.fetch_sub(1);
+    bool still = false;
+    for (const Side& o : cntrs) still = still || *o.where == c;
+    if (!still) StopServing(c, ep);
+  }
+}
+
+int PutName(const rdm::Address& a, void* addr, size_t* addrlen) {
+  const size_t given = *addrlen;
+  *addrlen = kAddrLen;
+  if (given < kAddrLen || addr == nullptr) return -FI_ETOOSMALL;
+  const sockaddr_in s = ToSockaddr(a);
+  std::memcpy(addr, &s, kAddrLen);
+  return 0;
+}
+
+namespace {
+
 int EpClose(fid* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   Domain* d = ep->base->domain;
   DomainGuard g(d->lock);
   if (ep->obj.refs.load() > 0) return -FI_EBUSY;
-  if (ep->base != ep) {  // an alias
+  if (ep->side != Ep::kWhole) {
+    CloseContext(ep);
+  } else if (ep->base != ep) {  // an alias
     ep->base->obj.refs.fetch_sub(1);
   } else {
+    CloseEngineEp(ep);
+  }
+  ep->obj.magic = Obj::kDead;
+  Retire(ep);
+  return 0;
+}
+
+}  // namespace
+
+void CloseEngineEp(Ep* ep) {
+  Domain* d = ep->domain;
+  {
+    DomainGuard g(*ep->lock);
     for (Mr* mr : d->mrs) {
       for (Ep* r : mr->registered) {
         if (r == ep) {
@@ -124,32 +164,53 @@ int EpClose(fid* f) {
     }
     if (ep->rdm != nullptr) {
       Linger(ep);
-      driver::QueuePair& qp = d->port->qp();
-      BYPASS_FI_INFO(FI_LOG_EP_CTRL, "closing %s: %s; pool %u/%u free; port rx %llu, no_endpoint %llu, inbox_full %llu; send ops %u, recvs %u; queue rx %llu tx %llu rx_dropped %llu tx_full %llu; link %s\n",
+      rdm::Port& port = *ep->lane->port;
+      driver::QueuePair& qp = port.qp();
+      BYPASS_FI_INFO(FI_LOG_EP_CTRL, "closing %s: %s; pool %u/%u free; port rx %llu, no_endpoint %llu, inbox_full %llu; send ops %u, recvs %u; queue %u rx %llu tx %llu rx_dropped %llu tx_full %llu; link %s\n",
                      ep->rdm->address().ToString().c_str(), ep->rdm->counters().ToString().c_str(),
                      qp.PoolAvailable(), qp.PoolCapacity(),
-                     static_cast<unsigned long long>(d->port->counters().rx_packets),
-                     static_cast<unsigned long long>(d->port->counters().no_endpoint),
-                     static_cast<unsigned long long>(d->port->counters().inbox_full),
-                     ep->config.max_send_ops, ep->config.max_posted_recvs,
+                     static_cast<unsigned long long>(port.counters().rx_packets),
+                     static_cast<unsigned long long>(port.counters().no_endpoint),
+                     static_cast<unsigned long long>(port.counters().inbox_full),
+                     ep->config.max_send_ops, ep->config.max_posted_recvs, ep->lane->queue,
                      static_cast<unsigned long long>(qp.stats().rx_packets),
                      static_cast<unsigned long long>(qp.stats().tx_packets),
                      static_cast<unsigned long long>(qp.stats().rx_dropped),
                      static_cast<unsigned long long>(qp.stats().tx_ring_full),
-                     d->dev->link_state() == driver::LinkState::kUp ? "up" : "down");
+                     ep->lane->dev->link_state() == driver::LinkState::kUp ? "up" : "down");
     }
+    const bool claimed = Enabled(ep);
     CloseDgram(ep);
     Unbind(ep);
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
     UnbindSharedContexts(ep);  // after the engine left the shared receive queue
     ep->drain.reset();
     ep->records.Release();
-    EraseOne(d->eps, ep);
-    d->obj.refs.fetch_sub(1);
+    if (claimed) ReleasePort(*ep->lane, ep->udp_port);
   }
-  ep->obj.magic = Obj::kDead;
-  Retire(ep);
-  return 0;
+  ep->lock = &d->lock;
+  ep->lane.reset();  // a slot's own queue closes (its lock with it)
+  EraseOne(d->eps, ep);
+  d->obj.refs.fetch_sub(1);
+}
+
+namespace {
+
+// Whether a CQ or counter serving eps under `lock` can serve ep too: a read
+// progresses every endpoint it serves under that one lock, so they must
+// share it (a scalable endpoint's contexts on their own queues each have
+// their own: bind each its own CQs, fi_scalable_ep(3) says each context
+// has its own completion queue).
+bool ServesLock(const std::vector<Ep*>& eps, const DomainLock* lock, const Ep* ep) {
+  for (const Ep* e : eps) {
+    if (e != ep && lock != ep->lock) {
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL, "a CQ or counter of a context of a scalable endpoint on "
+                     "its own queue serves only endpoints on that queue (its transmit and receive "
+                     "contexts of one index); open one per context\n");
+      return false;
+    }
+  }
+  return true;
 }
 
 int BindCq(Ep* ep, Cq* cq, uint64_t flags) {
@@ -158,7 +219,9 @@ int BindCq(Ep* ep, Cq* cq, uint64_t flags) {
   EpCqs& b = ep->cqs;
   if ((flags & FI_TRANSMIT) && b.tx != nullptr) return -FI_EINVAL;
   if ((flags & FI_RECV) && b.rx != nullptr) return -FI_EINVAL;
+  if (!ServesLock(cq->eps, cq->lock.load(), ep)) return -FI_EINVAL;
   const bool already = b.tx == cq || b.rx == cq;
+  cq->lock.store(ep->lock);
   if (flags & FI_TRANSMIT) {
     b.tx = cq;
     b.tx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
@@ -191,6 +254,8 @@ int BindCntr(Ep* ep, Cntr* c, uint64_t flags) {
   for (const Slot& s : slots) {
     if ((flags & s.flag) && *s.where != nullptr) return -FI_EINVAL;
   }
+  if (!ServesLock(c->eps, c->lock.load(), ep)) return -FI_EINVAL;
+  c->lock.store(ep->lock);
   for (const Slot& s : slots) {
     if (!(flags & s.flag)) continue;
     *s.where = c;
@@ -203,11 +268,20 @@ int BindCntr(Ep* ep, Cntr* c, uint64_t flags) {
 int EpBind(fid* f, fid* bfid, uint64_t flags) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
-  if (ep->base != ep) return -FI_EINVAL;  // bind the endpoint, not an alias
   if (bfid == nullptr) return -FI_EINVAL;
+  Ep* const handle = ep;
+  if (ep->side != Ep::kWhole) {
+    // A context binds its CQs and counters to its side of its slot.
+    if (int ret = CheckContextBind(ep, bfid, flags); ret != 0) return ret;
+    ep = ep->base;
+  } else if (ep->base != ep) {
+    return -FI_EINVAL;  // bind the endpoint, not an alias
+  }
   Domain* d = ep->domain;
   DomainGuard g(d->lock);
-  if (Enabled(ep) && bfid->fclass != FI_CLASS_MR) return -FI_EOPBADSTATE;  // enabled
+  DomainGuard q(*ep->lock);  // a slot's other context may be in use
+  const bool enabled = handle->side != Ep::kWhole ? handle->side_enabled : Enabled(ep);
+  if (enabled && bfid->fclass != FI_CLASS_MR) return -FI_EOPBADSTATE;  // enabled
   switch (bfid->fclass) {
     case FI_CLASS_CQ: {
       Cq* cq = AsCq(bfid);
@@ -252,28 +326,50 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
 constexpr int kPortTries = 4096;
 
 absl::Status CreateEngineEndpoint(Ep* ep) {
+  // Another domain's endpoint on the same device (lane.h) may have the port.
+  if (absl::Status s = ClaimPort(*ep->lane, ep->udp_port); !s.ok()) return s;
+  absl::Status made = CreateOnPort(ep);
+  if (!made.ok()) ReleasePort(*ep->lane, ep->udp_port);
+  return made;
+}
+
+absl::Status CreateOnPort(Ep* ep) {
   if (ep->type == FI_EP_DGRAM) {
     absl::StatusOr<std::unique_ptr<rdm::DatagramEndpoint>> r = CreateDgram(ep);
     if (r.ok()) ep->dgram = *std::move(r);
     return r.status();
   }
   absl::StatusOr<std::unique_ptr<rdm::Endpoint>> r =
-      rdm::Endpoint::Create(*ep->domain->port, driver::SteadyClock::Get(), ep->config);
+      rdm::Endpoint::Create(*ep->lane->port, driver::SteadyClock::Get(), ep->config);
   if (r.ok()) ep->rdm = *std::move(r);
   return r.status();
 }
 
-int Enable(Ep* ep) {
+}  // namespace
+
+void DisableEp(Ep* ep) {
+  for (Mr* mr : ep->domain->mrs) EraseOne(mr->registered, ep);
+  ReleasePort(*ep->lane, ep->udp_port);
+  ep->rdm.reset();
+  ep->dgram.reset();
+  ep->drain.reset();
+  ep->records.Release();
+  ep->peers = PeerMap();
+}
+
+int EnableEp(Ep* ep) {
   if (Enabled(ep)) return 0;
   if (ep->av == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
   const EpCntrs& n = ep->cntrs;
-  // Any counter will do: an RMA target may count remote writes and nothing else.
-  if (ep->cqs.tx == nullptr && ep->cqs.rx == nullptr && n.send == nullptr && n.recv == nullptr &&
-      n.read == nullptr && n.write == nullptr && n.remote_read == nullptr &&
-      n.remote_write == nullptr) {
+  // Any counter will do: an RMA target may count remote writes and nothing
+  // else. A slot of a scalable endpoint is enabled with its first context
+  // (its contexts bind their CQs, sep.cc).
+  if (ep->sep == nullptr && ep->cqs.tx == nullptr && ep->cqs.rx == nullptr &&
+      n.send == nullptr && n.recv == nullptr && n.read == nullptr && n.write == nullptr &&
+      n.remote_read == nullptr && n.remote_write == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind a CQ or counter first\n");
     return -FI_ENOCQ;
   }
@@ -304,16 +400,16 @@ int Enable(Ep* ep) {
                    first_port, ep->udp_port);
   }
   if (!made.ok()) {
-    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(made.message()).c_str());
+    // A scalable endpoint's slot whose port is taken moves with its run
+    // (sep.cc EnableSlots, which says so if it cannot).
+    if (ep->sep == nullptr || !absl::IsAlreadyExists(made)) {
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: %s\n", std::string(made.message()).c_str());
+    }
     return FromStatus(made);
   }
   ep->drain = std::make_unique<DrainBuffers>();
   auto fail = [ep](int ret) {
-    ep->rdm.reset();
-    ep->dgram.reset();
-    ep->drain.reset();
-    ep->peers.peer_of.clear();
-    ep->peers.addr_of.clear();
+    DisableEp(ep);
     return ret;
   };
   if (ep->dscp && ep->rdm != nullptr) {
@@ -339,14 +435,24 @@ int Enable(Ep* ep) {
   }
   ep->records.Init(ep->config.max_send_ops + ep->config.max_posted_recvs);
   const rdm::Address self = ep->rdm != nullptr ? ep->rdm->address() : ep->dgram->address();
-  BYPASS_FI_INFO(FI_LOG_EP_CTRL, "%s endpoint %s enabled on %s\n",
-                 ep->rdm != nullptr ? "RDM" : "datagram", self.ToString().c_str(), d->uri.c_str());
+  BYPASS_FI_INFO(FI_LOG_EP_CTRL, "%s endpoint %s enabled on %s queue %u\n",
+                 ep->rdm != nullptr ? "RDM" : "datagram", self.ToString().c_str(), d->uri.c_str(),
+                 ep->lane->queue);
   return 0;
 }
 
+namespace {
+
 int Alias(Ep* ep, struct fi_alias* a) {
   if (a == nullptr || a->fid == nullptr) return -FI_EINVAL;
-  if (!(a->flags & (FI_TRANSMIT | FI_RECV))) return -FI_EINVAL;
+  const uint64_t side = a->flags & (FI_TRANSMIT | FI_RECV);
+  if (side != FI_TRANSMIT && side != FI_RECV) {
+    // fi_endpoint(3): "must include FI_TRANSMIT or FI_RECV (not both)".
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL,
+                   "fi_ep_alias: flags take FI_TRANSMIT or FI_RECV, not %s\n",
+                   side == 0 ? "neither" : "both");
+    return -FI_EINVAL;
+  }
   Ep* base = ep->base;
   auto alias = std::make_unique<Ep>();
   alias->fid = base->fid;  // the same ops tables
@@ -366,10 +472,12 @@ int EpControl(fid* f, int command, void* arg) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   DomainGuard g(ep->base->domain->lock);
+  DomainGuard q(*ep->base->lock);
   switch (command) {
     case FI_ENABLE:
+      if (ep->side != Ep::kWhole) return EnableContext(ep);
       if (ep->base != ep) return -FI_EINVAL;
-      return Enable(ep);
+      return EnableEp(ep);
     case FI_GETOPSFLAG: {
       auto* flags = static_cast<uint64_t*>(arg);
       if (flags == nullptr) return -FI_EINVAL;
@@ -393,6 +501,7 @@ int EpControl(fid* f, int command, void* arg) {
       return 0;
     }
     case FI_ALIAS:
+      if (ep->side != Ep::kWhole) return -FI_ENOSYS;  // no aliases of contexts
       return Alias(ep, static_cast<struct fi_alias*>(arg));
     default:
       return -FI_ENOSYS;
@@ -414,7 +523,7 @@ ssize_t EpCancel(fid_t f, void* context) {
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
   if (ep->srx != nullptr && Enabled(ep)) return CancelSharedRecv(ep->srx, context);
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (!Enabled(ep)) return -FI_EOPBADSTATE;
   const auto cancel = [ep](void* ctx) {
     return ep->dgram != nullptr ? ep->dgram->CancelRecv(ctx) : ep->rdm->CancelRecv(ctx);
@@ -426,23 +535,52 @@ ssize_t EpCancel(fid_t f, void* context) {
   return cancel(context) ? 0 : -FI_ENOENT;
 }
 
+// An option the endpoint does not have (fi_endpoint(3) lists them all):
+// FI_OPT_BUFFERED_MIN/LIMIT belong to FI_BUFFERED_RECV, which is not
+// offered; FI_OPT_SEND/RECV_BUF_SIZE and TX/RX_SIZE are socket buffer
+// sizes (the sizes here are tx_attr/rx_attr's); FI_OPT_CM_DATA_SIZE is a
+// connected endpoint's.
+int NoOption(int optname) {
+  BYPASS_FI_WARN(FI_LOG_EP_CTRL,
+                 "endpoint option %d is not supported (FI_OPT_MIN_MULTI_RECV, "
+                 "FI_OPT_FI_HMEM_P2P and, to fi_getopt, FI_OPT_XPU_TRIGGER are)\n",
+                 optname);
+  return -FI_ENOPROTOOPT;
+}
+
+// Copies a value of type T out for fi_getopt (-FI_ETOOSMALL with the size
+// when *optlen is short).
+template <class T>
+int GetValue(T v, void* optval, size_t* optlen) {
+  if (*optlen < sizeof(T)) {
+    *optlen = sizeof(T);
+    return -FI_ETOOSMALL;
+  }
+  std::memcpy(optval, &v, sizeof(v));
+  *optlen = sizeof(T);
+  return 0;
+}
+
 int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
   if (optval == nullptr || optlen == nullptr) return -FI_EINVAL;
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
-  DomainGuard g(ep->domain->lock);
-  if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
-  if (*optlen < sizeof(size_t)) {
-    *optlen = sizeof(size_t);
-    return -FI_ETOOSMALL;
+  DomainGuard g(*ep->lock);
+  switch (optname) {
+    case FI_OPT_MIN_MULTI_RECV:
+      return GetValue(ep->rdm != nullptr ? ep->rdm->min_multi_recv()
+                                         : static_cast<size_t>(ep->config.min_multi_recv),
+                      optval, optlen);
+    case FI_OPT_FI_HMEM_P2P:
+      return GetValue(ep->hmem_p2p, optval, optlen);
+    case FI_OPT_XPU_TRIGGER:
+      // No device (HMEM) memory here, so no XPU can trigger (fi_endpoint(3)).
+      return -FI_EOPNOTSUPP;
+    default:
+      return NoOption(optname);
   }
-  const size_t v = ep->rdm != nullptr ? ep->rdm->min_multi_recv()
-                                      : static_cast<size_t>(ep->config.min_multi_recv);
-  std::memcpy(optval, &v, sizeof(v));
-  *optlen = sizeof(size_t);
-  return 0;
 }
 
 int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen) {
@@ -451,9 +589,29 @@ int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen)
   ep = ep->base;
   if (optval == nullptr) return -FI_EINVAL;
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
-  if (optname != FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
+  if (optname == FI_OPT_FI_HMEM_P2P) {
+    if (optlen != sizeof(int)) return -FI_EINVAL;
+    int mode;
+    std::memcpy(&mode, optval, sizeof(mode));
+    if (mode == FI_HMEM_P2P_REQUIRED) {
+      // Only system memory: no transfer can be peer to peer.
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL,
+                     "FI_OPT_FI_HMEM_P2P: FI_HMEM_P2P_REQUIRED cannot hold (system memory "
+                     "only); ENABLED, PREFERRED and DISABLED are accepted\n");
+      return -FI_EOPNOTSUPP;
+    }
+    if (mode != FI_HMEM_P2P_ENABLED && mode != FI_HMEM_P2P_PREFERRED &&
+        mode != FI_HMEM_P2P_DISABLED) {
+      return -FI_EINVAL;
+    }
+    DomainGuard g(*ep->lock);
+    ep->hmem_p2p = mode;
+    return 0;
+  }
+  if (optname == FI_OPT_XPU_TRIGGER) return -FI_EINVAL;  // fi_getopt only (fi_endpoint(3))
+  if (optname != FI_OPT_MIN_MULTI_RECV) return NoOption(optname);
   if (optlen != sizeof(size_t)) return -FI_EINVAL;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   size_t v;
   std::memcpy(&v, optval, sizeof(v));
   ep->min_multi_recv = v;
@@ -463,6 +621,8 @@ int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen)
   return 0;
 }
 
+// fi_tx_context / fi_rx_context on an endpoint that is not scalable (sep.cc
+// has the scalable endpoint's).
 int NoCtx(fid_ep*, int, fi_tx_attr*, fid_ep**, void*) { return -FI_ENOSYS; }
 int NoRxCtx(fid_ep*, int, fi_rx_attr*, fid_ep**, void*) { return -FI_ENOSYS; }
 
@@ -470,7 +630,7 @@ ssize_t RxSizeLeft(fid_ep* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) return ep->dgram->RecvSlotsFree();
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   return ep->rdm->RecvSlotsFree();
@@ -480,7 +640,7 @@ ssize_t TxSizeLeft(fid_ep* f) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) return ep->cqs.tx != nullptr ? ep->cqs.tx->room() : 1;
   if (ep->rdm == nullptr) return -FI_EOPBADSTATE;
   const size_t left = ep->rdm->SendSlotsFree();
@@ -505,7 +665,7 @@ int GetName(fid_t f, void* addr, size_t* addrlen) {
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
   ep = ep->base;
   if (addrlen == nullptr) return -FI_EINVAL;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   rdm::Address a;
   if (ep->rdm != nullptr) {
     a = ep->rdm->address();
@@ -515,17 +675,13 @@ int GetName(fid_t f, void* addr, size_t* addrlen) {
     a.udp_port = ep->udp_port;
   }
   if (ep->base->loopback_name) a.ip = *ep->base->loopback_name;
-  const size_t given = *addrlen;
-  *addrlen = kAddrLen;
-  if (given < kAddrLen || addr == nullptr) return -FI_ETOOSMALL;
-  const sockaddr_in s = ToSockaddr(a);
-  std::memcpy(addr, &s, kAddrLen);
-  return 0;
+  return PutName(a, addr, addrlen);
 }
 
 int SetName(fid_t f, void* addr, size_t addrlen) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  if (ep->side != Ep::kWhole) return -FI_EINVAL;  // a context's address is its slot's
   ep = ep->base;
   std::optional<rdm::Address> a = FromSockaddr(addr, addrlen);
   if (!a || addrlen != kAddrLen) return -FI_EINVAL;
@@ -579,7 +735,8 @@ uint16_t FreePort(const Domain* d, uint16_t base) {
 // The first attribute of info beyond what an endpoint of this domain has
 // (fabric/fi/info offers these limits), or null. fi_getinfo's own entries
 // never exceed them; an application that raises one by hand is told which.
-const char* AttrBeyondLimits(const fi_info* info, const rdm::EndpointConfig& c, fi_ep_type type) {
+const char* AttrBeyondLimits(const fi_info* info, const rdm::EndpointConfig& c, fi_ep_type type,
+                             size_t max_ctx) {
   if (const fi_tx_attr* tx = info->tx_attr; tx != nullptr) {
     if (tx->iov_limit > kMsgIovLimit) return "tx_attr->iov_limit";
     if (tx->rma_iov_limit > kIovLimit) return "tx_attr->rma_iov_limit";
@@ -590,12 +747,13 @@ const char* AttrBeyondLimits(const fi_info* info, const rdm::EndpointConfig& c, 
   }
   if (const fi_ep_attr* ep = info->ep_attr; ep != nullptr) {
     if (type != FI_EP_DGRAM && ep->max_msg_size > c.max_msg_size) return "ep_attr->max_msg_size";
-    // One context each way, or a shared one (FI_EP_RDM); no scalable endpoints.
+    // One context each way (a scalable endpoint: max_ep_tx_ctx, sep.h), or
+    // a shared one (FI_EP_RDM, shared_ctx.h).
     const bool rdm = type != FI_EP_DGRAM;
-    if (ep->tx_ctx_cnt > 1 && !(rdm && ep->tx_ctx_cnt == FI_SHARED_CONTEXT)) {
+    if (ep->tx_ctx_cnt > max_ctx && !(rdm && ep->tx_ctx_cnt == FI_SHARED_CONTEXT)) {
       return "ep_attr->tx_ctx_cnt";
     }
-    if (ep->rx_ctx_cnt > 1 && !(rdm && ep->rx_ctx_cnt == FI_SHARED_CONTEXT)) {
+    if (ep->rx_ctx_cnt > max_ctx && !(rdm && ep->rx_ctx_cnt == FI_SHARED_CONTEXT)) {
       return "ep_attr->rx_ctx_cnt";
     }
   }
@@ -605,8 +763,18 @@ const char* AttrBeyondLimits(const fi_info* info, const rdm::EndpointConfig& c, 
 }  // namespace
 
 void FinishBeforeRemove(Ep* ep, fi_addr_t fa) {
+  DomainGuard g(*ep->lock);
   PeerMap& m = ep->peers;
   if (fa < m.late_error.size()) m.late_error[fa] = false;
+  if (fa < m.av_addr.size()) m.av_addr[fa].reset();
+  const int bits = ep->av != nullptr ? ep->av->rx_ctx_bits : 0;
+  for (auto it = m.named.begin(); it != m.named.end();) {
+    auto here = it++;
+    if ((here->first & RxIndexMask(bits)) != fa) continue;
+    if (ep->rdm != nullptr) (void)ep->rdm->RemovePeer(here->second);  // its operations fail
+    if (here->second.slot() < m.addr_of.size()) m.addr_of[here->second.slot()] = FI_ADDR_NOTAVAIL;
+    m.named.erase(here);
+  }
   rdm::PeerId p;
   if (ep->rdm == nullptr || fa >= m.buffered.size() || !m.buffered[fa] || !m.Find(fa, &p)) return;
   m.buffered[fa] = false;
@@ -622,7 +790,74 @@ void FinishBeforeRemove(Ep* ep, fi_addr_t fa) {
   }
 }
 
+bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out) {
+  const int bits = ep->av != nullptr ? ep->av->rx_ctx_bits : 0;
+  if (bits == 0 || fa == FI_ADDR_UNSPEC || (fa & RxIndexMask(bits)) == fa) {
+    return FindEntryPeer(ep, fa, out);
+  }
+  PeerMap& m = ep->peers;
+  if (auto it = m.named.find(fa); it != m.named.end()) {
+    *out = it->second;
+    return true;
+  }
+  const fi_addr_t entry = fa & RxIndexMask(bits);
+  const uint64_t index = fa >> (64 - bits);
+  if (ep->rdm == nullptr || entry >= m.av_addr.size() || !m.av_addr[entry] ||
+      m.av_addr[entry]->udp_port + index > 65535) {
+    return false;
+  }
+  rdm::Address a = *m.av_addr[entry];
+  a.udp_port = static_cast<uint16_t>(a.udp_port + index);
+  absl::StatusOr<rdm::PeerId> p = ep->rdm->InsertPeer(a);
+  if (!p.ok()) {
+    BYPASS_FI_WARN(FI_LOG_AV, "receive context %llu of fi_addr %llu: %s\n",
+                   static_cast<unsigned long long>(index), static_cast<unsigned long long>(entry),
+                   std::string(p.status().message()).c_str());
+    return false;
+  }
+  m.named[fa] = *p;
+  const uint32_t slot = p->slot();
+  if (m.addr_of.size() <= slot) m.addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
+  if (m.addr_of[slot] == FI_ADDR_NOTAVAIL) m.addr_of[slot] = fa;  // its messages' source
+  *out = *p;
+  return true;
+}
+
+fi_addr_t SourceOf(Ep* ep, rdm::PeerId p) {
+  PeerMap& m = ep->peers;
+  const fi_addr_t fa = AddrOfPeer(ep, p);  // a named AV's entries read again if need be
+  const int bits = ep->av != nullptr ? ep->av->rx_ctx_bits : 0;
+  const uint32_t slot = p.slot();
+  if (fa != FI_ADDR_NOTAVAIL || bits == 0 || ep->rdm == nullptr ||
+      (slot < m.unnamed.size() && m.unnamed[slot])) {
+    return fa;
+  }
+  // Once per peer the engine learned from the network: which entry's
+  // receive context it is.
+  const std::optional<rdm::Address> a = ep->rdm->PeerAddress(p);
+  fi_addr_t found = FI_ADDR_NOTAVAIL;
+  for (fi_addr_t e = 0; a && e < m.av_addr.size() && found == FI_ADDR_NOTAVAIL; ++e) {
+    const std::optional<rdm::Address>& entry = m.av_addr[e];
+    if (entry && entry->ip == a->ip && a->udp_port > entry->udp_port &&
+        a->udp_port - entry->udp_port < (1 << bits)) {
+      found = fi_rx_addr(e, a->udp_port - entry->udp_port, bits);
+    }
+  }
+  if (found == FI_ADDR_NOTAVAIL) {
+    if (m.unnamed.size() <= slot) m.unnamed.resize(slot + 1);
+    m.unnamed[slot] = true;
+    return found;
+  }
+  if (m.addr_of.size() <= slot) m.addr_of.resize(slot + 1, FI_ADDR_NOTAVAIL);
+  m.addr_of[slot] = found;
+  return found;
+}
+
 int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
+  DomainGuard g(*ep->lock);
+  if (ep->peers.av_addr.size() <= fa) ep->peers.av_addr.resize(fa + 1);
+  ep->peers.av_addr[fa] = a;
+  ep->peers.unnamed.clear();  // SourceOf looks again
   absl::StatusOr<rdm::PeerId> p =
       ep->rdm != nullptr ? ep->rdm->InsertPeer(a) : ep->dgram->InsertPeer(a);
   if (!p.ok()) {
@@ -645,24 +880,24 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
   return 0;
 }
 
-int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
-  Domain* d = AsDomain(domain);
-  if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
-  if (info == nullptr || out == nullptr) return -FI_EINVAL;
+int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
+          std::unique_ptr<Ep>* out) {
   const fi_ep_type type = info->ep_attr != nullptr ? info->ep_attr->type : FI_EP_RDM;
   if (type != FI_EP_RDM && type != FI_EP_DGRAM && type != FI_EP_UNSPEC) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM and FI_EP_DGRAM endpoints are implemented\n");
     return -FI_ENOSYS;
   }
-  DomainGuard g(d->lock);
   if (d->eps.size() >= d->ep_cnt) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "the domain already has ep_cnt (%zu) endpoints; close one or "
                    "open another domain\n", d->ep_cnt);
     return -FI_EINVAL;
   }
-  if (const char* attr = AttrBeyondLimits(info, d->fabric->settings.engine, type)) {
+  if (const char* attr = AttrBeyondLimits(info, d->fabric->settings.engine, type, max_ctx)) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "%s is beyond what fi_getinfo offers for this domain; "
-                   "use the value fi_getinfo returned\n", attr);
+                   "use the value fi_getinfo returned%s\n", attr,
+                   max_ctx == 1 && std::strstr(attr, "ctx_cnt") != nullptr
+                       ? " (more than one context: fi_scalable_ep)"
+                       : "");
     return -FI_EINVAL;
   }
   auto ep = std::make_unique<Ep>();
@@ -679,6 +914,8 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   ep->fid.collective = &g_collective_ops;
   ep->base = ep.get();
   ep->domain = d;
+  ep->lane = d->lane;
+  ep->lock = &d->lock;
   ep->type = type == FI_EP_DGRAM ? FI_EP_DGRAM : FI_EP_RDM;
   ep->caps = info->caps;
   if (info->ep_attr != nullptr) {
@@ -726,6 +963,17 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
     }
   }
   if (int ret = EndpointKeys(d, info, ep->type == FI_EP_RDM, &ep->config); ret != 0) return ret;
+  *out = std::move(ep);
+  return 0;
+}
+
+int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
+  Domain* d = AsDomain(domain);
+  if (d == nullptr) return BadFid(domain, FI_CLASS_DOMAIN);
+  if (info == nullptr || out == nullptr) return -FI_EINVAL;
+  DomainGuard g(d->lock);
+  std::unique_ptr<Ep> ep;
+  if (int ret = NewEp(d, info, context, 1, &ep); ret != 0) return ret;
   d->eps.push_back(ep.get());
   d->obj.refs.fetch_add(1);
   *out = &ep.release()->fid;

@@ -21,7 +21,9 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "fabric/fi/common.h"
+#include "fabric/fi/lane.h"
 #include "fabric/rdm/config.h"
 #include "fabric/rdm/rdm.h"
 #include "fabric/rdm/types.h"
@@ -35,6 +37,7 @@ struct Av;
 struct Eq;
 struct Mr;
 struct DrainBuffers;
+struct Sep;
 struct Srx;
 struct Stx;
 
@@ -142,6 +145,14 @@ struct PeerMap {
     if (buffered.size() <= fa) buffered.resize(fa + 1);
     buffered[fa] = true;
   }
+  // Named receive contexts (fi_rx_addr, an AV with rx_ctx_bits): the AV's
+  // addresses by fi_addr, and the peers made for fi_addrs with a context
+  // index (the address's UDP port plus the index), made on first use.
+  std::vector<std::optional<rdm::Address>> av_addr;
+  absl::flat_hash_map<fi_addr_t, rdm::PeerId> named;
+  // By PeerId.slot(): a peer the engine learned that SourceOf found in no
+  // AV entry's receive contexts (looked for again when the AV grows).
+  std::vector<bool> unnamed;
   void Set(fi_addr_t fa, rdm::PeerId p) {
     if (peer_of.size() <= fa) peer_of.resize(fa + 1);
     peer_of[fa] = p;
@@ -155,11 +166,24 @@ struct PeerMap {
 struct Ep {
   fid_ep fid;
   Obj obj;
-  Ep* base = this;  // an alias (fi_ep_alias) points at the endpoint it aliases
+  Ep* base = this;  // an alias (fi_ep_alias) or a context points at its endpoint
   uint64_t tx_op_flags = 0;
   uint64_t rx_op_flags = 0;
+  // A transmit or receive context of a scalable endpoint (sep.h): one side
+  // of the slot endpoint it points at, enabled on its own.
+  enum Side : uint8_t { kWhole, kTx, kRx };
+  Side side = kWhole;
+  bool side_enabled = false;
   // Everything below lives in the base endpoint only.
   Domain* domain = nullptr;
+  // The device queue its engine endpoint is on and the lock every call
+  // takes: the domain's (lock: the domain's), or, for a slot of a scalable
+  // endpoint, the slot's own queue (lane.h) with its lock.
+  std::shared_ptr<Lane> lane;
+  DomainLock* lock = nullptr;
+  Sep* sep = nullptr;          // a slot: its scalable endpoint
+  uint32_t sep_index = 0;      // a slot: its context index
+  Ep* contexts[2] = {};        // a slot: its transmit and receive contexts
   fi_ep_type type = FI_EP_RDM;
   uint64_t caps = 0;
   uint16_t udp_port = 0;
@@ -176,6 +200,9 @@ struct Ep {
   std::optional<uint8_t> dscp;
   size_t min_multi_recv = 0;
   bool min_multi_recv_set = false;
+  // FI_OPT_FI_HMEM_P2P as set (every transfer is of system memory: it
+  // changes nothing but what fi_getopt answers).
+  int hmem_p2p = FI_HMEM_P2P_ENABLED;
   // Bound objects (fi_ep_bind, before fi_enable; MRs with FI_MR_ENDPOINT).
   EpCqs cqs;
   EpCntrs cntrs;
@@ -200,17 +227,60 @@ struct Ep {
 };
 static_assert(offsetof(Ep, fid) == 0);
 
-inline Ep* AsEp(const void* f) { return As<Ep>(f, FI_CLASS_EP); }
+// An endpoint, an alias, or a transmit or receive context.
+inline Ep* AsEp(const void* f) {
+  if (f != nullptr) {
+    const size_t c = static_cast<const ::fid*>(f)->fclass;
+    if (c == FI_CLASS_TX_CTX || c == FI_CLASS_RX_CTX) return As<Ep>(f, c);
+  }
+  return As<Ep>(f, FI_CLASS_EP);
+}
 
 inline bool Enabled(const Ep* ep) { return ep->rdm != nullptr || ep->dgram != nullptr; }
 
 // fi_endpoint (FI_EP_RDM or FI_EP_DGRAM).
 int OpenEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
+// An endpoint of d made from info (its port chosen, not yet one of d's
+// endpoints), or a negative fi_errno; max_ctx: the ep_attr->tx_ctx_cnt and
+// rx_ctx_cnt it accepts (1; a scalable endpoint's slots more). REQUIRES:
+// d's lock is held.
+int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx, std::unique_ptr<Ep>* out);
+// fi_enable of an endpoint (or a slot of a scalable endpoint): its engine
+// endpoint on its lane. REQUIRES: the domain's and the endpoint's locks.
+int EnableEp(Ep* ep);
+// Undoes EnableEp of an endpoint nothing has used yet (a failed enable; a
+// scalable endpoint moving its ports). REQUIRES: the same locks.
+void DisableEp(Ep* ep);
+// Closes an endpoint's (or slot's) engine side and takes it off its
+// domain: lingers, unbinds, frees its port. REQUIRES: the domain's lock.
+void CloseEngineEp(Ep* ep);
+// Drops an endpoint's CQs and counters of its transmit side, its receive
+// side, or both. REQUIRES: the domain's and the endpoint's locks.
+void UnbindCompletions(Ep* ep, bool tx, bool rx);
+// fi_getname's answer: a in *addr (FI_SOCKADDR_IN), or -FI_ETOOSMALL with
+// the size needed in *addrlen.
+int PutName(const rdm::Address& a, void* addr, size_t* addrlen);
+// The calls on a transmit or receive context (sep.cc), from the endpoint
+// calls: a bind's check (CQs and counters of its side only), fi_enable,
+// and fi_close (REQUIRES: the domain's lock).
+int CheckContextBind(const Ep* ctx, const fid* bfid, uint64_t flags);
+int EnableContext(Ep* ctx);
+void CloseContext(Ep* ctx);
 // Wires an AV entry into an enabled endpoint's engine.
 int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a);
+// The engine peer of a destination: an AV entry, or, through an AV with
+// rx_ctx_bits, a receive context of one (fi_rx_addr: the entry's UDP port
+// plus the index; its peer is made on first use). False if there is none.
+bool FindPeer(Ep* ep, fi_addr_t fa, rdm::PeerId* out);
+// The source a completion from peer p reports (FI_SOURCE): p's AV entry,
+// or, through an AV with rx_ctx_bits, fi_rx_addr(entry, i) when p is at
+// an entry's UDP port + i (a scalable endpoint's context i: sep.h);
+// FI_ADDR_NOTAVAIL when neither.
+fi_addr_t SourceOf(Ep* ep, rdm::PeerId p);
 // Before fi_av_remove forgets fa: the buffered sends and injects to it
 // (whose completions the application has had, or which have none) finish
-// first rather than vanish, and a failure owed to fa is forgotten.
+// first rather than vanish, a failure owed to fa is forgotten, and the
+// peers made for its receive contexts (FindPeer) are removed.
 void FinishBeforeRemove(Ep* ep, fi_addr_t fa);
 
 // The data-path tables every endpoint points at (ep_ops.cc).

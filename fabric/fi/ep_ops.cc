@@ -53,13 +53,14 @@ constexpr uint64_t kRecvFlags =
     FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE | FI_MSG |
     FI_TAGGED | FI_RECV;
 
-// The enabled endpoint behind a handle (an alias gives its flags), or for
-// receives a shared receive context.
+// The enabled endpoint behind a handle (an alias or a context gives its
+// flags), or for receives a shared receive context.
 struct Target {
   Ep* ep = nullptr;       // the base endpoint
   Srx* srx = nullptr;     // or the shared receive context (receives only)
   uint64_t tx_flags = 0;  // the handle's default flags
   uint64_t rx_flags = 0;
+  Ep::Side side = Ep::kWhole;  // a context's side: a transmit context cannot receive
   int err = 0;
 };
 
@@ -73,7 +74,10 @@ Target Resolve(fid_ep* f) {
   t.ep = e->base;
   t.tx_flags = e->tx_op_flags;
   t.rx_flags = e->rx_op_flags;
-  if (!Enabled(t.ep)) t.err = -FI_EOPBADSTATE;  // fi_enable first
+  t.side = e->side;
+  if (!Enabled(t.ep) || (e->side != Ep::kWhole && !e->side_enabled)) {
+    t.err = -FI_EOPBADSTATE;  // fi_enable first
+  }
   return t;
 }
 
@@ -153,11 +157,12 @@ struct SendArgs {
 
 ssize_t PostSend(const Target& t, const SendArgs& a) {
   if (t.err != 0) return t.err;
+  if (t.side == Ep::kRx) return -FI_EOPNOTSUPP;  // a receive context
   Ep* ep = t.ep;
   size_t len = 0;
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
     if (a.flags & FI_DELIVERY_COMPLETE) return -FI_EBADFLAGS;  // datagrams are not acknowledged
@@ -325,6 +330,7 @@ ssize_t PostSharedRecv(Srx* s, const RecvArgs& a, size_t len) {
 
 ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (t.err != 0) return t.err;
+  if (t.side == Ep::kTx) return -FI_EOPNOTSUPP;  // a transmit context
   Ep* ep = t.ep;
   size_t len = 0;
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
@@ -335,7 +341,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   // An endpoint bound to an srx posts to it (its records are the srx's:
   // the receive may complete at another endpoint).
   if (ep->srx != nullptr) return PostSharedRecv(ep->srx, a, len);
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
     if (a.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD)) return -FI_EINVAL;
@@ -378,12 +384,13 @@ struct RmaArgs {
 
 ssize_t PostRma(const Target& t, const RmaArgs& a) {
   if (t.err != 0) return t.err;
+  if (t.side == Ep::kRx) return -FI_EOPNOTSUPP;  // a receive context
   Ep* ep = t.ep;
   size_t len = 0;
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
   if (a.read && (a.flags & (FI_INJECT | FI_REMOTE_CQ_DATA))) return -FI_EINVAL;
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
   if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;

@@ -445,8 +445,15 @@ TEST_F(WaitTest, WaitSetWakesOnAnyMember) {
   EXPECT_EQ(fi_wait(ws_, 20'000), 0);
   EXPECT_TRUE(s1.get());
   fi_cq_tagged_entry e;
-  // The CQ may be the member that woke it, or the counter just before it.
-  ASSERT_EQ(fi_cq_sread(b_.rx, &e, 1, nullptr, 20'000), 1);
+  // The CQ may be the member that woke it, or the counter just before it
+  // (a wait set member takes no sread, fi_cq(3): wait on the set).
+  ssize_t got = fi_cq_read(b_.rx, &e, 1);
+  for (int i = 0; i < 100 && got == -FI_EAGAIN; ++i) {
+    EXPECT_EQ(fi_wait(ws_, 200), 0);
+    got = fi_cq_read(b_.rx, &e, 1);
+  }
+  ASSERT_EQ(got, 1);
+  EXPECT_EQ(fi_cq_sread(b_.rx, &e, 1, nullptr, 0), -FI_EINVAL);
   EXPECT_EQ(fi_cntr_read(b_.cntr), 1u);
   // The set's fd.
   int fd = -1;
@@ -603,6 +610,110 @@ TEST_F(WaitTest, BadArguments) {
   int fd;
   EXPECT_EQ(fi_control(&a_.rx->fid, FI_GETWAIT, &fd), -FI_ENODATA);
   EXPECT_EQ(fi_control(&a_.rx->fid, FI_GETWAIT, nullptr), -FI_EINVAL);
+  // fi_cq(3): sread is invalid on a CQ with FI_WAIT_NONE.
+  fi_cq_tagged_entry e;
+  EXPECT_EQ(fi_cq_sread(b_.rx, &e, 1, nullptr, 0), -FI_EINVAL);
+}
+
+// FI_WAIT_POLLFD (fi_poll(3) NOTES): FI_GETWAIT fills a struct
+// fi_wait_pollfd: nfds 0 asks the size (-FI_ETOOSMALL) and the
+// change_index; the list, in poll(2) after fi_trywait, wakes on a message.
+TEST_F(WaitTest, PollFdListAfterTrywait) {
+  Open({.cq = FI_WAIT_NONE}, {.cq = FI_WAIT_POLLFD});
+  fi_wait_pollfd list{};
+  ASSERT_EQ(fi_control(&b_.rx->fid, FI_GETWAIT, &list), -FI_ETOOSMALL);
+  ASSERT_EQ(list.nfds, 1u);
+  const uint64_t change = list.change_index;
+  std::vector<pollfd> fds(list.nfds);
+  list.fd = fds.data();
+  ASSERT_EQ(fi_control(&b_.rx->fid, FI_GETWAIT, &list), 0);
+  EXPECT_EQ(list.change_index, change);
+  ASSERT_GE(fds[0].fd, 0);
+  EXPECT_EQ(fds[0].events, POLLIN);
+  fi_wait_obj kind{};
+  ASSERT_EQ(fi_control(&b_.rx->fid, FI_GETWAITOBJ, &kind), 0);
+  EXPECT_EQ(kind, FI_WAIT_POLLFD);
+  char buf[16] = {};
+  ASSERT_EQ(fi_recv(b_.ep, buf, sizeof(buf), nullptr, FI_ADDR_UNSPEC, buf), 0);
+  fid* f = &b_.rx->fid;
+  ASSERT_EQ(fi_trywait(fabric_, &f, 1), 0);
+  EXPECT_EQ(poll(fds.data(), fds.size(), 0), 0) << "readable before anything happened";
+  // The sender progresses its side (the handshake, the send's completion)
+  // in a thread of its own; b's side only through the armed list.
+  auto sender = std::async(std::launch::async, [&] {
+    if (fi_send(a_.ep, abuf_, 5, nullptr, a_.peer, abuf_) != 0) return false;
+    fi_cq_tagged_entry t;
+    for (int spins = 0; spins < 50'000'000; ++spins) {
+      if (fi_cq_read(a_.tx, &t, 1) == 1) return true;
+    }
+    return false;
+  });
+  ASSERT_EQ(poll(fds.data(), fds.size(), 20'000), 1) << "the message did not wake the list";
+  fi_cq_tagged_entry e;
+  ssize_t n = -FI_EAGAIN;
+  for (int i = 0; i < 1'000'000 && n == -FI_EAGAIN; ++i) n = fi_cq_read(b_.rx, &e, 1);
+  ASSERT_EQ(n, 1);
+  EXPECT_STREQ(buf, "ping");
+  EXPECT_TRUE(sender.get());
+}
+
+// FI_CQ_COND_THRESHOLD: fi_cq_sread waits for `cond` entries (a value, as
+// providers read it), at most count; a timeout returns what there is.
+TEST_F(WaitTest, SreadThreshold) {
+  Open({.cq = FI_WAIT_UNSPEC}, {.cq = FI_WAIT_UNSPEC});
+  fi_cq_attr attr{};
+  attr.format = FI_CQ_FORMAT_TAGGED;
+  attr.wait_obj = FI_WAIT_UNSPEC;
+  attr.wait_cond = FI_CQ_COND_THRESHOLD;
+  fid_cq* cq = nullptr;
+  ASSERT_EQ(fi_cq_open(b_.domain, &attr, &cq, nullptr), 0);
+  fid_ep* ep = nullptr;
+  ASSERT_EQ(fi_endpoint(b_.domain, b_.info, &ep, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &b_.av->fid, 0), 0);
+  ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+  ASSERT_EQ(fi_enable(ep), 0);
+  std::vector<char> name(64);
+  size_t len = name.size();
+  ASSERT_EQ(fi_getname(&ep->fid, name.data(), &len), 0);
+  fi_addr_t to = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(a_.av, name.data(), 1, &to, 0, nullptr), 1);
+  constexpr int kMessages = 3;
+  char bufs[kMessages][16] = {};
+  for (auto& b : bufs) {
+    ASSERT_EQ(fi_recv(ep, b, sizeof(b), nullptr, FI_ADDR_UNSPEC, b), 0);
+  }
+  // The sender (its own thread, progressing its side) sends one message,
+  // then two more once told.
+  std::atomic<bool> more{false};
+  auto sender = std::async(std::launch::async, [&] {
+    int done = 0;
+    auto send_and_complete = [&](int n) {
+      if (fi_send(a_.ep, abuf_, 5, nullptr, to, nullptr) != 0) return false;
+      for (int spins = 0; done < n && spins < 50'000'000; ++spins) {
+        fi_cq_tagged_entry t;
+        if (fi_cq_read(a_.tx, &t, 1) == 1) ++done;
+      }
+      return done == n;
+    };
+    if (!send_and_complete(1)) return false;
+    while (!more.load()) std::this_thread::yield();
+    if (fi_send(a_.ep, abuf_, 5, nullptr, to, nullptr) != 0) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return send_and_complete(3);
+  });
+  // One message, a threshold of 2: each timeout returns what there is
+  // (nothing until the message lands, then the one).
+  fi_cq_tagged_entry e[kMessages];
+  const auto two = reinterpret_cast<const void*>(uintptr_t{2});
+  ssize_t n = -FI_EAGAIN;
+  for (int i = 0; i < 100 && n == -FI_EAGAIN; ++i) n = fi_cq_sread(cq, e, kMessages, two, 200);
+  EXPECT_EQ(n, 1);
+  // Two more, 30 ms apart: the sread waits for both and returns them at once.
+  more.store(true);
+  EXPECT_EQ(fi_cq_sread(cq, e, kMessages, two, 20'000), 2);
+  EXPECT_TRUE(sender.get());
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+  EXPECT_EQ(fi_close(&cq->fid), 0);
 }
 
 }  // namespace

@@ -279,6 +279,7 @@ int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
 }
 
 int RegisterMrWithEp(Mr* mr, Ep* ep) {
+  DomainGuard g(*ep->lock);  // a slot of a scalable endpoint has its own
   rdm::RegionRequest r;
   r.addr = mr->addr;
   r.len = mr->len;
@@ -301,6 +302,7 @@ int RegisterMrWithEp(Mr* mr, Ep* ep) {
 }
 
 void DeregisterMrFromEp(Mr* mr, Ep* ep) {
+  DomainGuard g(*ep->lock);
   if (ep->rdm != nullptr) (void)ep->rdm->DeregisterRegion(mr->fid.key);
   EraseOne(mr->registered, ep);
 }

@@ -55,13 +55,13 @@ Obj* MemberObj(fid* f) {
 // baseline moves to what fi_poll saw).
 bool Polled(fid* f) {
   if (Cq* cq = AsCq(f)) {
-    DomainGuard g(cq->domain->lock);
+    DomainGuard g(*cq->lock.load());
     ProgressAll(cq->eps);
     return !cq->entries.empty() || !cq->errors.empty();
   }
   Cntr* c = AsCntr(f);
   {
-    DomainGuard g(c->domain->lock);
+    DomainGuard g(*c->lock.load());
     ProgressAll(c->eps);
   }
   const uint64_t v = c->value.load();

@@ -11,8 +11,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
+#include "fabric/fi/address/address.h"
 #include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
@@ -86,6 +88,36 @@ void CountCompletion(Ep* ep, uint64_t f, bool error) {
   if (f & rdm::kCompRemoteRead) count(ep->cntrs.remote_read);
 }
 
+// FI_SOURCE_ERR (fi_cq(3)): a message received from a sender not in the AV
+// is reported as an error entry, FI_EADDRNOTAVAIL, with every field of the
+// completion and the sender's address as err_data, ready for fi_av_insert.
+// False (the caller queues the plain entry) without the capability or when
+// the engine no longer knows the sender's address.
+bool ReportUnknownSource(Ep* ep, Cq* cq, const fi_cq_tagged_entry& entry, rdm::PeerId peer) {
+  if ((ep->caps & (FI_SOURCE | FI_SOURCE_ERR)) != (FI_SOURCE | FI_SOURCE_ERR)) return false;
+  const std::optional<rdm::Address> a =
+      ep->rdm != nullptr ? ep->rdm->PeerAddress(peer) : ep->dgram->PeerAddress(peer);
+  if (!a) return false;
+  CqError err{};
+  err.e.op_context = entry.op_context;
+  err.e.flags = entry.flags;
+  err.e.len = entry.len;
+  err.e.buf = entry.buf;
+  err.e.data = entry.data;
+  err.e.tag = entry.tag;
+  err.e.err = FI_EADDRNOTAVAIL;
+  err.src = FI_ADDR_NOTAVAIL;
+  const sockaddr_in sa = ToSockaddr(*a);
+  static_assert(sizeof(sa) <= sizeof(err.source));
+  std::memcpy(err.source, &sa, sizeof(sa));
+  err.source_len = sizeof(sa);
+  std::snprintf(err.message, sizeof(err.message), "a message from %s:%u, not in the AV",
+                a->ip.ToString().c_str(), a->udp_port);
+  cq->errors.push_back(err);
+  cq->wait.Signal();
+  return true;
+}
+
 // A completion into its CQ and counters. A peer's write into or read of
 // one of our regions (the engine reports every one: FI_RMA_EVENT) counts on
 // the endpoint's and the region's FI_REMOTE_WRITE / FI_REMOTE_READ
@@ -113,7 +145,8 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   e.e.buf = c.buf;
   e.e.data = c.data;
   e.e.tag = c.tag;
-  e.src = tx ? FI_ADDR_NOTAVAIL : AddrOfPeer(ep, c.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : SourceOf(ep, c.source);
+  if (e.src == FI_ADDR_NOTAVAIL && !tx && ReportUnknownSource(ep, cq, e.e, c.source)) return;
   cq->entries.push_back(e);
   cq->wait.Signal();
 }
@@ -181,7 +214,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
   e.e.olen = ec.olen;
   e.e.err = FiErr(ec, tx);
   e.e.prov_errno = ec.err;
-  e.src = tx ? FI_ADDR_NOTAVAIL : AddrOfPeer(ep, ec.op.source);
+  e.src = tx ? FI_ADDR_NOTAVAIL : SourceOf(ep, ec.op.source);
   std::snprintf(e.message, sizeof(e.message), "%s", ec.message);
   cq->errors.push_back(e);
   cq->wait.Signal();
@@ -248,9 +281,15 @@ void ProgressAll(const std::vector<Ep*>& eps) {
 }
 
 size_t ProgressDomain(Domain* d) {
-  std::lock_guard<std::recursive_mutex> g(d->lock.mu);
+  // The domain's lock keeps d->eps; a slot of a scalable endpoint on a
+  // queue of its own is progressed under its own lock too (taken after the
+  // domain's, the order every path keeps).
+  DomainGuard g(d->lock);
   size_t n = 0;
-  for (Ep* ep : d->eps) n += ProgressEp(ep);
+  for (Ep* ep : d->eps) {
+    DomainGuard q(*ep->lock);
+    n += ProgressEp(ep);
+  }
   return n;
 }
 

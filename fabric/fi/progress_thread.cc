@@ -11,6 +11,7 @@
 
 #include "driver/clock.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/ep.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/wait.h"
@@ -110,11 +111,16 @@ void ProgressThread::Run() {
   }
 }
 
+void LockEveryQueue(Domain* d) {
+  d->lock.Target().thread_safe = true;
+  for (Ep* ep : d->eps) ep->lock->Target().thread_safe = true;
+}
+
 ProgressThread* EnsureProgressThread(Domain* d) {
   // FI_THREAD_DOMAIN: the application serializes every call of the
   // domain, this one included, and no guard of it is held: from here on
   // every call takes the lock, and the thread below shares it.
-  if (!d->lock.thread_safe) d->lock.thread_safe = true;
+  LockEveryQueue(d);
   DomainGuard g(d->lock);
   if (d->progress == nullptr) {
     try {

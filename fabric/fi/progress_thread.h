@@ -87,6 +87,13 @@ class ProgressThread {
 // the domain lock on first. REQUIRES: the caller holds no guard of d.
 ProgressThread* EnsureProgressThread(Domain* d);
 
+// Makes every call on the domain's queues take their locks from now on
+// (the domain's lane and the lanes of its scalable endpoints' contexts;
+// contexts opened later inherit it from the domain's lane): a progress
+// thread is about to share them. Under FI_THREAD_DOMAIN the application
+// serializes this call with every other, so none holds a guard yet.
+void LockEveryQueue(Domain* d);
+
 }  // namespace bypass::fi
 
 #endif  // BYPASS_FABRIC_FI_PROGRESS_THREAD_H_

@@ -76,6 +76,13 @@ driver::DeviceInfo DescribeWithoutOpening(const std::string& uri) {
       }
     }
   }
+  if (auto queues = parsed->Get("queues")) {
+    uint32_t q = 0;
+    if (absl::SimpleAtoi(*queues, &q) && q > 0 && q <= UINT16_MAX) d.num_queues = q;
+  }
+  // Loopback ports and mlx5 NICs (verbs flow rules) steer; whether a DPDK
+  // port does is known once it is open (rte_flow): not claimed here.
+  d.can_steer = parsed->scheme == "loopback" || parsed->scheme == "mlx5";
   if (auto ip = parsed->Get("ip")) {
     if (auto v = driver::Ipv4Address::Parse(*ip); v.ok()) d.ipv4 = *v;
   }
@@ -110,6 +117,7 @@ int GetInfoEntry(uint32_t version, const char* node, const char* service, uint64
     o.device = DescribeWithoutOpening(uri);
     o.limits = s.engine;
     o.default_port = s.base_port;
+    o.max_ep_ctx = kMaxEpContexts;
     offers.push_back(std::move(o));
   }
   SetMismatchLog(LogMismatch);

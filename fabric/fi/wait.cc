@@ -5,6 +5,7 @@
 #include "fabric/fi/wait.h"
 
 #include <linux/futex.h>
+#include <poll.h>
 #include <rdma/fi_errno.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -47,10 +48,11 @@ int WaitObject::Init(int kind, WaitSet* set) {
     case FI_WAIT_MUTEX_COND:
       break;
     case FI_WAIT_FD:
+    case FI_WAIT_POLLFD:  // one eventfd too: a list of one that never changes
       fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (fd_ < 0) {
         const int err = errno;
-        BYPASS_FI_WARN(FI_LOG_CORE, "FI_WAIT_FD: eventfd failed: %s\n", std::strerror(err));
+        BYPASS_FI_WARN(FI_LOG_CORE, "FI_WAIT_FD/POLLFD: eventfd failed: %s\n", std::strerror(err));
         return err == EMFILE || err == ENFILE ? -FI_EMFILE : -FI_ENOMEM;
       }
       break;
@@ -61,7 +63,7 @@ int WaitObject::Init(int kind, WaitSet* set) {
     default:
       BYPASS_FI_WARN(FI_LOG_CORE,
                      "wait object %d is not supported (FI_WAIT_NONE, UNSPEC, SET, FD, "
-                     "MUTEX_COND and YIELD are)\n",
+                     "POLLFD, MUTEX_COND and YIELD are)\n",
                      kind);
       return -FI_ENOSYS;
   }
@@ -88,7 +90,7 @@ void WaitObject::Wake() {
 }
 
 bool WaitObject::SignalNativeLocked() {
-  if (kind_ == FI_WAIT_FD) {
+  if (fd_ >= 0) {
     const uint64_t one = 1;
     // Only EAGAIN can fail it (the counter at its maximum): still readable.
     [[maybe_unused]] const ssize_t n = write(fd_, &one, sizeof(one));
@@ -187,6 +189,7 @@ int WaitObject::Control(int command, void* arg) {
         *static_cast<int*>(arg) = fd_;
         return 0;
       }
+      if (kind_ == FI_WAIT_POLLFD) return PollFds(static_cast<fi_wait_pollfd*>(arg));
       if (kind_ == FI_WAIT_MUTEX_COND) {
         *static_cast<fi_mutex_cond*>(arg) = fi_mutex_cond{&mutex_, &cond_};
         return 0;
@@ -199,6 +202,18 @@ int WaitObject::Control(int command, void* arg) {
     default:
       return -FI_ENOSYS;
   }
+}
+
+int WaitObject::PollFds(fi_wait_pollfd* p) const {
+  // The list is the object's one eventfd for its whole life: its
+  // change_index never moves from 1 (fi_poll(3): it counts changes).
+  p->change_index = 1;
+  const size_t given = p->nfds;
+  p->nfds = 1;
+  if (given < 1) return -FI_ETOOSMALL;
+  if (p->fd == nullptr) return -FI_EINVAL;
+  p->fd[0] = pollfd{fd_, POLLIN, 0};
+  return 0;
 }
 
 namespace {
@@ -375,13 +390,13 @@ int OpenWaitSet(fid_fabric* fabric, fi_wait_attr* attr, fid_wait** out) {
 
 bool HasEvents(fid* f) {
   if (Cq* cq = AsCq(f)) {
-    DomainGuard g(cq->domain->lock);
+    DomainGuard g(*cq->lock.load());
     if (cq->entries.empty() && cq->errors.empty()) ProgressAll(cq->eps);
     return !cq->entries.empty() || !cq->errors.empty();
   }
   if (Cntr* c = AsCntr(f)) {
     {
-      DomainGuard g(c->domain->lock);
+      DomainGuard g(*c->lock.load());
       ProgressAll(c->eps);
     }
     return c->value.load() != c->read_value.load() || c->errors.load() != c->read_errors.load();
@@ -406,8 +421,8 @@ int TryWait(fid_fabric* fabric, fid** fids, int count) {
     if (w == nullptr) return -FI_EINVAL;
     if (!w->Native()) {
       BYPASS_FI_WARN(FI_LOG_CORE,
-                     "fi_trywait: fid %d has no native wait object (FI_WAIT_FD or "
-                     "FI_WAIT_MUTEX_COND; a wait set member: pass the set)\n",
+                     "fi_trywait: fid %d has no native wait object (FI_WAIT_FD, POLLFD or "
+                     "MUTEX_COND; a wait set member: pass the set)\n",
                      i);
       return -FI_EINVAL;
     }

@@ -40,15 +40,17 @@ class WaitObject {
   WaitObject(const WaitObject&) = delete;
   WaitObject& operator=(const WaitObject&) = delete;
 
-  // kind: the attribute's wait_obj (FI_WAIT_NONE, UNSPEC, FD, MUTEX_COND,
-  // YIELD, or SET with `set`, which it then signals too). 0, or -FI_ENOSYS
-  // for a kind not supported (FI_WAIT_POLLFD), -FI_EINVAL for FI_WAIT_SET
+  // kind: the attribute's wait_obj (FI_WAIT_NONE, UNSPEC, FD, POLLFD,
+  // MUTEX_COND, YIELD, or SET with `set`, which it then signals too). 0, or
+  // -FI_ENOSYS for a kind not supported, -FI_EINVAL for FI_WAIT_SET
   // without a set, a negative errno when the eventfd cannot be made.
   int Init(int kind, WaitSet* set);
   int kind() const { return kind_; }
   WaitSet* set() const { return set_; }
   // An application-visible object fi_trywait can arm (FD, MUTEX_COND).
-  bool Native() const { return kind_ == FI_WAIT_FD || kind_ == FI_WAIT_MUTEX_COND; }
+  bool Native() const {
+    return kind_ == FI_WAIT_FD || kind_ == FI_WAIT_POLLFD || kind_ == FI_WAIT_MUTEX_COND;
+  }
   // Sleeping waits spin with sched_yield instead (FI_WAIT_YIELD).
   bool Yields() const { return kind_ == FI_WAIT_YIELD; }
 
@@ -94,7 +96,10 @@ class WaitObject {
 
   int kind_ = FI_WAIT_NONE;
   WaitSet* set_ = nullptr;
-  int fd_ = -1;  // FI_WAIT_FD: an eventfd
+  // FI_WAIT_POLLFD's FI_GETWAIT: the list of one eventfd.
+  int PollFds(fi_wait_pollfd* p) const;
+
+  int fd_ = -1;  // FI_WAIT_FD, FI_WAIT_POLLFD: an eventfd
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;  // FI_WAIT_MUTEX_COND
   pthread_cond_t cond_ = PTHREAD_COND_INITIALIZER;
   std::atomic<uint32_t> seq_{0};  // the futex word sleepers wait on

@@ -147,6 +147,40 @@ CONFORMANCE_CASE(cq_readfrom_unknown_source, kShm) {
   CHECK(r.src == FI_ADDR_NOTAVAIL, "fi_cq_readfrom answers " << r.src << " for a sender not in the AV");
 }
 
+// FI_SOURCE_ERR (fi_getinfo(3), fi_cq(3) FI_EADDRNOTAVAIL): a message from
+// a sender not in the AV is an error entry with the completion's fields and
+// the sender's address as err_data; inserted into the AV, that address is
+// the source of the sender's next message.
+CONFORMANCE_CASE(cq_source_err_unknown_sender, kShm) {
+  fi_info* h = c.Hints(FI_MSG | FI_SOURCE | FI_SOURCE_ERR);
+  Pair p = c.OpenPair(h);
+  CHECK(p.b.info->caps & FI_SOURCE_ERR, "fi_getinfo dropped FI_SOURCE_ERR");
+  fid_domain* d = c.Domain(c.Fabric(p.a.info), p.a.info);
+  Ep stranger = c.OpenEp(d, p.a.info);
+  const fi_addr_t to_b = c.Insert(stranger.av, p.b.name);
+  static char in[2][8], out[8] = "who";
+  static int ctx[2];
+  for (int i = 0; i < 2; ++i) {
+    CHECK_RET(fi_recv(p.b.ep, in[i], sizeof in[i], nullptr, FI_ADDR_UNSPEC, &ctx[i]), 0);
+  }
+  c.Post("fi_send", [&] { return fi_send(stranger.ep, out, sizeof out, nullptr, to_b, nullptr); });
+  const Completion r = c.Wait(p.b.rx, "the receive", /*readfrom=*/true);
+  CHECK(r.error, "the message of a sender not in the AV completed without an error entry");
+  CHECK(r.err.err == FI_EADDRNOTAVAIL, "err is " << Err(-r.err.err) << ", not FI_EADDRNOTAVAIL");
+  CHECK(r.err.op_context == &ctx[0], "op_context is not the receive's");
+  CHECK((r.err.flags & FI_RECV) && r.err.len == sizeof out, "flags or len of the completion lost");
+  CHECK(std::strcmp(in[0], "who") == 0, "the data did not land");
+  CHECK(r.err.err_data != nullptr && r.err.err_data_size > 0, "no source address in err_data");
+  std::vector<char> addr(static_cast<const char*>(r.err.err_data),
+                         static_cast<const char*>(r.err.err_data) + r.err.err_data_size);
+  fi_addr_t back = FI_ADDR_NOTAVAIL;
+  CHECK_RET(fi_av_insert(p.b.av, addr.data(), 1, &back, 0, nullptr), 1);
+  c.Post("fi_send", [&] { return fi_send(stranger.ep, out, sizeof out, nullptr, to_b, nullptr); });
+  const Completion again = c.Wait(p.b.rx, "the second receive", /*readfrom=*/true);
+  CHECK(!again.error, "the second message failed: " << Err(-again.err.err));
+  CHECK(again.src == back, "the source is " << again.src << ", not the inserted " << back);
+}
+
 // A cancelled receive: fi_cq_read answers -FI_EAVAIL, fi_cq_readerr the
 // entry (FI_ECANCELED, its op_context, FI_RECV), then nothing is left.
 CONFORMANCE_CASE(cq_readerr_cancel, kShm) {

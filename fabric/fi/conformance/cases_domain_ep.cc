@@ -3,6 +3,7 @@
 // inject_size, send to self, several endpoints per domain.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <rdma/fi_trigger.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -195,6 +196,94 @@ CONFORMANCE_CASE(ep_getopsflag, kShm) {
   flags = FI_RECV;
   CHECK_RET(fi_control(&ep->fid, FI_GETOPSFLAG, &flags), 0);
   CHECK((flags & FI_COMPLETION) != 0, "FI_GETOPSFLAG(FI_RECV) answers 0x" << std::hex << flags);
+}
+
+// fi_endpoint(3) FI_OPT_FI_HMEM_P2P: fi_getopt answers the mode in force
+// (FI_HMEM_P2P_ENABLED by default), fi_setopt takes the modes the provider
+// can hold and answers -FI_EOPNOTSUPP for one it cannot; an int-sized
+// optlen is needed.
+CONFORMANCE_CASE(ep_opt_hmem_p2p, kShm) {
+  Bare b = OpenDomain(c, c.Hints());
+  fid_ep* ep = RawEp(c, b.domain, b.info);
+  int mode = -1;
+  size_t len = sizeof mode;
+  CHECK_RET(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_FI_HMEM_P2P, &mode, &len), 0);
+  CHECK(len == sizeof(int) && mode == FI_HMEM_P2P_ENABLED,
+        "the default mode is " << mode << " (optlen " << len << ")");
+  mode = FI_HMEM_P2P_DISABLED;
+  CHECK_RET(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_FI_HMEM_P2P, &mode, sizeof mode), 0);
+  mode = -1;
+  len = sizeof mode;
+  CHECK_RET(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_FI_HMEM_P2P, &mode, &len), 0);
+  CHECK(mode == FI_HMEM_P2P_DISABLED, "fi_getopt answers " << mode << " after DISABLED was set");
+  mode = FI_HMEM_P2P_REQUIRED;
+  const int r = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_FI_HMEM_P2P, &mode, sizeof mode);
+  CHECK(r == 0 || r == -FI_EOPNOTSUPP, "FI_HMEM_P2P_REQUIRED answered " << Err(r));
+}
+
+// fi_endpoint(3): FI_OPT_XPU_TRIGGER applies to fi_getopt only, and a
+// provider without XPU triggers for the device answers -FI_EOPNOTSUPP;
+// FI_OPT_BUFFERED_MIN and LIMIT need FI_BUFFERED_RECV (fi_getopt gives the
+// threshold of an endpoint that has it; without it the option is not
+// there: -FI_ENOPROTOOPT).
+CONFORMANCE_CASE(ep_opt_xpu_and_buffered, kShm) {
+  Bare b = OpenDomain(c, c.Hints());
+  fid_ep* ep = RawEp(c, b.domain, b.info);
+  fi_trigger_var vars[2] = {};
+  fi_trigger_xpu xpu{};
+  xpu.count = 2;
+  xpu.iface = FI_HMEM_SYSTEM;
+  xpu.var = vars;
+  size_t len = sizeof xpu;
+  CHECK_RET(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_XPU_TRIGGER, &xpu, &len), -FI_EOPNOTSUPP);
+  size_t v = 0;
+  len = sizeof v;
+  CHECK_RET(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_BUFFERED_MIN, &v, &len), -FI_ENOPROTOOPT);
+  CHECK_RET(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_BUFFERED_LIMIT, &v, sizeof v),
+            -FI_ENOPROTOOPT);
+}
+
+// fi_ep_alias: "An alias EP differs from its parent endpoint only by its
+// default data transfer flags": on an endpoint bound with
+// FI_SELECTIVE_COMPLETION, a send through an alias made with FI_TRANSMIT |
+// FI_COMPLETION is reported, one through the parent is not; both arrive.
+CONFORMANCE_CASE(ep_alias_tx_flags, kShm) {
+  Bare b = OpenDomain(c, c.Hints());
+  fid_ep* ep = RawEp(c, b.domain, b.info);
+  Ep a = Finish(c, b.domain, b.info, ep, FI_SELECTIVE_COMPLETION);
+  fid_ep* alias = nullptr;
+  CHECK_RET(fi_ep_alias(a.ep, &alias, FI_TRANSMIT | FI_COMPLETION), 0);
+  c.Own(&alias->fid);
+  const fi_addr_t self = c.Insert(a.av, a.name);
+  char* in = c.Buf(16);
+  char* out = c.Buf(8, 'a');
+  int rctx[2], sctx[2];
+  for (int& r : rctx) CHECK_RET(fi_recv(a.ep, in + (&r - rctx) * 8, 8, nullptr, FI_ADDR_UNSPEC, &r), 0);
+  c.Post("fi_send", [&] { return fi_send(a.ep, out, 8, nullptr, self, &sctx[0]); });
+  c.Post("fi_send", [&] { return fi_send(alias, out, 8, nullptr, self, &sctx[1]); });
+  CHECK(!c.Wait(a.rx, "the first receive").error, "a receive failed");
+  CHECK(!c.Wait(a.rx, "the second receive").error, "a receive failed");
+  const Completion s = c.Wait(a.tx, "the alias's send");
+  CHECK(!s.error && s.entry.op_context == &sctx[1],
+        "the completion is not the alias's send (the parent's has no FI_COMPLETION)");
+  Completion extra;
+  CHECK(!c.Poll(a.tx, &extra, 200), "the parent's send (no FI_COMPLETION) was reported");
+}
+
+// fi_ep_alias: the flags carry FI_TRANSMIT or FI_RECV, not both, not
+// neither; "All allocated aliases must be closed for the underlying
+// endpoint to be released" (its fi_close: -FI_EBUSY until then).
+CONFORMANCE_CASE(ep_alias_flags_and_close, kShm) {
+  Bare b = OpenDomain(c, c.Hints());
+  fid_ep* ep = RawEp(c, b.domain, b.info);
+  Ep a = Finish(c, b.domain, b.info, ep, 0);
+  fid_ep* alias = nullptr;
+  CHECK_RET(fi_ep_alias(a.ep, &alias, FI_TRANSMIT | FI_RECV | FI_COMPLETION), -FI_EINVAL);
+  CHECK_RET(fi_ep_alias(a.ep, &alias, FI_COMPLETION), -FI_EINVAL);
+  CHECK_RET(fi_ep_alias(a.ep, &alias, FI_RECV | FI_COMPLETION), 0);
+  CHECK_RET(fi_close(&a.ep->fid), -FI_EBUSY);
+  CHECK_RET(fi_close(&alias->fid), 0);
+  CHECK_RET(c.Close(&a.ep->fid), 0);
 }
 
 // "FI_SETOPSFLAG ... override the previous transmit and receive

@@ -101,10 +101,11 @@ fid_domain* Ctx::Domain(fid_fabric* fabric, fi_info* info) {
   return d;
 }
 
-fid_cq* Ctx::Cq(fid_domain* domain, fi_cq_format format, fi_wait_obj wait) {
+fid_cq* Ctx::Cq(fid_domain* domain, fi_cq_format format, fi_wait_obj wait, size_t size) {
   fi_cq_attr attr{};
   attr.format = format;
   attr.wait_obj = wait;
+  attr.size = size;
   fid_cq* cq = nullptr;
   CHECK_RET(fi_cq_open(domain, &attr, &cq, nullptr), 0);
   Own(&cq->fid);
@@ -146,8 +147,8 @@ Ep Ctx::OpenEp(fid_domain* domain, fi_info* info, const EpOpts& opts) {
   e.info = info;
   e.domain = domain;
   e.av = opts.av != nullptr ? opts.av : Av(domain, opts.av_type);
-  e.tx = Cq(domain, opts.format, opts.wait);
-  e.rx = Cq(domain, opts.format, opts.wait);
+  e.tx = Cq(domain, opts.format, opts.wait, opts.cq_size);
+  e.rx = Cq(domain, opts.format, opts.wait, opts.cq_size);
   e.ep = opts.opened;
   if (e.ep == nullptr) {
     CHECK_RET(fi_endpoint(domain, info, &e.ep, nullptr), 0);

@@ -90,6 +90,7 @@ struct EpOpts {
   uint64_t cntr_flags = 0;
   fid_ep* opened = nullptr;  // an endpoint already opened (op_flags set, ...)
   fi_wait_obj wait = FI_WAIT_NONE;  // the CQs' wait object
+  size_t cq_size = 0;               // the CQs' size (0: the provider's)
 };
 
 // Two endpoints that know each other: a on one domain, b on another (or on
@@ -120,7 +121,8 @@ class Ctx {
 
   fid_fabric* Fabric(const fi_info* info);
   fid_domain* Domain(fid_fabric* fabric, fi_info* info);
-  fid_cq* Cq(fid_domain* domain, fi_cq_format format, fi_wait_obj wait = FI_WAIT_NONE);
+  fid_cq* Cq(fid_domain* domain, fi_cq_format format, fi_wait_obj wait = FI_WAIT_NONE,
+             size_t size = 0);
   fid_av* Av(fid_domain* domain, fi_av_type type);
   fid_cntr* Cntr(fid_domain* domain, fi_wait_obj wait = FI_WAIT_NONE);
   fid_eq* Eq(fid_fabric* fabric);

@@ -32,6 +32,10 @@ constexpr uint64_t kPrimaryModifiers =
 constexpr uint64_t kSecondaryCaps = FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT | FI_SHARED_AV |
                                     FI_TRIGGER | FI_FENCE | FI_LOCAL_COMM | FI_REMOTE_COMM |
                                     FI_SOURCE_ERR | FI_RMA_PMEM;
+// Offered only when asked: FI_SOURCE_ERR turns a message from a sender not
+// in the AV into an error entry (fi_cq(3)), which an application that did
+// not ask for it would not expect.
+constexpr uint64_t kAskedOnlyCaps = FI_SOURCE_ERR;
 // fi_endpoint(3): the capabilities that apply to each side.
 constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_READ | FI_WRITE |
                              FI_SEND | FI_HMEM | FI_TRIGGER | FI_FENCE | FI_MULTICAST |
@@ -76,6 +80,11 @@ uint64_t CommCaps(const DomainOffer& o) {
   const std::string& d = o.device.driver;
   if (d == "loopback" || d == "net_memif" || d == "memif" || d == "shm") return FI_LOCAL_COMM;
   return FI_LOCAL_COMM | FI_REMOTE_COMM;
+}
+
+// Scalable endpoints are FI_EP_RDM's (fabric/fi/sep.h).
+size_t MaxEpContexts(const DomainOffer& o, fi_ep_type type) {
+  return type == FI_EP_RDM ? o.max_ep_ctx : 1;
 }
 
 const char* EpName(fi_ep_type t) { return t == FI_EP_RDM ? "FI_EP_RDM" : "FI_EP_DGRAM"; }
@@ -151,6 +160,9 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
     d.protocol = FI_PROTO_UDP;
     d.protocol_version = kDgramProtocolVersion;
   }
+  // FI_SOURCE_ERR rides on FI_SOURCE (fi_getinfo(3)); Narrow keeps it
+  // only for hints that ask.
+  if (d.caps & FI_SOURCE) d.caps |= kAskedOnlyCaps;
   return d;
 }
 
@@ -372,10 +384,10 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   dom->cq_data_size = d.cq_data_size;
   dom->cq_cnt = kMaxCqs;
   dom->ep_cnt = kMaxEndpoints;
-  dom->tx_ctx_cnt = kMaxEndpoints;
-  dom->rx_ctx_cnt = kMaxEndpoints;
-  dom->max_ep_tx_ctx = o.max_ep_ctx;
-  dom->max_ep_rx_ctx = o.max_ep_ctx;
+  dom->tx_ctx_cnt = IndependentQueues(o.device);
+  dom->rx_ctx_cnt = IndependentQueues(o.device);
+  dom->max_ep_tx_ctx = MaxEpContexts(o, type);
+  dom->max_ep_rx_ctx = MaxEpContexts(o, type);
   // An RDM endpoint may use one shared transmit and one shared receive
   // context (fabric/fi/shared_ctx.h).
   dom->max_ep_stx_ctx = type == FI_EP_RDM ? 1 : 0;
@@ -413,6 +425,11 @@ bool SetKey(uint8_t** dst, const uint8_t* key, size_t len) {
 // Narrows a matching candidate to the hints. False on allocation failure.
 bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) {
   info->domain_attr->mr_mode = mr_mode;
+  if (hints == nullptr || (hints->caps & kAskedOnlyCaps) == 0) {
+    // Behaviour an application must ask for: off unless asked.
+    info->caps &= ~kAskedOnlyCaps;
+    info->rx_attr->caps &= ~kAskedOnlyCaps;
+  }
   if (hints == nullptr) return true;
   if (hints->addr_format != FI_FORMAT_UNSPEC) info->addr_format = hints->addr_format;
   if (hints->caps != 0) {
@@ -684,7 +701,7 @@ int GetInfo(uint32_t version, const char* node, const char* service, uint64_t fl
         c.Bits("caps", hints->caps, cand->caps);
         CheckFabric(hints->fabric_attr, &c);
         CheckDomain(version, hints->domain_attr, *cand->domain_attr, &c);
-        CheckEp(version, hints->ep_attr, *cand->ep_attr, o.max_ep_ctx, &c);
+        CheckEp(version, hints->ep_attr, *cand->ep_attr, MaxEpContexts(o, type), &c);
         CheckTx(hints->tx_attr, *cand, &c);
         CheckRx(hints->rx_attr, *cand, &c);
       }

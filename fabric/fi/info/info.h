@@ -39,7 +39,7 @@ inline constexpr size_t kCqDataSize = sizeof(uint64_t);
 inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV | FI_READ |
                                      FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
                                      FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT |
-                                     FI_SHARED_AV;
+                                     FI_SHARED_AV | FI_NAMED_RX_CTX;
 // FI_SHARED_AV: named AVs shared by the user's processes of a host
 // (fabric/fi/av_shared.h), for both endpoint types.
 inline constexpr uint64_t kDgramCaps = FI_MSG | FI_SEND | FI_RECV | FI_SOURCE | FI_SHARED_AV;
@@ -59,6 +59,20 @@ inline constexpr size_t kMaxCntrs = 1024;
 // transmit and one receive context. Memory regions: the engine's
 // max_regions (fabric/rdm/config.h), the regions each endpoint can serve.
 inline constexpr size_t kMaxEndpoints = 64;
+// Transmit and receive contexts of a scalable endpoint (FI_EP_RDM only):
+// context i is an engine endpoint at the scalable endpoint's UDP port + i
+// (fabric/fi/sep.h), and av_attr->rx_ctx_bits names it (fi_rx_addr).
+inline constexpr size_t kMaxEpContexts = 16;
+inline constexpr int kMaxRxCtxBits = 16;
+// Queues of a device that progress independently (domain_attr->tx_ctx_cnt
+// and rx_ctx_cnt): a device that delivers by port (host_address: kernel
+// UDP, shm and their composite) is opened again for each (fabric/fi/lane.h),
+// one with steering has its queues, any other one queue, demultiplexed in
+// software.
+inline size_t IndependentQueues(const driver::DeviceInfo& d) {
+  if (d.host_address) return kMaxEndpoints;
+  return d.can_steer ? d.num_queues : 1;
+}
 // One buffer per operation: the engine's sends, receives and regions take
 // one contiguous buffer each.
 inline constexpr size_t kIovLimit = 1;
@@ -86,7 +100,7 @@ struct DomainOffer {
   // loopback reach this host only, every other driver both).
   uint64_t comm_caps = 0;
   // Transmit/receive contexts of a scalable endpoint (max_ep_tx_ctx,
-  // max_ep_rx_ctx); 1: no scalable endpoints.
+  // max_ep_rx_ctx) of FI_EP_RDM (FI_EP_DGRAM: 1); 1: no scalable endpoints.
   size_t max_ep_ctx = 1;
 };
 

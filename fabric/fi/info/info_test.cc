@@ -286,6 +286,23 @@ TEST_F(InfoTest, EndpointTypesADomainDoesNotOffer) {
   ExpectNoMatch("FI_EP_DGRAM: not offered");
 }
 
+// FI_SOURCE_ERR changes what a stranger's message gives (an error entry):
+// offered with FI_SOURCE, kept only when the hints ask for it.
+TEST_F(InfoTest, SourceErrOnlyWhenAsked) {
+  hints_->caps = FI_MSG;
+  ExpectEntries(2);
+  for (fi_info* i : List()) EXPECT_EQ(i->caps & FI_SOURCE_ERR, 0u);
+  hints_->caps = FI_MSG | FI_SOURCE | FI_SOURCE_ERR;
+  ExpectEntries(2);
+  for (fi_info* i : List()) {
+    EXPECT_NE(i->caps & FI_SOURCE_ERR, 0u);
+    EXPECT_NE(i->rx_attr->caps & FI_SOURCE_ERR, 0u);
+  }
+  offers_[0].rdm_caps &= ~FI_SOURCE;
+  offers_[0].dgram_caps &= ~FI_SOURCE;
+  ExpectNoMatch("not offered");  // FI_SOURCE_ERR rides on FI_SOURCE
+}
+
 TEST_F(InfoTest, ModeNeedsNothingOfTheApplication) {
   hints_->mode = 0;
   ExpectEntries(2);
@@ -453,8 +470,12 @@ TEST_F(InfoTest, DomainSizesAndCounts) {
   d->cq_data_size = 8;
   d->cq_cnt = kMaxCqs;
   d->ep_cnt = kMaxEndpoints;
-  d->tx_ctx_cnt = kMaxEndpoints;
-  d->rx_ctx_cnt = kMaxEndpoints;
+  // Independent queues: none here (4 queues, no steering: software
+  // demultiplexing), so one each way.
+  const size_t queues = IndependentQueues(offers_[0].device);
+  ASSERT_EQ(queues, 1u);
+  d->tx_ctx_cnt = queues;
+  d->rx_ctx_cnt = queues;
   d->max_ep_tx_ctx = 1;
   d->max_ep_rx_ctx = 1;
   d->cntr_cnt = kMaxCntrs;
@@ -473,8 +494,8 @@ TEST_F(InfoTest, DomainSizesAndCounts) {
       {&fi_domain_attr::cq_data_size, 9, "cq_data_size"},
       {&fi_domain_attr::cq_cnt, kMaxCqs + 1, "cq_cnt"},
       {&fi_domain_attr::ep_cnt, kMaxEndpoints + 1, "ep_cnt"},
-      {&fi_domain_attr::tx_ctx_cnt, kMaxEndpoints + 1, "tx_ctx_cnt"},
-      {&fi_domain_attr::rx_ctx_cnt, kMaxEndpoints + 1, "rx_ctx_cnt"},
+      {&fi_domain_attr::tx_ctx_cnt, queues + 1, "tx_ctx_cnt"},
+      {&fi_domain_attr::rx_ctx_cnt, queues + 1, "rx_ctx_cnt"},
       {&fi_domain_attr::max_ep_tx_ctx, 2, "max_ep_tx_ctx"},
       {&fi_domain_attr::max_ep_rx_ctx, 2, "max_ep_rx_ctx"},
       {&fi_domain_attr::max_ep_stx_ctx, 2, "max_ep_stx_ctx"},
@@ -497,6 +518,25 @@ TEST_F(InfoTest, DomainSizesAndCounts) {
   ExpectEntries(1);
   EXPECT_EQ(result_->domain_attr->max_ep_tx_ctx, 4u);
   EXPECT_EQ(result_->ep_attr->tx_ctx_cnt, 4u);
+  // Scalable endpoints are FI_EP_RDM's: a datagram entry offers one context.
+  hints_->ep_attr->type = FI_EP_DGRAM;
+  d->cq_data_size = 0;
+  ExpectNoMatch("max_ep_tx_ctx");
+}
+
+TEST_F(InfoTest, IndependentQueuesSayHowContextsProgress) {
+  driver::DeviceInfo dev = offers_[0].device;
+  EXPECT_EQ(IndependentQueues(dev), 1u);  // 4 queues, no steering: software
+  dev.can_steer = true;
+  EXPECT_EQ(IndependentQueues(dev), 4u);  // steered hardware queues
+  dev.num_queues = 1;
+  EXPECT_EQ(IndependentQueues(dev), 1u);
+  dev.host_address = true;  // delivered by port: an instance per context
+  EXPECT_EQ(IndependentQueues(dev), kMaxEndpoints);
+  offers_[0].device.can_steer = true;
+  ExpectEntries(2);
+  EXPECT_EQ(result_->domain_attr->tx_ctx_cnt, 4u);
+  EXPECT_EQ(result_->domain_attr->rx_ctx_cnt, 4u);
 }
 
 TEST_F(InfoTest, AuthKeys) {
