@@ -127,7 +127,10 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
                   "flags other than FI_COMPLETION, FI_INJECT, FI_FENCE, FI_MORE and the "
                   "completion levels (no FI_TAGGED targets, no FI_REMOTE_CQ_DATA)");
   }
-  if (!Enabled(ep)) return -FI_EOPBADSTATE;
+  if (!Enabled(ep) || (alias->side != Ep::kWhole && !alias->side_enabled)) {
+    return -FI_EOPBADSTATE;  // fi_enable first
+  }
+  if (alias->side == Ep::kRx) return -FI_EOPNOTSUPP;  // a receive context
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no atomics on datagrams
   size_t max = 0;
   if (ValidCount(ep->domain, a.form, a.datatype, a.op, &max) != 0) {
@@ -150,7 +153,7 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
   const size_t bytes = n * size;
   if (a.inject_call && bytes > ep->config.inject_size) return -FI_EMSGSIZE;
 
-  DomainGuard g(ep->domain->lock);
+  DomainGuard g(*ep->lock);
   rdm::AtomicRequest r;
   if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, a.dest)) return -FI_EIO;
