@@ -27,6 +27,8 @@ PACKAGES=(
   iproute2
   # pingpong --plot: latency histograms as PNG
   gnuplot-nox
+  # MPI over bypass (fabric/fi/mpi_local_test.sh)
+  openmpi-bin libopenmpi-dev
 )
 
 is_root() { [ "$(id -u)" -eq 0 ]; }

@@ -49,6 +49,15 @@ inline fi_info* ForDomain(fi_info* list, const char* dev) {
 }
 
 // One side: fabric, domain, AV, CQs and an enabled endpoint.
+// fi_getname of an endpoint (or anything with a name).
+inline std::vector<char> NameOf(fid_t f) {
+  std::vector<char> name(64);
+  size_t len = name.size();
+  EXPECT_EQ(fi_getname(f, name.data(), &len), 0);
+  name.resize(len);
+  return name;
+}
+
 struct Node {
   fi_info* info = nullptr;  // owned (a copy)
   fid_fabric* fabric = nullptr;
@@ -85,13 +94,7 @@ struct Node {
     ASSERT_EQ(fi_enable(ep), 0);
   }
 
-  std::vector<char> Name() const {
-    std::vector<char> name(64);
-    size_t len = name.size();
-    EXPECT_EQ(fi_getname(&ep->fid, name.data(), &len), 0);
-    name.resize(len);
-    return name;
-  }
+  std::vector<char> Name() const { return NameOf(&ep->fid); }
 
   void Close() {
     if (ep != nullptr) {

@@ -98,13 +98,7 @@ struct Side {
     ASSERT_EQ(fi_enable(ep), 0);
   }
 
-  std::vector<char> Name() const {
-    std::vector<char> name(64);
-    size_t len = name.size();
-    EXPECT_EQ(fi_getname(&ep->fid, name.data(), &len), 0);
-    name.resize(len);
-    return name;
-  }
+  std::vector<char> Name() const { return NameOf(&ep->fid); }
 
   // The endpoint first, on both sides (CloseEp), then the rest: the
   // loopback device rewires its segment when a port closes, which REQUIRES
@@ -672,9 +666,7 @@ TEST_F(WaitTest, SreadThreshold) {
   ASSERT_EQ(fi_ep_bind(ep, &b_.av->fid, 0), 0);
   ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
   ASSERT_EQ(fi_enable(ep), 0);
-  std::vector<char> name(64);
-  size_t len = name.size();
-  ASSERT_EQ(fi_getname(&ep->fid, name.data(), &len), 0);
+  const std::vector<char> name = NameOf(&ep->fid);
   fi_addr_t to = FI_ADDR_NOTAVAIL;
   ASSERT_EQ(fi_av_insert(a_.av, name.data(), 1, &to, 0, nullptr), 1);
   constexpr int kMessages = 3;
