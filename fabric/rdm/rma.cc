@@ -429,7 +429,7 @@ Result Rma::PostAtomic(const AtomicRequest& r) {
   // The base form neither reads nor compares; every fetching form needs a
   // result buffer, and cannot be an inject (its result is its completion).
   if (!AtomicDefined(r.op, r.type) || r.count == 0 || (r.flags & ~kAtomicInject) != 0 ||
-      (reads && !fetch) || (compares && !r.fetch) || (fetch && (r.result == nullptr || inject)) ||
+      (reads && !fetch) || (fetch && (r.result == nullptr || inject)) ||
       (!reads && r.operand == nullptr) || (compares && r.compare == nullptr)) {
     return Result::kInvalid;
   }
