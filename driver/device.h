@@ -35,8 +35,16 @@ struct Ipv4Address {
   uint32_t value = 0;
   static absl::StatusOr<Ipv4Address> Parse(std::string_view text);  // "10.0.0.1"
   std::string ToString() const;
+  bool IsMulticast() const { return (value >> 28) == 0xe; }  // 224.0.0.0/4
   friend bool operator==(const Ipv4Address&, const Ipv4Address&) = default;
 };
+
+// The Ethernet address an IPv4 multicast group is sent to (RFC 1112):
+// 01:00:5e and the group's low 23 bits.
+inline MacAddress MulticastMac(Ipv4Address group) {
+  return MacAddress{{0x01, 0x00, 0x5e, static_cast<uint8_t>((group.value >> 16) & 0x7f),
+                     static_cast<uint8_t>(group.value >> 8), static_cast<uint8_t>(group.value)}};
+}
 
 // Device-level offload capabilities (DeviceInfo::offloads).
 enum DeviceOffload : uint32_t {
@@ -130,6 +138,21 @@ class QueuePair {
   // another queue) holds it. rdm::Port::Attach binds; Detach unbinds.
   virtual absl::Status BindUdpPort(uint16_t /*port*/) { return absl::OkStatus(); }
   virtual void UnbindUdpPort(uint16_t /*port*/) {}
+
+  // IPv4 multicast (cold path): frames to group:udp_port (224.0.0.0/4)
+  // reach this queue from JoinGroup until LeaveGroup. Unimplemented on
+  // devices that join none (the default). The loopback device carries every
+  // multicast frame to every other port already; the kernel UDP device
+  // opens a socket bound to group:udp_port (SO_REUSEADDR, so this host's
+  // processes can each have one) with IP_ADD_MEMBERSHIP on its address.
+  virtual absl::Status JoinGroup(Ipv4Address /*group*/, uint16_t /*udp_port*/) {
+    return absl::UnimplementedError("this device joins no multicast groups");
+  }
+  virtual void LeaveGroup(Ipv4Address /*group*/, uint16_t /*udp_port*/) {}
+  // Whether a multicast frame sent on this queue comes back to it for the
+  // groups it joined (the kernel's IP_MULTICAST_LOOP); false: the layer
+  // above hands this queue's members their copy itself.
+  virtual bool LoopsMulticast() const { return false; }
 
   // Copies len bytes at addr in process pid of this host into dst, in one
   // copy (cross-memory attach), for a peer whose frames arrive with

@@ -48,6 +48,16 @@ class CompositeQueue final : public QueuePair {
   uint16_t id() const override { return 0; }
   // Both devices: the port is this process's on the host and on the wire.
   absl::Status BindUdpPort(uint16_t port) override;
+  // Groups are the remote device's: a multicast frame is never for the
+  // intra-host device (no registry entry has a group's address), and the
+  // remote device's members on this host get it through the kernel.
+  absl::Status JoinGroup(Ipv4Address group, uint16_t udp_port) override {
+    return remote_.JoinGroup(group, udp_port);
+  }
+  void LeaveGroup(Ipv4Address group, uint16_t udp_port) override {
+    remote_.LeaveGroup(group, udp_port);
+  }
+  bool LoopsMulticast() const override { return remote_.LoopsMulticast(); }
   void UnbindUdpPort(uint16_t port) override;
   // Frames with kRxSameHost come from the intra-host device, which reads.
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {

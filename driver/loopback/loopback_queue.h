@@ -78,6 +78,9 @@ class LoopbackQueue final : public QueuePair {
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;
   // With same_host=1 every peer is "on this host", as frames from it say.
   bool ReachesSameHost(Ipv4Address, uint16_t) override { return self_->same_host; }
+  // The segment carries every multicast frame to every other port: nothing
+  // to program (the layer above filters by group).
+  absl::Status JoinGroup(Ipv4Address, uint16_t) override { return absl::OkStatus(); }
 
   const LoopbackCounters& counters() const { return counters_; }
 

@@ -71,11 +71,26 @@ UdpQueue::~UdpQueue() {
   for (uint32_t i = 0; i < num_bound_; ++i) close(bound_[i].fd);
 }
 
-int UdpQueue::FindBound(uint16_t port) const {
+int UdpQueue::FindBound(uint16_t port, uint32_t group) const {
   for (uint32_t i = 0; i < num_bound_; ++i) {
-    if (bound_[i].port == port) return static_cast<int>(i);
+    if (bound_[i].port == port && bound_[i].group == group) return static_cast<int>(i);
   }
   return -1;
+}
+
+bool UdpQueue::SetCommonOptions(int fd) {
+  RaiseBuffer(fd, SO_RCVBUFFORCE, SO_RCVBUF);
+  RaiseBuffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
+  // Frames larger than the path MTU (up to a 65000 MTU over a 1500-byte
+  // link) are fragmented by the kernel rather than refused with EMSGSIZE.
+  // Multicast leaves through the device's address, not the default route's.
+  const int pmtu = IP_PMTUDISC_DONT;
+  const int one = 1;
+  in_addr self{};
+  self.s_addr = htonl(info_.ipv4.value);
+  return setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu)) == 0 &&
+         setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) == 0 &&
+         setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &self, sizeof(self)) == 0;
 }
 
 absl::Status UdpQueue::BindUdpPort(uint16_t port) {
@@ -84,23 +99,11 @@ absl::Status UdpQueue::BindUdpPort(uint16_t port) {
     return absl::AlreadyExistsError(
         absl::StrCat("udp: ", where, " is already bound on this queue of ", info_.uri));
   }
-  if (num_bound_ == kMaxBoundPorts) {
-    return absl::ResourceExhaustedError(absl::StrCat("udp: cannot bind ", where, ": ", info_.uri,
-                                                     " already has ", kMaxBoundPorts,
-                                                     " UDP ports bound, its most"));
-  }
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("udp: socket() for ", where, ": ", strerror(errno)));
-  }
-  RaiseBuffer(fd, SO_RCVBUFFORCE, SO_RCVBUF);
-  RaiseBuffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
-  // Frames larger than the path MTU (up to a 65000 MTU over a 1500-byte
-  // link) are fragmented by the kernel rather than refused with EMSGSIZE.
-  const int pmtu = IP_PMTUDISC_DONT;
+  const absl::StatusOr<int> made = NewSocket(where);
+  if (!made.ok()) return made.status();
+  const int fd = *made;
   const int one = 1;
-  if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu)) != 0 ||
-      setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) != 0) {
+  if (!SetCommonOptions(fd)) {
     const int err = errno;
     close(fd);
     return absl::InternalError(
@@ -144,17 +147,67 @@ absl::Status UdpQueue::BindUdpPort(uint16_t port) {
         return absl::InternalError(absl::StrCat("udp: bind ", where, ": ", strerror(err)));
     }
   }
-  bound_[num_bound_++] = Bound{fd, port, 0};
+  bound_[num_bound_++] = Bound{fd, port, 0, 0};
   return absl::OkStatus();
 }
 
-void UdpQueue::UnbindUdpPort(uint16_t port) {
-  const int i = FindBound(port);
+absl::Status UdpQueue::JoinGroup(Ipv4Address group, uint16_t port) {
+  const std::string where = absl::StrCat(group.ToString(), ":", port);
+  if (!group.IsMulticast()) {
+    return absl::InvalidArgumentError(absl::StrCat("udp: ", where, " is not a multicast group"));
+  }
+  if (FindBound(port, group.value) >= 0) {
+    return absl::AlreadyExistsError(absl::StrCat("udp: ", where, " is joined on this queue"));
+  }
+  const absl::StatusOr<int> made = NewSocket(where);
+  if (!made.ok()) return made.status();
+  const int fd = *made;
+  const int one = 1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(group.value);
+  ip_mreq m{};
+  m.imr_multiaddr.s_addr = htonl(group.value);
+  m.imr_interface.s_addr = htonl(info_.ipv4.value);
+  // No GRO on a group's socket: its datagrams come one by one (the direct path).
+  if (!SetCommonOptions(fd) || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m)) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat("udp: joining ", where, " on ",
+                                                      info_.ipv4.ToString(), ": ", strerror(err)));
+  }
+  bound_[num_bound_++] = Bound{fd, port, 0, group.value};
+  return absl::OkStatus();
+}
+
+void UdpQueue::LeaveGroup(Ipv4Address group, uint16_t port) {
+  CloseBound(FindBound(port, group.value));  // closing the socket leaves the group
+}
+
+void UdpQueue::CloseBound(int i) {
   if (i < 0) return;
   close(bound_[i].fd);
   bound_[i] = bound_[--num_bound_];
   rx_next_ = 0;
 }
+
+absl::StatusOr<int> UdpQueue::NewSocket(const std::string& where) {
+  if (num_bound_ == kMaxBoundPorts) {
+    return absl::ResourceExhaustedError(absl::StrCat("udp: cannot open a socket for ", where, ": ",
+                                                     info_.uri, " already has ", kMaxBoundPorts,
+                                                     " sockets (UDP ports and groups), its most"));
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("udp: socket() for ", where, ": ", strerror(errno)));
+  }
+  return fd;
+}
+
+void UdpQueue::UnbindUdpPort(uint16_t port) { CloseBound(FindBound(port)); }
 
 bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_t m,
                            absl::Span<Packet*> out, uint32_t* got) {
@@ -181,7 +234,7 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
     uint8_t tos = 0;
     uint32_t segment = 0;
     ReadControl(j, &tos, &segment);
-    out[(*got)++] = Deliver(buf, rx_from_[j], b.port, tos, rx_msgs_[j].msg_len);
+    out[(*got)++] = Deliver(buf, rx_from_[j], b.port, b.group, tos, rx_msgs_[j].msg_len);
   }
   // The buffers recvmmsg did not fill follow the kept ones.
   for (uint32_t j = n; j < m; ++j) bufs[base + keep + (j - n)] = bufs[base + j];
@@ -221,15 +274,18 @@ void UdpQueue::ReadControl(uint32_t j, uint8_t* tos, uint32_t* segment) {
   }
 }
 
-Packet* UdpQueue::Deliver(void* buf, const sockaddr_in& from, uint16_t port, uint8_t tos,
-                          uint32_t payload_len) {
+Packet* UdpQueue::Deliver(void* buf, const sockaddr_in& from, uint16_t port, uint32_t group,
+                          uint8_t tos, uint32_t payload_len) {
   Packet* p = pool_->InitPacket(buf);
   // The headers the datagram would have had on the wire, so that the
   // layers above parse it as they parse a NIC's frame. The kernel has
   // checked the checksums; the UDP one is left 0 (none).
   const Ipv4Address src{ntohl(from.sin_addr.s_addr)};
-  const UdpFlow flow{MacFromIpv4(src), info_.mac,           src, info_.ipv4,
-                     ntohs(from.sin_port), port, static_cast<uint8_t>(tos >> 2)};
+  const Ipv4Address dst = group != 0 ? Ipv4Address{group} : info_.ipv4;
+  const UdpFlow flow{MacFromIpv4(src),     group != 0 ? MulticastMac(dst) : info_.mac,
+                     src,                  dst,
+                     ntohs(from.sin_port), port,
+                     static_cast<uint8_t>(tos >> 2)};
   p->len = static_cast<uint32_t>(
       WriteUdpHeaders(flow, payload_len, {p->data, pool_->frame_capacity()}, UdpChecksumFill::kNone));
   p->ol_flags = kRxIpChecksumGood | kRxL4ChecksumGood;
@@ -248,7 +304,7 @@ bool UdpQueue::ReceiveGro(const Bound& b) {
     ReadControl(j, &rx_tos_[j], &rx_segment_[j]);  // segment 0: one datagram
     if (rx_segment_[j] != 0 && rx_segment_[j] < rx_msgs_[j].msg_len) ++counters_.rx_gro_messages;
   }
-  rx_pending_ = RxPending{n, 0, 0, b.port};
+  rx_pending_ = RxPending{n, 0, 0, b.port, b.group};
   return true;
 }
 
@@ -291,7 +347,7 @@ bool UdpQueue::SplitPending(void** bufs, uint32_t* avail, absl::Span<Packet*> ou
       void* buf = bufs[--*avail];
       std::memcpy(static_cast<uint8_t*>(buf) + kDataOffset + kUdpFrameHeaderBytes,
                   data + q.offset, n);
-      out[(*got)++] = Deliver(buf, rx_from_[j], q.port, rx_tos_[j], n);
+      out[(*got)++] = Deliver(buf, rx_from_[j], q.port, q.group, rx_tos_[j], n);
       q.offset += n;
     } while (q.offset < len);
     ++q.next;

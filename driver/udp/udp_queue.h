@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -92,6 +93,14 @@ class UdpQueue final : public QueuePair {
   // this queue or another process (or device) holds it.
   absl::Status BindUdpPort(uint16_t port) override;
   void UnbindUdpPort(uint16_t port) override;
+  // A socket bound to group:port (SO_REUSEADDR) that joined the group on
+  // the device's address; its datagrams arrive as frames to the group.
+  // Sends to a group leave through the device's address
+  // (IP_MULTICAST_IF), and the kernel loops them back to this host's
+  // members, this queue's included (LoopsMulticast).
+  absl::Status JoinGroup(Ipv4Address group, uint16_t port) override;
+  void LeaveGroup(Ipv4Address group, uint16_t port) override;
+  bool LoopsMulticast() const override { return true; }
 
   const UdpCounters& counters() const { return counters_; }
   // Whether GSO and GRO are in use (not off by the URI, not refused).
@@ -103,6 +112,7 @@ class UdpQueue final : public QueuePair {
     int fd = -1;
     uint16_t port = 0;
     uint8_t tos = 0;  // the socket's IP_TOS, as last set
+    uint32_t group = 0;  // a group's socket (JoinGroup): its address; 0: an endpoint's
   };
   // The cmsg space of one received datagram or GRO message: its TOS byte
   // (IP_RECVTOS) and its segment size (UDP_GRO, an int).
@@ -118,12 +128,22 @@ class UdpQueue final : public QueuePair {
     uint32_t next = 0;
     uint32_t offset = 0;
     uint16_t port = 0;    // the socket's port: their destination
+    uint32_t group = 0;   // the socket's group, or 0: the device's address
   };
 
   UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool, UdpOffloads offloads);
 
-  // Index in bound_ of `port`, or -1.
-  int FindBound(uint16_t port) const;
+  // Index in bound_ of the endpoint socket of `port` (group 0), or of the
+  // socket of group:port; -1 when there is none.
+  int FindBound(uint16_t port, uint32_t group = 0) const;
+  // The socket options every socket of the queue has; false (errno set)
+  // when one is refused.
+  bool SetCommonOptions(int fd);
+  // A new non-blocking socket for `where` (a message's words), or
+  // ResourceExhausted when the queue has kMaxBoundPorts sockets.
+  absl::StatusOr<int> NewSocket(const std::string& where);
+  // Closes bound_[i] (nothing for -1) and takes it out.
+  void CloseBound(int i);
   // Receives into the last `m` of bufs[0, *avail) from socket b; moves the
   // good ones to out[*got...] and keeps the rest in bufs. Returns false when
   // the socket had nothing more.
@@ -144,7 +164,7 @@ class UdpQueue final : public QueuePair {
   bool SplitPending(void** bufs, uint32_t* avail, absl::Span<Packet*> out, uint32_t* got);
   // A received frame in buffer `buf`: headers for `payload_len` bytes
   // already at its payload's place, from `from` to `port`.
-  Packet* Deliver(void* buf, const sockaddr_in& from, uint16_t port, uint8_t tos,
+  Packet* Deliver(void* buf, const sockaddr_in& from, uint16_t port, uint32_t group, uint8_t tos,
                   uint32_t payload_len);
   // Sends tx_msgs_[0, msgs), which carry `frames` (tx_msg_frames_[m] each,
   // in order), on socket fd; returns how many frames are done, and sets

@@ -132,6 +132,7 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
   }
   if (alias->side == Ep::kRx) return -FI_EOPNOTSUPP;  // a receive context
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no atomics on datagrams
+  if (ep->type != FI_EP_RDM) return -FI_EOPNOTSUPP;  // FI_EP_MSG: not offered (yet)
   size_t max = 0;
   if (ValidCount(ep->domain, a.form, a.datatype, a.op, &max) != 0) {
     return Refuse(-FI_EOPNOTSUPP, "this (op, datatype) pair is not offered for this call");

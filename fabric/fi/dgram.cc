@@ -8,6 +8,7 @@
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
+#include "fabric/fi/mcast.h"
 #include "fabric/fi/services.h"
 
 namespace bypass::fi {
@@ -26,7 +27,10 @@ ssize_t DgramSend(Ep* ep, const iovec* iov, size_t count, fi_addr_t dest, void* 
                   uint64_t flags, bool inject_call) {
   if (flags & FI_REMOTE_CQ_DATA) return -FI_EINVAL;  // cq_data_size is 0
   rdm::SendRequest r;
-  if (!ep->peers.Find(dest, &r.dest)) return -FI_EINVAL;
+  // fi_mc_addr names a group (mcast.h); FI_MULTICAST says dest is one.
+  const bool group = FindGroupPeer(ep, dest, &r.dest);
+  if ((flags & FI_MULTICAST) && !group) return -FI_EINVAL;
+  if (!group && !ep->peers.Find(dest, &r.dest)) return -FI_EINVAL;
   r.context = context;
   // No CQ entry (fi_inject, or FI_SELECTIVE_COMPLETION without
   // FI_COMPLETION): the send counter counts it here.

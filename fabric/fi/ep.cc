@@ -22,10 +22,13 @@
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/keys.h"
+#include "fabric/fi/mcast.h"
 #include "fabric/fi/mr.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
+#include "fabric/fi/tclass.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -162,6 +165,7 @@ void CloseEngineEp(Ep* ep) {
         }
       }
     }
+    CloseMsg(ep);  // a connected peer is told (FI_SHUTDOWN there) during the linger
     if (ep->rdm != nullptr) {
       Linger(ep);
       rdm::Port& port = *ep->lane->port;
@@ -183,6 +187,7 @@ void CloseEngineEp(Ep* ep) {
     CloseDgram(ep);
     Unbind(ep);
     ep->rdm.reset();  // detaches from the port; operations in flight are dropped
+    FreeMsg(ep);
     UnbindSharedContexts(ep);  // after the engine left the shared receive queue
     ep->drain.reset();
     ep->records.Release();
@@ -299,6 +304,7 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
       Av* av = AsAv(bfid);
       if (av == nullptr) return -FI_EBADF;
       if (av->domain != d || ep->av != nullptr) return -FI_EINVAL;
+      if (ep->type == FI_EP_MSG) return -FI_EINVAL;  // its one peer is the connection's
       if (flags != 0) return -FI_EBADFLAGS;
       ep->av = av;
       av->eps.push_back(ep);
@@ -359,7 +365,7 @@ void DisableEp(Ep* ep) {
 
 int EnableEp(Ep* ep) {
   if (Enabled(ep)) return 0;
-  if (ep->av == nullptr) {
+  if (ep->av == nullptr && ep->type != FI_EP_MSG) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the RDM endpoint first\n");
     return -FI_ENOAV;
   }
@@ -420,7 +426,7 @@ int EnableEp(Ep* ep) {
     }
   }
   if (ep->min_multi_recv_set && ep->rdm != nullptr) ep->rdm->SetMinMultiRecv(ep->min_multi_recv);
-  for (fi_addr_t fa = 0; fa < ep->av->addrs.size(); ++fa) {
+  for (fi_addr_t fa = 0; ep->av != nullptr && fa < ep->av->addrs.size(); ++fa) {
     if (!ep->av->addrs[fa]) continue;
     if (int ret = AddPeerToEp(ep, fa, *ep->av->addrs[fa]); ret != 0) return fail(ret);
   }
@@ -434,6 +440,9 @@ int EnableEp(Ep* ep) {
     }
   }
   ep->records.Init(ep->config.max_send_ops + ep->config.max_posted_recvs);
+  if (ep->msg != nullptr) {
+    if (int ret = EnableMsg(ep); ret != 0) return fail(ret);
+  }
   const rdm::Address self = ep->rdm != nullptr ? ep->rdm->address() : ep->dgram->address();
   BYPASS_FI_INFO(FI_LOG_EP_CTRL, "%s endpoint %s enabled on %s queue %u\n",
                  ep->rdm != nullptr ? "RDM" : "datagram", self.ToString().c_str(), d->uri.c_str(),
@@ -707,7 +716,6 @@ int Listen(fid_pep*) { return -FI_ENOSYS; }
 int Accept(fid_ep*, const void*, size_t) { return -FI_ENOSYS; }
 int Reject(fid_pep*, fid_t, const void*, size_t) { return -FI_ENOSYS; }
 int Shutdown(fid_ep*, uint64_t) { return -FI_ENOSYS; }
-int Join(fid_ep*, const void*, uint64_t, fid_mc**, void*) { return -FI_ENOSYS; }
 
 fi_ops_cm g_cm_ops = {
     .size = sizeof(fi_ops_cm),
@@ -719,8 +727,23 @@ fi_ops_cm g_cm_ops = {
     .accept = Accept,
     .reject = Reject,
     .shutdown = Shutdown,
-    .join = Join,
+    .join = JoinGroup,  // mcast.h
 };
+
+// The DSCP of the endpoint's traffic class (tclass.h): tx_attr's, else
+// the domain's; none for FI_TC_UNSPEC in both.
+int TclassDscp(const fi_info* info, std::optional<uint8_t>* out) {
+  const uint32_t ep_tc = info->tx_attr != nullptr ? info->tx_attr->tclass : uint32_t{FI_TC_UNSPEC};
+  const uint32_t tc = ep_tc != FI_TC_UNSPEC || info->domain_attr == nullptr
+                          ? ep_tc
+                          : info->domain_attr->tclass;
+  bool bad = false;
+  *out = DscpOfTclass(tc, &bad);
+  if (!bad) return 0;
+  BYPASS_FI_WARN(FI_LOG_EP_CTRL, "tclass 0x%x is no traffic class: FI_TC_* or fi_tc_dscp_set(0..63)\n",
+                 tc);
+  return -FI_EINVAL;
+}
 
 // A UDP port no endpoint of the domain has, from the base port up.
 uint16_t FreePort(const Domain* d, uint16_t base) {
@@ -883,8 +906,8 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
 int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
           std::unique_ptr<Ep>* out) {
   const fi_ep_type type = info->ep_attr != nullptr ? info->ep_attr->type : FI_EP_RDM;
-  if (type != FI_EP_RDM && type != FI_EP_DGRAM && type != FI_EP_UNSPEC) {
-    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM and FI_EP_DGRAM endpoints are implemented\n");
+  if (type != FI_EP_RDM && type != FI_EP_DGRAM && type != FI_EP_MSG && type != FI_EP_UNSPEC) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM, FI_EP_MSG and FI_EP_DGRAM endpoints are implemented\n");
     return -FI_ENOSYS;
   }
   if (d->eps.size() >= d->ep_cnt) {
@@ -916,7 +939,7 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
   ep->domain = d;
   ep->lane = d->lane;
   ep->lock = &d->lock;
-  ep->type = type == FI_EP_DGRAM ? FI_EP_DGRAM : FI_EP_RDM;
+  ep->type = type == FI_EP_DGRAM || type == FI_EP_MSG ? type : FI_EP_RDM;
   ep->caps = info->caps;
   if (info->ep_attr != nullptr) {
     ep->shared_tx = info->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT;
@@ -949,12 +972,8 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
       ep->config.max_send_ops = static_cast<uint32_t>(
           std::min<size_t>(std::max<size_t>(info->tx_attr->size, ep->config.max_send_ops), 1u << 16));
     }
-    if (info->tx_attr->tclass & FI_TC_DSCP) ep->dscp = fi_tc_dscp_get(info->tx_attr->tclass);
   }
-  if (!ep->dscp && info->domain_attr != nullptr && (info->domain_attr->tclass & FI_TC_DSCP)) {
-    ep->dscp = fi_tc_dscp_get(info->domain_attr->tclass);
-  }
-  if (ep->dscp && *ep->dscp > 63) return -FI_EINVAL;
+  if (int ret = TclassDscp(info, &ep->dscp); ret != 0) return ret;
   if (info->rx_attr != nullptr) {
     ep->rx_op_flags = info->rx_attr->op_flags;
     if (info->rx_attr->size > 0) {
@@ -962,7 +981,10 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
           std::min<size_t>(std::max<size_t>(info->rx_attr->size, ep->config.max_posted_recvs), 1u << 16));
     }
   }
-  if (int ret = EndpointKeys(d, info, ep->type == FI_EP_RDM, &ep->config); ret != 0) return ret;
+  if (int ret = EndpointKeys(d, info, ep->type != FI_EP_DGRAM, &ep->config); ret != 0) return ret;
+  if (ep->type == FI_EP_MSG) {
+    if (int ret = OpenMsg(ep.get(), info); ret != 0) return ret;
+  }
   *out = std::move(ep);
   return 0;
 }

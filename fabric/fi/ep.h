@@ -40,6 +40,8 @@ struct DrainBuffers;
 struct Sep;
 struct Srx;
 struct Stx;
+struct MsgConn;
+struct Mc;
 
 // A send or receive that needs more than the application's context: an
 // operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
@@ -224,6 +226,10 @@ struct Ep {
   std::unique_ptr<DrainBuffers> drain;  // progress.h
   PeerMap peers;
   OpRecords records;
+  // FI_EP_MSG: the connection (msg_ep.h), owned; null for other types.
+  MsgConn* msg = nullptr;
+  // FI_EP_DGRAM: its multicast memberships (fi_join, mcast.h).
+  std::vector<Mc*> groups;
 };
 static_assert(offsetof(Ep, fid) == 0);
 
@@ -238,7 +244,7 @@ inline Ep* AsEp(const void* f) {
 
 inline bool Enabled(const Ep* ep) { return ep->rdm != nullptr || ep->dgram != nullptr; }
 
-// fi_endpoint (FI_EP_RDM or FI_EP_DGRAM).
+// fi_endpoint (FI_EP_RDM, FI_EP_DGRAM or FI_EP_MSG).
 int OpenEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
 // An endpoint of d made from info (its port chosen, not yet one of d's
 // endpoints), or a negative fi_errno; max_ctx: the ep_attr->tx_ctx_cnt and

@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "fabric/fi/av.h"
+#include "fabric/fi/cm.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/dgram.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/info/info.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
 #include "fabric/rdm/rdm.h"
@@ -161,7 +163,8 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   Ep* ep = t.ep;
   size_t len = 0;
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
-  if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
+  const uint64_t multicast = ep->type == FI_EP_DGRAM ? FI_MULTICAST : 0;  // mcast.h
+  if ((a.flags & ~(kSendFlags | multicast)) != 0) return -FI_EBADFLAGS;
   DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
@@ -169,8 +172,11 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     return DgramSend(ep, a.iov, a.count, a.dest, a.context, a.flags, a.inject_call);
   }
   rdm::SendRequest r;
-  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
-  if (TakeLateError(ep, a.dest)) return -FI_EIO;
+  fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
+  if (int ret = MsgDest(ep, &dest); ret != 0) return ret;
+  if (ep->msg != nullptr && a.tagged && (a.tag & kCmTagBit)) return -FI_EINVAL;  // cm.h
+  if (!FindPeer(ep, dest, &r.dest)) return -FI_EINVAL;
+  if (TakeLateError(ep, dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.tag = a.tag;
   r.data = a.data;
@@ -194,7 +200,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     const rdm::Result res = ep->rdm->Send(r);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.send);
-      ep->peers.NoteBuffered(a.dest);
+      ep->peers.NoteBuffered(dest);
     }
     return Map(res);
   }
@@ -216,7 +222,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
                         len <= ep->config.inject_size && (a.count <= 1 || len <= sizeof(gathered));
   if (buffered) {
     r.flags |= rdm::kSendBuffered;
-    ep->peers.NoteBuffered(a.dest);
+    ep->peers.NoteBuffered(dest);
   } else {
     r.flags |= rdm::kSendAckNow;
   }
@@ -354,6 +360,10 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   r.tagged = a.tagged;
   r.tag = a.tag;
   r.ignore = a.ignore;
+  if (ep->msg != nullptr) {  // never the connection manager's messages (cm.h)
+    r.tag &= ~kCmTagBit;
+    r.ignore &= ~kCmTagBit;
+  }
   if (a.flags & FI_MULTI_RECV) r.flags |= rdm::kRecvMulti;
   if (a.flags & FI_PEEK) r.flags |= rdm::kRecvPeek;
   if (a.flags & FI_CLAIM) r.flags |= rdm::kRecvClaim;
@@ -393,8 +403,10 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
-  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
-  if (TakeLateError(ep, a.dest)) return -FI_EIO;
+  fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
+  if (int ret = MsgDest(ep, &dest); ret != 0) return ret;
+  if (!FindPeer(ep, dest, &r.dest)) return -FI_EINVAL;
+  if (TakeLateError(ep, dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   r.addr = a.addr;
   r.key = a.key;
@@ -416,7 +428,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     const rdm::Result res = ep->rdm->Write(r);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.write);
-      ep->peers.NoteBuffered(a.dest);
+      ep->peers.NoteBuffered(dest);
     }
     return Map(res);
   }

@@ -6,19 +6,25 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <utility>
 
+#include "driver/clock.h"
 #include "fabric/fi/fabric.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/services.h"
 
 namespace bypass::fi {
 namespace {
 
 constexpr size_t kDefaultEqSize = 256;
+// fi_eq_sread's naps between reads while connections are being managed.
+constexpr uint64_t kCmNapNs = 200'000;
 
 int EqClose(fid* f) {
   Eq* eq = AsEq(f);
@@ -57,6 +63,7 @@ ssize_t EqRead(fid_eq* f, uint32_t* event, void* buf, size_t len, uint64_t flags
   if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
   if (event == nullptr || (buf == nullptr && len > 0)) return -FI_EINVAL;
   if ((flags & ~static_cast<uint64_t>(FI_PEEK)) != 0) return -FI_EBADFLAGS;
+  ProgressCm(eq);  // connection events come from the endpoints' progress
   std::lock_guard<std::mutex> lock(eq->mu);
   if (eq->events.empty()) return -FI_EAGAIN;
   const EqEvent& ev = eq->events.front();
@@ -77,7 +84,12 @@ ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* buf, uint64_t flags) {
   std::lock_guard<std::mutex> lock(eq->mu);
   if (eq->events.empty() || !eq->events.front().error) return -FI_EAGAIN;
   const EqEvent& ev = eq->events.front();
-  CopyErrData(eq->fabric->api_version, ev.err, ev.message, eq->last_error, buf);
+  if (ev.binary) {  // a connection error's err_data: the peer's bytes (fi_reject's data)
+    CopyErrBytes(eq->fabric->api_version, ev.err, ev.err_bytes.data(), ev.err_bytes.size(),
+                 eq->last_error, buf);
+  } else {
+    CopyErrData(eq->fabric->api_version, ev.err, ev.message, eq->last_error, buf);
+  }
   if (!(flags & FI_PEEK)) eq->events.pop_front();
   return sizeof(*buf);
 }
@@ -100,10 +112,21 @@ ssize_t EqSRead(fid_eq* f, uint32_t* event, void* buf, size_t len, int timeout, 
   Eq* eq = AsEq(f);
   if (eq == nullptr) return BadFid(f, FI_CLASS_EQ);
   ssize_t ret = -FI_EAGAIN;
-  SleepUntil(&eq->wait, &eq->fid.fid, DeadlineAfterMs(timeout), [&] {
+  const auto read = [&] {
     ret = EqRead(f, event, buf, len, flags);
     return ret != -FI_EAGAIN;
-  });
+  };
+  const uint64_t deadline = DeadlineAfterMs(timeout);
+  if (!HasCm(eq)) {
+    SleepUntil(&eq->wait, &eq->fid.fid, deadline, read);
+    return ret;
+  }
+  // Connection events come from progress that reading does (ProgressCm):
+  // sleep in short naps, reading between them.
+  const driver::Clock& clock = driver::SteadyClock::Get();
+  while (!SleepUntil(&eq->wait, &eq->fid.fid, std::min(deadline, clock.NowNs() + kCmNapNs), read) &&
+         clock.NowNs() < deadline) {
+  }
   return ret;
 }
 

@@ -27,6 +27,10 @@ struct EqEvent {
   bool error = false;
   fi_eq_err_entry err{};
   char message[160] = {};  // an error's err_data (fi_eq_readerr)
+  // A connection error's err_data is the peer's bytes instead (fi_reject's
+  // data: FI_ECONNREFUSED, msg_ep.h).
+  bool binary = false;
+  std::vector<uint8_t> err_bytes;
 };
 
 // An event queue; its own mutex, since it belongs to the fabric, not to a
@@ -40,6 +44,9 @@ struct Eq {
   size_t capacity = 0;
   char last_error[160] = {};  // err_data of the last readerr without a buffer
   WaitObject wait;            // signaled by every event added (wait.h)
+  // Passive and connected endpoints bound to it, progressed by fi_eq_read
+  // (msg_ep.h); guarded by mu.
+  std::vector<fid_t> cm;
 };
 static_assert(offsetof(Eq, fid) == 0);
 

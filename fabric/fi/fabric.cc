@@ -15,6 +15,7 @@
 #include "fabric/fi/domain.h"
 #include "fabric/fi/eq.h"
 #include "fabric/fi/info/info.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/wait.h"
 #include "fabric/rdm/config.h"
@@ -49,7 +50,6 @@ fi_ops g_fabric_fi_ops = {
     .ops_set = NoSysOpsSet,
 };
 
-int PassiveEp(fid_fabric*, fi_info*, fid_pep**, void*) { return -FI_ENOSYS; }
 int Domain2(fid_fabric* f, fi_info* info, fid_domain** dom, uint64_t flags, void* ctx) {
   if (flags != 0) return -FI_EBADFLAGS;
   return OpenDomain(f, info, dom, ctx);
@@ -58,7 +58,7 @@ int Domain2(fid_fabric* f, fi_info* info, fid_domain** dom, uint64_t flags, void
 fi_ops_fabric g_fabric_ops = {
     .size = sizeof(fi_ops_fabric),
     .domain = OpenDomain,
-    .passive_ep = PassiveEp,
+    .passive_ep = OpenPep,
     .eq_open = OpenEq,
     .wait_open = OpenWaitSet,
     .trywait = TryWait,

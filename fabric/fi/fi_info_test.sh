@@ -27,6 +27,10 @@ first=$(echo "$out" | grep -m1 "provider:")
 [ "$first" = "provider: bypass" ] ||
   fail "the first FI_EP_RDM entry is \"$first\", not the native provider: $(echo "$out" | grep "provider:")"
 
+# Connected endpoints: an FI_EP_MSG entry wherever FI_EP_RDM is.
+out=$(fi_info -p bypass -t FI_EP_MSG 2>&1) || fail "fi_info -p bypass -t FI_EP_MSG failed: $out"
+echo "$out" | grep -q "type: FI_EP_MSG" || fail "no FI_EP_MSG entry: $out"
+
 out=$(fi_info -p bypass -t FI_EP_RDM -c FI_TAGGED -v 2>&1) || fail "fi_info -v failed: $out"
 echo "$out" | grep -q "FI_PROGRESS_MANUAL" || fail "progress is not FI_PROGRESS_MANUAL"
 # The limits the domain enforces (fi_attr_test): 64 endpoints per domain.

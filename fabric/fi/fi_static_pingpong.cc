@@ -3,7 +3,10 @@
 // endpoint names over a socketpair, then ping-pong messages of 1 B to 1 MiB
 // with their contents checked, over FI_BYPASS_DEVICES (default: the memif
 // device). Exits 0 when every message came back intact and libfabric.so was
-// never mapped.
+// never mapped. `-e msg`: connected endpoints (FI_EP_MSG) instead: the
+// server listens on a passive endpoint and sends its name, the client
+// connects, the server accepts, and the same exchange runs over the
+// connection (the address arguments ignored).
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -34,6 +37,7 @@ namespace {
   } while (0)
 
 const char* g_role = "server";
+bool g_msg = false;  // -e msg: FI_EP_MSG with fi_connect / fi_accept
 constexpr size_t kSizes[] = {1, 64, 1000, 4096, 65536, 1u << 20};
 constexpr int kIters = 20;
 
@@ -54,37 +58,78 @@ struct Side {
   fid_av* av = nullptr;
   fid_ep* ep = nullptr;
   fi_addr_t peer = FI_ADDR_UNSPEC;
+  // -e msg: the EQ of the endpoint and of the server's passive endpoint.
+  fid_eq* eq = nullptr;
+  fid_pep* pep = nullptr;
 
   void Open() {
     fi_info* hints = fi_allocinfo();
-    hints->ep_attr->type = FI_EP_RDM;
+    hints->ep_attr->type = g_msg ? FI_EP_MSG : FI_EP_RDM;
     hints->caps = FI_MSG | FI_TAGGED;
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     CHECK_FI(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info));
     fi_freeinfo(hints);
     CHECK_FI(fi_fabric(info->fabric_attr, &fabric, nullptr));
-    CHECK_FI(fi_domain(fabric, info, &domain, nullptr));
+    if (g_msg) {
+      fi_eq_attr eq_attr{};
+      eq_attr.wait_obj = FI_WAIT_UNSPEC;
+      CHECK_FI(fi_eq_open(fabric, &eq_attr, &eq, nullptr));
+    }
+  }
+
+  // The endpoint of `entry` (the FI_CONNREQ's info on an accepting server).
+  void OpenEp(fi_info* entry) {
+    CHECK_FI(fi_domain(fabric, entry, &domain, nullptr));
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
     CHECK_FI(fi_cq_open(domain, &cq_attr, &cq, nullptr));
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_TABLE;
-    CHECK_FI(fi_av_open(domain, &av_attr, &av, nullptr));
-    CHECK_FI(fi_endpoint(domain, info, &ep, nullptr));
-    CHECK_FI(fi_ep_bind(ep, &av->fid, 0));
+    CHECK_FI(fi_endpoint(domain, entry, &ep, nullptr));
+    if (g_msg) {
+      CHECK_FI(fi_ep_bind(ep, &eq->fid, 0));
+    } else {
+      fi_av_attr av_attr{};
+      av_attr.type = FI_AV_TABLE;
+      CHECK_FI(fi_av_open(domain, &av_attr, &av, nullptr));
+      CHECK_FI(fi_ep_bind(ep, &av->fid, 0));
+    }
     CHECK_FI(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
     CHECK_FI(fi_enable(ep));
   }
 
+  // A passive endpoint on the EQ, listening.
+  void Listen() {
+    CHECK_FI(fi_passive_ep(fabric, info, &pep, nullptr));
+    CHECK_FI(fi_pep_bind(pep, &eq->fid, 0));
+    CHECK_FI(fi_listen(pep));
+  }
+
   std::vector<char> Name() {
+    fid_t f = pep != nullptr ? &pep->fid : &ep->fid;
     size_t len = 0;
-    if (fi_getname(&ep->fid, nullptr, &len) != -FI_ETOOSMALL) std::exit(1);
+    if (fi_getname(f, nullptr, &len) != -FI_ETOOSMALL) std::exit(1);
     std::vector<char> name(len);
-    CHECK_FI(fi_getname(&ep->fid, name.data(), &len));
+    CHECK_FI(fi_getname(f, name.data(), &len));
     return name;
   }
 
+  // The next event, which must be `want`; its entry in *e.
+  void Event(uint32_t want, fi_eq_cm_entry* e) {
+    uint32_t event = 0;
+    const ssize_t n = fi_eq_sread(eq, &event, e, sizeof(*e), 10000, 0);
+    if (n == -FI_EAVAIL) {
+      fi_eq_err_entry err{};
+      fi_eq_readerr(eq, &err, 0);
+      std::fprintf(stderr, "%s: connection error %d\n", g_role, err.err);
+      std::exit(1);
+    }
+    if (n < 0 || event != want) {
+      std::fprintf(stderr, "%s: event %u (%zd), want %u\n", g_role, event, n, want);
+      std::exit(1);
+    }
+  }
+
   void AddPeer(const std::vector<char>& name) {
+    if (g_msg) return;  // connected: the address arguments are ignored
     if (fi_av_insert(av, name.data(), 1, &peer, 0, nullptr) != 1) {
       std::fprintf(stderr, "%s: fi_av_insert failed\n", g_role);
       std::exit(1);
@@ -123,9 +168,11 @@ struct Side {
 
   void Close() {
     CHECK_FI(fi_close(&ep->fid));
-    CHECK_FI(fi_close(&av->fid));
+    if (av != nullptr) CHECK_FI(fi_close(&av->fid));
     CHECK_FI(fi_close(&cq->fid));
     CHECK_FI(fi_close(&domain->fid));
+    if (pep != nullptr) CHECK_FI(fi_close(&pep->fid));
+    if (eq != nullptr) CHECK_FI(fi_close(&eq->fid));
     CHECK_FI(fi_close(&fabric->fid));
     fi_freeinfo(info);
   }
@@ -149,13 +196,32 @@ int Run(bool server, int fd) {
     if (write(fd, &len, sizeof(len)) != sizeof(len)) std::exit(1);
     if (write(fd, name.data(), len) != static_cast<ssize_t>(len)) std::exit(1);
   };
-  if (server) {
+  if (g_msg && server) {
     s.Open();
+    s.Listen();
+    write_name(s.Name());
+    fi_eq_cm_entry e{};
+    s.Event(FI_CONNREQ, &e);
+    s.OpenEp(e.info);
+    fi_freeinfo(e.info);
+    CHECK_FI(fi_accept(s.ep, nullptr, 0));
+    s.Event(FI_CONNECTED, &e);
+  } else if (g_msg) {
+    read_name();
+    s.Open();
+    s.OpenEp(s.info);
+    CHECK_FI(fi_connect(s.ep, peer_name.data(), nullptr, 0));
+    fi_eq_cm_entry e{};
+    s.Event(FI_CONNECTED, &e);
+  } else if (server) {
+    s.Open();
+    s.OpenEp(s.info);
     write_name(s.Name());
     read_name();
   } else {
     read_name();  // the server has its device open: this side connects to it
     s.Open();
+    s.OpenEp(s.info);
     write_name(s.Name());
   }
   s.AddPeer(peer_name);
@@ -196,7 +262,13 @@ int Run(bool server, int fd) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "-e") == 0 && std::strcmp(argv[2], "msg") == 0) {
+    g_msg = true;
+  } else if (argc != 1) {
+    std::fprintf(stderr, "usage: %s [-e msg]\n", argv[0]);
+    return 2;
+  }
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return 1;
   const pid_t child = fork();
@@ -217,6 +289,7 @@ int main() {
     std::fprintf(stderr, "the client failed (status %d)\n", status);
     return 1;
   }
-  std::printf("PASS: server and client over the static library, no libfabric loaded\n");
+  std::printf("PASS: server and client over the static library%s, no libfabric loaded\n",
+              g_msg ? " (connected endpoints)" : "");
   return 0;
 }

@@ -23,6 +23,7 @@
 #include "fabric/fi/eq.h"
 #include "fabric/fi/progress_thread.h"
 #include "fabric/fi/mr.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
 #include "fabric/rdm/rdm.h"
@@ -44,6 +45,7 @@ uint64_t FiFlags(uint64_t f) {
   if (f & rdm::kCompRemoteWrite) out |= FI_REMOTE_WRITE;
   if (f & rdm::kCompRemoteRead) out |= FI_REMOTE_READ;
   if (f & rdm::kCompMultiRecv) out |= FI_MULTI_RECV;
+  if (f & rdm::kCompMulticast) out |= FI_MULTICAST;
   return out;
 }
 
@@ -124,6 +126,7 @@ bool ReportUnknownSource(Ep* ep, Cq* cq, const fi_cq_tagged_entry& entry, rdm::P
 // counters; only a write carrying FI_REMOTE_CQ_DATA is also an entry of
 // the receive CQ, its op_context the region's context (fi_cq(3)).
 void Deliver(Ep* ep, const rdm::Completion& c) {
+  if (ep->msg != nullptr && MsgCompletion(ep, c)) return;  // the connection manager's
   bool suppress = false;
   void* user;
   if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
@@ -174,6 +177,7 @@ void ReportAfterCompletion(Ep* ep, const rdm::ErrorCompletion& ec) {
 // A peer the engine gave up: an EQ error event naming it (its operations
 // and the receives awaiting it have failed in the CQs).
 void ReportPeerFailure(Ep* ep, const rdm::PeerFailure& f) {
+  if (ep->msg != nullptr && MsgPeerFailure(ep, f)) return;  // FI_SHUTDOWN, or a connect error
   BYPASS_FI_WARN(FI_LOG_EP_DATA, "%s\n", f.message);
   if (ep->eq == nullptr) return;
   if (!EqPushError(ep->eq, &ep->fid.fid, ep->fid.fid.context, ep->peers.AddrOf(f.peer), FI_EIO,
@@ -191,6 +195,7 @@ int FiErr(const rdm::ErrorCompletion& ec, bool tx) {
 }
 
 void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
+  if (ep->msg != nullptr && MsgError(ep, ec)) return;  // the connection manager's
   if (ec.op.flags & rdm::kCompAfterCompletion) {
     ReportAfterCompletion(ep, ec);
     return;

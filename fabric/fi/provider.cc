@@ -15,6 +15,7 @@
 #include "fabric/fi/common.h"
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
+#include "fabric/fi/mcast.h"
 #include "fabric/fi/services.h"
 
 namespace bypass::fi {
@@ -117,7 +118,9 @@ int GetInfoEntry(uint32_t version, const char* node, const char* service, uint64
     o.device = DescribeWithoutOpening(uri);
     o.limits = s.engine;
     o.default_port = s.base_port;
+    o.msg_caps = kMsgCaps;  // connected endpoints (msg_ep.h) wherever FI_EP_RDM is
     o.max_ep_ctx = kMaxEpContexts;
+    if (DeviceCarriesMulticast(o.device)) o.dgram_caps |= kDgramMulticastCap;
     offers.push_back(std::move(o));
   }
   SetMismatchLog(LogMismatch);

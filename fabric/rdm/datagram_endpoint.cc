@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "driver/net_headers.h"
@@ -42,15 +43,28 @@ class DatagramPath {
   std::unique_ptr<RecvRequest[]> posted;  // ring of max_posted_recvs
   uint32_t posted_head = 0;
   uint32_t posted_count = 0;
+  // The groups joined (Port::JoinGroup), left when the endpoint goes.
+  struct Group {
+    driver::Ipv4Address ip;
+    uint16_t udp_port = 0;
+  };
+  std::vector<Group> groups;
+
+  bool Joined(driver::Ipv4Address ip, uint16_t udp_port) const {
+    for (const Group& g : groups) {
+      if (g.ip == ip && g.udp_port == udp_port) return true;
+    }
+    return false;
+  }
 
   RecvRequest& posted_at(uint32_t i) {
     return posted[(posted_head + i) % config.max_posted_recvs];
   }
   // One datagram into the oldest posted receive, or dropped.
-  void Deliver(const driver::ParsedUdpFrame& f);
+  void Deliver(const driver::ParsedUdpFrame& f, uint64_t extra_flags);
 };
 
-void DatagramPath::Deliver(const driver::ParsedUdpFrame& f) {
+void DatagramPath::Deliver(const driver::ParsedUdpFrame& f, uint64_t extra_flags) {
   if (posted_count == 0) {
     ++counters.no_receive_dropped;  // datagram semantics: no receive, no delivery
     return;
@@ -65,7 +79,7 @@ void DatagramPath::Deliver(const driver::ParsedUdpFrame& f) {
   const uint32_t pi = peers.Find(f.flow.src_ip.value, f.flow.src_port);
   MessageInfo m;
   m.total = f.payload.size();
-  completions.Received(pi == kNone ? PeerId{} : peers.Id(pi), r, m, 0);
+  completions.Received(pi == kNone ? PeerId{} : peers.Id(pi), r, m, extra_flags);
 }
 
 absl::StatusOr<std::unique_ptr<DatagramEndpoint>> DatagramEndpoint::Create(
@@ -85,6 +99,7 @@ DatagramEndpoint::DatagramEndpoint(Port& port, std::unique_ptr<DatagramPath> pat
     : port_(port), path_(std::move(path)) {}
 
 DatagramEndpoint::~DatagramEndpoint() {
+  for (const DatagramPath::Group& g : path_->groups) port_.LeaveGroup(g.ip, g.udp_port, &path_->inbox);
   if (path_->attached) port_.Detach(path_->config.udp_port);  // frees what its inbox holds
 }
 
@@ -137,6 +152,28 @@ absl::Status DatagramEndpoint::SetDscp(uint8_t dscp) {
   return absl::OkStatus();
 }
 
+absl::Status DatagramEndpoint::JoinGroup(driver::Ipv4Address group, uint16_t udp_port) {
+  if (udp_port == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JoinGroup(", group.ToString(), ":0): a group needs its UDP port"));
+  }
+  if (absl::Status s = port_.JoinGroup(group, udp_port, &path_->inbox); !s.ok()) return s;
+  path_->groups.push_back({group, udp_port});
+  return absl::OkStatus();
+}
+
+absl::Status DatagramEndpoint::LeaveGroup(driver::Ipv4Address group, uint16_t udp_port) {
+  std::vector<DatagramPath::Group>& gs = path_->groups;
+  for (size_t i = 0; i < gs.size(); ++i) {
+    if (!(gs[i].ip == group) || gs[i].udp_port != udp_port) continue;
+    port_.LeaveGroup(group, udp_port, &path_->inbox);
+    gs.erase(gs.begin() + static_cast<ptrdiff_t>(i));
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("LeaveGroup(", group.ToString(), ":", udp_port,
+                                          "): this endpoint has not joined it"));
+}
+
 Result DatagramEndpoint::Send(const SendRequest& r) {
   const iovec one{const_cast<void*>(r.buf), r.len};
   if (r.len > 0 && r.buf == nullptr) return Result::kInvalid;
@@ -167,8 +204,12 @@ Result DatagramEndpoint::SendV(const SendRequest& r, absl::Span<const iovec> iov
     return Result::kTooLong;
   }
   const Address& to = p.peers.address(r.dest.slot());
+  const bool group = to.ip.IsMulticast();
+  const driver::MacAddress dst_mac = group                          ? driver::MulticastMac(to.ip)
+                                     : to.mac == driver::MacAddress{} ? driver::kBroadcastMac
+                                                                      : to.mac;
   const driver::UdpFlow flow{p.info.mac,
-                             to.mac == driver::MacAddress{} ? driver::kBroadcastMac : to.mac,
+                             dst_mac,
                              p.info.ipv4,
                              to.ip,
                              p.config.udp_port,
@@ -183,12 +224,26 @@ Result DatagramEndpoint::SendV(const SendRequest& r, absl::Span<const iovec> iov
   pkt->len = static_cast<uint32_t>(driver::WriteUdpHeaders(
       flow, len, {pkt->data, pkt->capacity}, driver::UdpChecksumFill::kCompute));
   const bool built = pkt->len != 0;
+  // This port's members get the datagram once the device took it (unless
+  // the device loops it back itself); TxBurst takes the frame, so they get
+  // it from a copy kept until then.
+  driver::Packet* loop = nullptr;
+  if (built && group && port_.group_members() > 0 && !qp.LoopsMulticast() &&
+      qp.AllocBulk({&loop, 1})) {
+    std::memcpy(loop->data, pkt->data, pkt->len);
+    loop->len = pkt->len;
+  }
   if (!built || qp.TxBurst({&pkt, 1}) != 1) {
     qp.FreeBulk({&pkt, 1});
+    if (loop != nullptr) qp.FreeBulk({&loop, 1});
     if (report) p.completions.Unreserve();
     if (!built) return Result::kTooLong;
     ++p.counters.tx_ring_full;
     return Result::kAgain;
+  }
+  if (loop != nullptr) {
+    port_.LoopToGroup(*loop);
+    qp.FreeBulk({&loop, 1});
   }
   ++p.counters.sent;
   if (report) {
@@ -239,7 +294,9 @@ size_t DatagramEndpoint::Progress() {
     const std::optional<driver::ParsedUdpFrame> f =
         driver::ParseUdpFrame({pkts[i]->data, pkts[i]->len});
     if (f && f->flow.dst_port == p.config.udp_port && f->flow.dst_ip == p.info.ipv4) {
-      p.Deliver(*f);
+      p.Deliver(*f, 0);
+    } else if (f && f->flow.dst_ip.IsMulticast() && p.Joined(f->flow.dst_ip, f->flow.dst_port)) {
+      p.Deliver(*f, kCompMulticast);
     } else {
       ++p.counters.not_for_us_dropped;
     }

@@ -178,3 +178,80 @@ TEST(DatagramEndpointTest, SharesAPortWithAReliableEndpoint) {
 
 }  // namespace
 }  // namespace bypass::rdm
+
+namespace bypass::rdm {
+namespace {
+
+// Multicast: members on another port (through the group's Ethernet
+// address), two members on one port (a copy each), the sender's own port
+// (the loop); leaving stops delivery; buffers all come back.
+TEST(DatagramMulticastTest, EveryMemberOnceAndLeavingStops) {
+  Pair p;
+  auto b2 = *DatagramEndpoint::Create(*p.pb, {.udp_port = 7002});
+  const driver::Ipv4Address group = *driver::Ipv4Address::Parse("239.9.9.9");
+  ASSERT_TRUE(p.b->JoinGroup(group, 7100).ok());
+  ASSERT_TRUE(b2->JoinGroup(group, 7100).ok());
+  ASSERT_TRUE(p.a->JoinGroup(group, 7100).ok());
+  EXPECT_EQ(p.a->JoinGroup(group, 7100).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(p.a->JoinGroup(*driver::Ipv4Address::Parse("10.0.0.1"), 7100).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.a->JoinGroup(group, 0).code(), absl::StatusCode::kInvalidArgument);
+  const PeerId to_group = *p.a->InsertPeer(Address{driver::MulticastMac(group), group, 7100, 0});
+  const uint32_t pool_b = p.db->queue(0).PoolAvailable();
+  char in[3][2][16] = {};
+  DatagramEndpoint* members[3] = {p.a.get(), p.b.get(), b2.get()};
+  for (int m = 0; m < 3; ++m) {
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_EQ(members[m]->PostRecv({.buf = in[m][k], .len = 16}), Result::kOk);
+    }
+  }
+  auto pump = [&] {
+    for (int i = 0; i < 200; ++i) {
+      for (DatagramEndpoint* m : members) {
+        if (m != nullptr) m->Progress();
+      }
+    }
+  };
+  auto received = [&](DatagramEndpoint* m) {
+    Completion c[4];
+    const size_t n = m->PollCompletions(c);
+    size_t recvs = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!(c[i].flags & kCompRecv)) continue;
+      EXPECT_EQ(c[i].flags, kCompRecv | kCompMsg | kCompMulticast);
+      ++recvs;
+    }
+    return recvs;
+  };
+  ASSERT_EQ(p.a->Send({.dest = to_group, .buf = "one", .len = 4, .flags = kSendInject}),
+            Result::kOk);
+  pump();
+  for (int m = 0; m < 3; ++m) {
+    EXPECT_EQ(received(members[m]), 1u) << "member " << m;
+    EXPECT_STREQ(in[m][0], "one");
+  }
+  EXPECT_EQ(p.pb->counters().group_copies, 1u);  // b2's
+  EXPECT_EQ(p.pa->counters().group_copies, 1u);  // a's own, looped
+  ASSERT_TRUE(p.b->LeaveGroup(group, 7100).ok());
+  EXPECT_EQ(p.b->LeaveGroup(group, 7100).code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(p.a->Send({.dest = to_group, .buf = "two", .len = 4, .flags = kSendInject}),
+            Result::kOk);
+  pump();
+  EXPECT_EQ(received(p.b.get()), 0u) << "b left";
+  EXPECT_EQ(received(b2.get()), 1u);
+  EXPECT_EQ(received(p.a.get()), 1u);
+  EXPECT_STREQ(in[2][1], "two");
+  b2.reset();  // leaves its group as it goes
+  members[2] = nullptr;
+  ASSERT_EQ(p.a->Send({.dest = to_group, .buf = "three", .len = 6, .flags = kSendInject}),
+            Result::kOk);
+  pump();
+  // No member left on b's port: the frame takes the port's unicast path to
+  // b, which drops it (not its address).
+  EXPECT_EQ(received(p.b.get()), 0u);
+  EXPECT_EQ(p.b->counters().not_for_us_dropped, 1u);
+  EXPECT_EQ(p.db->queue(0).PoolAvailable(), pool_b) << "every copy went back to the pool";
+}
+
+}  // namespace
+}  // namespace bypass::rdm

@@ -41,9 +41,14 @@ class Inbox {
   uint32_t tail_ = 0;
 };
 
-// The UDP destination port of an unfragmented Ethernet/IPv4/UDP frame; every
-// byte is treated as hostile (the endpoint parses the whole frame later).
-inline std::optional<uint16_t> PeekUdpDstPort(const uint8_t* f, uint32_t len) {
+// The IPv4 destination (host order) and UDP destination port of an
+// unfragmented Ethernet/IPv4/UDP frame; every byte is treated as hostile
+// (the endpoint parses the whole frame later).
+struct UdpDst {
+  uint32_t ip = 0;
+  uint16_t port = 0;
+};
+inline std::optional<UdpDst> PeekUdpDst(const uint8_t* f, uint32_t len) {
   constexpr uint32_t kEth = 14;
   if (len < kEth + 20 || f[12] != 0x08 || f[13] != 0x00) return std::nullopt;
   const uint8_t* ip = f + kEth;
@@ -51,7 +56,13 @@ inline std::optional<uint16_t> PeekUdpDstPort(const uint8_t* f, uint32_t len) {
   if ((ip[0] >> 4) != 4 || ihl < 20 || ip[9] != 17) return std::nullopt;
   if (((ip[6] & 0x3fu) | ip[7]) != 0) return std::nullopt;  // a fragment
   if (len < kEth + ihl + 8) return std::nullopt;
-  return static_cast<uint16_t>(ip[ihl + 2] << 8 | ip[ihl + 3]);
+  return UdpDst{uint32_t{ip[16]} << 24 | uint32_t{ip[17]} << 16 | uint32_t{ip[18]} << 8 | ip[19],
+                static_cast<uint16_t>(ip[ihl + 2] << 8 | ip[ihl + 3])};
+}
+inline std::optional<uint16_t> PeekUdpDstPort(const uint8_t* f, uint32_t len) {
+  const std::optional<UdpDst> d = PeekUdpDst(f, len);
+  if (!d) return std::nullopt;
+  return d->port;
 }
 
 }  // namespace bypass::rdm

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "driver/device.h"
@@ -35,6 +36,7 @@
 #include "driver/packet.h"
 #include "fabric/rdm/crc32c.h"
 #include "fabric/rdm/engine.h"
+#include "fabric/rdm/inbox.h"
 #include "fabric/rdm/wire.h"
 
 namespace bypass::rdm {
@@ -324,10 +326,20 @@ class Harness {
   bool registered_ = false;
 };
 
+// The Port's peek (the destination it demultiplexes and multicasts by)
+// agrees with the full parse on every frame the parse accepts.
+void CheckPeek(const uint8_t* data, size_t size) {
+  const std::optional<driver::ParsedUdpFrame> f = driver::ParseUdpFrame({data, size});
+  if (!f) return;
+  const std::optional<UdpDst> d = PeekUdpDst(data, static_cast<uint32_t>(size));
+  if (!d || d->ip != f->flow.dst_ip.value || d->port != f->flow.dst_port) __builtin_trap();
+}
+
 }  // namespace
 }  // namespace bypass::rdm
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  bypass::rdm::CheckPeek(data, size);
   const bool keyed = size > 0 && data[0] == 0xff;
   bypass::rdm::Harness h(keyed);
   h.Run(data + (keyed ? 1 : 0), size - (keyed ? 1 : 0));

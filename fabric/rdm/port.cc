@@ -53,6 +53,7 @@ void Port::Poll(uint16_t burst) {
   driver::Packet* drop[kMaxBurst];
   uint32_t dropped = 0;
   for (uint16_t i = 0; i < n; ++i) {
+    if (member_count_ > 0 && DeliverToGroup(pkts[i], /*loop=*/false)) continue;
     Inbox* in = count_ == 1 ? inboxes_[0] : Find(pkts[i]);
     if (in == nullptr) {
       ++counters_.no_endpoint;

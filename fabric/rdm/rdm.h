@@ -40,6 +40,7 @@ struct PortCounters {
   uint64_t rx_packets = 0;
   uint64_t no_endpoint = 0;  // no endpoint has the packet's UDP port (or not UDP at all)
   uint64_t inbox_full = 0;   // its endpoint had not progressed for too long
+  uint64_t group_copies = 0;  // multicast frames copied for a further member (or looped)
 };
 
 // One device queue and the endpoints bound to it: Poll receives a burst and
@@ -71,14 +72,47 @@ class Port {
   // One burst from the queue into the inboxes.
   void Poll(uint16_t burst);
 
+  // Multicast (port_groups.cc, cold path but LoopToGroup): a frame to
+  // group:udp_port (an IPv4 multicast address) goes to every inbox joined
+  // to it, the frame itself to the first and a copy from the queue's pool to
+  // each other one (none left: that member misses it, counted in
+  // inbox_full); to none, it is dropped (no_endpoint). The queue joins the
+  // group with its first member and leaves it with its last
+  // (QueuePair::JoinGroup, whose errors JoinGroup returns). JoinGroup is
+  // InvalidArgument for a group outside 224.0.0.0/4, AlreadyExists for the
+  // inbox joined there already, ResourceExhausted past kMaxGroupMembers.
+  static constexpr uint32_t kMaxGroupMembers = 64;
+  absl::Status JoinGroup(driver::Ipv4Address group, uint16_t udp_port, Inbox* inbox);
+  void LeaveGroup(driver::Ipv4Address group, uint16_t udp_port, Inbox* inbox);
+  // A copy of `frame` (being sent on this port) for each inbox of this port
+  // joined to its group, where the queue does not loop multicast itself
+  // (QueuePair::LoopsMulticast): members on the sending port get the
+  // datagram as IP_MULTICAST_LOOP gives it to the kernel's sockets (the
+  // sender too, if it joined).
+  void LoopToGroup(const driver::Packet& frame);
+  uint32_t group_members() const { return member_count_; }
+
  private:
+  struct GroupMember {
+    uint32_t group = 0;
+    uint16_t udp_port = 0;
+    Inbox* inbox = nullptr;
+  };
   Inbox* Find(const driver::Packet* p) const;
+  // How many inboxes joined group:udp_port.
+  uint32_t Members(uint32_t group, uint16_t udp_port) const;
+  // Hands p to the members of the group it is sent to; false (p untouched)
+  // when it is not a multicast frame. `loop`: p stays the caller's, every
+  // member gets a copy.
+  bool DeliverToGroup(driver::Packet* p, bool loop);
 
   driver::QueuePair& qp_;
   const driver::DeviceInfo info_;
   uint16_t ports_[kMaxEndpoints] = {};
   Inbox* inboxes_[kMaxEndpoints] = {};
   uint32_t count_ = 0;
+  GroupMember members_[kMaxGroupMembers];
+  uint32_t member_count_ = 0;
   PortCounters counters_;
 };
 
@@ -256,6 +290,16 @@ class DatagramEndpoint {
   absl::Status RemovePeer(PeerId id);
   std::optional<Address> PeerAddress(PeerId id) const;
   absl::Status SetDscp(uint8_t dscp);
+  // Multicast: from JoinGroup on, datagrams to group:udp_port (224.0.0.0/4)
+  // are received here too, their completions flagged kCompMulticast; the
+  // device must carry multicast frames (the loopback device does; see
+  // fabric/fi/README.md). Errors: Port::JoinGroup's. LeaveGroup of a group
+  // not joined is NotFound. The endpoint leaves its groups when destroyed.
+  // A peer inserted with a multicast IPv4 is sent to at the group's
+  // Ethernet address (driver::MulticastMac), and this port's members get a
+  // copy (Port::LoopToGroup).
+  absl::Status JoinGroup(driver::Ipv4Address group, uint16_t udp_port);
+  absl::Status LeaveGroup(driver::Ipv4Address group, uint16_t udp_port);
 
   // Hot path. r.flags: 0, or kSendInject (no completion). kAgain: no room
   // for the completion, no buffer, or the TX ring is full (retry);

@@ -233,7 +233,9 @@ inline constexpr uint64_t kCompMultiRecv = 1u << 9;    // the multi-receive buff
 inline constexpr uint64_t kCompAfterCompletion = 1u << 10;
 // A peer's read of a region here was answered (EndpointConfig::rma_events).
 inline constexpr uint64_t kCompRemoteRead = 1u << 11;
-inline constexpr uint64_t kCompAtomic = 1u << 12;  // with kCompRead/Write or kCompRemoteRead/Write
+// A datagram received through a multicast group (DatagramEndpoint::JoinGroup).
+inline constexpr uint64_t kCompMulticast = 1u << 12;
+inline constexpr uint64_t kCompAtomic = 1u << 13;  // with kCompRead/Write or kCompRemoteRead/Write
 
 // One finished operation.
 struct Completion {

@@ -214,7 +214,7 @@ std::string UseProvider(const std::string& so) {
   }
   setenv("FI_PROVIDER_PATH", dir.c_str(), 1);
   // The providers this suite uses, nothing else of libfabric's.
-  setenv("FI_PROVIDER", "bypass,shm,tcp,ofi_rxm", 1);
+  setenv("FI_PROVIDER", "bypass,shm,tcp,ofi_rxm,udp", 1);  // udp: multicast's reference
   // A dead peer's operations fail after this silence (the default is 10 s).
   setenv("FI_BYPASS_PEER_TIMEOUT_MS", "2000", 0);
   return dir;

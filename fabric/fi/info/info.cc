@@ -87,7 +87,9 @@ size_t MaxEpContexts(const DomainOffer& o, fi_ep_type type) {
   return type == FI_EP_RDM ? o.max_ep_ctx : 1;
 }
 
-const char* EpName(fi_ep_type t) { return t == FI_EP_RDM ? "FI_EP_RDM" : "FI_EP_DGRAM"; }
+const char* EpName(fi_ep_type t) {
+  return t == FI_EP_RDM ? "FI_EP_RDM" : t == FI_EP_MSG ? "FI_EP_MSG" : "FI_EP_DGRAM";
+}
 
 bool ValidTclass(uint32_t tc) {
   if (tc == FI_TC_UNSPEC) return true;
@@ -136,8 +138,9 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
   Defaults d;
   const uint64_t comm = CommCaps(o);
   const size_t datagram = o.device.mtu > kIpUdpHeaders ? o.device.mtu - kIpUdpHeaders : 0;
-  if (type == FI_EP_RDM) {
-    d.caps = (o.rdm_caps & kRdmCaps) | comm;
+  if (type == FI_EP_RDM || type == FI_EP_MSG) {
+    // FI_EP_MSG: the same engine endpoint, where FI_EP_RDM is offered.
+    d.caps = (type == FI_EP_MSG ? o.rdm_caps & o.msg_caps & kMsgCaps : o.rdm_caps & kRdmCaps) | comm;
     if ((d.caps & FI_RMA) == 0) d.caps &= ~FI_RMA_EVENT;  // events of RMA targets
     d.max_msg_size = o.limits.max_msg_size;
     d.inject_size = o.limits.inject_size;
@@ -149,7 +152,7 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
     d.protocol = kProtoBypassRdm;
     d.protocol_version = rdm::kWireVersion;
   } else {
-    d.caps = (o.dgram_caps & kDgramCaps) | comm;
+    d.caps = (o.dgram_caps & (kDgramCaps | kDgramMulticastCap)) | comm;
     d.max_msg_size = datagram;
     d.inject_size = datagram;
     d.tx_size = o.device.ring_size != 0 ? o.device.ring_size : 1024;
@@ -307,7 +310,7 @@ void CheckTx(const fi_tx_attr* h, const fi_info& cand, Checker* c) {
   if (h == nullptr) return;
   const fi_tx_attr& o = *cand.tx_attr;
   // Remote CQ data only where the domain carries it (not on DGRAM).
-  const uint64_t op_flags = cand.ep_attr->type == FI_EP_RDM
+  const uint64_t op_flags = cand.ep_attr->type != FI_EP_DGRAM
                                 ? kTxOpFlags
                                 : kTxOpFlags & ~(FI_REMOTE_CQ_DATA | FI_DELIVERY_COMPLETE);
   c->Bits("tx caps", h->caps, o.caps);
@@ -367,7 +370,8 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   ep->protocol = d.protocol;
   ep->protocol_version = d.protocol_version;
   ep->max_msg_size = d.max_msg_size;
-  ep->mem_tag_format = (d.caps & FI_TAGGED) != 0 ? kDefaultTagFormat : 0;
+  ep->mem_tag_format =
+      (d.caps & FI_TAGGED) == 0 ? 0 : type == FI_EP_MSG ? kMsgTagFormat : kDefaultTagFormat;
   ep->tx_ctx_cnt = 1;
   ep->rx_ctx_cnt = 1;
   if (type == FI_EP_RDM) ep->max_order_raw_size = ep->max_order_waw_size = kRdmMaxOrderSize;
@@ -685,7 +689,7 @@ int GetInfo(uint32_t version, const char* node, const char* service, uint64_t fl
   fi_info* head = nullptr;
   fi_info** tail = &head;
   for (const DomainOffer& o : offers) {
-    for (const fi_ep_type type : {FI_EP_RDM, FI_EP_DGRAM}) {
+    for (const fi_ep_type type : {FI_EP_RDM, FI_EP_DGRAM, FI_EP_MSG}) {
       // An endpoint type the facade does not offer on this domain.
       if ((DefaultsFor(o, type).caps & ~(FI_LOCAL_COMM | FI_REMOTE_COMM)) == 0) {
         Reject(o, type, "not offered on this domain", &why_all);

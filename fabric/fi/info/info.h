@@ -43,6 +43,18 @@ inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | F
 // FI_SHARED_AV: named AVs shared by the user's processes of a host
 // (fabric/fi/av_shared.h), for both endpoint types.
 inline constexpr uint64_t kDgramCaps = FI_MSG | FI_SEND | FI_RECV | FI_SOURCE | FI_SHARED_AV;
+// FI_EP_MSG (fabric/fi/msg_ep.h): an RDM endpoint with one peer, the
+// connection's, and no AV: no FI_SOURCE, FI_DIRECTED_RECV or FI_SHARED_AV.
+// Offered wherever FI_EP_RDM is.
+inline constexpr uint64_t kMsgCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_RECV | FI_READ |
+                                     FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_MULTI_RECV |
+                                     FI_RMA_EVENT;
+// Tags of FI_EP_MSG are 63 bits: the top one marks the connection
+// manager's messages (fabric/fi/cm.h).
+inline constexpr uint64_t kMsgTagFormat = 0x2AAAAAAAAAAAAAAAull;
+// Offered on FI_EP_DGRAM only where DomainOffer::dgram_caps adds it (a
+// device that carries multicast: fabric/fi/mcast.h).
+inline constexpr uint64_t kDgramMulticastCap = FI_MULTICAST;
 
 // The wire protocol an RDM entry names in ep_attr->protocol: libfabric has
 // no value for it, so it is provider specific (fi_endpoint(3)); the version
@@ -96,6 +108,9 @@ struct DomainOffer {
   // of that endpoint type.
   uint64_t rdm_caps = kRdmCaps;
   uint64_t dgram_caps = kDgramCaps;
+  // FI_EP_MSG (within rdm_caps: the same engine endpoint). Off unless the
+  // caller offers it: the provider does (provider.cc).
+  uint64_t msg_caps = 0;
   // FI_LOCAL_COMM and/or FI_REMOTE_COMM; 0: from device.driver (memif and
   // loopback reach this host only, every other driver both).
   uint64_t comm_caps = 0;

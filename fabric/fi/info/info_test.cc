@@ -286,6 +286,30 @@ TEST_F(InfoTest, EndpointTypesADomainDoesNotOffer) {
   ExpectNoMatch("FI_EP_DGRAM: not offered");
 }
 
+// FI_EP_MSG where the offer has it: the RDM engine's caps less those of an
+// AV (FI_SOURCE, FI_DIRECTED_RECV, FI_SHARED_AV), 63-bit tags, no shared
+// contexts.
+TEST_F(InfoTest, ConnectedEndpointsWhereOffered) {
+  hints_->ep_attr->type = FI_EP_MSG;
+  ExpectNoMatch("FI_EP_MSG: not offered");
+  offers_[0].msg_caps = kMsgCaps;
+  ExpectEntries(1);
+  const fi_info* m = result_;
+  EXPECT_EQ(m->ep_attr->type, FI_EP_MSG);
+  EXPECT_EQ(m->caps & ~(FI_LOCAL_COMM | FI_REMOTE_COMM), kMsgCaps);
+  EXPECT_EQ(m->caps & (FI_SOURCE | FI_DIRECTED_RECV | FI_SHARED_AV), 0u);
+  EXPECT_EQ(m->ep_attr->mem_tag_format >> 63, 0u);
+  EXPECT_EQ(m->domain_attr->max_ep_srx_ctx, 0u);
+  EXPECT_EQ(m->domain_attr->cq_data_size, kCqDataSize);
+  hints_->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
+  ExpectNoMatch("FI_EP_MSG has none");
+  // Without the RDM engine's RMA, none on FI_EP_MSG either.
+  hints_->ep_attr->rx_ctx_cnt = 0;
+  offers_[0].rdm_caps = kRdmCaps & ~(FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE);
+  ExpectEntries(1);
+  EXPECT_EQ(result_->caps & FI_RMA, 0u);
+}
+
 // FI_SOURCE_ERR changes what a stranger's message gives (an error entry):
 // offered with FI_SOURCE, kept only when the hints ask for it.
 TEST_F(InfoTest, SourceErrOnlyWhenAsked) {
@@ -953,9 +977,10 @@ TEST_F(InfoTest, MismatchesAreLogged) {
   ExpectNoMatch("caps");
   SetMismatchLog(nullptr);
   g_logged = nullptr;
-  ASSERT_EQ(logged.size(), 2u);  // RDM and DGRAM
+  ASSERT_EQ(logged.size(), 3u);  // RDM, DGRAM, and MSG (not offered here)
   EXPECT_NE(logged[0].find("af_xdp:eth0 FI_EP_RDM: caps"), std::string::npos) << logged[0];
   EXPECT_NE(logged[1].find("FI_EP_DGRAM"), std::string::npos);
+  EXPECT_NE(logged[2].find("FI_EP_MSG: not offered"), std::string::npos);
   // A match clears the last reason.
   hints_->caps = 0;
   ExpectEntries(2);
