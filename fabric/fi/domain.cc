@@ -17,6 +17,7 @@
 #include "driver/device.h"
 #include "driver/host.h"
 #include "driver/uri.h"
+#include "fabric/fi/atomic.h"
 #include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
@@ -106,7 +107,6 @@ fi_ops g_domain_fi_ops = {
     .ops_set = DomainOpsSet,
 };
 
-int QueryAtomic(fid_domain*, fi_datatype, fi_op, fi_atomic_attr*, uint64_t) { return -FI_ENOSYS; }
 int QueryCollective(fid_domain*, fi_collective_op, fi_collective_attr*, uint64_t) {
   return -FI_ENOSYS;
 }

@@ -304,8 +304,16 @@ void FinishBeforeRemove(Ep* ep, fi_addr_t fa);
 extern fi_ops_msg g_msg_ops;
 extern fi_ops_tagged g_tagged_ops;
 extern fi_ops_rma g_rma_ops;
-extern fi_ops_atomic g_atomic_ops;
+extern fi_ops_atomic g_atomic_ops;  // atomic.cc
 extern fi_ops_collective g_collective_ops;
+
+// Shared by the data paths (ep_ops.cc, atomic.cc). REQUIRES: the domain guard.
+// A failure reported after its completion, owed to the next op to dest (once).
+bool TakeLateError(Ep* ep, fi_addr_t dest);
+// FI_FENCE: earlier operations to dest are not all complete yet.
+bool FenceHolds(const Ep* ep, rdm::PeerId dest);
+// Copies the bytes of count buffers into out, in order.
+void Gather(const iovec* iov, size_t count, uint8_t* out);
 
 }  // namespace bypass::fi
 

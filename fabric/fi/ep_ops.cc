@@ -112,6 +112,8 @@ bool ValidIov(const iovec* iov, size_t count, size_t* len) {
   return true;
 }
 
+}  // namespace
+
 // A failure reported after its operation's completion (a buffered send, an
 // inject) with no EQ bound to tell: the next operation to that peer fails
 // instead (progress.cc), once.
@@ -138,6 +140,8 @@ void Gather(const iovec* iov, size_t count, uint8_t* out) {
     out += iov[i].iov_len;
   }
 }
+
+namespace {
 
 int Map(rdm::Result r) { return static_cast<int>(r); }
 
@@ -638,9 +642,9 @@ ssize_t RmaInjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi
                       .data = data, .flags = FI_REMOTE_CQ_DATA, .inject_call = true});
 }
 
-// Atomics and collectives are not offered (fi_getinfo never lists
-// FI_ATOMIC or FI_COLLECTIVE); the tables exist so the inline wrappers
-// find a function rather than a null pointer.
+// Collectives are not offered (fi_getinfo never lists FI_COLLECTIVE); the
+// table exists so the inline wrappers find a function rather than a null
+// pointer. Atomics are atomic.cc's.
 template <class R, class... A>
 R NoSys(A...) {
   return -FI_ENOSYS;
@@ -685,23 +689,6 @@ fi_ops_rma g_rma_ops = {
     .inject = RmaInject,
     .writedata = RmaWriteData,
     .injectdata = RmaInjectData,
-};
-
-fi_ops_atomic g_atomic_ops = {
-    .size = sizeof(fi_ops_atomic),
-    .write = NoSys,
-    .writev = NoSys,
-    .writemsg = NoSys,
-    .inject = NoSys,
-    .readwrite = NoSys,
-    .readwritev = NoSys,
-    .readwritemsg = NoSys,
-    .compwrite = NoSys,
-    .compwritev = NoSys,
-    .compwritemsg = NoSys,
-    .writevalid = NoSys,
-    .readwritevalid = NoSys,
-    .compwritevalid = NoSys,
 };
 
 fi_ops_collective g_collective_ops = {

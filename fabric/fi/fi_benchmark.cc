@@ -3,8 +3,14 @@
 // 64-byte ping-pong round trips with fi_inject and with fi_send (whose
 // completions the sender waits for, as fi_pingpong does above its inject
 // size). Compare with //fabric/rdm:engine_benchmark's BM_RdmPingPong, the
-// same exchange on the engine alone: the difference is the facade.
+// same exchange on the engine alone: the difference is the facade. And
+// 8-byte atomics (base, fetch, compare) against 8-byte fi_write in the same
+// loop, as latency and as a rate with a window: the counters give the
+// atomic / write ratios.
 //   bazel run --config=opt //fabric/fi:fi_benchmark
+#include <rdma/fi_atomic.h>
+
+#include <chrono>
 #include <cstdint>
 
 #include "benchmark/benchmark.h"
@@ -62,6 +68,106 @@ void BM_FiPingPong(benchmark::State& state) {
   p.Close();
 }
 BENCHMARK(BM_FiPingPong)->Arg(1)->Arg(0)->ArgName("inject");
+
+// An initiator a and a target b with an 8-byte region open to remote
+// reads and writes: fi_write of 8 bytes, or an atomic on one uint64_t.
+struct AtomicRig {
+  Pair p;
+  uint64_t region[8] = {};
+  fid_mr* mr = nullptr;
+  uint64_t addr = 0, key = 0;
+  uint64_t operand = 1, compare = 0, result = 0;
+
+  AtomicRig() {
+    fi_info* hints = testing::RdmHints(FI_MSG | FI_RMA | FI_ATOMIC);
+    p.Open(hints);
+    fi_freeinfo(hints);
+    fi_mr_reg(p.b.domain, region, sizeof(region), FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr,
+              nullptr);
+    addr = reinterpret_cast<uint64_t>(region);
+    key = fi_mr_key(mr);
+  }
+  ~AtomicRig() {
+    fi_close(&mr->fid);
+    p.Close();
+  }
+  // kind: -1 fi_write; 0 fi_atomic SUM; 1 fi_fetch_atomic SUM; 2
+  // fi_compare_atomic CSWAP. Retries while the endpoint is full.
+  void Post(int kind) {
+    for (;;) {
+      ssize_t ret;
+      switch (kind) {
+        case -1:
+          ret = fi_write(p.a.ep, &operand, 8, nullptr, p.a.peer, addr, key, nullptr);
+          break;
+        case 0:
+          ret = fi_atomic(p.a.ep, &operand, 1, nullptr, p.a.peer, addr, key, FI_UINT64, FI_SUM,
+                          nullptr);
+          break;
+        case 1:
+          ret = fi_fetch_atomic(p.a.ep, &operand, 1, nullptr, &result, nullptr, p.a.peer, addr,
+                                key, FI_UINT64, FI_SUM, nullptr);
+          break;
+        default:
+          ret = fi_compare_atomic(p.a.ep, &operand, 1, nullptr, &compare, nullptr, &result,
+                                  nullptr, p.a.peer, addr, key, FI_UINT64, FI_CSWAP, nullptr);
+          break;
+      }
+      if (ret != -FI_EAGAIN) return;
+      fi_cq_read(p.a.txcq, nullptr, 0);
+      fi_cq_read(p.b.txcq, nullptr, 0);
+    }
+  }
+  // Posts n of kind, keeping at most window in flight; returns seconds.
+  double Run(int kind, int n, int window) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int posted = 0, done = 0;
+    fi_cq_tagged_entry e[16];
+    while (done < n) {
+      while (posted < n && posted - done < window) {
+        Post(kind);
+        ++posted;
+      }
+      const ssize_t got = fi_cq_read(p.a.txcq, e, 16);
+      if (got > 0) done += static_cast<int>(got);
+      fi_cq_read(p.b.txcq, nullptr, 0);  // the target's progress
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+// Latency: one 8-byte fi_write, then one atomic (state.range(0): 0 base
+// SUM, 1 fetch SUM, 2 compare CSWAP), each awaited, per iteration.
+void BM_FiAtomicVsWrite(benchmark::State& state) {
+  AtomicRig r;
+  double write_s = 0, atomic_s = 0;
+  for (auto _ : state) {
+    write_s += r.Run(-1, 1, 1);
+    atomic_s += r.Run(static_cast<int>(state.range(0)), 1, 1);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["write_us"] = write_s / n * 1e6;
+  state.counters["atomic_us"] = atomic_s / n * 1e6;
+  state.counters["atomic/write"] = atomic_s / write_s;
+}
+BENCHMARK(BM_FiAtomicVsWrite)->Arg(0)->Arg(1)->Arg(2)->ArgName("form");
+
+// Rate: bursts of 256 operations with 32 in flight, writes and atomics
+// alternating per iteration.
+void BM_FiAtomicRateVsWrite(benchmark::State& state) {
+  AtomicRig r;
+  constexpr int kBurst = 256, kWindow = 32;
+  double write_s = 0, atomic_s = 0;
+  for (auto _ : state) {
+    write_s += r.Run(-1, kBurst, kWindow);
+    atomic_s += r.Run(static_cast<int>(state.range(0)), kBurst, kWindow);
+  }
+  const double ops = static_cast<double>(state.iterations()) * kBurst;
+  state.counters["write_Mops"] = ops / write_s / 1e6;
+  state.counters["atomic_Mops"] = ops / atomic_s / 1e6;
+  state.counters["atomic/write"] = write_s / atomic_s;  // rate ratio
+}
+BENCHMARK(BM_FiAtomicRateVsWrite)->Arg(0)->Arg(1)->ArgName("form");
 
 }  // namespace
 }  // namespace bypass::fi

@@ -40,6 +40,7 @@ uint64_t FiFlags(uint64_t f) {
   if (f & rdm::kCompTagged) out |= FI_TAGGED;
   if (f & rdm::kCompRemoteData) out |= FI_REMOTE_CQ_DATA;
   if (f & rdm::kCompRma) out |= FI_RMA;
+  if (f & rdm::kCompAtomic) out |= FI_ATOMIC;
   if (f & rdm::kCompRead) out |= FI_READ;
   if (f & rdm::kCompWrite) out |= FI_WRITE;
   if (f & rdm::kCompRemoteWrite) out |= FI_REMOTE_WRITE;

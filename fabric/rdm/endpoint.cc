@@ -112,6 +112,12 @@ Result Endpoint::Read(const RmaRequest& r) {
   return res;
 }
 
+Result Endpoint::Atomic(const AtomicRequest& r) {
+  const Result res = engine_->PostAtomic(r);
+  if (res == Result::kOk) Flush();
+  return res;
+}
+
 bool Endpoint::CancelRecv(void* context) { return engine_->CancelRecv(context); }
 uint32_t Endpoint::SendSlotsFree() const { return engine_->SendSlotsFree(); }
 uint32_t Endpoint::RecvSlotsFree() const { return engine_->RecvSlotsFree(); }

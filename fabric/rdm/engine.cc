@@ -176,6 +176,7 @@ Result Engine::PostRecv(const RecvRequest& r) {
 Result Engine::PostWrite(const RmaRequest& r) { return rma.PostWrite(r); }
 
 Result Engine::PostRead(const RmaRequest& r) { return rma.PostRead(r); }
+Result Engine::PostAtomic(const AtomicRequest& r) { return rma.PostAtomic(r); }
 
 // ---- Receiving.
 
@@ -466,6 +467,10 @@ bool Engine::Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& 
       } else {
         rma.ConsumeResponse(pi, r);
       }
+      return true;    case wire::RmaOp::kAtomic:
+      return rma.ConsumeAtomic(pi, r, payload);
+    case wire::RmaOp::kAtomicResp:
+      rma.ConsumeAtomicResp(pi, r, payload);
       return true;
   }
   return true;

@@ -63,6 +63,7 @@ class Engine : private Stages {
   Result PostRecv(const RecvRequest& r);
   Result PostWrite(const RmaRequest& r);
   Result PostRead(const RmaRequest& r);
+  Result PostAtomic(const AtomicRequest& r);
   bool CancelRecv(void* context) { return messaging.CancelRecv(context); }
   // Takes the packets; those it does not hold go to released().
   void HandleRx(absl::Span<driver::Packet* const> pkts);

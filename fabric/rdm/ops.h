@@ -15,8 +15,9 @@
 
 namespace bypass::rdm {
 
-// What an operation is. The first five take one of the application's send
-// slots (max_send_ops); the others are the engine's own (max_rma_ops).
+// What an operation is. kMsg..kRead and kAtomic take one of the
+// application's send slots (max_send_ops); the others are the engine's own
+// (max_rma_ops).
 enum class OpKind : uint8_t {
   kMsg,          // an eager message: DATA segments
   kRndvRequest,  // a rendezvous message's request to send: one DATA packet, no payload
@@ -26,8 +27,10 @@ enum class OpKind : uint8_t {
   kPull,         // (receiver) the READ_REQ pulling a rendezvous message, then its READ_DATA
   kReadData,     // (target) the READ_DATA answering a peer's read
   kResponse,     // (target) a RESPONSE to a peer's write or refused read or pull
+  kAtomic,       // an atomic: one ATOMIC packet, then the target's ATOMIC_RESP
+  kAtomicResp,   // (target) the ATOMIC_RESP to a peer's atomic, with the values it fetched
 };
-inline constexpr size_t kOpKinds = 8;
+inline constexpr size_t kOpKinds = 10;
 
 // What happens to an operation once every packet of it is acknowledged.
 enum class AfterAck : uint8_t {
@@ -64,6 +67,8 @@ inline constexpr OpTraits kOpTraits[kOpKinds] = {
     {"pull",       false, true,  false, false, AfterAck::kAwaitAnswer, OnFail::kFailReceive},
     {"read-data",  false, true,  false, false, AfterAck::kFree,        OnFail::kDrop},
     {"response",   false, true,  false, false, AfterAck::kFree,        OnFail::kDrop},
+    {"atomic",     true,  false, false, false, AfterAck::kAwaitAnswer, OnFail::kReport},
+    {"atomic-resp", false, true, false, false, AfterAck::kFree,        OnFail::kDrop},
 };
 inline const OpTraits& Traits(OpKind k) { return kOpTraits[static_cast<size_t>(k)]; }
 
@@ -186,6 +191,16 @@ class OpTable {
   uint32_t live(OpKind k) const { return live_[static_cast<size_t>(k)]; }
   // Where an inject copies its bytes (inject_size per user slot).
   uint8_t* inject_buffer(uint32_t o) { return inject_arena_.get() + uint64_t{o} * inject_size_; }
+  // An atomic's bytes for as long as its op lives (2 * kMaxAtomicBytes per
+  // slot, user and engine): the operands of a request, the fetched values
+  // of an answer, resent from here if lost. Allocated at the first atomic.
+  uint8_t* atomic_buffer(uint32_t o) {
+    if (atomic_arena_ == nullptr) {
+      atomic_arena_.reset(new uint8_t[uint64_t{capacity()} * kAtomicSlotBytes]);
+    }
+    return atomic_arena_.get() + uint64_t{o} * kAtomicSlotBytes;
+  }
+  static constexpr uint32_t kAtomicSlotBytes = 2 * kMaxAtomicBytes;
 
   // An op's name on the wire (RmaHeader::rma_id): its slot in the low bits
   // (at most 2^21 slots: config.cc), the slot's generation above.
@@ -222,6 +237,7 @@ class OpTable {
   FreeSlots free_engine_;  // numbered from user_slots_
   uint32_t live_[kOpKinds] = {};
   std::unique_ptr<uint8_t[]> inject_arena_;
+  std::unique_ptr<uint8_t[]> atomic_arena_;
 };
 
 }  // namespace bypass::rdm

@@ -17,7 +17,9 @@
 //   op % 4 == 3  a receive (op & 4) of len bytes is posted; else, by
 //                op & 24: 0 a send (messages over 512 bytes go by
 //                rendezvous), 8 an RMA write, 16 an RMA read of the peer's
-//                region kPeerKey, 24 the local region kLocalKey (4 KiB, both
+//                region kPeerKey, 24 with op & 32 an atomic on kPeerKey (op
+//                len % 19, datatype len / 19 % 16, one element, fetching
+//                with op & 64), else the local region kLocalKey (4 KiB, both
 //                rights) is deregistered or registered again
 // After each record every frame the engine wants to send is built (and read
 // back through the parser), and every packet it releases is freed. An input
@@ -239,6 +241,17 @@ class Harness {
                           .flags = static_cast<uint32_t>((op >> 5) & 3)});
     } else if ((op & 24) == 16) {
       engine_->PostRead({.dest = peer_id_, .buf = read_buf_, .len = len, .addr = op, .key = kPeerKey});
+    } else if (op & 32) {
+      const bool fetch = (op & 64) != 0;
+      engine_->PostAtomic({.dest = peer_id_,
+                           .op = static_cast<AtomicOp>(len % kAtomicOps),
+                           .type = static_cast<AtomicType>(len / kAtomicOps % kAtomicTypes),
+                           .count = 1,
+                           .operand = out_,
+                           .compare = out_ + 64,
+                           .result = fetch ? read_buf_ : nullptr,
+                           .fetch = fetch,
+                           .key = kPeerKey});
     } else if (registered_) {
       registered_ = !engine_->DeregisterRegion(kLocalKey).ok();  // refused while reads stream
     } else {
@@ -256,8 +269,10 @@ class Harness {
         if (wire::Parse({bufs[i]->data, bufs[i]->len}, &v) != wire::ParseStatus::kOk) {
           __builtin_trap();  // the engine built a frame its own parser rejects
         }
-        if (v.common.type == wire::PacketType::kData || v.common.type == wire::PacketType::kHello) {
-          last_psn_ = v.common.psn.value() + (v.common.type == wire::PacketType::kData ? 1 : 0);
+        const bool sequenced =
+            v.common.type == wire::PacketType::kData || v.common.type == wire::PacketType::kRma;
+        if (sequenced || v.common.type == wire::PacketType::kHello) {
+          last_psn_ = v.common.psn.value() + (sequenced ? 1 : 0);
         }
         if (v.common.type == wire::PacketType::kHello) last_nonce_ = v.hello.nonce;
         if (v.common.type == wire::PacketType::kCookie) last_cookie_ = v.hello.cookie;

@@ -171,6 +171,13 @@ class Endpoint {
   // touch nothing there.
   Result Write(const RmaRequest& r);
   Result Read(const RmaRequest& r);
+  // An atomic (fi_atomic(3)), executed exactly once at the target, in the
+  // order posted among this endpoint's operations to that peer; errors of
+  // the target as for RMA, and EOPNOTSUPP for an op the target does not
+  // define on the type. kInvalid: an undefined (op, type) pair, a missing
+  // buffer, a fetch with kAtomicInject; kTooLong: more than kMaxAtomicBytes
+  // or more than one packet of the device holds.
+  Result Atomic(const AtomicRequest& r);
   // Cancels the posted receive with this context (fi_cancel): an error
   // completion with ECANCELED. False when there is none to cancel.
   bool CancelRecv(void* context);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "fabric/rdm/atomic.h"
 
 namespace bypass::rdm {
 namespace {
@@ -26,6 +27,8 @@ const char* StatusText(wire::RmaStatus s) {
       return "outside the region";
     case wire::RmaStatus::kNoMessage:
       return "no such message to pull";
+    case wire::RmaStatus::kNoAtomic:
+      return "the atomic operation is not defined on the datatype";
   }
   return "?";
 }
@@ -43,6 +46,8 @@ int StatusErrno(wire::RmaStatus s) {
       return EFAULT;
     case wire::RmaStatus::kNoMessage:
       return EPROTO;
+    case wire::RmaStatus::kNoAtomic:
+      return EOPNOTSUPP;
   }
   return EPROTO;
 }
@@ -305,14 +310,8 @@ bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const u
   if (ok) {
     ++ctx_.counters.rma_served;
     if (target_completion) {
-      Completion c;
-      c.context = g.context;
-      c.flags = kCompRma | kCompRemoteWrite | (remote_data ? kCompRemoteData : 0);
-      c.len = w.total;
-      c.buf = g.addr + (w.addr - g.base);
-      c.data = remote_data ? w.data : 0;
-      c.source = session_.peers().Id(pi);
-      completions_.Push(c);
+      PushTargetEvent(pi, g, kCompRma | kCompRemoteWrite | (remote_data ? kCompRemoteData : 0),
+                      w.total, g.addr + (w.addr - g.base), remote_data ? w.data : 0);
     }
   } else {
     ++ctx_.counters.rma_refused;
@@ -356,16 +355,23 @@ bool Rma::ConsumeReadRequest(uint32_t pi, const wire::RmaFields& r) {
   ++g.reads;
   ++ctx_.counters.rma_served;
   if (event) {
-    Completion c;
-    c.context = g.context;
-    c.flags = kCompRma | kCompRemoteRead;
-    c.len = r.total_length;
-    c.buf = const_cast<uint8_t*>(a.src);
-    c.source = session_.peers().Id(pi);
-    completions_.Push(c);
+    PushTargetEvent(pi, g, kCompRma | kCompRemoteRead, r.total_length,
+                    const_cast<uint8_t*>(a.src), 0);
   }
   reliability_.Queue(pi, o);
   return true;
+}
+
+void Rma::PushTargetEvent(uint32_t pi, const Region& g, uint64_t flags, uint64_t len,
+                          uint8_t* buf, uint64_t data) {
+  Completion c;
+  c.context = g.context;
+  c.flags = flags;
+  c.len = len;
+  c.buf = buf;
+  c.data = data;
+  c.source = session_.peers().Id(pi);
+  completions_.Push(c);
 }
 
 // ---- Initiator.
@@ -394,17 +400,139 @@ void Rma::ConsumeResponse(uint32_t pi, const wire::RmaFields& r) {
     ops_.Free(o);
     return;
   }
+  FailRefused(pi, o, op.kind == OpKind::kRead ? "read" : "write", r.status);
+}
+
+void Rma::FailRefused(uint32_t pi, uint32_t o, const char* what, wire::RmaStatus status) {
+  const SendOp& op = ops_[o];
   const Address& a = session_.address(pi);
   char message[sizeof(ErrorCompletion::message)];
   std::snprintf(message, sizeof(message),
-                "RMA %s key 0x%016llx addr 0x%llx len %llu refused by %s:%u: %s",
-                op.kind == OpKind::kRead ? "read" : "write",
+                "RMA %s key 0x%016llx addr 0x%llx len %llu refused by %s:%u: %s", what,
                 static_cast<unsigned long long>(op.rma.key),
                 static_cast<unsigned long long>(op.rma.addr),
                 static_cast<unsigned long long>(op.len), a.ip.ToString().c_str(), a.udp_port,
-                StatusText(r.status));
+                StatusText(status));
   ++ctx_.counters.rma_errors;
-  completions_.OpFailedWith(op, StatusErrno(r.status), message);
+  completions_.OpFailedWith(op, StatusErrno(status), message);
+  ops_.Free(o);
+}
+
+// ---- Atomics (PROTOCOL.md, "Atomics").
+
+Result Rma::PostAtomic(const AtomicRequest& r) {
+  if (!session_.peers().Valid(r.dest)) return Result::kInvalid;
+  const bool compares = AtomicCompares(r.op);
+  const bool reads = r.op == AtomicOp::kRead;
+  const bool fetch = r.fetch || compares;
+  const bool inject = (r.flags & kAtomicInject) != 0;
+  // The base form neither reads nor compares; every fetching form needs a
+  // result buffer, and cannot be an inject (its result is its completion).
+  if (!AtomicDefined(r.op, r.type) || r.count == 0 || (r.flags & ~kAtomicInject) != 0 ||
+      (reads && !fetch) || (fetch && (r.result == nullptr || inject)) ||
+      (!reads && r.operand == nullptr) || (compares && r.compare == nullptr)) {
+    return Result::kInvalid;
+  }
+  const uint64_t bytes = uint64_t{r.count} * AtomicTypeSize(r.type);
+  const uint64_t operands = reads ? 0 : compares ? 2 * bytes : bytes;
+  // The request is one packet, in both ends' datagrams (the peer's, once
+  // its HELLO told it).
+  const uint32_t peer_dg = session_[r.dest.slot()].max_datagram;
+  const uint32_t dg = peer_dg == 0 ? ctx_.max_datagram : std::min(ctx_.max_datagram, peer_dg);
+  if (r.count > AtomicMaxCount(r.op, r.type, dg)) return Result::kTooLong;
+  if (ops_.user_free() == 0) return Result::kAgain;
+  if (!inject && !completions_.Reserve()) return Result::kAgain;
+  const uint32_t o = ops_.Alloc(OpKind::kAtomic);
+  SendOp& op = ops_[o];
+  uint8_t* copy = ops_.atomic_buffer(o);  // the operands are always copied
+  if (!reads) std::memcpy(copy, r.operand, bytes);
+  if (compares) std::memcpy(copy + bytes, r.compare, bytes);
+  op.src = copy;
+  op.wire_len = operands;
+  op.dst = static_cast<uint8_t*>(fetch ? r.result : nullptr);
+  op.inject = inject;
+  op.context = r.context;
+  op.comp_flags = kCompAtomic | (fetch ? kCompRead : kCompWrite);
+  op.len = bytes;
+  op.type = wire::PacketType::kRma;
+  op.rma.op = wire::RmaOp::kAtomic;
+  op.rma.flags = fetch ? wire::kRmaFlagFetch : 0;
+  op.rma.rma_id = ops_.RmaId(o);
+  op.rma.key = r.key;
+  op.rma.addr = r.addr;
+  op.rma.total_length = bytes;
+  op.rma.atomic = {.op = r.op, .type = r.type, .count = static_cast<uint16_t>(r.count)};
+  ++ctx_.counters.atomic_ops;
+  reliability_.Queue(r.dest.slot(), o);
+  return Result::kOk;
+}
+
+bool Rma::ConsumeAtomic(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload) {
+  // This runs once per request: the stream hands each PSN over once and
+  // drops its duplicates, and a refusal (return false) applies nothing.
+  // The answer carries the fetched values in its own buffer, so a lost
+  // answer is resent from there, never by executing again.
+  const wire::AtomicFields& a = r.atomic;
+  const bool fetch = (r.flags & wire::kRmaFlagFetch) != 0;
+  const uint32_t access =
+      (a.op != AtomicOp::kRead ? kAccessRemoteWrite : 0) | (fetch ? kAccessRemoteRead : 0);
+  uint32_t region = kNone;
+  const wire::RmaStatus status = AtomicDefined(a.op, a.type)
+                                     ? CheckAccess(r.key, r.addr, r.total_length, access, &region)
+                                     : wire::RmaStatus::kNoAtomic;
+  const bool ok = status == wire::RmaStatus::kOk;
+  const bool event = ok && ctx_.config.rma_events;
+  const uint32_t o = ops_.Alloc(OpKind::kAtomicResp);
+  if (o == kNone || (event && !completions_.Reserve())) {
+    if (o != kNone) ops_.Free(o);
+    ++ctx_.counters.rma_no_slot;
+    return false;  // refused whole: comes again, nothing applied
+  }
+  SendOp& answer = ops_[o];
+  MakeResponse(answer, r.flags, status, r.rma_id, r.key, r.addr, r.total_length);
+  answer.rma.op = wire::RmaOp::kAtomicResp;
+  answer.rma.atomic = a;
+  if (!ok) {
+    ++ctx_.counters.rma_refused;
+    reliability_.Queue(pi, o);
+    return true;
+  }
+  Region& g = regions_[region];
+  uint8_t* target = g.addr + (r.addr - g.base);
+  uint8_t* old = fetch ? ops_.atomic_buffer(o) : nullptr;
+  const uint8_t* operand = a.op == AtomicOp::kRead ? nullptr : payload.data();
+  const uint8_t* compare = AtomicCompares(a.op) ? payload.data() + r.total_length : nullptr;
+  ExecuteAtomic(a.op, a.type, a.count, target, operand, compare, old);
+  if (fetch) {
+    answer.src = old;
+    answer.wire_len = r.total_length;
+  }
+  ++ctx_.counters.atomic_served;
+  if (event) {
+    PushTargetEvent(pi, g, kCompAtomic | (fetch ? kCompRemoteRead : kCompRemoteWrite),
+                    r.total_length, target, 0);
+  }
+  reliability_.Queue(pi, o);
+  return true;
+}
+
+void Rma::ConsumeAtomicResp(uint32_t pi, const wire::RmaFields& r,
+                            absl::Span<const uint8_t> payload) {
+  const uint32_t o = ops_.Answered(pi, r, OpKind::kAtomic);
+  if (o == kNone || (r.flags & wire::kRmaFlagFetch) != (ops_[o].rma.flags & wire::kRmaFlagFetch) ||
+      (r.status == wire::RmaStatus::kOk && (r.flags & wire::kRmaFlagFetch) != 0 &&
+       payload.size() != r.total_length)) {
+    ++ctx_.counters.protocol_errors;  // stale, misdirected or forged
+    return;
+  }
+  reliability_.Unpark(pi, o);
+  SendOp& op = ops_[o];
+  if (r.status != wire::RmaStatus::kOk) {
+    FailRefused(pi, o, "atomic", r.status);
+    return;
+  }
+  if (op.dst != nullptr) std::memcpy(op.dst, payload.data(), payload.size());
+  completions_.OpDone(op);
   ops_.Free(o);
 }
 

@@ -2,7 +2,9 @@
 // reads and writes (fi_rma(3)), both as initiator and as target. A target
 // checks a whole access before it touches a byte and answers every write
 // and refused read with a RESPONSE, so errors complete at the initiator.
-// Remote CQ data completes at the target. (Atomics will join it.)
+// Remote CQ data completes at the target. Atomics (rma_atomic.cc) are
+// checked the same way and executed once at the target, which keeps the
+// values it fetched in its answer until the initiator acknowledges it.
 #ifndef BYPASS_FABRIC_RDM_RMA_H_
 #define BYPASS_FABRIC_RDM_RMA_H_
 
@@ -55,6 +57,7 @@ class Rma {
 
   Result PostWrite(const RmaRequest& r);
   Result PostRead(const RmaRequest& r);
+  Result PostAtomic(const AtomicRequest& r);
 
   // Sequenced packets from peer pi, in order (false: refused, comes again).
   bool ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload);
@@ -63,6 +66,10 @@ class Rma {
   // write or read of ours (RESPONSE).
   void ConsumeReadData(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload);
   void ConsumeResponse(uint32_t pi, const wire::RmaFields& r);
+  // A peer's atomic (executed here once, its answer queued), and the
+  // target's answer to one of ours (false: refused, comes again).
+  bool ConsumeAtomic(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload);
+  void ConsumeAtomicResp(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload);
   // A write from pi is between its first and last segment.
   bool Receiving(uint32_t pi) const { return rx_[pi].active; }
   // Peer pi's session ended: a write it was applying is forgotten.
@@ -82,6 +89,11 @@ class Rma {
     uint32_t reads = 0;  // READ_DATA answers streaming from it (their ops hold it)
   };
 
+  // A peer's access to region g as a completion here (its room reserved).
+  void PushTargetEvent(uint32_t pi, const Region& g, uint64_t flags, uint64_t len, uint8_t* buf,
+                       uint64_t data);
+  // Op o's target refused it (status): its error completion, and its end.
+  void FailRefused(uint32_t pi, uint32_t o, const char* what, wire::RmaStatus status);
   wire::RmaStatus CheckAccess(uint64_t key, uint64_t addr, uint64_t len, uint32_t access,
                               uint32_t* region) const;
   // The registered region with this key, or kNone, and the index's upkeep.

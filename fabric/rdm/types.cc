@@ -60,7 +60,8 @@ std::string Counters::ToString() const {
       " unexpected=", unexpected_msgs, " depth=", unexpected_depth,
       " max_depth=", unexpected_depth_max, " truncated=", truncated,
       " rma_ops=", rma_ops, " rma_errors=", rma_errors, " rma_refused=", rma_refused,
-      " rma_served=", rma_served, " rma_no_slot=", rma_no_slot,
+      " rma_served=", rma_served, " rma_no_slot=", rma_no_slot, " atomic_ops=", atomic_ops,
+      " atomic_served=", atomic_served,
       " rendezvous sent=", rendezvous_sent, " pulled=", rendezvous_pulled,
       " lost=", rendezvous_lost, " in_place=", rendezvous_copied_in_place,
       " in_place_failed=", rendezvous_in_place_failed, " read_by_peer=", rendezvous_read_by_peer);

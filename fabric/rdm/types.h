@@ -41,7 +41,7 @@ struct PeerId {
 inline constexpr PeerId kAnyPeer{UINT32_MAX};
 
 // The wire format's version (PROTOCOL.md; fi_info's protocol_version).
-inline constexpr uint8_t kWireVersion = 4;
+inline constexpr uint8_t kWireVersion = 5;
 
 // What a post call did: 0 or a negative errno, so the fi_* facade returns it
 // as is (-FI_EAGAIN == -EAGAIN).
@@ -154,6 +154,65 @@ struct RmaRequest {
   uint32_t flags = 0;  // RmaFlag bits
 };
 
+// Atomic operations (fi_atomic(3)), numbered as libfabric numbers enum
+// fi_op; atomic.h says which pairs with a type are defined and what each does.
+enum class AtomicOp : uint8_t {
+  kMin, kMax, kSum, kProd, kLor, kLand, kBor, kBand, kLxor, kBxor,
+  kRead, kWrite,
+  kCswap, kCswapNe, kCswapLe, kCswapLt, kCswapGe, kCswapGt, kMswap,
+};
+inline constexpr uint32_t kAtomicOps = 19;
+// Atomic datatypes, numbered as enum fi_datatype (the 128-bit integers
+// after FI_LONG_DOUBLE_COMPLEX, as libfabric 1.17 adds them). Values
+// travel in the host's byte order: both ends must share the layout (the
+// same ABI: x86-64's 16-byte long double, etc.).
+enum class AtomicType : uint8_t {
+  kInt8, kUint8, kInt16, kUint16, kInt32, kUint32, kInt64, kUint64,
+  kFloat, kDouble, kFloatComplex, kDoubleComplex, kLongDouble, kLongDoubleComplex,
+  kInt128, kUint128,
+};
+inline constexpr uint32_t kAtomicTypes = 16;
+
+// Bytes of one element of t (x86-64: long double 16, its complex 32).
+uint32_t AtomicTypeSize(AtomicType t);
+// Whether op is defined on t (atomic.cc): bitwise ops (BOR, BAND, BXOR)
+// and MSWAP need an integer type; ordering ops (MIN, MAX, CSWAP_LE, _LT,
+// _GE, _GT) a real one (not complex); the others take every type.
+bool AtomicDefined(AtomicOp op, AtomicType t);
+// Whether op compares (fi_compare_atomic: CSWAP..MSWAP: a compare operand,
+// always fetching), and whether it takes no operand at all (ATOMIC_READ).
+inline bool AtomicCompares(AtomicOp op) { return op >= AtomicOp::kCswap; }
+// The most target bytes one atomic covers (count * AtomicTypeSize): its
+// request, operands and compare operands, is one packet.
+inline constexpr uint32_t kMaxAtomicBytes = 256;
+// The bypass and RMA headers before an atomic's operands (wire.h checks it).
+inline constexpr uint32_t kAtomicHeaderBytes = 84;
+// The most elements of t one atomic of op carries when UDP payloads are at
+// most max_datagram bytes (its operands, and compare operands, in one packet).
+uint32_t AtomicMaxCount(AtomicOp op, AtomicType t, uint32_t max_datagram);
+
+// Bits of AtomicRequest::flags.
+inline constexpr uint32_t kAtomicInject = 1u << 0;  // no completion (operands are always copied)
+
+// One atomic: op applied element-wise to `count` elements of `type` in the
+// peer's region `key` at `addr`. Operands are copied when posted; `result`
+// (fetching and compare atomics) receives the target's values from before
+// the operation once it completes.
+struct AtomicRequest {
+  PeerId dest;
+  AtomicOp op = AtomicOp::kSum;
+  AtomicType type = AtomicType::kUint64;
+  uint32_t count = 0;
+  const void* operand = nullptr;  // count elements; unused (may be null) for kRead
+  const void* compare = nullptr;  // compare atomics: count elements (MSWAP: the mask)
+  void* result = nullptr;         // fetching and compare atomics: count elements; else null
+  bool fetch = false;             // fetching form (fi_fetch_atomic); compare ops always fetch
+  uint64_t addr = 0;
+  uint64_t key = 0;
+  void* context = nullptr;
+  uint32_t flags = 0;  // AtomicFlag bits
+};
+
 // Bits of Completion::flags (the subset of libfabric's FI_* completion flags
 // the engine reports; the facade maps them).
 inline constexpr uint64_t kCompSend = 1u << 0;
@@ -176,6 +235,7 @@ inline constexpr uint64_t kCompAfterCompletion = 1u << 10;
 inline constexpr uint64_t kCompRemoteRead = 1u << 11;
 // A datagram received through a multicast group (DatagramEndpoint::JoinGroup).
 inline constexpr uint64_t kCompMulticast = 1u << 12;
+inline constexpr uint64_t kCompAtomic = 1u << 13;  // with kCompRead/Write or kCompRemoteRead/Write
 
 // One finished operation.
 struct Completion {
@@ -269,6 +329,8 @@ struct Counters {
   uint64_t rma_refused = 0;        // peers' accesses refused here (key, access, range)
   uint64_t rma_served = 0;         // peers' reads and writes applied here
   uint64_t rma_no_slot = 0;        // peers' requests refused (RNR) for lack of max_rma_ops
+  uint64_t atomic_ops = 0;         // atomics posted here
+  uint64_t atomic_served = 0;      // peers' atomics executed here (each exactly once)
   uint64_t rendezvous_sent = 0;    // messages sent by rendezvous
   uint64_t rendezvous_pulled = 0;  // rendezvous messages pulled into a receive here
   uint64_t rendezvous_lost = 0;    // ... waiting unexpected here when their sender's session ended

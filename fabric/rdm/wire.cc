@@ -113,6 +113,35 @@ size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, siz
   return driver::WriteUdpHeaders(flow, datagram, frame, driver::UdpChecksumFill::kNone);
 }
 
+// The atomic fields of an ATOMIC or ATOMIC_RESP (r decoded, payload_len
+// its payload's size): one packet, known op and type, count elements in
+// total_length, operands of the right size (PROTOCOL.md, "Atomics").
+// Whether the op is defined on the type is the target's to answer.
+bool ParseAtomic(RmaFields& r, size_t payload_len) {
+  const uint32_t op = r.data & 0xff;
+  const uint32_t type = (r.data >> 8) & 0xff;
+  const uint32_t count = (r.data >> 16) & 0xffff;
+  if ((r.data >> 32) != 0 || op >= kAtomicOps || type >= kAtomicTypes || count == 0 ||
+      (r.flags & ~kRmaFlagFetch) != 0 || r.offset != 0) {
+    return false;
+  }
+  r.atomic.op = static_cast<AtomicOp>(op);
+  r.atomic.type = static_cast<AtomicType>(type);
+  r.atomic.count = static_cast<uint16_t>(count);
+  const uint64_t bytes = uint64_t{count} * AtomicTypeSize(r.atomic.type);
+  if (bytes != r.total_length || bytes > kMaxAtomicBytes) return false;
+  const bool fetch = (r.flags & kRmaFlagFetch) != 0;
+  if (r.op == RmaOp::kAtomicResp) {
+    return payload_len == 0 || (fetch && r.status == RmaStatus::kOk && payload_len == bytes);
+  }
+  const bool compares = AtomicCompares(r.atomic.op);
+  if (r.status != RmaStatus::kOk || ((compares || r.atomic.op == AtomicOp::kRead) && !fetch)) {
+    return false;
+  }
+  const uint64_t operands = r.atomic.op == AtomicOp::kRead ? 0 : compares ? 2 * bytes : bytes;
+  return payload_len == operands;
+}
+
 }  // namespace
 
 std::optional<TypeInfo> DescribeType(uint8_t raw_type) {
@@ -276,7 +305,7 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       const auto e = Load<RmaHeader>(ext);
       RmaFields& r = out->rma;
       if (e.op < static_cast<uint8_t>(RmaOp::kWrite) ||
-          e.op > static_cast<uint8_t>(RmaOp::kResponse) || (e.flags & ~kKnownRmaFlags) != 0 ||
+          e.op > static_cast<uint8_t>(RmaOp::kAtomicResp) || (e.flags & ~kKnownRmaFlags) != 0 ||
           e.reserved != 0 || e.status > kMaxRmaStatus) {
         return ParseStatus::kBadField;
       }
@@ -289,10 +318,15 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       r.total_length = Be64(e.total_length);
       r.offset = Be64(e.offset);
       r.data = Be64(e.data);
+      if (r.op == RmaOp::kAtomic || r.op == RmaOp::kAtomicResp) {
+        if (!ParseAtomic(r, out->payload.size())) return ParseStatus::kBadField;
+        break;
+      }
       const bool carries = r.op == RmaOp::kWrite || r.op == RmaOp::kReadData;
       // Flags only where they mean something; status only in a RESPONSE;
       // requests and responses are one packet without payload.
       if (((r.flags & kRmaFlagRemoteData) != 0 && r.op != RmaOp::kWrite) ||
+          (r.flags & kRmaFlagFetch) != 0 ||
           ((r.flags & kRmaFlagMessage) != 0 && r.op == RmaOp::kWrite) ||
           ((r.flags & kRmaFlagCopied) != 0 &&
            (r.op != RmaOp::kReadReq || (r.flags & kRmaFlagMessage) == 0)) ||
@@ -388,7 +422,8 @@ size_t BuildRma(const driver::UdpFlow& flow, const Common& c, const RmaFields& r
   e.addr = Be64(r.addr);
   e.total_length = Be64(r.total_length);
   e.offset = Be64(r.offset);
-  e.data = Be64(r.data);
+  const bool atomic = r.op == RmaOp::kAtomic || r.op == RmaOp::kAtomicResp;
+  e.data = Be64(atomic ? PackAtomic(r.atomic) : r.data);
   return Finish(flow, c, &e, sizeof(e), payload, frame);
 }
 

@@ -75,6 +75,15 @@ enum class RmaOp : uint8_t {
   kReadReq = 2,   // read total_length bytes at addr of region `key` (or pull message `key`)
   kReadData = 3,  // payload: bytes of a read's answer at `offset`
   kResponse = 4,  // the target's verdict on a write (or a read it refused): `status`
+  // An atomic (PROTOCOL.md, "Atomics"): `data` packs its operation,
+  // datatype and count (AtomicFields); total_length is count elements'
+  // bytes, at most kMaxAtomicBytes; payload: the operands, then the compare
+  // operands (compare ops), nothing for ATOMIC_READ. One packet.
+  kAtomic = 5,
+  // The target's answer to an atomic: `status`, `data` echoed; payload: the
+  // target's values from before (total_length bytes) when it fetched and
+  // succeeded, else none. Sent once, retransmitted from its own copy.
+  kAtomicResp = 6,
 };
 // Bits of RmaHeader::flags.
 inline constexpr uint8_t kRmaFlagRemoteData = 1u << 0;  // (WRITE) data is remote CQ data
@@ -82,7 +91,10 @@ inline constexpr uint8_t kRmaFlagMessage = 1u << 1;     // (READ_REQ, READ_DATA)
 // (READ_REQ with kRmaFlagMessage) the receiver read the message in place
 // (cross-memory attach): nothing to stream; answer with a RESPONSE.
 inline constexpr uint8_t kRmaFlagCopied = 1u << 2;
-inline constexpr uint8_t kKnownRmaFlags = kRmaFlagRemoteData | kRmaFlagMessage | kRmaFlagCopied;
+// (ATOMIC, ATOMIC_RESP) the initiator wants the target's old values back.
+inline constexpr uint8_t kRmaFlagFetch = 1u << 3;
+inline constexpr uint8_t kKnownRmaFlags =
+    kRmaFlagRemoteData | kRmaFlagMessage | kRmaFlagCopied | kRmaFlagFetch;
 // RmaHeader::status of a RESPONSE.
 enum class RmaStatus : uint8_t {
   kOk = 0,
@@ -90,8 +102,9 @@ enum class RmaStatus : uint8_t {
   kNoAccess = 2,     // the region does not grant that access
   kOutOfRange = 3,   // [addr, addr + total_length) is not inside the region
   kNoMessage = 4,    // (pull) no message with that id waits to be pulled
+  kNoAtomic = 5,     // (atomic) the operation is not defined on the datatype
 };
-inline constexpr uint8_t kMaxRmaStatus = 4;
+inline constexpr uint8_t kMaxRmaStatus = 5;
 
 // Why a RESET was sent.
 enum class ResetReason : uint8_t {
@@ -170,6 +183,7 @@ struct RmaHeader {
 };
 #pragma pack(pop)
 static_assert(sizeof(RmaHeader) == 48);
+static_assert(sizeof(CommonHeader) + sizeof(RmaHeader) == kAtomicHeaderBytes);
 static_assert(sizeof(CommonHeader) == 36);
 static_assert(sizeof(HelloHeader) == 56);
 static_assert(sizeof(ResetHeader) == 24);
@@ -250,6 +264,18 @@ struct MsgFields {
   uint64_t offer_addr = 0;
 };
 
+// An atomic's RmaHeader::data: op in bits 0-7, datatype in 8-15, count in
+// 16-31, the rest 0.
+struct AtomicFields {
+  AtomicOp op = AtomicOp::kSum;
+  AtomicType type = AtomicType::kUint64;
+  uint16_t count = 0;
+};
+inline uint64_t PackAtomic(const AtomicFields& a) {
+  return uint64_t{static_cast<uint8_t>(a.op)} | uint64_t{static_cast<uint8_t>(a.type)} << 8 |
+         uint64_t{a.count} << 16;
+}
+
 // RmaHeader in host order.
 struct RmaFields {
   RmaOp op = RmaOp::kWrite;
@@ -261,6 +287,7 @@ struct RmaFields {
   uint64_t total_length = 0;
   uint64_t offset = 0;
   uint64_t data = 0;
+  AtomicFields atomic{};  // (ATOMIC, ATOMIC_RESP) decoded from data by Parse
 };
 
 // A received packet, decoded. Only the extension of common.type is filled;

@@ -346,7 +346,7 @@ TEST(WireTest, RmaFieldsOutOfRangeAreRejected) {
   ASSERT_EQ(Parse(f, &v), ParseStatus::kOk);
   const size_t e = kExtOffset;
   EXPECT_EQ(Parse(WithField(f, e, {0}), &v), ParseStatus::kBadField) << "op 0";
-  EXPECT_EQ(Parse(WithField(f, e, {5}), &v), ParseStatus::kBadField) << "op 5";
+  EXPECT_EQ(Parse(WithField(f, e, {7}), &v), ParseStatus::kBadField) << "op 7";
   EXPECT_EQ(Parse(WithField(f, e + 1, {8}), &v), ParseStatus::kBadField) << "unknown flag";
   EXPECT_EQ(Parse(WithField(f, e + 1, {kRmaFlagCopied}), &v), ParseStatus::kBadField)
       << "COPIED only on a pull's READ_REQ";
@@ -368,6 +368,57 @@ TEST(WireTest, RmaFieldsOutOfRangeAreRejected) {
   const std::vector<uint8_t> g = RmaFrame(resp, 0);
   EXPECT_EQ(Parse(WithField(g, e + 2, {kMaxRmaStatus + 1}), &v), ParseStatus::kBadField);
   EXPECT_EQ(Parse(WithField(g, e + 2, {kMaxRmaStatus}), &v), ParseStatus::kOk);
+}
+
+// ATOMIC and ATOMIC_RESP: op, datatype and count packed in data, one packet
+// whose payload is exactly the operands (and compare operands), or the
+// fetched values of a successful fetching answer.
+TEST(WireTest, AtomicFieldsRoundTripAndAreChecked) {
+  RmaFields a;
+  a.op = RmaOp::kAtomic;
+  a.flags = kRmaFlagFetch;
+  a.rma_id = 3;
+  a.key = 0x42;
+  a.total_length = 16;
+  a.atomic = {.op = AtomicOp::kCswap, .type = AtomicType::kUint32, .count = 4};
+  View v;
+  ASSERT_EQ(Parse(RmaFrame(a, 32), &v), ParseStatus::kOk);  // operands and compare operands
+  EXPECT_EQ(v.rma.atomic.op, AtomicOp::kCswap);
+  EXPECT_EQ(v.rma.atomic.type, AtomicType::kUint32);
+  EXPECT_EQ(v.rma.atomic.count, 4u);
+  EXPECT_EQ(Parse(RmaFrame(a, 16), &v), ParseStatus::kBadField) << "compare operands missing";
+  a.flags = 0;
+  EXPECT_EQ(Parse(RmaFrame(a, 32), &v), ParseStatus::kBadField) << "a compare always fetches";
+  a.atomic = {.op = AtomicOp::kSum, .type = AtomicType::kUint32, .count = 5};
+  EXPECT_EQ(Parse(RmaFrame(a, 16), &v), ParseStatus::kBadField) << "count disagrees with length";
+  a.atomic = {.op = AtomicOp::kRead, .type = AtomicType::kUint64, .count = 2};
+  a.flags = kRmaFlagFetch;
+  EXPECT_EQ(Parse(RmaFrame(a, 0), &v), ParseStatus::kOk) << "READ has no operands";
+  a.total_length = 512;
+  a.atomic = {.op = AtomicOp::kSum, .type = AtomicType::kUint64, .count = 64};
+  EXPECT_EQ(Parse(RmaFrame(a, 512), &v), ParseStatus::kBadField) << "above kMaxAtomicBytes";
+  const std::vector<uint8_t> f = [&] {
+    RmaFields b = a;
+    b.total_length = 8;
+    b.atomic.count = 1;
+    return RmaFrame(b, 8);
+  }();
+  ASSERT_EQ(Parse(f, &v), ParseStatus::kOk);
+  const size_t data = kExtOffset + 40;
+  EXPECT_EQ(Parse(WithField(f, data, {0, 0, 0, 1}), &v), ParseStatus::kBadField) << "high bits";
+  EXPECT_EQ(Parse(WithField(f, data + 7, {19}), &v), ParseStatus::kBadField) << "op 19";
+  EXPECT_EQ(Parse(WithField(f, data + 6, {16}), &v), ParseStatus::kBadField) << "type 16";
+  EXPECT_EQ(Parse(WithField(f, data + 4, {0, 0}), &v), ParseStatus::kBadField) << "count 0";
+  RmaFields r;
+  r.op = RmaOp::kAtomicResp;
+  r.flags = kRmaFlagFetch;
+  r.total_length = 8;
+  r.atomic = {.op = AtomicOp::kSum, .type = AtomicType::kInt64, .count = 1};
+  EXPECT_EQ(Parse(RmaFrame(r, 8), &v), ParseStatus::kOk) << "fetched values";
+  EXPECT_EQ(Parse(RmaFrame(r, 4), &v), ParseStatus::kBadField) << "part of them";
+  r.status = RmaStatus::kNoAtomic;
+  EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kOk) << "a refusal";
+  EXPECT_EQ(Parse(RmaFrame(r, 8), &v), ParseStatus::kBadField) << "a refusal fetches nothing";
 }
 
 // A request to send with an InPlaceOffer: 24 bytes after the header that

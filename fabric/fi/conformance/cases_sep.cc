@@ -2,7 +2,10 @@
 // fi_rx_addr: fi_getinfo's context counts, contexts that bind their own
 // CQs and share their scalable endpoint's AV, named receive contexts, the
 // index range, closing order.
+#include <rdma/fi_atomic.h>
+
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "fabric/fi/conformance/conformance.h"
@@ -143,6 +146,42 @@ CONFORMANCE_CASE(sep_context_index_range, kShm) {
   const int rx_ret = fi_rx_context(sep, static_cast<int>(info->ep_attr->rx_ctx_cnt), nullptr, &ctx, nullptr);
   if (rx_ret == 0) c.Own(&ctx->fid);
   CHECK(rx_ret != 0, "fi_rx_context with index rx_ctx_cnt succeeded");
+}
+
+// fi_atomic(3) through transmit contexts: each context's fi_atomic and
+// fi_fetch_atomic reach a plain endpoint's region and complete in that
+// context's CQ; a receive context takes no atomic.
+CONFORMANCE_CASE(sep_atomics, kShm) {
+  Sep a = OpenSep(c, SepHints(c, FI_MSG | FI_RMA | FI_ATOMIC));
+  fi_info* plain = c.Info(c.Hints(FI_MSG | FI_RMA | FI_ATOMIC));
+  fid_domain* db = c.Domain(c.Fabric(plain), plain);
+  Ep b = c.OpenEp(db, plain);
+  uint64_t* region = reinterpret_cast<uint64_t*>(c.Buf(sizeof(uint64_t)));
+  fid_mr* mr = nullptr;
+  CHECK_RET(fi_mr_reg(db, region, sizeof(uint64_t), FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 191, 0,
+                      &mr, nullptr),
+            0);
+  c.Own(&mr->fid);
+  const fi_addr_t to_b = c.Insert(a.av, b.name);
+  const uint64_t addr = RmaAddr(plain, region), key = fi_mr_key(mr), one = 1;
+  for (size_t i = 0; i < kContexts; ++i) {
+    uint64_t old = 99;
+    c.Post("fi_atomic", [&] {
+      return fi_atomic(a.tx[i], &one, 1, nullptr, to_b, addr, key, FI_UINT64, FI_SUM, nullptr);
+    });
+    c.Post("fi_fetch_atomic", [&] {
+      return fi_fetch_atomic(a.tx[i], &one, 1, nullptr, &old, nullptr, to_b, addr, key, FI_UINT64,
+                             FI_SUM, nullptr);
+    });
+    for (int k = 0; k < 2; ++k) {
+      const Completion done = c.Wait(a.txcq[i], "an atomic of transmit context " + std::to_string(i));
+      CHECK(!done.error && (done.entry.flags & FI_ATOMIC), "an atomic of transmit context " << i << " failed");
+    }
+    CHECK(old == 2 * i + 1, "transmit context " << i << " fetched " << old);
+  }
+  CHECK(*region == 2 * kContexts, "the target reads " << *region);
+  CHECK_RET(fi_atomic(a.rx[0], &one, 1, nullptr, to_b, addr, key, FI_UINT64, FI_SUM, nullptr),
+            -FI_EOPNOTSUPP);
 }
 
 }  // namespace

@@ -38,15 +38,6 @@ struct RmaCntrs {
   fid_mr* mr = nullptr;
 };
 
-fid_ep* OpenWithCntrs(Ctx& c, fid_domain* d, fi_info* i,
-                      const std::vector<std::pair<fid_cntr*, uint64_t>>& binds) {
-  fid_ep* ep = nullptr;
-  CHECK_RET(fi_endpoint(d, i, &ep, nullptr), 0);
-  c.Own(&ep->fid);
-  for (const auto& [cntr, flags] : binds) CHECK_RET(fi_ep_bind(ep, &cntr->fid, flags), 0);
-  return ep;
-}
-
 fi_info* RmaEventInfo(Ctx& c, uint64_t extra_mr_mode = 0) {
   fi_info* h = c.Hints(FI_MSG | FI_RMA | FI_RMA_EVENT);
   h->domain_attr->mr_mode |= extra_mr_mode;

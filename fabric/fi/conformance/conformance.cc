@@ -310,6 +310,15 @@ std::string ReadMsg(int fd, const char* what) {
   return m;
 }
 
+fid_ep* OpenWithCntrs(Ctx& c, fid_domain* d, fi_info* i,
+                      const std::vector<std::pair<fid_cntr*, uint64_t>>& binds) {
+  fid_ep* ep = nullptr;
+  CHECK_RET(fi_endpoint(d, i, &ep, nullptr), 0);
+  c.Own(&ep->fid);
+  for (const auto& [cntr, flags] : binds) CHECK_RET(fi_ep_bind(ep, &cntr->fid, flags), 0);
+  return ep;
+}
+
 uint64_t RmaAddr(const fi_info* info, const void* buf) {
   return (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0 ? reinterpret_cast<uintptr_t>(buf) : 0;
 }

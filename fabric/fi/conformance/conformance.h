@@ -20,6 +20,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bypass::fi::conformance {
@@ -182,6 +183,12 @@ void SetVerdictFd(int fd);
 // read waits at most kHangSeconds.
 void WriteMsg(int fd, const std::string& m);
 std::string ReadMsg(int fd, const char* what);
+
+// An endpoint opened on d (owned by the case) with each counter bound with
+// its flags (FI_WRITE, FI_REMOTE_READ, ...), not yet enabled: pass it to
+// OpenEp as EpOpts::opened.
+fid_ep* OpenWithCntrs(Ctx& c, fid_domain* d, fi_info* i,
+                      const std::vector<std::pair<fid_cntr*, uint64_t>>& binds);
 
 // The RMA address of `buf` in `mr` under the domain's mr_mode.
 uint64_t RmaAddr(const fi_info* info, const void* buf);

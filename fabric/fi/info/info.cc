@@ -55,7 +55,16 @@ constexpr uint64_t kTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 constexpr uint64_t kRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
 // The engine delivers each peer's messages once, in the order sent. RMA
 // ordering is not promised (the engine's RMA is newer than this contract).
-constexpr uint64_t kRdmMsgOrder = FI_ORDER_SAS;
+// A peer's atomics execute at the target once each, in the order posted,
+// their fetched values read as they execute: every atomic order holds.
+constexpr uint64_t kRdmMsgOrder = FI_ORDER_SAS | FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
+                                  FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW;
+// Data ordering (fi_endpoint(3), max_order_*_size) for RDM: a read or
+// write (RMA or atomic) after a write to the same peer sees it, at any size;
+// promised up to an atomic's size. Not write-after-read: an RMA read's
+// answer is built from the region as it is sent, and resent from it if lost,
+// so a later write can change what it returns (0).
+constexpr size_t kRdmMaxOrderSize = rdm::kMaxAtomicBytes;
 // The mr_mode bits a hint may offer that the facade then uses.
 // FI_MR_RMA_EVENT: regions registered with FI_RMA_EVENT start disabled,
 // take their counters (fi_mr_bind) and are enabled by fi_mr_enable (mr.cc).
@@ -365,6 +374,7 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
       (d.caps & FI_TAGGED) == 0 ? 0 : type == FI_EP_MSG ? kMsgTagFormat : kDefaultTagFormat;
   ep->tx_ctx_cnt = 1;
   ep->rx_ctx_cnt = 1;
+  if (type == FI_EP_RDM) ep->max_order_raw_size = ep->max_order_waw_size = kRdmMaxOrderSize;
 
   fi_domain_attr* dom = info->domain_attr;
   dom->name = strdup(o.name.c_str());

@@ -36,7 +36,7 @@ inline constexpr size_t kCqDataSize = sizeof(uint64_t);
 // The capabilities of each endpoint type (primary and secondary) the
 // facade can offer, before a device and hints narrow them.
 // FI_LOCAL_COMM / FI_REMOTE_COMM come from the device (see DomainOffer).
-inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_RECV | FI_READ |
+inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV | FI_READ |
                                      FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
                                      FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT |
                                      FI_SHARED_AV | FI_NAMED_RX_CTX | FI_TRIGGER;

@@ -132,11 +132,15 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_EQ(rdm->ep_attr->protocol_version, uint32_t{bypass::rdm::kWireVersion});
   EXPECT_EQ(rdm->ep_attr->max_msg_size, limits.max_msg_size);
   EXPECT_EQ(rdm->ep_attr->msg_prefix_size, 0u);
-  EXPECT_EQ(rdm->ep_attr->max_order_raw_size, 0u);
+  EXPECT_EQ(rdm->ep_attr->max_order_raw_size, size_t{bypass::rdm::kMaxAtomicBytes});
+  EXPECT_EQ(rdm->ep_attr->max_order_waw_size, size_t{bypass::rdm::kMaxAtomicBytes});
+  EXPECT_EQ(rdm->ep_attr->max_order_war_size, 0u);
   EXPECT_EQ(rdm->ep_attr->mem_tag_format, kDefaultTagFormat);
   EXPECT_EQ(rdm->ep_attr->tx_ctx_cnt, 1u);
-  EXPECT_EQ(rdm->tx_attr->msg_order, FI_ORDER_SAS);
-  EXPECT_EQ(rdm->rx_attr->msg_order, FI_ORDER_SAS);
+  constexpr uint64_t kOrder = FI_ORDER_SAS | FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
+                              FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW;
+  EXPECT_EQ(rdm->tx_attr->msg_order, kOrder);
+  EXPECT_EQ(rdm->rx_attr->msg_order, kOrder);
   EXPECT_EQ(rdm->tx_attr->comp_order, FI_ORDER_NONE);
   EXPECT_EQ(rdm->tx_attr->inject_size, limits.inject_size);
   EXPECT_EQ(rdm->tx_attr->size, limits.max_send_ops);
@@ -238,7 +242,10 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   hints_->caps = FI_RMA | FI_MSG | FI_LOCAL_COMM | FI_REMOTE_COMM;
   ExpectEntries(1);
   EXPECT_EQ(result_->tx_attr->rma_iov_limit, 1u);
-  hints_->caps = FI_ATOMIC;
+  hints_->caps = FI_ATOMIC | FI_READ | FI_WRITE;  // RDM only
+  ExpectEntries(1);
+  EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
+  hints_->caps = FI_COLLECTIVE;
   ExpectNoMatch("caps");
   hints_->caps = FI_MSG | FI_FENCE;
   ExpectNoMatch("caps");
@@ -638,7 +645,7 @@ TEST_F(InfoTest, EndpointAttributes) {
   e->msg_prefix_size = 0;
   for (size_t fi_ep_attr::*f : {&fi_ep_attr::max_order_raw_size, &fi_ep_attr::max_order_war_size,
                                 &fi_ep_attr::max_order_waw_size}) {
-    e->*f = 64;
+    e->*f = size_t{bypass::rdm::kMaxAtomicBytes} + 1;
     ExpectNoMatch("max_order_");
     e->*f = 0;
   }
@@ -667,7 +674,7 @@ TEST_F(InfoTest, TransmitAttributes) {
   t->iov_limit = 1;
   ExpectEntries(1);  // SAS: RDM only
   EXPECT_EQ(result_->tx_attr->op_flags, FI_TRANSMIT_COMPLETE | FI_COMPLETION);
-  EXPECT_EQ(result_->tx_attr->msg_order, FI_ORDER_SAS);
+  EXPECT_EQ(result_->tx_attr->msg_order & FI_ORDER_SAS, FI_ORDER_SAS);
   t->msg_order = FI_ORDER_NONE;
   ExpectEntries(2);
   t->op_flags = FI_REMOTE_CQ_DATA | FI_INJECT;
@@ -697,7 +704,7 @@ TEST_F(InfoTest, TransmitAttributes) {
   t->rma_iov_limit = 2;
   ExpectNoMatch("rma_iov_limit");
   t->rma_iov_limit = 0;
-  t->caps = FI_ATOMIC;
+  t->caps = FI_COLLECTIVE;
   ExpectNoMatch("tx caps");
 }
 
@@ -969,7 +976,7 @@ TEST_F(InfoTest, MismatchesAreLogged) {
   std::vector<std::string> logged;
   g_logged = &logged;
   SetMismatchLog([](const char* line) { g_logged->push_back(line); });
-  hints_->caps = FI_ATOMIC;
+  hints_->caps = FI_COLLECTIVE;
   ExpectNoMatch("caps");
   SetMismatchLog(nullptr);
   g_logged = nullptr;
