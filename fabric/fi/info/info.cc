@@ -149,6 +149,11 @@ Defaults DefaultsFor(const DomainOffer& o, fi_ep_type type) {
     d.total_buffered_recv = o.limits.unexpected_bytes;
     d.cq_data_size = kCqDataSize;
     d.msg_order = kRdmMsgOrder;
+    // Atomic orders only where atomics are (not on FI_EP_MSG yet).
+    if ((d.caps & FI_ATOMIC) == 0) {
+      d.msg_order &= ~static_cast<uint64_t>(FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
+                                            FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW);
+    }
     d.protocol = kProtoBypassRdm;
     d.protocol_version = rdm::kWireVersion;
   } else {
