@@ -13,6 +13,7 @@
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
+#include "fabric/fi/msg_ep.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
@@ -132,7 +133,6 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
   }
   if (alias->side == Ep::kRx) return -FI_EOPNOTSUPP;  // a receive context
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no atomics on datagrams
-  if (ep->type != FI_EP_RDM) return -FI_EOPNOTSUPP;  // FI_EP_MSG: not offered (yet)
   size_t max = 0;
   if (ValidCount(ep->domain, a.form, a.datatype, a.op, &max) != 0) {
     return Refuse(-FI_EOPNOTSUPP, "this (op, datatype) pair is not offered for this call");
@@ -156,8 +156,10 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
 
   DomainGuard g(*ep->lock);
   rdm::AtomicRequest r;
-  if (!FindPeer(ep, a.dest, &r.dest)) return -FI_EINVAL;
-  if (TakeLateError(ep, a.dest)) return -FI_EIO;
+  fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
+  if (int ret = MsgDest(ep, &dest); ret != 0) return ret;
+  if (!FindPeer(ep, dest, &r.dest)) return -FI_EINVAL;
+  if (TakeLateError(ep, dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   uint8_t operands[rdm::kMaxAtomicBytes];
   uint8_t compares[rdm::kMaxAtomicBytes];
@@ -303,7 +305,7 @@ template <Form F>
 int Valid(fid_ep* fep, fi_datatype dt, fi_op op, size_t* count) {
   Ep* ep = AsEp(fep);
   if (ep == nullptr) return BadFid(fep, FI_CLASS_EP);
-  if (ep->base->type != FI_EP_RDM) return -FI_EOPNOTSUPP;
+  if (ep->base->type == FI_EP_DGRAM) return -FI_EOPNOTSUPP;
   return ValidCount(ep->base->domain, F, dt, op, count);
 }
 

@@ -6,6 +6,7 @@
 // fi_cq_read. Loopback devices in one process; the killed peer is a forked
 // child on the intra-host device.
 #include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -406,6 +407,22 @@ TEST_F(MsgTest, DataOperations) {
   Complete(server.cq, client.cq, &e);
   EXPECT_EQ(e.data, 42u);
   EXPECT_TRUE(e.flags & FI_REMOTE_WRITE);
+  // Atomics over the connection: an add, then a fetching add.
+  region[3] = 10;
+  uint64_t add = 5, old = 0;
+  ASSERT_EQ(fi_atomic(client.ep, &add, 1, nullptr, 0, base + 24, key, FI_UINT64, FI_SUM, &add), 0);
+  Complete(client.cq, server.cq, &e);
+  EXPECT_TRUE(e.flags & FI_ATOMIC);
+  EXPECT_EQ(region[3], 15u);
+  ASSERT_EQ(fi_fetch_atomic(client.ep, &add, 1, nullptr, &old, nullptr, 0, base + 24, key,
+                            FI_UINT64, FI_SUM, &old),
+            0);
+  Complete(client.cq, server.cq, &e);
+  EXPECT_EQ(old, 15u);
+  EXPECT_EQ(region[3], 20u);
+  size_t count = 0;
+  EXPECT_EQ(fi_atomicvalid(client.ep, FI_UINT64, FI_SUM, &count), 0);
+  EXPECT_GT(count, 0u);
   Disconnect(&client, &server);
   EXPECT_EQ(fi_close(&mr->fid), 0);
 }

@@ -4,6 +4,7 @@
 // data calls over a connection. The reference is libfabric's tcp, whose
 // native endpoint type FI_EP_MSG is.
 #include <netinet/in.h>
+#include <rdma/fi_atomic.h>
 
 #include <cstring>
 #include <string>
@@ -226,6 +227,32 @@ CONFORMANCE_CASE(msg_rma_write_read, kTcpMsg) {
   c.Post("fi_read", [&] { return fi_read(m.client.ep, in, 1, nullptr, 0, addr + 8, fi_mr_key(mr), in); });
   Completion r = c.Wait(m.client.cq, "the read");
   CHECK(!r.error && in[0] == 'r', "the read");
+}
+
+// fi_atomic(3) over a connection: the destination argument is ignored (the
+// connected peer's region is the target); a fetching add answers the old
+// value.
+CONFORMANCE_CASE(msg_atomic_fetch_add, kTcpMsg) {
+  Cm m = Connected(c, FI_MSG | FI_ATOMIC);
+  auto* region = reinterpret_cast<uint64_t*>(c.Buf(16));
+  region[0] = 40;
+  fid_mr* mr = nullptr;
+  CHECK_RET(fi_mr_reg(m.server.domain, region, 16, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0, &mr,
+                      nullptr),
+            0);
+  c.Own(&mr->fid);
+  const uint64_t addr = RmaAddr(m.info, region);
+  auto* add = reinterpret_cast<uint64_t*>(c.Buf(8));
+  auto* old = reinterpret_cast<uint64_t*>(c.Buf(8));
+  *add = 2;
+  c.Post("fi_fetch_atomic", [&] {
+    return fi_fetch_atomic(m.client.ep, add, 1, nullptr, old, nullptr, 0, addr, fi_mr_key(mr),
+                           FI_UINT64, FI_SUM, old);
+  });
+  Completion a = c.Wait(m.client.cq, "the fetching add");
+  CHECK(!a.error, "the atomic failed: " << Err(-a.err.err));
+  CHECK(*old == 40, "fetched " << *old << ", want 40");
+  CHECK(region[0] == 42, "the region holds " << region[0] << ", want 42");
 }
 
 }  // namespace

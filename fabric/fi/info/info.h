@@ -48,9 +48,9 @@ inline constexpr uint64_t kDgramCaps = FI_MSG | FI_SEND | FI_RECV | FI_SOURCE | 
 // FI_EP_MSG (fabric/fi/msg_ep.h): an RDM endpoint with one peer, the
 // connection's, and no AV: no FI_SOURCE, FI_DIRECTED_RECV or FI_SHARED_AV.
 // Offered wherever FI_EP_RDM is.
-inline constexpr uint64_t kMsgCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_RECV | FI_READ |
-                                     FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_MULTI_RECV |
-                                     FI_RMA_EVENT;
+inline constexpr uint64_t kMsgCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV |
+                                     FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
+                                     FI_MULTI_RECV | FI_RMA_EVENT;
 // Tags of FI_EP_MSG are 63 bits: the top one marks the connection
 // manager's messages (fabric/fi/cm.h).
 inline constexpr uint64_t kMsgTagFormat = 0x2AAAAAAAAAAAAAAAull;
