@@ -78,6 +78,17 @@ out=$("$pp" --layer=fi --provider=tcp --local --iters=500 --warmup=10 --json 2>"
 echo "$out"
 echo "$out" | grep -q '"provider":"tcp"' || fail "tcp: no provider in the JSON"
 
+# Connected endpoints (--ep=msg, FI_EP_MSG through fi_connect/fi_accept)
+# over tcp; shm has none: one line naming the endpoint type; a bad --ep.
+out=$("$pp" --layer=fi --provider=tcp --ep=msg --local --iters=500 --warmup=10 --json 2>"$err") \
+  || fail "tcp --ep=msg run: $(cat "$err")"
+echo "$out"
+echo "$out" | grep -q '"fi_ep":"msg"' || fail "tcp --ep=msg: the JSON does not say fi_ep msg"
+out=$("$pp" --layer=fi --provider=shm --ep=msg --local --iters=10 2>&1) && fail "shm --ep=msg was accepted"
+echo "$out" | grep -q "FI_EP_MSG" || fail "the error does not name FI_EP_MSG: $out"
+out=$("$pp" --layer=fi --ep=dgram --local --iters=10 2>&1) && fail "--ep=dgram was accepted"
+[ "$(echo "$out" | wc -l)" -eq 1 ] || fail "not one line: $out"
+
 # --server and --connect: the address over a TCP socket, as fi_pingpong does.
 port=$((20000 + $$ % 20000))
 "$pp" --layer=fi --provider=shm --server --oob_port="$port" --link_timeout_ms=20000 2>"$tmp/server.err" &
@@ -100,6 +111,15 @@ real=$(readlink -f "$pp")
 if [ -e "$TEST_SRCDIR/bypass/fabric/fi/libbypass-fi.so" ] || [ -e "$(dirname "$real")/../../fabric/fi/libbypass-fi.so" ]; then
   out=$(env -u FI_PROVIDER_PATH "$pp" --layer=fi --local --iters=500 --warmup=10 --json 2>&1) || fail "bypass provider: $out"
   echo "$out" | grep -q '"provider":"bypass"' || fail "bypass: no provider in the JSON: $out"
+  # Connected, latency and rate (every message arrives).
+  out=$(env -u FI_PROVIDER_PATH "$pp" --layer=fi --ep=msg --local --iters=500 --warmup=10 --json 2>&1) \
+    || fail "bypass --ep=msg: $out"
+  echo "$out"
+  echo "$out" | grep -q '"fi_ep":"msg"' || fail "bypass --ep=msg: the JSON does not say fi_ep msg: $out"
+  out=$(env -u FI_PROVIDER_PATH "$pp" --layer=fi --ep=msg --tagged --local --mode=rate --window=16 \
+        --iters=5000 --warmup=100 --json 2>&1) || fail "bypass --ep=msg rate: $out"
+  json=$(echo "$out" | grep '^{')
+  [ "$(num "$json" received)" -eq 5000 ] || fail "bypass --ep=msg rate: not every message arrived: $out"
 else
   out=$(env -u FI_PROVIDER_PATH "$pp" --layer=fi --local --iters=10 2>&1) && fail "the bypass provider ran without its library"
   [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "not one line: $out"

@@ -7,6 +7,7 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 #include <stdlib.h>
@@ -60,6 +61,8 @@ struct FiEndpoint {
   fid_domain* domain = nullptr;
   fid_cq* cq = nullptr;
   fid_av* av = nullptr;
+  fid_eq* eq = nullptr;    // FI_EP_MSG: connection events
+  fid_pep* pep = nullptr;  // FI_EP_MSG server: the passive endpoint, until accepted
   fid_ep* ep = nullptr;
   fid_mr* mr = nullptr;
   void* desc = nullptr;
@@ -72,6 +75,8 @@ struct FiEndpoint {
   FiEndpoint& operator=(const FiEndpoint&) = delete;
   ~FiEndpoint() {
     if (ep != nullptr) fi_close(&ep->fid);
+    if (pep != nullptr) fi_close(&pep->fid);
+    if (eq != nullptr) fi_close(&eq->fid);
     if (mr != nullptr) fi_close(&mr->fid);
     if (av != nullptr) fi_close(&av->fid);
     if (cq != nullptr) fi_close(&cq->fid);
@@ -114,6 +119,80 @@ struct FiEndpoint {
     return a;
   }
   uint64_t max_msg_size() const { return info->ep_attr->max_msg_size; }
+
+  // The endpoint from `with` (the domain's entry, or a connection
+  // request's), bound and enabled: to the AV for FI_EP_RDM, to the EQ for
+  // FI_EP_MSG.
+  absl::Status Open(fi_info* with) {
+    int ret = fi_endpoint(domain, with, &ep, nullptr);
+    if (ret != 0) return FiError("fi_endpoint", ret);
+    ret = av != nullptr ? fi_ep_bind(ep, &av->fid, 0) : fi_ep_bind(ep, &eq->fid, 0);
+    if (ret != 0) return FiError(av != nullptr ? "fi_ep_bind (av)" : "fi_ep_bind (eq)", ret);
+    ret = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV);
+    if (ret != 0) return FiError("fi_ep_bind (cq)", ret);
+    ret = fi_enable(ep);
+    if (ret != 0) return FiError("fi_enable", ret);
+    return absl::OkStatus();
+  }
+
+  // The next connection event, progressing through fi_eq_read; its
+  // fi_info (FI_CONNREQ) goes to *req.
+  absl::StatusOr<uint32_t> NextEvent(uint32_t timeout_ms, fi_info** req = nullptr) {
+    const uint64_t deadline = NowNs() + uint64_t{timeout_ms} * 1'000'000;
+    for (;;) {
+      uint32_t event = 0;
+      fi_eq_cm_entry entry{};
+      const ssize_t n = fi_eq_read(eq, &event, &entry, sizeof(entry), 0);
+      if (n >= 0) {
+        if (req != nullptr) *req = entry.info;
+        else if (entry.info != nullptr) Fi().freeinfo(entry.info);
+        return event;
+      }
+      if (n == -FI_EAVAIL) {
+        fi_eq_err_entry err{};
+        fi_eq_readerr(eq, &err, 0);
+        return absl::UnavailableError(
+            absl::StrCat("the connection failed: ", Fi().strerror(err.err)));
+      }
+      if (n != -FI_EAGAIN) return FiError("fi_eq_read", n);
+      if (cq != nullptr) fi_cq_read(cq, nullptr, 0);  // progress the endpoint too
+      if (NowNs() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("no connection event within ", timeout_ms / 1000, " s"));
+      }
+    }
+  }
+
+  // FI_EP_MSG server: waits for the first connection request and opens
+  // its endpoint (Accept then accepts it).
+  absl::Status TakeRequest() {
+    fi_info* req = nullptr;
+    absl::StatusOr<uint32_t> ev = NextEvent(UINT32_MAX / 2, &req);
+    if (!ev.ok()) return ev.status();
+    if (*ev != FI_CONNREQ) return absl::InternalError("a connection event other than FI_CONNREQ");
+    absl::Status s = Open(req);
+    Fi().freeinfo(req);
+    return s;
+  }
+  absl::Status Accept(uint32_t timeout_ms) {
+    const int ret = fi_accept(ep, nullptr, 0);
+    if (ret != 0) return FiError("fi_accept", ret);
+    return Connected(timeout_ms);
+  }
+
+  // FI_EP_MSG client: connects to the server's passive endpoint.
+  absl::Status Connect(const std::vector<uint8_t>& server, uint32_t timeout_ms) {
+    const int ret = fi_connect(ep, server.data(), nullptr, 0);
+    if (ret != 0) return FiError("fi_connect", ret);
+    return Connected(timeout_ms);
+  }
+
+  absl::Status Connected(uint32_t timeout_ms) {
+    absl::StatusOr<uint32_t> ev = NextEvent(timeout_ms);
+    if (!ev.ok()) return ev.status();
+    if (*ev != FI_CONNECTED) return absl::InternalError("a connection event other than FI_CONNECTED");
+    return absl::OkStatus();
+  }
 };
 
 // fi_getinfo for an FI_EP_RDM endpoint of o.provider with what the tools
@@ -121,7 +200,7 @@ struct FiEndpoint {
 absl::StatusOr<fi_info*> GetInfo(const FiPingOptions& o) {
   fi_info* hints = Fi().dupinfo(nullptr);
   if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo failed");
-  hints->ep_attr->type = FI_EP_RDM;
+  hints->ep_attr->type = o.connected ? FI_EP_MSG : FI_EP_RDM;
   hints->caps = o.tagged ? FI_TAGGED : FI_MSG;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
@@ -136,10 +215,11 @@ absl::StatusOr<fi_info*> GetInfo(const FiPingOptions& o) {
   const int r = Fi().getinfo(FI_VERSION(1, 17), node, nullptr, node != nullptr ? FI_SOURCE : 0, hints, &info);
   Fi().freeinfo(hints);
   if (r == -FI_ENODATA) {
+    const char* type = o.connected ? "FI_EP_MSG" : "FI_EP_RDM";
     return absl::NotFoundError(absl::StrCat(
-        "libfabric has no provider '", o.provider, "' with an FI_EP_RDM endpoint for ",
-        o.tagged ? "FI_TAGGED" : "FI_MSG",
-        " and manual progress (see fi_info -p ", o.provider, " -t FI_EP_RDM)"));
+        "libfabric has no provider '", o.provider, "' with an ", type, " endpoint for ",
+        o.tagged ? "FI_TAGGED" : "FI_MSG", " and manual progress (see fi_info -p ", o.provider,
+        " -t ", type, ")"));
   }
   if (r != 0) return FiError("fi_getinfo", r);
   return info;
@@ -155,8 +235,10 @@ void ApplyDevices(const FiPingOptions& o) {
   }
 }
 
+// server: an FI_EP_MSG server opens a passive endpoint (its endpoint comes
+// with the connection request, Accept); otherwise the endpoint.
 absl::StatusOr<std::unique_ptr<FiEndpoint>> OpenEndpoint(const FiPingOptions& o, Region& region,
-                                                         size_t cq_size) {
+                                                         size_t cq_size, bool server) {
   if (absl::Status s = PrepareProvider(o.provider); !s.ok()) return s;
   ApplyDevices(o);
   auto e = std::make_unique<FiEndpoint>();
@@ -168,6 +250,24 @@ absl::StatusOr<std::unique_ptr<FiEndpoint>> OpenEndpoint(const FiPingOptions& o,
   fi_info* info = e->info;
   int ret = Fi().fabric(info->fabric_attr, &e->fabric, nullptr);
   if (ret != 0) return FiError("fi_fabric", ret);
+  if (o.connected) {
+    fi_eq_attr eq_attr{};
+    eq_attr.wait_obj = FI_WAIT_UNSPEC;
+    ret = fi_eq_open(e->fabric, &eq_attr, &e->eq, nullptr);
+    if (ret != 0) return FiError("fi_eq_open", ret);
+  }
+  if (o.connected && server) {
+    // A passive endpoint, whose name the client connects to. It listens
+    // before this process opens its domain: on a device with one queue
+    // (memif) the listener's domain (thread-safe) opens it first, and the
+    // FI_THREAD_DOMAIN domain below shares it.
+    ret = fi_passive_ep(e->fabric, info, &e->pep, nullptr);
+    if (ret != 0) return FiError("fi_passive_ep", ret);
+    ret = fi_pep_bind(e->pep, &e->eq->fid, 0);
+    if (ret != 0) return FiError("fi_pep_bind", ret);
+    ret = fi_listen(e->pep);
+    if (ret != 0) return FiError("fi_listen", ret);
+  }
   ret = fi_domain(e->fabric, info, &e->domain, nullptr);
   if (ret != 0) return FiError("fi_domain", ret);
   fi_cq_attr cq_attr{};
@@ -176,34 +276,33 @@ absl::StatusOr<std::unique_ptr<FiEndpoint>> OpenEndpoint(const FiPingOptions& o,
   cq_attr.wait_obj = FI_WAIT_NONE;  // busy-polled
   ret = fi_cq_open(e->domain, &cq_attr, &e->cq, nullptr);
   if (ret != 0) return FiError("fi_cq_open", ret);
-  fi_av_attr av_attr{};
-  av_attr.type = info->domain_attr->av_type == FI_AV_UNSPEC ? FI_AV_TABLE : info->domain_attr->av_type;
-  av_attr.count = 4;
-  ret = fi_av_open(e->domain, &av_attr, &e->av, nullptr);
-  if (ret != 0) return FiError("fi_av_open", ret);
-  ret = fi_endpoint(e->domain, info, &e->ep, nullptr);
-  if (ret != 0) return FiError("fi_endpoint", ret);
-  ret = fi_ep_bind(e->ep, &e->av->fid, 0);
-  if (ret != 0) return FiError("fi_ep_bind (av)", ret);
-  ret = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV);
-  if (ret != 0) return FiError("fi_ep_bind (cq)", ret);
-  ret = fi_enable(e->ep);
-  if (ret != 0) return FiError("fi_enable", ret);
+  if (!o.connected) {
+    fi_av_attr av_attr{};
+    av_attr.type =
+        info->domain_attr->av_type == FI_AV_UNSPEC ? FI_AV_TABLE : info->domain_attr->av_type;
+    av_attr.count = 4;
+    ret = fi_av_open(e->domain, &av_attr, &e->av, nullptr);
+    if (ret != 0) return FiError("fi_av_open", ret);
+  }
   if ((info->domain_attr->mr_mode & FI_MR_LOCAL) != 0) {
     ret = fi_mr_reg(e->domain, region.bytes.get(), region.len, FI_SEND | FI_RECV, 0, 0, 0, &e->mr,
                     nullptr);
     if (ret != 0) return FiError("fi_mr_reg", ret);
     e->desc = fi_mr_desc(e->mr);
   }
+  if (e->pep == nullptr) {  // a server of connections opens its endpoint per request
+    if (absl::Status s = e->Open(info); !s.ok()) return s;
+  }
+  fid* named = e->pep != nullptr ? &e->pep->fid : &e->ep->fid;
   size_t len = 0;
-  fi_getname(&e->ep->fid, nullptr, &len);
+  fi_getname(named, nullptr, &len);
   if (len == 0 || len > kMaxHelloAddrBytes) {
     return absl::InternalError(absl::StrCat("the endpoint's address is ", len,
                                             " bytes; the ping tools carry up to ",
                                             kMaxHelloAddrBytes));
   }
   e->name.resize(len);
-  ret = fi_getname(&e->ep->fid, e->name.data(), &len);
+  ret = fi_getname(named, e->name.data(), &len);
   if (ret != 0) return FiError("fi_getname", ret);
   e->name.resize(len);
   return e;
@@ -450,15 +549,25 @@ absl::Status RunFiServer(const PingOptions& opts, const FiPingOptions& fi) {
   Region region;  // outlives the endpoint, which registers it
   region.len = layout.region_bytes;
   region.bytes.reset(new uint8_t[region.len]);
-  auto ep_or = OpenEndpoint(fi, region, 2 * layout.slots + 64);
+  auto ep_or = OpenEndpoint(fi, region, 2 * layout.slots + 64, /*server=*/true);
   if (!ep_or.ok()) return ep_or.status();
   FiEndpoint& ep = **ep_or;
   if (layout.bytes > ep.max_msg_size()) {
     return absl::InvalidArgumentError(absl::StrCat(opts.MaxSize(), " B is over provider ", fi.provider,
                                                    "'s largest message (", ep.max_msg_size(), " B)"));
   }
-  FiLink link(ep, layout.slots, FI_ADDR_UNSPEC);
+  // A connected endpoint's destination is its peer: any fi_addr will do.
+  FiLink link(ep, layout.slots, fi.connected ? 0 : FI_ADDR_UNSPEC);
   SlotServer<FiLink> server(link, region.bytes.get(), layout);
+  if (fi.connected) {
+    // The passive endpoint's name out; the receives posted before the
+    // connection is accepted, so the client's first message finds them.
+    if (absl::Status s = PublishAddress(fi, ep.name); !s.ok()) return s;
+    if (absl::Status s = ep.TakeRequest(); !s.ok()) return s;
+    if (absl::Status s = server.Flush(); !s.ok()) return s;
+    if (absl::Status s = ep.Accept(fi.timeout_ms); !s.ok()) return s;
+    return Serve(server);
+  }
   // Post the receives before the client can learn the address.
   if (absl::Status s = server.Flush(); !s.ok()) return s;
   if (absl::Status s = PublishAddress(fi, ep.name); !s.ok()) return s;
@@ -470,13 +579,18 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
   Region region;  // outlives the endpoint, which registers it
   region.len = layout.region_bytes;
   region.bytes.reset(new uint8_t[region.len]);
-  auto ep_or = OpenEndpoint(fi, region, 2 * layout.slots + 64);
+  auto ep_or = OpenEndpoint(fi, region, 2 * layout.slots + 64, /*server=*/false);
   if (!ep_or.ok()) return ep_or.status();
   FiEndpoint& ep = **ep_or;
   auto server_name = FetchAddress(fi);
   if (!server_name.ok()) return server_name.status();
-  auto server = ep.Insert(server_name->data());
-  if (!server.ok()) return server.status();
+  absl::StatusOr<fi_addr_t> server = fi_addr_t{0};  // connected: the peer, whatever the address
+  if (fi.connected) {
+    if (absl::Status s = ep.Connect(*server_name, fi.timeout_ms); !s.ok()) return s;
+  } else {
+    server = ep.Insert(server_name->data());
+    if (!server.ok()) return server.status();
+  }
 
   RunResult result;
   result.layer = "fi";
@@ -488,10 +602,11 @@ absl::StatusOr<RunResult> RunFiClient(const PingOptions& opts, const FiPingOptio
   PingClient<SlotClient<FiLink>> client(transport);
   if (absl::Status s = client.Run(opts, &result); !s.ok()) return s;
   absl::StrAppend(&result.extra_json, ",\"fi_provider\":\"", JsonEscape(ep.info->fabric_attr->prov_name),
-                  "\",\"fi_api\":\"", ep.tagged ? "tagged" : "msg", "\"");
+                  "\",\"fi_api\":\"", ep.tagged ? "tagged" : "msg", "\",\"fi_ep\":\"",
+                  fi.connected ? "msg" : "rdm", "\"");
   absl::StrAppend(&result.extra_text, "libfabric   provider ", ep.info->fabric_attr->prov_name,
                   ", domain ", result.device, ", ", ep.tagged ? "fi_tsend/fi_trecv" : "fi_send/fi_recv",
-                  "\n");
+                  fi.connected ? ", connected (FI_EP_MSG)" : "", "\n");
   return result;
 }
 

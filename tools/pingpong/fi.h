@@ -1,5 +1,6 @@
 // The fi ping-pong: the same pings as the raw and rdm layers, through
-// libfabric's API (FI_EP_RDM, FI_MSG or FI_TAGGED, manual progress by
+// libfabric's API (FI_EP_RDM, or connected FI_EP_MSG with --ep=msg; FI_MSG
+// or FI_TAGGED, manual progress by
 // busy-polling fi_cq_read), over any provider: bypass's own
 // (libbypass-fi.so) or libfabric's shm and tcp for comparison.
 #ifndef BYPASS_TOOLS_PINGPONG_FI_H_
@@ -21,6 +22,10 @@ inline constexpr uint16_t kFiOobPort = 47002;  // the server hands out its addre
 struct FiPingOptions {
   std::string provider = "bypass";  // fabric_attr->prov_name ("tcp" matches "tcp;ofi_rxm")
   bool tagged = false;              // FI_TAGGED instead of FI_MSG
+  // FI_EP_MSG (fi_cm(3)): the server publishes a passive endpoint's name,
+  // the client fi_connects to it, the server accepts; then the same pings
+  // over the connection. Otherwise FI_EP_RDM.
+  bool connected = false;
   std::string node;                 // the local address to bind (fi_getinfo FI_SOURCE), if any
   std::string devices;              // bypass: FI_BYPASS_DEVICES for this process, if any
   // The server's fi_getname address reaches the client through a file (both

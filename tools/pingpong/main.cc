@@ -53,6 +53,9 @@ ABSL_FLAG(double, reorder, 0, "rdm: reorder this fraction of received packets");
 ABSL_FLAG(uint64_t, fault_seed, 1, "rdm: the seed of the injected faults");
 ABSL_FLAG(std::string, provider, "bypass", "fi: the libfabric provider (bypass, shm, tcp, ...)");
 ABSL_FLAG(bool, tagged, false, "fi: tagged messages (fi_tsend/fi_trecv) instead of fi_send/fi_recv");
+ABSL_FLAG(std::string, ep, "rdm",
+          "fi: the endpoint type, rdm (FI_EP_RDM) or msg (FI_EP_MSG: a connection through "
+          "fi_connect/fi_accept)");
 ABSL_FLAG(std::string, fi_node, "",
           "fi: the local address to bind (fi_getinfo with FI_SOURCE), e.g. this host's IPv4 for tcp");
 ABSL_FLAG(uint32_t, oob_port, bypass::tools::kFiOobPort,
@@ -129,6 +132,7 @@ LayerOptions LayerFromFlags() {
   l.rdm.fault_seed = absl::GetFlag(FLAGS_fault_seed);
   l.fi.provider = absl::GetFlag(FLAGS_provider);
   l.fi.tagged = absl::GetFlag(FLAGS_tagged);
+  l.fi.connected = absl::GetFlag(FLAGS_ep) == "msg";
   l.fi.node = absl::GetFlag(FLAGS_fi_node);
   l.fi.oob_port = static_cast<uint16_t>(absl::GetFlag(FLAGS_oob_port));
   l.fi.addr_file = absl::GetFlag(FLAGS_addr_file);
@@ -176,7 +180,7 @@ int main(int argc, char** argv) {
       "                                        each side receives; prints retransmit counters\n"
       "  pingpong --layer=rdm --server --device=URI [--ip=A]\n"
       "  pingpong --layer=rdm --device=URI --connect=MAC/A  (rdm needs the server's IPv4)\n"
-      "  pingpong --layer=fi --local [--provider=bypass|shm|tcp] [--tagged]\n"
+      "  pingpong --layer=fi --local [--provider=bypass|shm|tcp] [--tagged] [--ep=msg]\n"
       "  pingpong --layer=fi --server [--provider=P] [--fi_node=A] [--oob_port=N]\n"
       "  pingpong --layer=fi --connect=HOST[:PORT] [--provider=P]\n"
       "  pingpong ... --mode=rate [--window=N] [--duration_ms=T]   one-way message rate\n"
@@ -195,6 +199,12 @@ int main(int argc, char** argv) {
     if (absl::Status s = CheckGnuplot(); !s.ok()) return Fail(s);
   }
   LayerOptions l = LayerFromFlags();
+  if (const std::string ep = absl::GetFlag(FLAGS_ep); ep != "rdm" && ep != "msg") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--ep=", ep, ": rdm or msg")));
+  }
+  if (l.fi.connected && layer != "fi") {
+    return Fail(absl::InvalidArgumentError("--ep=msg is the fi layer's: add --layer=fi"));
+  }
   if (absl::Status s = SetPeer(absl::GetFlag(FLAGS_connect), &l, &*opts); !s.ok()) return Fail(s);
   if (layer == "fi") {
     if (absl::Status s = PrepareProvider(l.fi.provider); !s.ok()) return Fail(s);

@@ -121,6 +121,7 @@ absl::StatusOr<pid_t> StartLocalServer(const std::string& tool, LayerOptions* l,
     fi.addr_file = plan->addr_file;
     args.push_back(absl::StrCat("--provider=", fi.provider));
     args.push_back(absl::StrCat("--tagged=", fi.tagged ? "true" : "false"));
+    args.push_back(absl::StrCat("--ep=", fi.connected ? "msg" : "rdm"));
     args.push_back(absl::StrCat("--addr_file=", plan->addr_file));
     if (!fi.node.empty()) args.push_back(absl::StrCat("--fi_node=", fi.node));
     if (fi.provider == "bypass" && l->device == "default") {
