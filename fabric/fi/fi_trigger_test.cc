@@ -17,7 +17,7 @@
 namespace bypass::fi::testing {
 namespace {
 
-constexpr uint64_t kCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_TRIGGER;
+constexpr uint64_t kCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_TRIGGER;
 
 // A loopback port with three steered queues: a scalable endpoint's
 // contexts each get a queue and a lock of their own (lane.h).
@@ -292,6 +292,60 @@ TEST_F(TriggerTest, DeferredWorkChainsThroughCounters) {
   EXPECT_EQ(fi_close(&done->fid), 0);
 }
 
+// Deferred atomics: an FI_SUM and a fetching FI_SUM, issued when their
+// counter reaches the threshold; the fetch answers the value before it.
+TEST_F(TriggerTest, DeferredAtomics) {
+  target_.assign(8, 0);
+  std::vector<char>& target = target_;
+  uint64_t start = 10;
+  std::memcpy(target.data(), &start, 8);
+  fid_mr* mr = nullptr;
+  ASSERT_EQ(fi_mr_reg(p_.b.domain, target.data(), 8, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0,
+                      &mr, nullptr),
+            0);
+  fid_cntr* done = OpenCntr(p_.a.domain);
+  uint64_t two = 2, five = 5, old = 0;
+  fi_ioc add2{&two, 1}, add5{&five, 1}, fetched{&old, 1};
+  fi_rma_ioc rma{reinterpret_cast<uint64_t>(target.data()), 1, fi_mr_key(mr)};
+  int actx = 0, fctx = 0;
+  fi_op_atomic a{p_.a.ep, {&add2, nullptr, 1, p_.a.peer, &rma, 1, FI_UINT64, FI_SUM, &actx, 0}, 0};
+  fi_op_fetch_atomic f{p_.a.ep,
+                       {&add5, nullptr, 1, p_.a.peer, &rma, 1, FI_UINT64, FI_SUM, &fctx, 0},
+                       {&fetched, nullptr, 1},
+                       0};
+  fi_deferred_work wa{};
+  wa.threshold = 1;
+  wa.triggering_cntr = cntr_;
+  wa.completion_cntr = done;
+  wa.op_type = FI_OP_ATOMIC;
+  wa.op.atomic = &a;
+  fi_deferred_work wf = wa;
+  wf.threshold = 2;
+  wf.op_type = FI_OP_FETCH_ATOMIC;
+  wf.op.fetch_atomic = &f;
+  ASSERT_EQ(fi_control(&p_.a.domain->fid, FI_QUEUE_WORK, &wa), 0);
+  ASSERT_EQ(fi_control(&p_.a.domain->fid, FI_QUEUE_WORK, &wf), 0);
+  for (int i = 0; i < 200; ++i) p_.Pump();
+  uint64_t now = 0;
+  std::memcpy(&now, target.data(), 8);
+  EXPECT_EQ(now, 10u);  // held
+  ASSERT_EQ(fi_cntr_add(cntr_, 1), 0);
+  for (int i = 0; i < 100'000 && fi_cntr_read(done) < 1; ++i) p_.Pump();
+  ASSERT_EQ(fi_cntr_read(done), 1u);
+  std::memcpy(&now, target.data(), 8);
+  EXPECT_EQ(now, 12u);
+  ASSERT_EQ(fi_cntr_add(cntr_, 1), 0);
+  for (int i = 0; i < 100'000 && fi_cntr_read(done) < 2; ++i) p_.Pump();
+  ASSERT_EQ(fi_cntr_read(done), 2u);
+  EXPECT_EQ(old, 12u);
+  std::memcpy(&now, target.data(), 8);
+  EXPECT_EQ(now, 17u);
+  fi_cq_tagged_entry e;
+  EXPECT_EQ(fi_cq_read(p_.a.txcq, &e, 1), -FI_EAGAIN);  // no FI_COMPLETION: no entry
+  EXPECT_EQ(fi_close(&done->fid), 0);
+  EXPECT_EQ(fi_close(&mr->fid), 0);
+}
+
 TEST_F(TriggerTest, CancelAndFlushWork) {
   Recvs r(p_, 1);
   fid_cntr* target = OpenCntr(p_.a.domain);
@@ -386,7 +440,9 @@ TEST_F(TriggerTest, ErrorsAreDocumentedErrnos) {
   EXPECT_EQ(fi_control(&d->fid, FI_QUEUE_WORK, &w), -FI_EINVAL);  // counter op with one
   w.completion_cntr = nullptr;
   w.op_type = FI_OP_ATOMIC;
-  EXPECT_EQ(fi_control(&d->fid, FI_QUEUE_WORK, &w), -FI_ENOSYS);
+  w.op.atomic = nullptr;
+  EXPECT_EQ(fi_control(&d->fid, FI_QUEUE_WORK, &w), -FI_EINVAL);  // no operation
+  w.op.cntr = &add;
   w.op_type = static_cast<fi_op_type>(99);
   EXPECT_EQ(fi_control(&d->fid, FI_QUEUE_WORK, &w), -FI_ENOSYS);
   w.op_type = FI_OP_SEND;

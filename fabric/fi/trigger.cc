@@ -49,6 +49,16 @@ struct Work {
   Cntr* done = nullptr;     // deferred work: its completion counter
   Cntr* target = nullptr;   // FI_OP_CNTR_SET / FI_OP_CNTR_ADD (referenced)
   uint64_t value = 0;
+  // FI_OP_ATOMIC, FI_OP_FETCH_ATOMIC, FI_OP_COMPARE_ATOMIC: the message's
+  // operands and remote target, and the result and compare buffers.
+  std::vector<fi_ioc> ioc;
+  std::vector<fi_rma_ioc> rma_ioc;
+  std::vector<fi_ioc> result;
+  std::vector<void*> result_desc;
+  std::vector<fi_ioc> compare;
+  std::vector<void*> compare_desc;
+  fi_datatype datatype = FI_UINT8;
+  fi_op atomic_op = FI_SUM;
 };
 using WorkPtr = std::unique_ptr<Work>;
 
@@ -71,7 +81,13 @@ bool TriggersReady(const Domain* d) {
 
 namespace {
 
-bool IsTx(int op) { return op == FI_OP_SEND || op == FI_OP_TSEND || op == FI_OP_READ || op == FI_OP_WRITE; }
+bool IsAtomic(int op) {
+  return op == FI_OP_ATOMIC || op == FI_OP_FETCH_ATOMIC || op == FI_OP_COMPARE_ATOMIC;
+}
+bool IsTx(int op) {
+  return op == FI_OP_SEND || op == FI_OP_TSEND || op == FI_OP_READ || op == FI_OP_WRITE ||
+         IsAtomic(op);
+}
 bool IsCntrOp(int op) { return op == FI_OP_CNTR_SET || op == FI_OP_CNTR_ADD; }
 
 // Releases what queued work holds: its handle and counters.
@@ -116,8 +132,11 @@ void ReportToEp(Ep* base, const Work& w, int err, const char* what) {
   switch (w.op) {
     case FI_OP_SEND:
     case FI_OP_TSEND: c = base->cntrs.send; break;
-    case FI_OP_READ: c = base->cntrs.read; break;
-    case FI_OP_WRITE: c = base->cntrs.write; break;
+    case FI_OP_READ:
+    case FI_OP_FETCH_ATOMIC:
+    case FI_OP_COMPARE_ATOMIC: c = base->cntrs.read; break;
+    case FI_OP_WRITE:
+    case FI_OP_ATOMIC: c = base->cntrs.write; break;
     default: c = base->cntrs.recv; break;
   }
   CountErrorEvent(c);
@@ -129,9 +148,15 @@ void ReportToEp(Ep* base, const Work& w, int err, const char* what) {
   }
   CqError e{};
   e.e.op_context = w.context;
-  e.e.flags = (w.op == FI_OP_SEND || w.op == FI_OP_RECV) ? FI_MSG
-              : (w.op == FI_OP_TSEND || w.op == FI_OP_TRECV) ? FI_TAGGED : FI_RMA;
-  e.e.flags |= w.op == FI_OP_READ ? FI_READ : w.op == FI_OP_WRITE ? FI_WRITE : tx ? FI_SEND : FI_RECV;
+  e.e.flags = (w.op == FI_OP_SEND || w.op == FI_OP_RECV)     ? FI_MSG
+              : (w.op == FI_OP_TSEND || w.op == FI_OP_TRECV) ? FI_TAGGED
+              : IsAtomic(w.op)                               ? FI_ATOMIC
+                                                             : FI_RMA;
+  e.e.flags |= (w.op == FI_OP_READ || w.op == FI_OP_FETCH_ATOMIC ||
+                w.op == FI_OP_COMPARE_ATOMIC)                      ? FI_READ
+               : (w.op == FI_OP_WRITE || w.op == FI_OP_ATOMIC)     ? FI_WRITE
+               : tx                                                ? FI_SEND
+                                                                   : FI_RECV;
   for (const iovec& v : w.iov) e.e.len += v.iov_len;
   e.e.err = err;
   e.e.prov_errno = err;
@@ -181,6 +206,20 @@ ssize_t Post(Work& w) {
     case FI_OP_TRECV: {
       const fi_msg_tagged m{w.iov.data(), desc, w.iov.size(), w.addr, w.tag, w.ignore, ctx, w.data};
       return w.op == FI_OP_TSEND ? fi_tsendmsg(ep, &m, flags) : fi_trecvmsg(ep, &m, flags);
+    }
+    case FI_OP_ATOMIC:
+    case FI_OP_FETCH_ATOMIC:
+    case FI_OP_COMPARE_ATOMIC: {
+      const fi_msg_atomic m{w.ioc.data(), desc,       w.ioc.size(), w.addr, w.rma_ioc.data(),
+                            w.rma_ioc.size(), w.datatype, w.atomic_op, ctx, w.data};
+      void** rdesc = w.result_desc.empty() ? nullptr : w.result_desc.data();
+      void** cdesc = w.compare_desc.empty() ? nullptr : w.compare_desc.data();
+      if (w.op == FI_OP_ATOMIC) return fi_atomicmsg(ep, &m, flags);
+      if (w.op == FI_OP_FETCH_ATOMIC) {
+        return fi_fetch_atomicmsg(ep, &m, w.result.data(), rdesc, w.result.size(), flags);
+      }
+      return fi_compare_atomicmsg(ep, &m, w.compare.data(), cdesc, w.compare.size(),
+                                  w.result.data(), rdesc, w.result.size(), flags);
     }
     default: {
       const fi_msg_rma m{w.iov.data(), desc, w.iov.size(), w.addr, w.rma.data(), w.rma.size(),
@@ -377,6 +416,30 @@ bool CopyMsg(Work& w, const M& m) {
   return true;
 }
 
+// Copies an atomic message into w (one remote fi_rma_ioc; at most
+// kMsgIovLimit operands): false when malformed.
+bool CopyAtomic(Work& w, const fi_msg_atomic& m) {
+  if (m.iov_count > kMsgIovLimit || (m.iov_count > 0 && m.msg_iov == nullptr)) return false;
+  if (m.rma_iov == nullptr || m.rma_iov_count != 1) return false;
+  w.ioc.assign(m.msg_iov, m.msg_iov + m.iov_count);
+  if (m.desc != nullptr) w.desc.assign(m.desc, m.desc + m.iov_count);
+  w.rma_ioc.assign(m.rma_iov, m.rma_iov + m.rma_iov_count);
+  w.addr = m.addr;
+  w.data = m.data;
+  w.datatype = m.datatype;
+  w.atomic_op = m.op;
+  return true;
+}
+
+// The result (fetch) or compare buffers of an atomic into w.
+template <class M>
+bool CopyIocs(const M& m, std::vector<fi_ioc>* ioc, std::vector<void*>* desc) {
+  if (m.iov_count > kMsgIovLimit || (m.iov_count > 0 && m.msg_iov == nullptr)) return false;
+  ioc->assign(m.msg_iov, m.msg_iov + m.iov_count);
+  if (m.desc != nullptr) desc->assign(m.desc, m.desc + m.iov_count);
+  return true;
+}
+
 // A data call with FI_TRIGGER of operation `op`.
 template <class M>
 ssize_t QueueTriggered(fid_ep* ep, const M& m, uint64_t flags, int op) {
@@ -417,6 +480,16 @@ bool FromOp(Work& w, const Op* op, const Domain* d) {
   w.handle = EpOf(op->ep, d);
   w.context = op->msg.context;
   w.flags = op->flags;
+  return true;
+}
+
+// The atomic operation of a deferred request into w (with its result and
+// compare buffers); false when it is missing or malformed.
+bool FromAtomicOp(Work& w, fid_ep* ep, const fi_msg_atomic& msg, uint64_t flags, const Domain* d) {
+  if (!CopyAtomic(w, msg)) return false;
+  w.handle = EpOf(ep, d);
+  w.context = msg.context;
+  w.flags = flags;
   return true;
 }
 
@@ -462,11 +535,28 @@ int QueueWork(Domain* d, fi_deferred_work* dw) {
       if (w->target == nullptr) return -FI_EINVAL;
       w->value = dw->op.cntr->value;
       return static_cast<int>(Submit(d, std::move(w)));
-    case FI_OP_ATOMIC:
-    case FI_OP_FETCH_ATOMIC:
-    case FI_OP_COMPARE_ATOMIC:
-      BYPASS_FI_WARN(FI_LOG_DOMAIN, "FI_QUEUE_WORK: atomic operations are not deferred\n");
-      return -FI_ENOSYS;
+    case FI_OP_ATOMIC: {
+      const fi_op_atomic* a = dw->op.atomic;
+      if (a == nullptr || !FromAtomicOp(*w, a->ep, a->msg, a->flags, d)) return -FI_EINVAL;
+      break;
+    }
+    case FI_OP_FETCH_ATOMIC: {
+      const fi_op_fetch_atomic* a = dw->op.fetch_atomic;
+      if (a == nullptr || !FromAtomicOp(*w, a->ep, a->msg, a->flags, d) ||
+          !CopyIocs(a->fetch, &w->result, &w->result_desc)) {
+        return -FI_EINVAL;
+      }
+      break;
+    }
+    case FI_OP_COMPARE_ATOMIC: {
+      const fi_op_compare_atomic* a = dw->op.compare_atomic;
+      if (a == nullptr || !FromAtomicOp(*w, a->ep, a->msg, a->flags, d) ||
+          !CopyIocs(a->fetch, &w->result, &w->result_desc) ||
+          !CopyIocs(a->compare, &w->compare, &w->compare_desc)) {
+        return -FI_EINVAL;
+      }
+      break;
+    }
     default:
       BYPASS_FI_WARN(FI_LOG_DOMAIN, "FI_QUEUE_WORK: unknown op_type %d\n", dw->op_type);
       return -FI_ENOSYS;

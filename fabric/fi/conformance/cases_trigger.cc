@@ -157,7 +157,7 @@ CONFORMANCE_CASE(trigger_cntr_close_busy, kSockets) {
 // Deferred atomics: the atomics branch adds fi_atomic; FI_QUEUE_WORK does
 // not take FI_OP_ATOMIC yet (-FI_ENOSYS), so this case fails.
 CONFORMANCE_CASE(trigger_deferred_atomic, kSockets) {
-  Pair p = c.OpenPair(TriggerHints(c, FI_MSG | FI_RMA));
+  Pair p = c.OpenPair(TriggerHints(c, FI_MSG | FI_ATOMIC));
   fid_domain* d = p.a.domain;
   fid_cntr* cntr = c.Cntr(d);
   uint64_t* region = reinterpret_cast<uint64_t*>(c.Buf(sizeof(uint64_t)));
