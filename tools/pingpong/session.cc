@@ -121,7 +121,8 @@ absl::StatusOr<pid_t> StartLocalServer(const std::string& tool, LayerOptions* l,
     fi.addr_file = plan->addr_file;
     args.push_back(absl::StrCat("--provider=", fi.provider));
     args.push_back(absl::StrCat("--tagged=", fi.tagged ? "true" : "false"));
-    args.push_back(absl::StrCat("--ep=", fi.connected ? "msg" : "rdm"));
+    // Only pingpong has --ep (bw shares this launcher and is FI_EP_RDM's).
+    if (fi.connected) args.push_back("--ep=msg");
     args.push_back(absl::StrCat("--addr_file=", plan->addr_file));
     if (!fi.node.empty()) args.push_back(absl::StrCat("--fi_node=", fi.node));
     if (fi.provider == "bypass" && l->device == "default") {
