@@ -116,6 +116,12 @@ Settings ReadSettings() {
   if (auto v = ParamInt("window")) c.window_packets = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("rto_min_us")) c.rto_min_ns = static_cast<uint64_t>(*v) * 1000;
   if (auto v = ParamInt("peer_timeout_ms")) c.peer_timeout_ns = static_cast<uint64_t>(*v) * 1'000'000;
+  // Receiver not ready: a receiver that refuses a message (no room) is
+  // asked again with backoff up to rnr_retry_max, and the message given up
+  // after rnr_give_up of refusals (an MPI job whose receiver computes for
+  // long wants a large one).
+  if (auto v = ParamInt("rnr_retry_max_us")) c.rnr_retry_max_ns = static_cast<uint64_t>(*v) * 1000;
+  if (auto v = ParamInt("rnr_give_up_ms")) c.rnr_give_up_ns = static_cast<uint64_t>(*v) * 1'000'000;
   if (auto v = ParamInt("max_msg_size", FI_PARAM_SIZE_T)) c.max_msg_size = static_cast<uint64_t>(*v);
   if (auto v = ParamInt("inject_size", FI_PARAM_SIZE_T)) c.inject_size = static_cast<uint32_t>(*v);
   // The default domain serves every process of a host: room for 256 peers

@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "driver/shm/keys.h"
 #include "driver/shm/registry.h"
+#include "fabric/fi/fabric.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -122,6 +123,20 @@ TEST(ConfigTest, TheDefaultOpens) {
   EXPECT_EQ(info->caps & (FI_LOCAL_COMM | FI_REMOTE_COMM), FI_LOCAL_COMM | FI_REMOTE_COMM);
   fi_freeinfo(info);
   fi_freeinfo(hints);
+}
+
+// The receiver-not-ready intervals come from FI_BYPASS_RNR_* (an MPI job
+// whose receiver computes for long raises the give-up).
+TEST(ConfigTest, ReceiverNotReadyIntervalsAreParameters) {
+  setenv("FI_BYPASS_RNR_GIVE_UP_MS", "60000", 1);
+  setenv("FI_BYPASS_RNR_RETRY_MAX_US", "2000", 1);
+  const bypass::fi::Settings s = bypass::fi::ReadSettings();
+  unsetenv("FI_BYPASS_RNR_GIVE_UP_MS");
+  unsetenv("FI_BYPASS_RNR_RETRY_MAX_US");
+  EXPECT_EQ(s.engine.rnr_give_up_ns, 60'000'000'000u);
+  EXPECT_EQ(s.engine.rnr_retry_max_ns, 2'000'000u);
+  const bypass::fi::Settings d = bypass::fi::ReadSettings();
+  EXPECT_EQ(d.engine.rnr_give_up_ns, 5'000'000'000u);
 }
 
 // ---- Keys (README.md, "Keys and access").

@@ -153,6 +153,12 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
   DefineParam("rto_min_us", FI_PARAM_INT, "Minimum retransmit timeout in microseconds (default 1000)");
   DefineParam("peer_timeout_ms", FI_PARAM_INT,
               "Silence with work pending before a peer's operations fail (default 10000)");
+  DefineParam("rnr_retry_max_us", FI_PARAM_INT,
+              "Longest wait between retries of a message its receiver refused for lack of room, "
+              "in microseconds (default 10000)");
+  DefineParam("rnr_give_up_ms", FI_PARAM_INT,
+              "Refusals for this long fail a message (-FI_ENOSPC) while its receiver still "
+              "answers, in milliseconds (default 5000)");
   DefineParam("max_msg_size", FI_PARAM_SIZE_T, "Largest message in bytes (default 64 MiB)");
   DefineParam("inject_size", FI_PARAM_SIZE_T,
               "Bytes an inject (or a send without a completion level) copies (default 4096)");
