@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -498,6 +499,15 @@ TEST_F(MsgTest, HundredConnectionsToOneListener) {
       ++exchanged;
     }
     for (int i = 0; i < kPerWave; ++i) Disconnect(&clients[i], &servers[i]);
+    // The next wave's clients take the same ports. The listener forgets a
+    // client 5 ms after its request (msg_ep.cc, ForgetHandled), by address:
+    // a new client on that address before then can lose its session to the
+    // old one's forgetting (a known gap, fabric/fi/README.md). Let the
+    // listener forget first: 10 ms, then an EQ read runs ForgetHandled.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    uint32_t ev;
+    fi_eq_cm_entry none;
+    EXPECT_EQ(fi_eq_read(pep_eq_, &ev, &none, sizeof(none), 0), -FI_EAGAIN);
   }
   EXPECT_EQ(exchanged, 100);
 }
