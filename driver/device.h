@@ -140,13 +140,17 @@ class QueuePair {
   virtual void UnbindUdpPort(uint16_t /*port*/) {}
 
   // IPv4 multicast (cold path): frames to group:udp_port (224.0.0.0/4)
-  // reach this queue from JoinGroup until LeaveGroup. Unimplemented on
-  // devices that join none (the default). The loopback device carries every
+  // reach this queue from JoinGroup until LeaveGroup. A device that cannot
+  // join groups (the default: DPDK ports and mlx5, whose receive side would
+  // need an MAC filter or flow rule nobody here can test) refuses with
+  // Unimplemented, and fi_getinfo offers it no FI_MULTICAST. The loopback device carries every
   // multicast frame to every other port already; the kernel UDP device
   // opens a socket bound to group:udp_port (SO_REUSEADDR, so this host's
   // processes can each have one) with IP_ADD_MEMBERSHIP on its address.
   virtual absl::Status JoinGroup(Ipv4Address /*group*/, uint16_t /*udp_port*/) {
-    return absl::UnimplementedError("this device joins no multicast groups");
+    return absl::UnimplementedError(
+        "this device does not join multicast groups (loopback, kernel UDP and the default "
+        "domain do)");
   }
   virtual void LeaveGroup(Ipv4Address /*group*/, uint16_t /*udp_port*/) {}
   // Whether a multicast frame sent on this queue comes back to it for the
