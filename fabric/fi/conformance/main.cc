@@ -6,6 +6,7 @@
 //            one that passes fails the test: the ledger is out of date;
 //   refused  fi_getinfo must refuse what the case needs.
 // The reference provider's outcomes are printed, never a failure.
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <cstring>
 #include <string>
 
 #include "fabric/fi/conformance/conformance.h"
@@ -65,6 +67,23 @@ const char* KindName(Kind k) { return k == Kind::kPass ? "pass" : k == Kind::kFa
   _exit(0);
 }
 
+// libfabric's shm provider names its regions /dev/shm/PID:DOMAIN:EP and
+// unlinks them when the endpoint closes. A case child that ended without
+// closing (a hang cut short, a crash, HangGuard's _exit) leaves them; a
+// later process that gets the same pid (pid_max is often 32768) then fails
+// to open its own (fi_enable: -FI_EBUSY). The runner removes them.
+void RemoveShmRegionsOf(pid_t pid) {
+  const std::string prefix = std::to_string(pid) + ":";
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* e = readdir(dir)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) {
+      unlinkat(dirfd(dir), e->d_name, 0);
+    }
+  }
+  closedir(dir);
+}
+
 Outcome RunInChild(const CaseDef& def, const std::string& prov) {
   int fds[2];
   if (pipe(fds) != 0) return {Kind::kFail, "pipe failed"};
@@ -94,6 +113,7 @@ Outcome RunInChild(const CaseDef& def, const std::string& prov) {
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
+  RemoveShmRegionsOf(pid);
   const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (hung) return {Kind::kFail, "hang: the case did not end in " + std::to_string(kCaseHangSeconds) + " s"};
   std::string how = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
