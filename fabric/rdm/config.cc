@@ -59,8 +59,8 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
   if (c.rnr_retry_min_ns == 0 || c.rnr_retry_min_ns > c.rnr_retry_max_ns) {
     return bad("rnr_retry_min_ns", c.rnr_retry_min_ns, "non-zero and at most rnr_retry_max_ns");
   }
-  if (c.rnr_give_up_ns < c.rnr_retry_min_ns) {
-    return bad("rnr_give_up_ns", c.rnr_give_up_ns, "at least rnr_retry_min_ns");
+  if (c.rnr_give_up_ns != 0 && c.rnr_give_up_ns < c.rnr_retry_min_ns) {
+    return bad("rnr_give_up_ns", c.rnr_give_up_ns, "0 (never) or at least rnr_retry_min_ns");
   }
   if (c.peer_timeout_ns <= c.rto_min_ns || c.peer_timeout_ns <= c.rnr_retry_max_ns) {
     return bad("peer_timeout_ns", c.peer_timeout_ns,

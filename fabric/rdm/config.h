@@ -5,9 +5,11 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace bypass::rdm {
 
@@ -15,6 +17,40 @@ namespace bypass::rdm {
 inline constexpr uint32_t kMaxWindowPackets = 256;
 
 class SharedRecvQueue;  // rdm.h
+class ChunkPool;        // the engine's inside (matching.h)
+
+// The buffer for messages that arrive before a receive asks for them,
+// shared by the endpoints (and shared receive queues) given it
+// (EndpointConfig::unexpected_pool): the fi layer makes one per domain, so
+// that what a domain holds for messages nobody asked for yet is bounded by
+// one budget, however many endpoints and peers it has. A message that finds
+// no room is refused (RNR) and its sender retries with backoff while the
+// receiver answers (PROTOCOL.md, Flow control): nothing is lost, and memory
+// is bounded. Payloads take whole chunks of chunk_bytes; the arena is
+// allocated at creation and pages become resident as chunks are first
+// used. Thread-safe (its users may progress on different threads).
+class UnexpectedPool {
+ public:
+  // InvalidArgument unless chunk_bytes is 64..16 MiB and bytes holds 1 to
+  // 2^24 chunks.
+  static absl::StatusOr<std::unique_ptr<UnexpectedPool>> Create(uint64_t bytes,
+                                                                uint32_t chunk_bytes);
+  UnexpectedPool(const UnexpectedPool&) = delete;
+  UnexpectedPool& operator=(const UnexpectedPool&) = delete;
+  ~UnexpectedPool();  // REQUIRES: no endpoint or queue uses it
+
+  uint64_t capacity_bytes() const;  // the budget, in whole chunks
+  uint64_t used_bytes() const;      // held now
+  uint64_t peak_bytes() const;      // the most ever held at once
+
+  // For the endpoints of fabric/rdm.
+  ChunkPool& impl() { return *impl_; }
+
+ private:
+  explicit UnexpectedPool(std::unique_ptr<ChunkPool> impl);
+  std::unique_ptr<ChunkPool> impl_;
+};
+
 
 // Endpoint settings. Times are nanoseconds of the injected clock.
 struct EndpointConfig {
@@ -70,9 +106,16 @@ struct EndpointConfig {
   uint32_t window_packets = 128;      // receive window granted per peer, 1..256
   // Out-of-order packets held across all peers; 0: half the device pool.
   uint32_t max_held_packets = 0;
+  // Messages without a receive: at most this many eager ones queued (and
+  // as many rendezvous requests, which hold no payload), their payloads in
+  // a buffer of unexpected_bytes in chunks of unexpected_chunk_bytes, or in
+  // unexpected_pool's when set (shared with other endpoints: one budget per
+  // domain; REQUIRES: it outlives the endpoint). A message that finds no
+  // room is refused (RNR) until a receive or freed room takes it.
   uint32_t max_unexpected_msgs = 128;
-  uint64_t unexpected_bytes = 8u << 20;    // buffer for messages without a receive
-  uint32_t unexpected_chunk_bytes = 4096;  // its allocation unit
+  uint64_t unexpected_bytes = 8u << 20;
+  uint32_t unexpected_chunk_bytes = 4096;
+  UnexpectedPool* unexpected_pool = nullptr;
   // Receives from a queue shared with other endpoints of the same Port
   // (libfabric's shared receive context, rdm.h): the endpoint matches what
   // arrives at it against the shared posted receives and queues what none
@@ -94,9 +137,13 @@ struct EndpointConfig {
   uint64_t rto_max_ns = 100'000'000;
   uint64_t rnr_retry_min_ns = 20'000;  // first retry after a "receiver not ready"
   uint64_t rnr_retry_max_ns = 10'000'000;
-  // A send the receiver keeps refusing (no receive posted, unexpected queue
-  // full) this long completes in error (ENOSPC); the session goes on.
-  uint64_t rnr_give_up_ns = 5'000'000'000;
+  // 0 (the default): a message the receiver refuses (no receive posted,
+  // unexpected queue full) is retried, backing off up to rnr_retry_max_ns,
+  // for as long as the receiver answers (its RNRs prove it alive; a dead
+  // one is timed out after peer_timeout_ns, ETIMEDOUT), as MPI requires of
+  // a send whose receiver posts late. Non-zero (opt-in): a send refused
+  // this long completes in error (ENOSPC); the session goes on.
+  uint64_t rnr_give_up_ns = 0;
   uint64_t peer_timeout_ns = 2'000'000'000;  // silence with work pending: fail it
   // At most one RESET per source per interval (for up to 32 sources drawing
   // RESETs at once; more are each answered as if new).
@@ -123,6 +170,7 @@ struct SharedRecvConfig {
   uint32_t max_unexpected_msgs = 128;
   uint64_t unexpected_bytes = 8u << 20;
   uint32_t unexpected_chunk_bytes = 4096;
+  UnexpectedPool* unexpected_pool = nullptr;  // as EndpointConfig's
 };
 
 // DatagramEndpoint settings (unreliable datagrams, FI_EP_DGRAM).

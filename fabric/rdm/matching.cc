@@ -3,20 +3,88 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace bypass::rdm {
 
+ChunkPool::ChunkPool(uint64_t bytes, uint32_t chunk_bytes)
+    : chunk_bytes_(chunk_bytes),
+      num_chunks_(static_cast<uint32_t>(bytes / chunk_bytes)),
+      arena_(new uint8_t[uint64_t{num_chunks_} * chunk_bytes]),
+      next_(new uint32_t[num_chunks_]),
+      free_(num_chunks_) {}
+
+bool ChunkPool::Take(uint64_t need, uint32_t* first) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (need > free_.available()) return false;
+  uint32_t prev = kNone;
+  for (uint64_t i = 0; i < need; ++i) {
+    const uint32_t c = free_.Pop();
+    next_[c] = kNone;
+    if (prev == kNone) {
+      *first = c;
+    } else {
+      next_[prev] = c;
+    }
+    prev = c;
+  }
+  peak_ = std::max(peak_, num_chunks_ - free_.available());
+  return true;
+}
+
+void ChunkPool::Give(uint32_t first) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint32_t c = first; c != kNone;) {
+    const uint32_t n = next_[c];
+    free_.Push(c);
+    c = n;
+  }
+}
+
+uint64_t ChunkPool::used_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return uint64_t{num_chunks_ - free_.available()} * chunk_bytes_;
+}
+
+uint64_t ChunkPool::peak_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return uint64_t{peak_} * chunk_bytes_;
+}
+
+absl::StatusOr<std::unique_ptr<UnexpectedPool>> UnexpectedPool::Create(uint64_t bytes,
+                                                                       uint32_t chunk_bytes) {
+  if (chunk_bytes < 64 || chunk_bytes > (1u << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("UnexpectedPool: chunk_bytes ", chunk_bytes,
+                                                   " is not 64..16 MiB"));
+  }
+  if (bytes < chunk_bytes || bytes / chunk_bytes > (1u << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("UnexpectedPool: bytes ", bytes,
+                                                   " is not 1 to 2^24 chunks of ", chunk_bytes));
+  }
+  return std::unique_ptr<UnexpectedPool>(
+      new UnexpectedPool(std::make_unique<ChunkPool>(bytes, chunk_bytes)));
+}
+
+UnexpectedPool::UnexpectedPool(std::unique_ptr<ChunkPool> impl) : impl_(std::move(impl)) {}
+UnexpectedPool::~UnexpectedPool() = default;
+uint64_t UnexpectedPool::capacity_bytes() const { return impl_->capacity_bytes(); }
+uint64_t UnexpectedPool::used_bytes() const { return impl_->used_bytes(); }
+uint64_t UnexpectedPool::peak_bytes() const { return impl_->peak_bytes(); }
+
 MatchQueues::MatchQueues(uint32_t max_recvs, uint32_t max_unexpected, uint64_t unexpected_bytes,
-                         uint32_t chunk_bytes)
+                         uint32_t chunk_bytes, ChunkPool* pool)
     : recvs_(new RecvSlot[max_recvs]),
       free_recvs_(max_recvs),
-      msgs_(new UnexpectedMsg[max_unexpected]),
+      max_eager_(max_unexpected),
+      msgs_(new UnexpectedMsg[2 * uint64_t{max_unexpected}]),
       free_msgs_(max_unexpected),
-      chunk_bytes_(chunk_bytes),
-      num_chunks_(static_cast<uint32_t>(unexpected_bytes / chunk_bytes)),
-      arena_(new uint8_t[uint64_t{num_chunks_} * chunk_bytes]),
-      chunk_next_(new uint32_t[num_chunks_]),
-      free_chunks_(num_chunks_) {}
+      free_rndv_(max_unexpected),
+      own_pool_(pool != nullptr ? nullptr
+                                : std::make_unique<ChunkPool>(unexpected_bytes, chunk_bytes)),
+      pool_(pool != nullptr ? pool : own_pool_.get()) {}
 
 uint32_t MatchQueues::AllocRecv(const RecvRequest& r) {
   if (free_recvs_.empty()) return kNone;
@@ -114,9 +182,11 @@ void MatchQueues::FreeRecv(uint32_t slot) { free_recvs_.Push(slot); }
 uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t data,
                             uint16_t msg_flags, uint64_t total) {
   // Written so that no total, however hostile, overflows.
+  const uint32_t chunk_bytes = pool_->chunk_bytes();
   const uint64_t need =
-      std::max<uint64_t>(1, total / chunk_bytes_ + (total % chunk_bytes_ != 0 ? 1 : 0));
-  if (free_msgs_.empty() || need > free_chunks_.available()) return kNone;
+      std::max<uint64_t>(1, total / chunk_bytes + (total % chunk_bytes != 0 ? 1 : 0));
+  uint32_t first = kNone;
+  if (free_msgs_.empty() || !pool_->Take(need, &first)) return kNone;
   const uint32_t e = free_msgs_.Pop();
   UnexpectedMsg& m = msgs_[e];
   m.source = source;
@@ -133,18 +203,7 @@ uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t d
   m.claim_context = nullptr;
   m.rendezvous = false;
   m.chunks = static_cast<uint32_t>(need);
-  // Chain the chunks in order: first_chunk -> ... -> kNone.
-  uint32_t prev = kNone;
-  for (uint64_t i = 0; i < need; ++i) {
-    const uint32_t c = free_chunks_.Pop();
-    chunk_next_[c] = kNone;
-    if (prev == kNone) {
-      m.first_chunk = c;
-    } else {
-      chunk_next_[prev] = c;
-    }
-    prev = c;
-  }
+  m.first_chunk = first;
   used_chunks_ += m.chunks;
   m.write_chunk = m.first_chunk;
   unexpected_[tagged].PushBack(msgs_.get(), e);
@@ -154,8 +213,8 @@ uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t d
 uint32_t MatchQueues::AdmitRendezvous(PeerId source, bool tagged, uint64_t tag, uint64_t data,
                                       uint16_t msg_flags, uint64_t total, uint32_t msg_id,
                                       uint64_t session) {
-  if (free_msgs_.empty()) return kNone;
-  const uint32_t e = free_msgs_.Pop();
+  if (free_rndv_.empty()) return kNone;
+  const uint32_t e = max_eager_ + free_rndv_.Pop();
   UnexpectedMsg& m = msgs_[e];
   m = UnexpectedMsg{};
   m.source = source;
@@ -178,13 +237,14 @@ void MatchQueues::Append(uint32_t e, absl::Span<const uint8_t> payload) {
   const uint8_t* src = payload.data();
   size_t left = payload.size();
   while (left > 0) {
-    const uint64_t in_chunk = m.received % chunk_bytes_;
-    const size_t n = std::min<size_t>(left, chunk_bytes_ - in_chunk);
-    std::memcpy(chunk(m.write_chunk) + in_chunk, src, n);
+    const uint32_t chunk_bytes = pool_->chunk_bytes();
+    const uint64_t in_chunk = m.received % chunk_bytes;
+    const size_t n = std::min<size_t>(left, chunk_bytes - in_chunk);
+    std::memcpy(pool_->chunk(m.write_chunk) + in_chunk, src, n);
     src += n;
     left -= n;
     m.received += n;
-    if (m.received % chunk_bytes_ == 0) m.write_chunk = chunk_next_[m.write_chunk];
+    if (m.received % chunk_bytes == 0) m.write_chunk = pool_->next(m.write_chunk);
   }
 }
 
@@ -237,9 +297,9 @@ uint64_t MatchQueues::CopyOut(uint32_t e, uint8_t* dst, uint64_t cap) const {
   const UnexpectedMsg& m = msgs_[e];
   const uint64_t total = std::min(m.received, cap);
   uint64_t done = 0;
-  for (uint32_t c = m.first_chunk; done < total && c != kNone; c = chunk_next_[c]) {
-    const uint64_t n = std::min<uint64_t>(chunk_bytes_, total - done);
-    std::memcpy(dst + done, chunk(c), n);
+  for (uint32_t c = m.first_chunk; done < total && c != kNone; c = pool_->next(c)) {
+    const uint64_t n = std::min<uint64_t>(pool_->chunk_bytes(), total - done);
+    std::memcpy(dst + done, pool_->chunk(c), n);
     done += n;
   }
   return done;
@@ -248,15 +308,15 @@ uint64_t MatchQueues::CopyOut(uint32_t e, uint8_t* dst, uint64_t cap) const {
 void MatchQueues::Release(uint32_t e) {
   UnexpectedMsg& m = msgs_[e];
   unexpected_[m.tagged].Remove(msgs_.get(), e);
-  for (uint32_t c = m.first_chunk; c != kNone;) {
-    const uint32_t next = chunk_next_[c];
-    free_chunks_.Push(c);
-    c = next;
-  }
+  if (m.first_chunk != kNone) pool_->Give(m.first_chunk);
   used_chunks_ -= m.chunks;
   m.first_chunk = m.write_chunk = kNone;
   m.chunks = 0;
-  free_msgs_.Push(e);
+  if (e < max_eager_) {
+    free_msgs_.Push(e);
+  } else {
+    free_rndv_.Push(e - max_eager_);
+  }
 }
 
 }  // namespace bypass::rdm

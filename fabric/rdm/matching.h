@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
+#include "fabric/rdm/config.h"
 #include "fabric/rdm/index_list.h"
 #include "fabric/rdm/types.h"
 
@@ -73,12 +75,56 @@ inline bool Matches(const RecvRequest& r, bool tagged, PeerId source, uint64_t t
   return !tagged || ((r.tag ^ tag) & ~r.ignore) == 0;
 }
 
-// Fixed pools of receive slots, unexpected entries and payload chunks, and
-// the four FIFOs over them.
+// The payload chunks of unexpected messages: an arena of fixed-size chunks
+// chained into messages, its own per queue or shared by the queues of every
+// endpoint of a domain (rdm.h's UnexpectedPool), so that the memory a domain
+// spends on messages nobody has asked for yet is bounded however many
+// endpoints and peers it has. Thread-safe: the endpoints sharing it may
+// progress on different threads. The arena is allocated untouched: pages
+// become resident as chunks are first used.
+class ChunkPool {
+ public:
+  ChunkPool(uint64_t bytes, uint32_t chunk_bytes);
+  ChunkPool(const ChunkPool&) = delete;
+  ChunkPool& operator=(const ChunkPool&) = delete;
+
+  // `need` chunks chained in order (*first -> ... -> kNone); false, taking
+  // none, when fewer are free.
+  bool Take(uint64_t need, uint32_t* first);
+  // Gives back a chain Take made.
+  void Give(uint32_t first);
+  uint8_t* chunk(uint32_t c) { return arena_.get() + uint64_t{c} * chunk_bytes_; }
+  const uint8_t* chunk(uint32_t c) const { return arena_.get() + uint64_t{c} * chunk_bytes_; }
+  // The chunk after c in its chain (stable while the chain is taken).
+  uint32_t next(uint32_t c) const { return next_[c]; }
+  uint32_t chunk_bytes() const { return chunk_bytes_; }
+  uint64_t capacity_bytes() const { return uint64_t{num_chunks_} * chunk_bytes_; }
+  uint64_t used_bytes() const;
+  uint64_t peak_bytes() const;
+
+ private:
+  const uint32_t chunk_bytes_;
+  const uint32_t num_chunks_;
+  std::unique_ptr<uint8_t[]> arena_;
+  std::unique_ptr<uint32_t[]> next_;  // chain links
+  mutable std::mutex mu_;
+  FreeSlots free_;  // guarded by mu_
+  uint32_t peak_ = 0;  // most chunks ever taken at once; guarded by mu_
+};
+
+// The inside of an UnexpectedPool (config.h), or null.
+inline ChunkPool* PoolOf(UnexpectedPool* p) { return p != nullptr ? &p->impl() : nullptr; }
+
+// Fixed pools of receive slots and unexpected entries, payload chunks from
+// a ChunkPool, and the four FIFOs over them. Rendezvous requests (no
+// payload) have entries of their own, as many as eager messages: an eager
+// flood that fills the queue never refuses a rendezvous request.
 class MatchQueues {
  public:
+  // With `pool` (REQUIRES: it outlives the queues) unexpected_bytes and
+  // chunk_bytes are unused: payloads take its chunks.
   MatchQueues(uint32_t max_recvs, uint32_t max_unexpected, uint64_t unexpected_bytes,
-              uint32_t chunk_bytes);
+              uint32_t chunk_bytes, ChunkPool* pool = nullptr);
   MatchQueues(const MatchQueues&) = delete;
   MatchQueues& operator=(const MatchQueues&) = delete;
 
@@ -148,11 +194,11 @@ class MatchQueues {
   void Release(uint32_t e);
   UnexpectedMsg& unexpected(uint32_t e) { return msgs_[e]; }
   uint32_t unexpected_depth() const { return unexpected_[0].size() + unexpected_[1].size(); }
-  uint64_t unexpected_bytes() const { return uint64_t{used_chunks_} * chunk_bytes_; }
+  // Payload bytes these queues hold (whole chunks).
+  uint64_t unexpected_bytes() const { return uint64_t{used_chunks_} * pool_->chunk_bytes(); }
+  const ChunkPool& pool() const { return *pool_; }
 
  private:
-  uint8_t* chunk(uint32_t c) { return arena_.get() + uint64_t{c} * chunk_bytes_; }
-  const uint8_t* chunk(uint32_t c) const { return arena_.get() + uint64_t{c} * chunk_bytes_; }
   // Takes queued receive s out of its queue.
   void Unqueue(uint32_t s);
   // The first queued message (of both kinds, in queue order) pred takes.
@@ -166,15 +212,16 @@ class MatchQueues {
   std::vector<uint32_t> directed_;
   uint64_t min_multi_recv_ = 0;
 
+  // Entries [0, max_unexpected) for eager messages, the rest for
+  // rendezvous requests.
+  const uint32_t max_eager_;
   std::unique_ptr<UnexpectedMsg[]> msgs_;
   FreeSlots free_msgs_;
+  FreeSlots free_rndv_;
   IndexList<UnexpectedMsg> unexpected_[2];  // [tagged]
 
-  uint32_t chunk_bytes_;
-  uint32_t num_chunks_;
-  std::unique_ptr<uint8_t[]> arena_;
-  std::unique_ptr<uint32_t[]> chunk_next_;  // chain links
-  FreeSlots free_chunks_;
+  std::unique_ptr<ChunkPool> own_pool_;  // null with a shared pool
+  ChunkPool* pool_;
   uint32_t used_chunks_ = 0;
 };
 

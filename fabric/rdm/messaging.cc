@@ -28,7 +28,8 @@ Messaging::Messaging(Context& ctx, Session& session, OpTable& ops, Completions& 
       own_(shared != nullptr ? nullptr
                              : std::make_unique<MatchQueues>(
                                    ctx.config.max_posted_recvs, ctx.config.max_unexpected_msgs,
-                                   ctx.config.unexpected_bytes, ctx.config.unexpected_chunk_bytes)),
+                                   ctx.config.unexpected_bytes, ctx.config.unexpected_chunk_bytes,
+                                   PoolOf(ctx.config.unexpected_pool))),
       shared_(shared),
       matcher_(shared != nullptr ? shared->queues() : *own_),
       peers_(new MsgPeer[ctx.config.max_peers]) {

@@ -358,10 +358,12 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
   if (c.flags & wire::kFlagRnr) {
     if (t.inflight() > 0) {
       // Refused for lack of receive resources: not a loss; retry later,
-      // unless it has been refused for rnr_give_up_ns.
+      // forever while the receiver answers, unless the opt-in
+      // rnr_give_up_ns has passed since the first refusal.
       ++ctx_.counters.rnr_received;
       if (t.rnr.since == 0) t.rnr.since = now;
-      if (now - t.rnr.since >= ctx_.config.rnr_give_up_ns && GiveUpRefused(pi)) return;
+      const uint64_t give_up = ctx_.config.rnr_give_up_ns;
+      if (give_up != 0 && now - t.rnr.since >= give_up && GiveUpRefused(pi)) return;
       t.rnr.delay = t.rnr.delay == 0
                         ? ctx_.config.rnr_retry_min_ns
                         : std::min(2 * t.rnr.delay, ctx_.config.rnr_retry_max_ns);

@@ -822,9 +822,12 @@ TEST(ReliabilityRnrTest, AWindowUpdateRetriesAtOnce) {
   EXPECT_TRUE(Retransmit(sent[0]));
 }
 
-// A message refused for rnr_give_up_ns fails (ENOSPC) and goes again abandoned, no payload.
+// With the opt-in rnr_give_up_ns, a message refused that long fails
+// (ENOSPC) and goes again abandoned, no payload.
 TEST(ReliabilityRnrTest, AMessageRefusedForRnrGiveUpNsIsGivenUp) {
-  StageRig rig;
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.rnr_give_up_ns = 5'000'000'000;
+  StageRig rig(c);
   const uint32_t pi = rig.AddEstablishedPeer(Psn(kPeerIsn), /*credit=*/1);
   const Psn isn = rig.session[pi].tx_isn;
   const uint64_t give_up = rig.config.rnr_give_up_ns;
@@ -878,9 +881,51 @@ TEST(ReliabilityRnrTest, AMessageRefusedForRnrGiveUpNsIsGivenUp) {
   EXPECT_FALSE(Retransmit(sent[0]));
 }
 
-// An op whose traits do not allow it (an RMA write) is never given up.
+// By default (rnr_give_up_ns 0) a refused message is retried for as long as
+// the receiver answers: refusals for an hour, the backoff capped at
+// rnr_retry_max_ns, and the message goes through once the receiver takes it.
+TEST(ReliabilityRnrTest, ByDefaultARefusedMessageIsRetriedWhileTheReceiverAnswers) {
+  StageRig rig;
+  ASSERT_EQ(rig.config.rnr_give_up_ns, 0u);
+  const uint32_t pi = rig.AddEstablishedPeer(Psn(kPeerIsn), /*credit=*/1);
+  const Psn isn = rig.session[pi].tx_isn;
+  int context = 0;
+  const std::vector<uint8_t> a = Bytes(100);
+  rig.ctx.now = 1'000;
+  const uint32_t oa = NewMsg(rig, a, 4, &context);
+  rig.reliability.Queue(pi, oa);
+  ASSERT_EQ(rig.BuildPackets(pi, 4).size(), 1u);
+  rig.reliability.OnAck(pi, rig.PeerAck(isn, 1, wire::kFlagRnr), nullptr);
+  uint64_t tries = 1, next = UINT64_MAX;
+  const uint64_t hour = 3'600'000'000'000;
+  while (rig.ctx.now < hour) {
+    const RnrState& r = rig.reliability.tx(pi).rnr;
+    ASSERT_TRUE(r.waiting) << rig.ctx.now;
+    ASSERT_LE(r.until - rig.ctx.now, rig.config.rnr_retry_max_ns);
+    rig.ctx.now = r.until;
+    rig.reliability.RunTimers(pi, &next);
+    ASSERT_EQ(rig.BuildPackets(pi, 4).size(), 1u) << "retried at " << rig.ctx.now;
+    rig.reliability.OnAck(pi, rig.PeerAck(isn, 1, wire::kFlagRnr), nullptr);
+    ++tries;
+  }
+  EXPECT_EQ(rig.ctx.counters.rnr_give_ups, 0u);
+  EXPECT_EQ(rig.ctx.counters.rnr_received, tries);
+  EXPECT_GE(tries, hour / rig.config.rnr_retry_max_ns);
+  EXPECT_EQ(rig.completions.errors_ready(), 0u);
+  EXPECT_FALSE(rig.ops[oa].abandoned);
+  // The receiver takes it at last: it completes, with its context.
+  rig.reliability.OnAck(pi, rig.PeerAck(isn + 1, 64), nullptr);
+  Completion done[2];
+  ASSERT_EQ(rig.completions.Poll(done), 1u);
+  EXPECT_EQ(done[0].context, &context);
+}
+
+// An op whose traits do not allow it (an RMA write) is never given up, even
+// with the opt-in rnr_give_up_ns.
 TEST(ReliabilityRnrTest, AWriteIsNeverGivenUp) {
-  auto [rig, pi] = RigWithPeer();
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.rnr_give_up_ns = 5'000'000'000;
+  auto [rig, pi] = RigWithPeer(c);
   const Psn isn = rig.session[pi].tx_isn;
   const std::vector<uint8_t> w = Bytes(64);
   rig.ctx.now = 1'000;

@@ -7,7 +7,7 @@ namespace bypass::rdm {
 
 SharedMatch::SharedMatch(const SharedRecvConfig& c)
     : queues_(c.max_posted_recvs, c.max_unexpected_msgs, c.unexpected_bytes,
-              c.unexpected_chunk_bytes) {}
+              c.unexpected_chunk_bytes, PoolOf(c.unexpected_pool)) {}
 
 uint32_t SharedMatch::Join(Messaging* m) {
   ++live_;
