@@ -187,6 +187,13 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   const bool thread_safe = info->domain_attr == nullptr ||
                            RawEnum(info->domain_attr->threading) != FI_THREAD_DOMAIN;
   std::string note;
+  absl::StatusOr<std::unique_ptr<rdm::UnexpectedPool>> pool = rdm::UnexpectedPool::Create(
+      fab->settings.engine.unexpected_bytes, fab->settings.engine.unexpected_chunk_bytes);
+  if (!pool.ok()) {
+    BYPASS_FI_WARN(FI_LOG_DOMAIN, "FI_BYPASS_UNEXPECTED_BYTES: %s\n",
+                   std::string(pool.status().message()).c_str());
+    return -FI_EINVAL;
+  }
   absl::StatusOr<std::shared_ptr<Lane>> lane = OpenDomainLane(uri, thread_safe, &note);
   if (!note.empty()) BYPASS_FI_WARN(FI_LOG_DOMAIN, "%s\n", note.c_str());
   if (!lane.ok()) {
@@ -205,6 +212,7 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   d->uri = uri;
   d->user_key = user_key;
   d->lane = *std::move(lane);
+  d->unexpected = *std::move(pool);
   d->dev = std::shared_ptr<driver::Device>(d->lane, d->lane->dev);
   d->port = std::shared_ptr<rdm::Port>(d->lane, d->lane->port.get());
   d->lock.shared = &d->lane->lock;

@@ -39,6 +39,10 @@ struct Domain {
   std::shared_ptr<Lane> lane;  // the domain's queue, its port and its lock
   std::shared_ptr<driver::Device> dev;  // lane's device (kept open by lane)
   std::shared_ptr<rdm::Port> port;      // lane's port
+  // The buffer every endpoint of the domain (and its shared receive
+  // contexts) keeps unexpected messages in: one budget per domain
+  // (FI_BYPASS_UNEXPECTED_BYTES).
+  std::unique_ptr<rdm::UnexpectedPool> unexpected;
   // Every level but FI_THREAD_DOMAIN: every call takes it (DomainGuard). It
   // stands for the lane's lock (shared with domains on the same queue).
   DomainLock lock;

@@ -388,6 +388,7 @@ int EnableEp(Ep* ep) {
   }
   ep->config.shared_recv = ep->srx != nullptr ? ep->srx->queue.get() : nullptr;
   Domain* d = ep->domain;
+  ep->config.unexpected_pool = d->unexpected.get();
   const uint16_t first_port = ep->udp_port;
   absl::Status made = CreateEngineEndpoint(ep);
   // On a device whose ports the host shares (kernel UDP, intra-host), a

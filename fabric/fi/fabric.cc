@@ -107,7 +107,19 @@ Settings ReadSettings() {
   c.rto_min_ns = 1'000'000;
   c.rto_initial_ns = 2'000'000;
   c.peer_timeout_ns = 10'000'000'000;
-  c.unexpected_bytes = 16u << 20;
+  // Messages that arrive before their receive (an MPI rank computing while
+  // its peers send) wait in one buffer per domain (rdm::UnexpectedPool,
+  // made at fi_domain), in 256-byte chunks so that a flood of small
+  // messages fits many; beyond it, or beyond the entries an endpoint
+  // keeps (about 150 bytes each, touched only once used), a message is
+  // refused and its sender retries with backoff.
+  c.unexpected_bytes = 32u << 20;
+  c.unexpected_chunk_bytes = 256;
+  c.max_unexpected_msgs = 65536;
+  if (auto v = ParamInt("unexpected_bytes", FI_PARAM_SIZE_T)) {
+    c.unexpected_bytes = static_cast<uint64_t>(*v);
+  }
+  if (auto v = ParamInt("unexpected_msgs")) c.max_unexpected_msgs = static_cast<uint32_t>(*v);
   // Sends up to this size are injected (fi_inject*) or buffered (a plain
   // send without a completion level: ep_ops.cc): copied, complete at once,
   // no standalone ACK. A 4 KiB copy costs less than the extra packet each
@@ -116,10 +128,11 @@ Settings ReadSettings() {
   if (auto v = ParamInt("window")) c.window_packets = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("rto_min_us")) c.rto_min_ns = static_cast<uint64_t>(*v) * 1000;
   if (auto v = ParamInt("peer_timeout_ms")) c.peer_timeout_ns = static_cast<uint64_t>(*v) * 1'000'000;
-  // Receiver not ready: a receiver that refuses a message (no room) is
-  // asked again with backoff up to rnr_retry_max, and the message given up
-  // after rnr_give_up of refusals (an MPI job whose receiver computes for
-  // long wants a large one).
+  // Receiver not ready: a message its receiver refuses (no receive, no
+  // room) is sent again with backoff up to rnr_retry_max for as long as the
+  // receiver answers (MPI requires a send to complete however late its
+  // receive comes); only a peer silent for the peer timeout fails it. An
+  // application that prefers an error may opt in to rnr_give_up (0: never).
   if (auto v = ParamInt("rnr_retry_max_us")) c.rnr_retry_max_ns = static_cast<uint64_t>(*v) * 1000;
   if (auto v = ParamInt("rnr_give_up_ms")) c.rnr_give_up_ns = static_cast<uint64_t>(*v) * 1'000'000;
   if (auto v = ParamInt("max_msg_size", FI_PARAM_SIZE_T)) c.max_msg_size = static_cast<uint64_t>(*v);

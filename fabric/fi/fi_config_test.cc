@@ -125,8 +125,8 @@ TEST(ConfigTest, TheDefaultOpens) {
   fi_freeinfo(hints);
 }
 
-// The receiver-not-ready intervals come from FI_BYPASS_RNR_* (an MPI job
-// whose receiver computes for long raises the give-up).
+// The receiver-not-ready intervals come from FI_BYPASS_RNR_*: by default a
+// refused message is never given up; an application may opt in.
 TEST(ConfigTest, ReceiverNotReadyIntervalsAreParameters) {
   setenv("FI_BYPASS_RNR_GIVE_UP_MS", "60000", 1);
   setenv("FI_BYPASS_RNR_RETRY_MAX_US", "2000", 1);
@@ -136,7 +136,22 @@ TEST(ConfigTest, ReceiverNotReadyIntervalsAreParameters) {
   EXPECT_EQ(s.engine.rnr_give_up_ns, 60'000'000'000u);
   EXPECT_EQ(s.engine.rnr_retry_max_ns, 2'000'000u);
   const bypass::fi::Settings d = bypass::fi::ReadSettings();
-  EXPECT_EQ(d.engine.rnr_give_up_ns, 5'000'000'000u);
+  EXPECT_EQ(d.engine.rnr_give_up_ns, 0u);
+}
+
+// The unexpected-message budget (one per domain) and the entries per
+// endpoint come from FI_BYPASS_UNEXPECTED_*.
+TEST(ConfigTest, UnexpectedBufferIsAParameter) {
+  setenv("FI_BYPASS_UNEXPECTED_BYTES", "1048576", 1);
+  setenv("FI_BYPASS_UNEXPECTED_MSGS", "100", 1);
+  const bypass::fi::Settings s = bypass::fi::ReadSettings();
+  unsetenv("FI_BYPASS_UNEXPECTED_BYTES");
+  unsetenv("FI_BYPASS_UNEXPECTED_MSGS");
+  EXPECT_EQ(s.engine.unexpected_bytes, 1u << 20);
+  EXPECT_EQ(s.engine.max_unexpected_msgs, 100u);
+  const bypass::fi::Settings d = bypass::fi::ReadSettings();
+  EXPECT_EQ(d.engine.unexpected_bytes, 32u << 20);
+  EXPECT_EQ(d.engine.max_unexpected_msgs, 65536u);
 }
 
 // ---- Keys (README.md, "Keys and access").

@@ -157,8 +157,15 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
               "Longest wait between retries of a message its receiver refused for lack of room, "
               "in microseconds (default 10000)");
   DefineParam("rnr_give_up_ms", FI_PARAM_INT,
-              "Refusals for this long fail a message (-FI_ENOSPC) while its receiver still "
-              "answers, in milliseconds (default 5000)");
+              "Opt-in: refusals for this long fail a message (-FI_ENOSPC) although its "
+              "receiver still answers, in milliseconds (default 0: never; a refused message "
+              "is retried while the receiver lives)");
+  DefineParam("unexpected_bytes", FI_PARAM_SIZE_T,
+              "Buffer per domain for messages that arrive before their receive, in bytes "
+              "(default 32 MiB); beyond it a sender is refused and retries");
+  DefineParam("unexpected_msgs", FI_PARAM_INT,
+              "Messages each endpoint buffers before their receive (default 65536; as many "
+              "rendezvous requests again)");
   DefineParam("max_msg_size", FI_PARAM_SIZE_T, "Largest message in bytes (default 64 MiB)");
   DefineParam("inject_size", FI_PARAM_SIZE_T,
               "Bytes an inject (or a send without a completion level) copies (default 4096)");

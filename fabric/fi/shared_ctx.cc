@@ -159,6 +159,7 @@ int OpenSrx(fid_domain* domain, fi_rx_attr* attr, fid_ep** out, void* context) {
   qc.max_unexpected_msgs = engine.max_unexpected_msgs;
   qc.unexpected_bytes = engine.unexpected_bytes;
   qc.unexpected_chunk_bytes = engine.unexpected_chunk_bytes;
+  qc.unexpected_pool = d->unexpected.get();
   absl::StatusOr<std::unique_ptr<rdm::SharedRecvQueue>> q =
       rdm::SharedRecvQueue::Create(*d->port, qc);
   if (!q.ok()) {

@@ -40,7 +40,9 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
   if (c.window_packets == 0 || c.window_packets > kMaxWindowPackets) {
     return bad("window_packets", c.window_packets, "1..256 (the SACK bitmap)");
   }
-  if (c.max_unexpected_msgs == 0) return bad("max_unexpected_msgs", 0, "at least 1");
+  if (c.max_unexpected_msgs == 0 || c.max_unexpected_msgs > (1u << 24)) {
+    return bad("max_unexpected_msgs", c.max_unexpected_msgs, "1..2^24");
+  }
   if (c.unexpected_chunk_bytes < 64 || c.unexpected_chunk_bytes > (1u << 24)) {
     return bad("unexpected_chunk_bytes", c.unexpected_chunk_bytes, "64..16 MiB");
   }

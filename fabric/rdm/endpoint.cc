@@ -77,7 +77,10 @@ Address Endpoint::address() const { return engine_->address(); }
 const EndpointConfig& Endpoint::config() const { return engine_->config(); }
 uint32_t Endpoint::max_segment() const { return engine_->max_segment(); }
 absl::StatusOr<PeerId> Endpoint::InsertPeer(const Address& a) { return engine_->InsertPeer(a); }
-absl::Status Endpoint::RemovePeer(PeerId id) { return engine_->RemovePeer(id); }
+absl::Status Endpoint::RemovePeer(PeerId id) {
+  if (engine_->OweFinalAck(id)) Flush();
+  return engine_->RemovePeer(id);
+}
 std::optional<Address> Endpoint::PeerAddress(PeerId id) const { return engine_->PeerAddress(id); }
 std::optional<PeerStats> Endpoint::peer_stats(PeerId id) const { return engine_->peer_stats(id); }
 absl::StatusOr<uint64_t> Endpoint::RegisterRegion(const RegionRequest& r) {

@@ -97,6 +97,14 @@ absl::Status Engine::RemovePeer(PeerId id) {
   return absl::OkStatus();
 }
 
+bool Engine::OweFinalAck(PeerId id) {
+  if (!session.peers().Valid(id)) return false;
+  const uint32_t pi = id.slot();
+  if (!session[pi].rx_known || reliability.rx(pi).unacked == 0) return false;
+  reliability.AckRequested(pi);
+  return true;
+}
+
 void Engine::DropPeer(uint32_t pi, int err, const char* why) {
   FailPeer(pi, err, why, /*keep_unsent=*/false);
   messaging.RemovePeer(pi);

@@ -42,6 +42,9 @@ class Engine : private Stages {
   uint32_t max_segment() const { return wire::MaxDataPayload(ctx.max_datagram); }
   absl::StatusOr<PeerId> InsertPeer(const Address& addr);
   absl::Status RemovePeer(PeerId id);
+  // Before RemovePeer: queues an ACK for what was consumed from the peer
+  // and not acknowledged yet; true if there is one (the caller flushes).
+  bool OweFinalAck(PeerId id);
   std::optional<Address> PeerAddress(PeerId id) const;
   std::optional<PeerStats> peer_stats(PeerId id) const;
   absl::StatusOr<uint64_t> RegisterRegion(const RegionRequest& r) {

@@ -70,22 +70,25 @@ class IndexList {
   uint32_t size_ = 0;
 };
 
-// A LIFO stack of free slot indices 0..n-1, sized at creation.
+// A LIFO stack of free slot indices 0..n-1, sized at creation: 0 comes out
+// first, then 1, ..., and a slot pushed back comes out next. Slots never
+// used are counted, not stacked, so that a large pool costs no memory
+// until it is used (the stack's pages are touched only as slots return).
 class FreeSlots {
  public:
-  explicit FreeSlots(uint32_t n) : slots_(new uint32_t[n]), count_(n) {
-    for (uint32_t i = 0; i < n; ++i) slots_[i] = n - 1 - i;  // 0 comes out first
-  }
-  bool empty() const { return count_ == 0; }
-  uint32_t available() const { return count_; }
+  explicit FreeSlots(uint32_t n) : slots_(new uint32_t[n]), n_(n) {}
+  bool empty() const { return available() == 0; }
+  uint32_t available() const { return count_ + (n_ - fresh_); }
   // REQUIRES: !empty().
-  uint32_t Pop() { return slots_[--count_]; }
+  uint32_t Pop() { return count_ > 0 ? slots_[--count_] : fresh_++; }
   // REQUIRES: i was popped and is not free.
   void Push(uint32_t i) { slots_[count_++] = i; }
 
  private:
   std::unique_ptr<uint32_t[]> slots_;
-  uint32_t count_;
+  uint32_t n_;
+  uint32_t count_ = 0;  // returned slots on the stack
+  uint32_t fresh_ = 0;  // slots [fresh_, n_) never popped
 };
 
 }  // namespace bypass::rdm

@@ -79,7 +79,8 @@ MatchQueues::MatchQueues(uint32_t max_recvs, uint32_t max_unexpected, uint64_t u
     : recvs_(new RecvSlot[max_recvs]),
       free_recvs_(max_recvs),
       max_eager_(max_unexpected),
-      msgs_(new UnexpectedMsg[2 * uint64_t{max_unexpected}]),
+      msgs_(static_cast<UnexpectedMsg*>(
+          ::operator new(2 * uint64_t{max_unexpected} * sizeof(UnexpectedMsg)))),
       free_msgs_(max_unexpected),
       free_rndv_(max_unexpected),
       own_pool_(pool != nullptr ? nullptr
@@ -189,19 +190,14 @@ uint32_t MatchQueues::Admit(PeerId source, bool tagged, uint64_t tag, uint64_t d
   if (free_msgs_.empty() || !pool_->Take(need, &first)) return kNone;
   const uint32_t e = free_msgs_.Pop();
   UnexpectedMsg& m = msgs_[e];
+  m = UnexpectedMsg{};
   m.source = source;
   m.match_source = source;
-  m.owner = 0;
   m.tagged = tagged;
   m.tag = tag;
   m.data = data;
   m.msg_flags = msg_flags;
   m.total = total;
-  m.received = 0;
-  m.complete = false;
-  m.claimed = false;
-  m.claim_context = nullptr;
-  m.rendezvous = false;
   m.chunks = static_cast<uint32_t>(need);
   m.first_chunk = first;
   used_chunks_ += m.chunks;

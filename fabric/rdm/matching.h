@@ -213,9 +213,13 @@ class MatchQueues {
   uint64_t min_multi_recv_ = 0;
 
   // Entries [0, max_unexpected) for eager messages, the rest for
-  // rendezvous requests.
+  // rendezvous requests; allocated untouched (a large queue costs memory
+  // only as far as it is used), each assigned whole when taken.
+  struct OperatorDelete {
+    void operator()(UnexpectedMsg* p) const { ::operator delete(p); }
+  };
   const uint32_t max_eager_;
-  std::unique_ptr<UnexpectedMsg[]> msgs_;
+  std::unique_ptr<UnexpectedMsg[], OperatorDelete> msgs_;
   FreeSlots free_msgs_;
   FreeSlots free_rndv_;
   IndexList<UnexpectedMsg> unexpected_[2];  // [tagged]

@@ -146,7 +146,11 @@ class Endpoint {
   // Forgets a peer (fi_av_remove): its send operations, the message being
   // received from it and the receives directed to it complete in error
   // (ECANCELED); its unexpected messages are dropped; its session ends
-  // without a word to it. The removed id stays invalid (post calls return
+  // with one last word to it: an ACK of what we consumed from it, if that
+  // was not acknowledged yet, so that its sends complete (an MPI rank
+  // leaving removes its peers, which wait for those ACKs in their own
+  // fi_av_remove, and would otherwise wait for the peer timeout). The
+  // removed id stays invalid (post calls return
   // kInvalid, PeerAddress and peer_stats nullopt, RemovePeer NotFound)
   // until its slot has been reused 4095 times.
   absl::Status RemovePeer(PeerId id);
