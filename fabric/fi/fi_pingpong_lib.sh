@@ -1,6 +1,7 @@
 # Shared by the fi_pingpong tests: runs Debian's unmodified fi_pingpong as a
 # server and a client over libbypass-fi.so and checks both finish cleanly.
-# Source it; it sets PROVIDER_DIR and defines fail and run_pair.
+# Source it; it sets PROVIDER_DIR and defines fail, run_pair and (for the
+# Open MPI tests) mpi_setup.
 
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -53,4 +54,22 @@ run_pair() {
   [ $crc -eq 0 ] || fail "$label: the fi_pingpong client failed (rc $crc)"
   grep -q "^bytes" "$out.cli" || fail "$label: the client printed no results"
   rm -f "$out" "$out.srv" "$out.cli"
+}
+
+# mpi_setup PROGRAM: for the Open MPI tests, with nothing configured but
+# FI_PROVIDER_PATH (the default domain): a work directory $work (removed
+# on exit with the provider's), and testdata/PROGRAM.c built there with
+# Debian's mpicc; fails with what to install when mpicc or mpirun is
+# missing.
+mpi_setup() {
+  unset FI_BYPASS_DEVICES FI_PROVIDER
+  work=$(mktemp -d)
+  trap 'rm -rf "$PROVIDER_DIR" "$work"' EXIT
+  local tool
+  for tool in mpicc mpirun; do
+    command -v "$tool" >/dev/null ||
+      fail "$tool is missing: install Debian's openmpi-bin and libopenmpi-dev (tools/setup.sh installs them)"
+  done
+  mpicc -O2 -o "$work/$1" "$TEST_SRCDIR/bypass/fabric/fi/testdata/$1.c" ||
+    fail "mpicc could not build testdata/$1.c"
 }

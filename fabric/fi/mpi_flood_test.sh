@@ -13,15 +13,7 @@
 # receiver (longer than the 5 s give-up the provider used to have).
 set -u
 . "$TEST_SRCDIR/bypass/fabric/fi/fi_pingpong_lib.sh"
-unset FI_BYPASS_DEVICES FI_PROVIDER
-trap 'rm -rf "$PROVIDER_DIR" "$work"' EXIT
-work=$(mktemp -d)
-for tool in mpicc mpirun; do
-  command -v "$tool" >/dev/null ||
-    fail "$tool is missing: install Debian's openmpi-bin and libopenmpi-dev (tools/setup.sh installs them)"
-done
-mpicc -O2 -o "$work/mpi_flood" "$TEST_SRCDIR/bypass/fabric/fi/testdata/mpi_flood.c" ||
-  fail "mpicc could not build testdata/mpi_flood.c"
+mpi_setup mpi_flood
 
 # flood LABEL BUSY_MS [VAR=VALUE...]: one run, 120 s at most.
 flood() {

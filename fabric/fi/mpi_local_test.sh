@@ -5,15 +5,7 @@
 # osc pt2pt, and a receiver that starts late while the others send).
 set -u
 . "$TEST_SRCDIR/bypass/fabric/fi/fi_pingpong_lib.sh"
-unset FI_BYPASS_DEVICES FI_PROVIDER
-trap 'rm -rf "$PROVIDER_DIR" "$work"' EXIT
-work=$(mktemp -d)
-for tool in mpicc mpirun; do
-  command -v "$tool" >/dev/null ||
-    fail "$tool is missing: install Debian's openmpi-bin and libopenmpi-dev (tools/setup.sh installs them)"
-done
-mpicc -O2 -o "$work/mpi_check" "$TEST_SRCDIR/bypass/fabric/fi/testdata/mpi_check.c" ||
-  fail "mpicc could not build testdata/mpi_check.c"
+mpi_setup mpi_check
 
 # run LABEL RANKS ARGS...: the program over bypass, 120 s at most.
 run() {

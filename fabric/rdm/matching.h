@@ -77,7 +77,7 @@ inline bool Matches(const RecvRequest& r, bool tagged, PeerId source, uint64_t t
 
 // The payload chunks of unexpected messages: an arena of fixed-size chunks
 // chained into messages, its own per queue or shared by the queues of every
-// endpoint of a domain (rdm.h's UnexpectedPool), so that the memory a domain
+// endpoint of a domain (config.h's UnexpectedPool), so that the memory a domain
 // spends on messages nobody has asked for yet is bounded however many
 // endpoints and peers it has. Thread-safe: the endpoints sharing it may
 // progress on different threads. The arena is allocated untouched: pages
@@ -196,7 +196,6 @@ class MatchQueues {
   uint32_t unexpected_depth() const { return unexpected_[0].size() + unexpected_[1].size(); }
   // Payload bytes these queues hold (whole chunks).
   uint64_t unexpected_bytes() const { return uint64_t{used_chunks_} * pool_->chunk_bytes(); }
-  const ChunkPool& pool() const { return *pool_; }
 
  private:
   // Takes queued receive s out of its queue.

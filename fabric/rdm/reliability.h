@@ -2,7 +2,8 @@
 // cuts the peer's queue of operations into PSN-numbered packets within the
 // peer's window, keeps what is unacknowledged, and resends it on a SACK gap
 // (fast retransmit), a tail-loss probe or the RTO; it backs off when the
-// receiver refuses (RNR) and gives a message up after rnr_give_up_ns.
+// receiver refuses (RNR), retrying while it answers (and, opt-in, giving
+// a message up after rnr_give_up_ns).
 // Receiving, it takes packets in PSN order, holds what arrives early,
 // drops duplicates, and acknowledges (piggy-backed, delayed, or at once
 // with a SACK bitmap), granting credit. It knows nothing of tags, messages
