@@ -6,6 +6,7 @@
 
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_trigger.h>
 
 #include <cstring>
 
@@ -17,6 +18,7 @@
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
+#include "fabric/fi/trigger.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -227,6 +229,10 @@ ssize_t Writev(fid_ep* ep, const fi_ioc* iov, void**, size_t count, fi_addr_t de
 }
 ssize_t WriteMsg(fid_ep* ep, const fi_msg_atomic* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) {
+    return QueueTriggeredAtomic(ep, m, FI_OP_ATOMIC, nullptr, nullptr, 0, nullptr, nullptr, 0,
+                                flags);
+  }
   return PostAtomic(ep, {.iov = m->msg_iov, .iov_count = m->iov_count, .dest = m->addr,
                          .rma = m->rma_iov, .rma_count = m->rma_iov_count,
                          .datatype = m->datatype, .op = m->op, .context = m->context,
@@ -258,9 +264,13 @@ ssize_t ReadWritev(fid_ep* ep, const fi_ioc* iov, void**, size_t count, fi_ioc* 
                          .result_count = result_count, .dest = dest, .rma = &rma,
                          .rma_count = 1, .datatype = dt, .op = op, .context = ctx});
 }
-ssize_t ReadWriteMsg(fid_ep* ep, const fi_msg_atomic* m, fi_ioc* resultv, void**,
+ssize_t ReadWriteMsg(fid_ep* ep, const fi_msg_atomic* m, fi_ioc* resultv, void** result_desc,
                      size_t result_count, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) {
+    return QueueTriggeredAtomic(ep, m, FI_OP_FETCH_ATOMIC, resultv, result_desc, result_count,
+                                nullptr, nullptr, 0, flags);
+  }
   return PostAtomic(ep, {.form = Form::kFetch, .iov = m->msg_iov, .iov_count = m->iov_count,
                          .result = resultv, .result_count = result_count, .dest = m->addr,
                          .rma = m->rma_iov, .rma_count = m->rma_iov_count,
@@ -289,10 +299,14 @@ ssize_t CompWritev(fid_ep* ep, const fi_ioc* iov, void**, size_t count, const fi
                          .result_count = result_count, .dest = dest, .rma = &rma,
                          .rma_count = 1, .datatype = dt, .op = op, .context = ctx});
 }
-ssize_t CompWriteMsg(fid_ep* ep, const fi_msg_atomic* m, const fi_ioc* comparev, void**,
-                     size_t compare_count, fi_ioc* resultv, void**, size_t result_count,
-                     uint64_t flags) {
+ssize_t CompWriteMsg(fid_ep* ep, const fi_msg_atomic* m, const fi_ioc* comparev,
+                     void** compare_desc, size_t compare_count, fi_ioc* resultv,
+                     void** result_desc, size_t result_count, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) {
+    return QueueTriggeredAtomic(ep, m, FI_OP_COMPARE_ATOMIC, resultv, result_desc, result_count,
+                                comparev, compare_desc, compare_count, flags);
+  }
   return PostAtomic(ep, {.form = Form::kCompare, .iov = m->msg_iov, .iov_count = m->iov_count,
                          .compare = comparev, .compare_count = compare_count, .result = resultv,
                          .result_count = result_count, .dest = m->addr, .rma = m->rma_iov,
