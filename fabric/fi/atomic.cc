@@ -13,6 +13,7 @@
 #include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/hmem.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/msg_ep.h"
 #include "fabric/fi/info/info.h"
@@ -109,10 +110,10 @@ struct AtomicArgs {
 };
 
 // Gathers count elements of size bytes from iov into out.
-void GatherIoc(const fi_ioc* iov, size_t n, size_t size, uint8_t* out) {
+void GatherIoc(const Domain* d, const fi_ioc* iov, size_t n, size_t size, uint8_t* out) {
   iovec v[kMsgIovLimit];
   for (size_t i = 0; i < n; ++i) v[i] = {iov[i].addr, iov[i].count * size};
-  Gather(v, n, out);
+  Gather(d, v, n, out);
 }
 
 ssize_t Refuse(int err, const char* why) {
@@ -165,8 +166,8 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   uint8_t operands[rdm::kMaxAtomicBytes];
   uint8_t compares[rdm::kMaxAtomicBytes];
-  if (!reads) GatherIoc(a.iov, a.iov_count, size, operands);
-  if (a.form == Form::kCompare) GatherIoc(a.compare, a.compare_count, size, compares);
+  if (!reads) GatherIoc(ep->domain, a.iov, a.iov_count, size, operands);
+  if (a.form == Form::kCompare) GatherIoc(ep->domain, a.compare, a.compare_count, size, compares);
   r.op = static_cast<rdm::AtomicOp>(a.op);
   r.type = static_cast<rdm::AtomicType>(a.datatype);
   r.count = static_cast<uint32_t>(n);
@@ -188,7 +189,9 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
   }
   if (StxFull(ep)) return -FI_EAGAIN;  // the shared transmit context's size
   const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
-  const bool scatter = r.fetch && a.result_count > 1;
+  // Fetched values land in a provider buffer when there are several
+  // result buffers, or the application's copy functions must write them.
+  const bool scatter = r.fetch && (a.result_count > 1 || HmemOverridden(ep->domain));
   OpRecord* rec = nullptr;
   if (suppress || scatter) {
     rec = ep->records.Alloc();
