@@ -76,6 +76,18 @@ bool Peek(Ep* ep, bool tagged) {
   return true;
 }
 
+// The fields of a claim's completion (CqEntry or CqError): fi_msg(3), its
+// context is the one the application set in the fi_recv_context.
+template <class E>
+void FillClaim(const BufferedRecv& b, size_t len, E* e) {
+  e->e.op_context = b.rc.context;
+  e->e.flags = FI_RECV | FI_CLAIM | b.fi_flags;
+  e->e.len = len;
+  e->e.data = b.data;
+  e->e.tag = b.tag;
+  e->src = b.src;
+}
+
 }  // namespace
 
 void InitBuffered(Ep* ep) {
@@ -176,20 +188,13 @@ ssize_t ClaimBuffered(Ep* ep, const iovec* iov, size_t count, void* context, uin
   const bool truncated = len < b->bytes.size();
   if (truncated ? cq->errors.size() >= cq->capacity : cq->room() == 0) return -FI_EAGAIN;
   if (ssize_t r = CopyToUser(ep->domain, iov, count, b->bytes.data(), len); r < 0) return r;
-  void* user = b->rc.context;
-  const uint64_t fl = FI_RECV | FI_CLAIM | b->fi_flags;
   if (truncated) {
     CountErrorEvent(ep->cntrs.recv);
     CqError e{};
-    e.e.op_context = user;
-    e.e.flags = fl;
-    e.e.len = len;
-    e.e.data = b->data;
-    e.e.tag = b->tag;
+    FillClaim(*b, len, &e);
     e.e.olen = b->bytes.size() - len;
     e.e.err = FI_ETRUNC;
     e.e.prov_errno = FI_ETRUNC;
-    e.src = b->src;
     std::snprintf(e.message, sizeof(e.message), "claimed into %zu bytes: %zu did not fit", room,
                   b->bytes.size() - len);
     cq->errors.push_back(e);
@@ -197,12 +202,7 @@ ssize_t ClaimBuffered(Ep* ep, const iovec* iov, size_t count, void* context, uin
     CountEvent(ep->cntrs.recv);
     if (!ep->cqs.rx_selective || (flags & FI_COMPLETION)) {
       CqEntry e{};
-      e.e.op_context = user;
-      e.e.flags = fl;
-      e.e.len = len;
-      e.e.data = b->data;
-      e.e.tag = b->tag;
-      e.src = b->src;
+      FillClaim(*b, len, &e);
       cq->entries.push_back(e);
     }
   }

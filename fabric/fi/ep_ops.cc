@@ -347,17 +347,21 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kRecvFlags) != 0) return -FI_EBADFLAGS;
   if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
-  if (ep->buffered != nullptr && (a.flags & (FI_CLAIM | FI_DISCARD)) && !(a.flags & FI_PEEK)) {
+  // fi_tagged(3) only, but for claims of buffered receives (fi_msg(3)).
+  const bool buffered = t.srx == nullptr && ep->buffered != nullptr;
+  if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged && !(buffered && !(a.flags & FI_PEEK))) {
+    return -FI_EINVAL;
+  }
+  if (t.srx != nullptr) return PostSharedRecv(t.srx, a, len);
+  // An endpoint bound to an srx posts to it (its records are the srx's:
+  // the receive may complete at another endpoint).
+  if (ep->srx != nullptr) return PostSharedRecv(ep->srx, a, len);
+  if (buffered && (a.flags & (FI_CLAIM | FI_DISCARD)) && !(a.flags & FI_PEEK)) {
     // fi_msg(3) "Buffered Receives": the context is the notification's
     // fi_recv_context (buffered.h).
     DomainGuard g(*ep->lock);
     return ClaimBuffered(ep, a.iov, a.count, a.context, a.flags);
   }
-  if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
-  if (t.srx != nullptr) return PostSharedRecv(t.srx, a, len);
-  // An endpoint bound to an srx posts to it (its records are the srx's:
-  // the receive may complete at another endpoint).
-  if (ep->srx != nullptr) return PostSharedRecv(ep->srx, a, len);
   DomainGuard g(*ep->lock);
   iovec payload[kMsgIovLimit];
   RecvArgs args = a;

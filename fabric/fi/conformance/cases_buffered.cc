@@ -196,8 +196,10 @@ namespace {
 
 std::atomic<size_t> g_to_bytes{0}, g_from_bytes{0};
 
-ssize_t CopyFrom(void* dest, size_t size, fi_hmem_iface, uint64_t, const iovec* iov, size_t count,
-                 uint64_t offset) {
+// Walks `size` bytes of iov from `offset`, calling copy(base, done, n) for
+// each piece; the bytes walked.
+template <class F>
+size_t WalkIov(const iovec* iov, size_t count, uint64_t offset, size_t size, F copy) {
   size_t done = 0, skip = offset;
   for (size_t k = 0; k < count && done < size; ++k) {
     if (skip >= iov[k].iov_len) {
@@ -205,27 +207,27 @@ ssize_t CopyFrom(void* dest, size_t size, fi_hmem_iface, uint64_t, const iovec* 
       continue;
     }
     const size_t n = std::min(iov[k].iov_len - skip, size - done);
-    std::memcpy(static_cast<char*>(dest) + done, static_cast<char*>(iov[k].iov_base) + skip, n);
+    copy(static_cast<char*>(iov[k].iov_base) + skip, done, n);
     done += n;
     skip = 0;
   }
+  return done;
+}
+
+ssize_t CopyFrom(void* dest, size_t size, fi_hmem_iface, uint64_t, const iovec* iov, size_t count,
+                 uint64_t offset) {
+  const size_t done = WalkIov(iov, count, offset, size, [&](char* p, size_t at, size_t n) {
+    std::memcpy(static_cast<char*>(dest) + at, p, n);
+  });
   g_from_bytes += done;
   return static_cast<ssize_t>(done);
 }
 
 ssize_t CopyTo(fi_hmem_iface, uint64_t, const iovec* iov, size_t count, uint64_t offset,
                const void* src, size_t size) {
-  size_t done = 0, skip = offset;
-  for (size_t k = 0; k < count && done < size; ++k) {
-    if (skip >= iov[k].iov_len) {
-      skip -= iov[k].iov_len;
-      continue;
-    }
-    const size_t n = std::min(iov[k].iov_len - skip, size - done);
-    std::memcpy(static_cast<char*>(iov[k].iov_base) + skip, static_cast<const char*>(src) + done, n);
-    done += n;
-    skip = 0;
-  }
+  const size_t done = WalkIov(iov, count, offset, size, [&](char* p, size_t at, size_t n) {
+    std::memcpy(p, static_cast<const char*>(src) + at, n);
+  });
   g_to_bytes += done;
   return static_cast<ssize_t>(done);
 }
