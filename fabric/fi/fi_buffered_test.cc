@@ -6,6 +6,8 @@
 #include <rdma/fi_ext.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -323,6 +325,49 @@ TEST(BufferedThreads, StreamClaimedAndDiscardedWhileSending) {
   EXPECT_FALSE(send_failed.load());
   EXPECT_EQ(next, kMsgs);
   EXPECT_EQ(claimed, kMsgs / 2);
+  p.Close();
+}
+
+// What a buffered receive costs against a posted one, measured in the same
+// run (printed, never asserted): n messages of `len` bytes a -> b, each
+// sent after the previous one was consumed; posted: b's receive is posted
+// first; buffered: b claims the notification.
+double NsPerMessage(Pair& p, size_t len, int n, bool buffered) {
+  std::string msg(len, 'm');
+  std::vector<char> in(len);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) {
+    if (!buffered) {
+      EXPECT_EQ(fi_recv(p.b.ep, in.data(), in.size(), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+    }
+    EXPECT_EQ(fi_send(p.a.ep, msg.data(), msg.size(), nullptr, p.a.peer, nullptr), 0);
+    fi_cq_tagged_entry e{};
+    EXPECT_TRUE(p.Wait(p.b.rxcq, &e));
+    if (buffered) {
+      EXPECT_EQ(PostClaim(p.b.ep, static_cast<fi_recv_context*>(e.op_context), in.data(),
+                          in.size(), FI_CLAIM, false),
+                0);
+      EXPECT_TRUE(p.Wait(p.b.rxcq, &e));
+    }
+    EXPECT_TRUE(p.Wait(p.a.txcq, &e));
+  }
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - start).count();
+  return static_cast<double>(ns) / n;
+}
+
+TEST(BufferedMeasure, BufferedAgainstPostedReceives) {
+  fi_info* hints = BufferedHints();
+  Pair p;
+  OpenWithLimit(p, hints, 0);
+  fi_freeinfo(hints);
+  for (size_t len : {size_t{64}, size_t{4096}}) {
+    NsPerMessage(p, len, 50, false);  // warm up
+    const double posted = NsPerMessage(p, len, 500, false);
+    const double buffered = NsPerMessage(p, len, 500, true);
+    std::printf("buffered receive %zu B: %.0f ns per message, %.2fx of a posted receive (%.0f ns)\n",
+                len, buffered, buffered / posted, posted);
+  }
   p.Close();
 }
 
