@@ -547,8 +547,9 @@ ssize_t EpCancel(fid_t f, void* context) {
 }
 
 // An option the endpoint does not have (fi_endpoint(3) lists them all):
-// FI_OPT_BUFFERED_MIN/LIMIT belong to FI_BUFFERED_RECV endpoints; FI_OPT_SEND/RECV_BUF_SIZE and TX/RX_SIZE are socket buffer
-// sizes (the sizes here are tx_attr/rx_attr's); FI_OPT_CM_DATA_SIZE is a
+// FI_OPT_BUFFERED_MIN/LIMIT belong to FI_BUFFERED_RECV endpoints;
+// FI_OPT_SEND/RECV_BUF_SIZE and TX/RX_SIZE are socket buffer sizes (the
+// sizes here are tx_attr/rx_attr's); FI_OPT_CM_DATA_SIZE is a
 // connected endpoint's.
 int NoOption(int optname) {
   BYPASS_FI_WARN(FI_LOG_EP_CTRL,
@@ -913,6 +914,8 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
   return 0;
 }
 
+namespace {
+
 // The mode bits fi_getinfo offers only when asked (info.h): FI_BUFFERED_RECV
 // on a plain FI_EP_RDM endpoint (not a scalable endpoint's slot, not on a
 // shared receive context: the engine's peeks are per endpoint), and
@@ -932,6 +935,8 @@ int ReceiveModes(const fi_info* info, size_t max_ctx, Ep* ep) {
   }
   return 0;
 }
+
+}  // namespace
 
 int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
           std::unique_ptr<Ep>* out) {
