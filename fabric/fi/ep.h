@@ -41,6 +41,7 @@ struct Sep;
 struct Srx;
 struct Stx;
 struct MsgConn;
+struct MsgPort;
 struct Mc;
 
 // A send or receive that needs more than the application's context: an
@@ -230,13 +231,19 @@ struct Ep {
   size_t stx_outstanding = 0;
   // After fi_enable: the engine's endpoint (rdm for FI_EP_RDM, dgram for
   // FI_EP_DGRAM) and what the facade keeps beside it, the same for both.
-  std::unique_ptr<rdm::Endpoint> rdm;
+  // An accepted FI_EP_MSG connection shares its listener's (msg_ep.h).
+  std::shared_ptr<rdm::Endpoint> rdm;
   std::unique_ptr<rdm::DatagramEndpoint> dgram;
   std::unique_ptr<DrainBuffers> drain;  // progress.h
   PeerMap peers;
   OpRecords records;
   // FI_EP_MSG: the connection (msg_ep.h), owned; null for other types.
   MsgConn* msg = nullptr;
+  // Connections sharing one port (msg_ep.h): on an accepted connection,
+  // the listening endpoint whose engine endpoint (port, lock, lane) it
+  // uses; on that listening endpoint, its connections by peer.
+  Ep* shares = nullptr;
+  MsgPort* port_share = nullptr;
   // FI_EP_DGRAM: its multicast memberships (fi_join, mcast.h).
   std::vector<Mc*> groups;
   // Deferred operations in flight, by the request they were posted with.

@@ -85,10 +85,22 @@ uint64_t MatchQueues::TakeMulti(uint32_t s, uint64_t total) {
   return base;
 }
 
-uint32_t MatchQueues::TakePosted(void* context) {
+uint32_t MatchQueues::TakePosted(void* context, PeerId only) {
   for (IndexList<RecvSlot>& q : posted_) {
     for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
-      if (recvs_[s].req.context == context) {
+      if (recvs_[s].req.context == context && (only == kAnyPeer || recvs_[s].req.source == only)) {
+        Unqueue(s);
+        return s;
+      }
+    }
+  }
+  return kNone;
+}
+
+uint32_t MatchQueues::TakeAnyPosted(PeerId only) {
+  for (IndexList<RecvSlot>& q : posted_) {
+    for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
+      if (only == kAnyPeer || recvs_[s].req.source == only) {
         Unqueue(s);
         return s;
       }
