@@ -62,6 +62,7 @@ struct OpRecord {
 struct OpRecords {
   std::vector<OpRecord> slots;
   uint32_t free = UINT32_MAX;
+  uint32_t lazy = 0;  // InitLazy: the records the first Alloc makes
 
   // n records, all free (fi_enable).
   void Init(size_t n) {
@@ -71,8 +72,14 @@ struct OpRecords {
     }
     free = n > 0 ? 0 : UINT32_MAX;
   }
+  // n records made by the first Alloc (an idle connection holds none).
+  void InitLazy(size_t n) { lazy = static_cast<uint32_t>(n); }
   // A free record, or null when every one is in use.
   OpRecord* Alloc() {
+    if (slots.empty() && lazy > 0) {
+      Init(lazy);
+      lazy = 0;
+    }
     if (free == UINT32_MAX) return nullptr;
     OpRecord* r = &slots[free];
     free = r->next_free;
@@ -97,7 +104,10 @@ struct OpRecords {
     return static_cast<OpRecord*>(ctx);
   }
   // Frees the records' memory, not just their size (fi_close).
-  void Release() { std::vector<OpRecord>().swap(slots); }
+  void Release() {
+    std::vector<OpRecord>().swap(slots);
+    lazy = 0;
+  }
 };
 
 // The CQs an endpoint's completions go to (fi_ep_bind with FI_TRANSMIT,

@@ -54,8 +54,15 @@ namespace bypass::fi {
 
 // The fi_addr of a connected endpoint's peer in its PeerMap.
 constexpr fi_addr_t kPeerAddr = 0;
-// Connection-manager receives an endpoint keeps posted.
-constexpr size_t kCmSlots = 4;
+// Connection-manager receives an endpoint keeps posted (more messages wait
+// in the engine's unexpected queue until a slot is posted again).
+constexpr size_t kCmSlots = 2;
+// What a port's engine endpoint holds per connection it may carry
+// (FI_BYPASS_LISTEN_PEERS of them), beside the listener's own: the
+// connection manager's receives and a share of the application's
+// receives and sends (the port's budgets, shared by its connections).
+constexpr uint32_t kPortRecvsPerConn = kCmSlots + 2;
+constexpr uint32_t kPortSendsPerConn = 2;
 // ... and a passive endpoint.
 constexpr size_t kPepSlots = 64;
 // A passive endpoint forgets a connecting endpoint this long (5 ms) after its
@@ -236,11 +243,23 @@ int SlotOf(const MsgConn* m, const void* ctx) {
   return -1;
 }
 
+// The connection's peer as the data path's only destination (kPeerAddr).
+// On a shared port not the other way (PeerMap::addr_of, by the engine's
+// peer slot, would cost a word per peer of the port for each connection):
+// a connection reports no source.
+void SetPeer(Ep* ep, rdm::PeerId peer) {
+  if (ep->shares != nullptr) {
+    ep->peers.peer_of.assign(1, peer);
+  } else {
+    ep->peers.Set(kPeerAddr, peer);
+  }
+}
+
 void Connected(Ep* ep, rdm::PeerId peer) {
   MsgConn* m = ep->msg;
   m->peer = peer;
   if (std::optional<rdm::Address> a = ep->rdm->PeerAddress(peer)) m->peer_addr = *a;
-  ep->peers.Set(kPeerAddr, peer);
+  SetPeer(ep, peer);
   m->state = ConnState::kConnected;
 }
 
@@ -521,6 +540,7 @@ struct MsgPort {
   // sent them (their SHUTDOWN) is acknowledged (TendSharedPort).
   struct Closed {
     rdm::PeerId peer;
+    uint32_t incarnation = 0;  // the peer's then: another one later is kept
     uint64_t at_ns = 0;
   };
   std::vector<Closed> closed;
@@ -711,7 +731,11 @@ int OpenListener(Pep* p) {
   if (ret == 0) ret = fi_endpoint(port->dom, info, &port->ep, nullptr);
   if (ret == 0) {
     port->l = AsEp(port->ep);
-    port->l->config.max_peers = p->fabric->settings.listen_peers;
+    rdm::EndpointConfig& c = port->l->config;
+    const uint32_t conns = p->fabric->settings.listen_peers;
+    c.max_peers = conns;
+    c.max_posted_recvs = std::min<uint32_t>(c.max_posted_recvs + kPepSlots + conns * kPortRecvsPerConn, 1u << 16);
+    c.max_send_ops = std::min<uint32_t>(c.max_send_ops + conns * kPortSendsPerConn, 1u << 16);
   }
   if (ret == 0) ret = fi_ep_bind(port->ep, &port->av->fid, 0);
   if (ret == 0) ret = fi_ep_bind(port->ep, &port->cq->fid, FI_TRANSMIT | FI_RECV);
@@ -1029,9 +1053,10 @@ int EnableSharedMsg(Ep* ep) {
     }
   }
   m->peer = *peer;
-  ep->peers.Set(kPeerAddr, *peer);
+  SetPeer(ep, *peer);
   port->by_peer[peer->value] = ep;
-  ep->records.Init(ep->config.max_send_ops + ep->config.max_posted_recvs);
+  // Made at first use: an idle connection holds none.
+  ep->records.InitLazy(ep->config.max_send_ops + ep->config.max_posted_recvs);
   return EnableMsg(ep);
 }
 
@@ -1095,7 +1120,9 @@ MsgPort* LeaveSharedPort(Ep* ep) {
     if (it != port->by_peer.end() && it->second == ep) {
       port->by_peer.erase(it);
       l->rdm->CancelRecvs(*m->peer);
-      port->closed.push_back({*m->peer, driver::SteadyClock::Get().NowNs()});
+      const std::optional<rdm::PeerStats> now = l->rdm->peer_stats(*m->peer);
+      port->closed.push_back({*m->peer, now ? now->incarnation : 0,
+                              driver::SteadyClock::Get().NowNs()});
     }
   }
   EraseOne(port->members, ep);
@@ -1115,7 +1142,10 @@ void TendSharedPort(Ep* l) {
   std::erase_if(port->closed, [&](const MsgPort::Closed& c) {
     const std::optional<rdm::PeerStats> st = l->rdm->peer_stats(c.peer);
     if (st && st->queued_ops > 0 && now - c.at_ns < l->config.peer_timeout_ns) return false;
-    if (!port->by_peer.contains(c.peer.value)) (void)l->rdm->RemovePeer(c.peer);
+    // Not a new connection's peer, nor a new endpoint on its address.
+    const bool same = !st || st->incarnation == 0 || c.incarnation == 0 ||
+                      st->incarnation == c.incarnation;
+    if (same && !port->by_peer.contains(c.peer.value)) (void)l->rdm->RemovePeer(c.peer);
     return true;
   });
 }
