@@ -1,8 +1,10 @@
 // Connected endpoints (FI_EP_MSG, fi_cm(3)) through the public libfabric
 // API, as an application uses them: passive endpoints, connect, accept,
-// reject with data, connect to nobody, shutdown from either side, a peer
-// process killed, 100 connections to one listener, and the data calls
-// over a connection. Progress happens only inside fi_eq_read and
+// reject with data, connect to nobody, shutdown from either side (and the
+// receives it cancels), a peer process killed, 100 connections to one
+// listener in waves reusing ports at once, 200 open at once sharing the
+// listener's port, a listener on an FI_THREAD_DOMAIN domain's only queue,
+// and the data calls over a connection. Progress happens only inside fi_eq_read and
 // fi_cq_read. Loopback devices in one process; the killed peer is a forked
 // child on the intra-host device.
 #include <rdma/fabric.h>
