@@ -694,6 +694,38 @@ TEST_F(MsgTest, ShutdownCancelsPostedReceives) {
   Disconnect(&c2, &s2);
 }
 
+// Two connections on one listener's port, each driven by its own thread
+// that reads only its own CQs: either thread's reads move the shared
+// engine, and each connection gets its own messages, in order.
+TEST_F(MsgTest, TwoThreadsTwoConnectionsOnePort) {
+  Listen(a_);
+  Conn c[2], s[2];
+  Connect(&c[0], &s[0]);
+  Connect(&c[1], &s[1]);
+  constexpr int kMessages = 300;
+  auto run = [&](int k) {
+    for (int i = 0; i < kMessages; ++i) {
+      int v = -1;
+      ASSERT_EQ(fi_recv(s[k].ep, &v, sizeof(v), nullptr, 0, &v), 0);
+      const int w = k * 100000 + i;
+      ssize_t ret;
+      while ((ret = fi_inject(c[k].ep, &w, sizeof(w), 0)) == -FI_EAGAIN) {
+        fi_cq_read(c[k].cq, nullptr, 0);
+      }
+      ASSERT_EQ(ret, 0);
+      fi_cq_tagged_entry e;
+      Complete(s[k].cq, c[k].cq, &e);
+      ASSERT_EQ(e.op_context, &v);
+      ASSERT_EQ(v, w);
+    }
+  };
+  std::thread other(run, 1);
+  run(0);
+  other.join();
+  Disconnect(&c[0], &s[0]);
+  Disconnect(&c[1], &s[1]);
+}
+
 // On a device with one queue (loopback here), a listener opened after an
 // FI_THREAD_DOMAIN domain holds it shares that queue: fi_listen succeeds
 // (it was -FI_EBUSY), and a connection accepted on that domain works.

@@ -85,8 +85,10 @@ using CmBuffer = std::array<uint8_t, kCmMaxPacket>;
 
 struct MsgConn {
   ConnState state = ConnState::kIdle;
-  // An accepted connection on its listener's port (Ep::shares), or null.
+  // An accepted connection on its listener's port (Ep::shares), or null;
+  // one of the port's members once enabled (opened before).
   MsgPort* port = nullptr;
+  bool member = false;
   bool from_connreq = false;  // opened with info->handle: fi_accept, never fi_connect
   uint64_t conn_id = 0;
   rdm::Address peer_addr;     // the connection request's sender (accepting side)
@@ -534,7 +536,8 @@ struct MsgPort {
   fid_ep* ep = nullptr;
   Ep* l = nullptr;  // ep's
   std::vector<CmBuffer> rx;
-  std::vector<Ep*> members;                  // the connections on the port
+  std::vector<Ep*> members;  // the enabled connections on the port (progress reads them)
+  size_t opened = 0;         // ... and those opened, not yet enabled
   absl::flat_hash_map<uint32_t, Ep*> by_peer;  // by rdm::PeerId::value
   // Peers of closed connections, removed from the engine once what was
   // sent them (their SHUTDOWN) is acknowledged (TendSharedPort).
@@ -603,7 +606,7 @@ void LeavePort(Pep* p) {
     DomainGuard g(*port->l->lock);
     port->pep = nullptr;
     for (CmBuffer& b : port->rx) port->l->rdm->CancelRecv(&b);
-    last = port->members.empty() && !port->closing;
+    last = port->members.empty() && port->opened == 0 && !port->closing;
     port->closing = port->closing || last;
   } else {
     last = true;  // fi_listen failed half way
@@ -1013,7 +1016,7 @@ int OpenMsg(Ep* ep, const fi_info* info) {
     ep->udp_port = l->udp_port;
     ep->port_given = true;
     ep->loopback_name = l->loopback_name;
-    port->members.push_back(ep);
+    ++port->opened;
   }
   InitMsgOps(ep->fid.cm, ep->fid.ops);
   ep->fid.cm = &g_msg_cm_ops;
@@ -1055,6 +1058,9 @@ int EnableSharedMsg(Ep* ep) {
   m->peer = *peer;
   SetPeer(ep, *peer);
   port->by_peer[peer->value] = ep;
+  --port->opened;
+  port->members.push_back(ep);
+  m->member = true;
   // Made at first use: an idle connection holds none.
   ep->records.InitLazy(ep->config.max_send_ops + ep->config.max_posted_recvs);
   return EnableMsg(ep);
@@ -1125,8 +1131,13 @@ MsgPort* LeaveSharedPort(Ep* ep) {
                               driver::SteadyClock::Get().NowNs()});
     }
   }
-  EraseOne(port->members, ep);
-  const bool last = port->pep == nullptr && port->members.empty() && !port->closing;
+  if (m->member) {
+    EraseOne(port->members, ep);
+  } else {
+    --port->opened;
+  }
+  const bool last =
+      port->pep == nullptr && port->members.empty() && port->opened == 0 && !port->closing;
   port->closing = port->closing || last;
   return last ? port : nullptr;
 }

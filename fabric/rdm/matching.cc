@@ -85,10 +85,10 @@ uint64_t MatchQueues::TakeMulti(uint32_t s, uint64_t total) {
   return base;
 }
 
-uint32_t MatchQueues::TakePosted(void* context, PeerId only) {
+uint32_t MatchQueues::TakePostedIf(absl::FunctionRef<bool(const RecvRequest&)> pred) {
   for (IndexList<RecvSlot>& q : posted_) {
     for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
-      if (recvs_[s].req.context == context && (only == kAnyPeer || recvs_[s].req.source == only)) {
+      if (pred(recvs_[s].req)) {
         Unqueue(s);
         return s;
       }
@@ -97,16 +97,14 @@ uint32_t MatchQueues::TakePosted(void* context, PeerId only) {
   return kNone;
 }
 
+uint32_t MatchQueues::TakePosted(void* context, PeerId only) {
+  return TakePostedIf([&](const RecvRequest& r) {
+    return r.context == context && (only == kAnyPeer || r.source == only);
+  });
+}
+
 uint32_t MatchQueues::TakeAnyPosted(PeerId only) {
-  for (IndexList<RecvSlot>& q : posted_) {
-    for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
-      if (only == kAnyPeer || recvs_[s].req.source == only) {
-        Unqueue(s);
-        return s;
-      }
-    }
-  }
-  return kNone;
+  return TakePostedIf([&](const RecvRequest& r) { return only == kAnyPeer || r.source == only; });
 }
 
 uint32_t MatchQueues::TakePostedFrom(PeerId source) {

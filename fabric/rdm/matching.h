@@ -159,6 +159,8 @@ class MatchQueues {
   const uint8_t* chunk(uint32_t c) const { return arena_.get() + uint64_t{c} * chunk_bytes_; }
   // Takes queued receive s out of its queue.
   void Unqueue(uint32_t s);
+  // The first queued receive (of both kinds) pred takes, out of its queue.
+  uint32_t TakePostedIf(absl::FunctionRef<bool(const RecvRequest&)> pred);
   // The first queued message (of both kinds, in queue order) pred takes.
   uint32_t FindUnexpectedIf(absl::FunctionRef<bool(const UnexpectedMsg&)> pred) const;
 
