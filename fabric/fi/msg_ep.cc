@@ -807,13 +807,18 @@ void ForgetHandled(Pep* p) {
     rdm::Address any = h.addr;
     any.incarnation = 0;  // finds the learned one, whatever its incarnation
     absl::StatusOr<rdm::PeerId> id = e->rdm->InsertPeer(any);
-    const std::optional<rdm::PeerStats> st =
-        id.ok() ? e->rdm->peer_stats(*id) : std::optional<rdm::PeerStats>();
-    if (st && st->queued_ops > 0 && now - h.at_ns < e->config.peer_timeout_ns) break;
+    uint32_t incarnation = 0;  // the peer's now (0: unknown)
+    uint32_t queued = 0;
+    if (id.ok()) {
+      if (const std::optional<rdm::PeerStats> st = e->rdm->peer_stats(*id)) {
+        incarnation = st->incarnation;
+        queued = st->queued_ops;
+      }
+    }
+    if (queued > 0 && now - h.at_ns < e->config.peer_timeout_ns) break;
     p->handled.pop_front();
     if (!id.ok() || port->by_peer.contains(id->value)) continue;
-    if (st && st->incarnation != 0 && h.addr.incarnation != 0 &&
-        st->incarnation != h.addr.incarnation) {
+    if (incarnation != 0 && h.addr.incarnation != 0 && incarnation != h.addr.incarnation) {
       continue;  // another endpoint on that address now
     }
     (void)e->rdm->RemovePeer(*id);
