@@ -60,8 +60,8 @@ fi_info* MsgHints() {
   h->ep_attr->type = FI_EP_MSG;
   h->caps = FI_MSG | FI_TAGGED | FI_RMA;
   h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED | FI_MR_LOCAL;
-  // A passive endpoint's domain shares the loopback device's one queue
-  // with the test's domains: not FI_THREAD_DOMAIN, which takes no lock.
+  // The test's domains take their lock (ListenerSharesThreadDomainQueue
+  // opens an FI_THREAD_DOMAIN one on a device of its own).
   h->domain_attr->threading = FI_THREAD_SAFE;
   return h;
 }

@@ -1,7 +1,8 @@
 // Connected endpoints: the passive endpoint (an RDM endpoint of its own
-// domain on the listening port, taking connection requests), the
-// connection state of an FI_EP_MSG endpoint, and the connection manager's
-// exchange (cm.h):
+// domain on the listening port, taking connection requests; the endpoints
+// accepted from it share that engine endpoint, MsgPort), the connection
+// state of an FI_EP_MSG endpoint, and the connection manager's exchange
+// (cm.h):
 //
 //   connecting ep            passive ep              accepting ep
 //   fi_connect  --CONNREQ-->  FI_CONNREQ (handle)

@@ -1,9 +1,11 @@
 // Connected endpoints (FI_EP_MSG, fi_cm(3)): passive endpoints (fi_passive_ep,
 // fi_listen, fi_reject) and the connection state of an FI_EP_MSG endpoint
-// (fi_connect, fi_accept, fi_shutdown, fi_getpeer). A connected endpoint is
-// an RDM endpoint (ep.h: its own rdm::Endpoint) whose one peer is fixed
-// when the connection is made; the data calls take that peer and ignore
-// their address argument. The connection manager's messages (cm.h) ride
+// (fi_connect, fi_accept, fi_shutdown, fi_getpeer). A connecting endpoint is
+// an RDM endpoint (ep.h: its own rdm::Endpoint); an accepted one shares its
+// listener's (its port: one engine endpoint, a session per connected peer,
+// completions routed to each connection by peer). Either way its one peer
+// is fixed when the connection is made; the data calls take that peer and
+// ignore their address argument. The connection manager's messages (cm.h) ride
 // the engine as tagged injects; their events go to the EQ bound to the
 // endpoint, and reading that EQ progresses the endpoints and passive
 // endpoints bound to it. README.md ("Connected endpoints").
