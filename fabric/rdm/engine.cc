@@ -150,6 +150,7 @@ std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   s.queued_ops = t.ops.size();
   s.waiting_ops = t.waiting.size();
   s.held_packets = reliability.rx(pi).held_count;
+  s.unacked_packets = reliability.rx(pi).unacked;
   return s;
 }
 
