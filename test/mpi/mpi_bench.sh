@@ -31,11 +31,7 @@ done
 [ -n "$root" ] || { echo "mpi_bench: no runfiles; run it with bazel run -c opt //test/mpi:mpi_bench" >&2; exit 1; }
 BYPASS_SO="$root/fabric/fi/libbypass-fi.so"
 . "$root/test/mpi/mpi_lib.sh"
-needs_mpi
-WORK=$(mktemp -d)
-trap 'remove_hosts; rm -rf "$WORK"' EXIT
-provider_dir "$WORK/prov"
-build_prog "$root/test/mpi/mpi_perf.c" "$WORK/mpi_perf"
+mpi_setup "$root/test/mpi/mpi_perf.c"
 
 # measure KEY PREFIX MPIRUN_ARGS...: one run of mpi_perf, its two numbers
 # appended to $WORK/KEY (or the reason it failed, once).

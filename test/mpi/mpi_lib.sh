@@ -1,6 +1,6 @@
 # Shared by the Open MPI tests and the benchmark (test/mpi/): Debian's
 # mpirun over libbypass-fi.so. Source it with BYPASS_SO set to the
-# provider; it defines fail, needs_mpi, provider_dir, build_prog, mpi_run,
+# provider; it defines fail, needs_mpi, provider_dir, mpi_setup, mpi_run,
 # make_hosts and remove_hosts.
 
 fail() { echo "FAIL: $*"; exit 1; }
@@ -36,9 +36,17 @@ provider_dir() {
   export FI_PROVIDER_PATH="$1"
 }
 
-# build_prog SRC OUT
-build_prog() {
-  mpicc -O2 -o "$2" "$1" || fail "mpicc could not build $1"
+# mpi_setup SRC: a work directory WORK (removed at exit, with the
+# namespaces of make_hosts), the provider directory in it, and the MPI
+# program SRC built as $WORK/NAME (SRC's name without .c).
+mpi_setup() {
+  needs_mpi
+  WORK=$(mktemp -d)
+  trap 'remove_hosts; rm -rf "$WORK"' EXIT
+  provider_dir "$WORK/prov"
+  local out
+  out="$WORK/$(basename "$1" .c)"
+  mpicc -O2 -o "$out" "$1" || fail "mpicc could not build $1"
 }
 
 # mpi_run SECONDS PREFIX ARGS...: mpirun under timeout in a session of its

@@ -10,11 +10,7 @@ set -u
 BYPASS_SO="$TEST_SRCDIR/bypass/fabric/fi/libbypass-fi.so"
 . "$TEST_SRCDIR/bypass/test/mpi/mpi_lib.sh"
 [ "$(id -u)" -eq 0 ] || fail "this test needs root (network namespaces, AF_XDP)"
-needs_mpi
-WORK=$(mktemp -d)
-trap 'remove_hosts; rm -rf "$WORK"' EXIT
-provider_dir "$WORK/prov"
-build_prog "$TEST_SRCDIR/bypass/test/mpi/mpi_check.c" "$WORK/mpi_check"
+mpi_setup "$TEST_SRCDIR/bypass/test/mpi/mpi_check.c"
 make_hosts "bmpi$(( $$ % 10000 ))"
 
 # run LABEL PER_HOST ARGS...: PER_HOST ranks in each namespace; extra
