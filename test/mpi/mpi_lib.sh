@@ -31,7 +31,8 @@ needs_mpi() {
 # Nothing else of bypass is configured: the default domain.
 provider_dir() {
   mkdir -p "$1"
-  ln -sf "$BYPASS_SO" "$1/libbypass-fi.so"
+  # An absolute target: BYPASS_SO may be relative to where we were started.
+  ln -sf "$(readlink -f "$BYPASS_SO")" "$1/libbypass-fi.so"
   unset FI_BYPASS_DEVICES FI_PROVIDER
   export FI_PROVIDER_PATH="$1"
 }
