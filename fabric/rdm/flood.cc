@@ -51,6 +51,7 @@ FloodResult RunFlood(const FloodOptions& o) {
   std::vector<int> posted(o.senders + 1, 0), sent(o.senders + 1, 0);
   for (int s = 1; s <= o.senders; ++s) {
     to_receiver[s] = net.Peer(s, 0);
+    net.Peer(0, s);  // in the receiver's address vector too: it learns only max_peers / 4
     for (int i = 0; i < o.messages; ++i) {
       std::vector<uint8_t> m(o.message_bytes);
       const uint64_t id = s * kIdsPerSender + i;

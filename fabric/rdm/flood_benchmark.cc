@@ -32,7 +32,9 @@ int main() {
                 off.retransmits_per_delivered(), on.retransmits_per_delivered(),
                 static_cast<unsigned long long>(off.queue_dropped),
                 static_cast<unsigned long long>(on.queue_dropped),
-                off.exactly_once && on.exactly_once ? "" : "  NOT EXACTLY ONCE");
+                off.exactly_once && on.exactly_once ? "" : "  NOT EXACTLY ONCE:");
+    if (!off.exactly_once) std::printf("    off: %s\n", off.error.c_str());
+    if (!on.exactly_once) std::printf("    on: %s\n", on.error.c_str());
   }
   std::printf("(4 KiB messages of 3 packets; link 2 Mpps; virtual time, 1 us per step)\n");
   return 0;
