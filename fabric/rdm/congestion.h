@@ -21,6 +21,8 @@ class CongestionWindow {
  public:
   // Packets that may leave back to back (a NIC's TX batch, ~12 KB at 1500 B).
   static constexpr uint32_t kPacingBurst = 8;
+  // Gaps shorter than this are not waited for (PaceAllows).
+  static constexpr uint64_t kPacingSlackNs = 2'000;
   // The smallest window, and what an RTO leaves: 4 packets, the fewest in
   // which a loss is still found by SACK (3 later packets, the default
   // fast_retransmit_threshold) rather than by another timeout. (TCP's
@@ -73,7 +75,7 @@ class CongestionWindow {
     }
   }
 
-  // A loss signal (fast retransmit, tail-loss probe) while snd_una is una
+  // A loss signal (a fast retransmit: a SACK gap) while snd_una is una
   // and next is the next PSN: halves the window unless this flight was
   // already cut (once per round trip). Returns whether it did.
   bool OnLoss(Psn una, Psn next) {
@@ -103,8 +105,11 @@ class CongestionWindow {
     interval_ns_ = cwnd_ < ssthresh_ ? srtt_ns / (2 * uint64_t{cwnd_})
                                      : srtt_ns * 4 / (5 * uint64_t{cwnd_});
   }
-  // A packet may leave now.
-  bool PaceAllows(uint64_t now) const { return next_send_ns_ <= now; }
+  // A packet may leave now: its time has come, or comes within
+  // kPacingSlackNs (waiting for less costs a timer and a pass for nothing:
+  // measured, waits of tens of nanoseconds on a fast path delayed ACKs
+  // past the tail-loss probe and cost retransmissions on a lossless link).
+  bool PaceAllows(uint64_t now) const { return next_send_ns_ <= now + kPacingSlackNs; }
   uint64_t next_send_ns() const { return next_send_ns_; }
   // A packet left at `now`: the next one is due an interval later, with
   // up to kPacingBurst saved while the sender was idle.

@@ -108,10 +108,12 @@ void WaitOne(Endpoint& e, Endpoint& other) {
   }
 }
 
-template <uint16_t kIdlePassesPerClockRead = 1, bool kSharedRecv = false>
+template <uint16_t kIdlePassesPerClockRead = 1, bool kSharedRecv = false, size_t kSize = 64,
+          bool kCongestionControl = true>
 void BM_RdmPingPong(benchmark::State& state) {
-  Pair p(kIdlePassesPerClockRead, EndpointConfig{}.rendezvous_threshold, "", true, kSharedRecv);
-  uint8_t out[64] = {}, in_a[64], in_b[64];
+  Pair p(kIdlePassesPerClockRead, EndpointConfig{}.rendezvous_threshold, "", true, kSharedRecv,
+         kCongestionControl);
+  uint8_t out[kSize] = {}, in_a[kSize], in_b[kSize];
   for (auto _ : state) {
     p.eb->PostRecv({.buf = in_b, .len = sizeof(in_b)});
     p.ea->PostRecv({.buf = in_a, .len = sizeof(in_a)});
@@ -129,21 +131,8 @@ BENCHMARK(BM_RdmPingPong<>)->Name("BM_RdmPingPong");
 // 8 B, with congestion control on (the default toward a peer not on this
 // host, as loopback's are) and off: what the congestion window and pacing
 // cost an uncongested round trip (PROTOCOL.md, "Congestion control").
-template <bool kCongestionControl>
-void BM_RdmPingPong8(benchmark::State& state) {
-  Pair p(1, EndpointConfig{}.rendezvous_threshold, "", true, false, kCongestionControl);
-  uint8_t out[8] = {}, in_a[8], in_b[8];
-  for (auto _ : state) {
-    p.eb->PostRecv({.buf = in_b, .len = sizeof(in_b)});
-    p.ea->PostRecv({.buf = in_a, .len = sizeof(in_a)});
-    p.ea->Send({.dest = p.to_b, .buf = out, .len = sizeof(out), .flags = kSendInject});
-    WaitOne(*p.eb, *p.ea);
-    p.eb->Send({.dest = p.to_a, .buf = in_b, .len = sizeof(in_b), .flags = kSendInject});
-    WaitOne(*p.ea, *p.eb);
-  }
-}
-BENCHMARK(BM_RdmPingPong8<true>)->Name("BM_RdmPingPong8/cc_on");
-BENCHMARK(BM_RdmPingPong8<false>)->Name("BM_RdmPingPong8/cc_off");
+BENCHMARK(BM_RdmPingPong<1, false, 8>)->Name("BM_RdmPingPong8/cc_on");
+BENCHMARK(BM_RdmPingPong<1, false, 8, false>)->Name("BM_RdmPingPong8/cc_off");
 // Idle passes reuse the clock reading (EndpointConfig::idle_passes_per_clock_read).
 BENCHMARK(BM_RdmPingPong<16>)->Name("BM_RdmPingPong/lazy_clock");
 // b's receives through a SharedRecvQueue (fi_srx_context) instead of its own.

@@ -741,7 +741,6 @@ void Reliability::OnTailProbe(uint32_t pi) {
   if (entry(t, q).state & (kTxSacked | kTxNeedsRetx)) return;  // recovery under way
   ++ctx_.counters.tail_probes;
   MarkRetx(t, q, /*fast=*/false);
-  CcLoss(pi);
   ctx_.Enqueue(pi);
 }
 

@@ -985,15 +985,19 @@ TEST(ReliabilitySessionTest, ResetRxReleasesWhatWasHeld) {
 
 // ---- Congestion control (congestion.h).
 
+// The peer grants `credit` (its first ACK) and message 0 of `bytes` is queued.
+void OpenAndQueue(StageRig& rig, uint32_t pi, uint16_t credit, const std::vector<uint8_t>& bytes) {
+  rig.reliability.OnAck(pi, rig.PeerAck(rig.session[pi].tx_isn, credit), nullptr);
+  rig.reliability.Queue(pi, NewMsg(rig, bytes, 0));
+}
+
 // The first flight is cc_initial_window, whatever the credit; its last
 // packet asks for the ACK that lets the sender go on; a full window is
 // counted once.
 TEST(CongestionTest, FirstFlightIsTheInitialWindow) {
   auto [rig, pi] = RigWithPeer();
-  const Psn isn = rig.session[pi].tx_isn;
-  rig.reliability.OnAck(pi, rig.PeerAck(isn, 128), nullptr);
   const std::vector<uint8_t> a = Bytes(64 * size_t{StageRig::kSeg});
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
+  OpenAndQueue(rig, pi, 128, a);
   const std::vector<wire::View> sent = rig.BuildPackets(pi, 64);
   ASSERT_EQ(sent.size(), 16u);
   for (size_t i = 0; i + 1 < sent.size(); ++i) ASSERT_FALSE(AckReq(sent[i])) << i;
@@ -1013,10 +1017,8 @@ TEST(CongestionTest, OffOrOnThisHostTheCreditAlone) {
     c.congestion_control = same_host;
     auto [rig, pi] = RigWithPeer(c);
     if (same_host) rig.session.NoteSameHost(pi);
-    const Psn isn = rig.session[pi].tx_isn;
-    rig.reliability.OnAck(pi, rig.PeerAck(isn, 128), nullptr);
     const std::vector<uint8_t> a = Bytes(64 * size_t{StageRig::kSeg});
-    rig.reliability.Queue(pi, NewMsg(rig, a, 0));
+    OpenAndQueue(rig, pi, 128, a);
     EXPECT_EQ(rig.BuildPackets(pi, 64).size(), 64u) << same_host;
     EXPECT_EQ(rig.ctx.counters.cwnd_stalls, 0u);
     EXPECT_FALSE(rig.reliability.CcOn(pi));
@@ -1029,14 +1031,13 @@ TEST(CongestionTest, OffOrOnThisHostTheCreditAlone) {
 TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
   auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
-  rig.reliability.OnAck(pi, rig.PeerAck(isn, 256), nullptr);
   const std::vector<uint8_t> a = Bytes(400 * size_t{StageRig::kSeg});
-  rig.reliability.Queue(pi, NewMsg(rig, a, 0));
+  OpenAndQueue(rig, pi, 256, a);
   rig.ctx.now = 1'000;
   ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 16u);
-  AckAt(rig, pi, 11'000, rig.PeerAck(isn + 16, 256));
+  AckAt(rig, pi, 1'001'000, rig.PeerAck(isn + 16, 256));  // a 1 ms round trip
   EXPECT_EQ(rig.reliability.tx(pi).cc.cwnd(), 32u);
-  // Pacing: 32 over 2 x the RTT's worth of time at gain 2: the burst goes,
+  // Pacing: 32 over half the RTT (gain 2), 15.6 us apart: the burst goes,
   // then the rest wait for their time.
   const size_t burst = rig.BuildPackets(pi, 256).size();
   EXPECT_EQ(burst, CongestionWindow::kPacingBurst);
@@ -1049,7 +1050,7 @@ TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
   size_t sent = burst;
   for (int i = 0; i < 100 && sent < 32; ++i) {
     sent += rig.BuildPackets(pi, 256).size();
-    rig.ctx.now += 1'000;
+    rig.ctx.now += 10'000;
   }
   EXPECT_EQ(sent, 32u) << "the window, spread";
   const Psn flight_end = isn + 16 + 32;
@@ -1101,15 +1102,17 @@ TEST(CongestionTest, WindowArithmetic) {
   EXPECT_EQ(w.cwnd(), CongestionWindow::kLossWindow);
   w.Reset(1000, 64, Psn(0));
   EXPECT_EQ(w.cwnd(), 64u) << "never above the credit's maximum";
-  // Pacing: 64 packets over 64 us at gain 5/4 (not slow start: ssthresh is the maximum).
-  w.SetRtt(64'000);
+  // Pacing: 64 packets over 640 us at gain 5/4 (not slow start: ssthresh
+  // is the maximum): 8 us apart.
+  w.SetRtt(640'000);
   EXPECT_TRUE(w.PaceAllows(0));
   for (uint32_t i = 0; i < CongestionWindow::kPacingBurst; ++i) {
     ASSERT_TRUE(w.PaceAllows(1'000'000));
     w.OnSent(1'000'000);
   }
   EXPECT_FALSE(w.PaceAllows(1'000'000)) << "the burst is bounded";
-  EXPECT_TRUE(w.PaceAllows(1'000'800));
+  EXPECT_FALSE(w.PaceAllows(1'005'999));
+  EXPECT_TRUE(w.PaceAllows(1'006'000)) << "due within the slack";
 }
 
 }  // namespace
