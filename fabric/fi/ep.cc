@@ -156,6 +156,24 @@ int EpClose(fid* f) {
 
 void CloseEngineEp(Ep* ep) {
   Domain* d = ep->domain;
+  if (ep->shares != nullptr) {  // a connection on its listener's port (msg_ep.h)
+    MsgPort* last;
+    {
+      DomainGuard g(*ep->lock);
+      last = LeaveSharedPort(ep);
+      Unbind(ep);
+      ep->rdm.reset();
+      FreeMsg(ep);
+      ep->records.Release();
+    }
+    ep->shares = nullptr;
+    ep->lock = &d->lock;
+    ep->lane.reset();
+    EraseOne(d->eps, ep);
+    d->obj.refs.fetch_sub(1);
+    CloseSharedPort(last);
+    return;
+  }
   {
     DomainGuard g(*ep->lock);
     for (Mr* mr : d->mrs) {
@@ -386,6 +404,7 @@ int EnableEp(Ep* ep) {
                    "bind its shared %s context first\n", rx ? "receive" : "transmit");
     return -FI_EOPBADSTATE;
   }
+  if (ep->shares != nullptr) return EnableSharedMsg(ep);  // on its listener's port
   ep->config.shared_recv = ep->srx != nullptr ? ep->srx->queue.get() : nullptr;
   Domain* d = ep->domain;
   const uint16_t first_port = ep->udp_port;
@@ -536,8 +555,12 @@ ssize_t EpCancel(fid_t f, void* context) {
   if (ep->srx != nullptr && Enabled(ep)) return CancelSharedRecv(ep->srx, context);
   DomainGuard g(*ep->lock);
   if (!Enabled(ep)) return -FI_EOPBADSTATE;
-  const auto cancel = [ep](void* ctx) {
-    return ep->dgram != nullptr ? ep->dgram->CancelRecv(ctx) : ep->rdm->CancelRecv(ctx);
+  // A connection on its listener's port cancels a receive of its own peer
+  // only (another connection may use the same context).
+  rdm::PeerId only = rdm::kAnyPeer;
+  if (ep->shares != nullptr) ep->peers.Find(0, &only);
+  const auto cancel = [ep, only](void* ctx) {
+    return ep->dgram != nullptr ? ep->dgram->CancelRecv(ctx) : ep->rdm->CancelRecv(ctx, only);
   };
   // A receive posted with a record is known to the engine by the record.
   for (OpRecord& r : ep->records.slots) {
@@ -547,9 +570,9 @@ ssize_t EpCancel(fid_t f, void* context) {
 }
 
 // An option the endpoint does not have (fi_endpoint(3) lists them all):
-// FI_OPT_BUFFERED_MIN/LIMIT belong to FI_BUFFERED_RECV, which is not
-// offered; FI_OPT_SEND/RECV_BUF_SIZE and TX/RX_SIZE are socket buffer
-// sizes (the sizes here are tx_attr/rx_attr's); FI_OPT_CM_DATA_SIZE is a
+// FI_OPT_BUFFERED_MIN/LIMIT belong to FI_BUFFERED_RECV endpoints;
+// FI_OPT_SEND/RECV_BUF_SIZE and TX/RX_SIZE are socket buffer sizes (the
+// sizes here are tx_attr/rx_attr's); FI_OPT_CM_DATA_SIZE is a
 // connected endpoint's.
 int NoOption(int optname) {
   BYPASS_FI_WARN(FI_LOG_EP_CTRL,
@@ -589,6 +612,10 @@ int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
     case FI_OPT_XPU_TRIGGER:
       // No device (HMEM) memory here, so no XPU can trigger (fi_endpoint(3)).
       return -FI_EOPNOTSUPP;
+    case FI_OPT_BUFFERED_LIMIT:
+    case FI_OPT_BUFFERED_MIN:
+      if (ep->buffered == nullptr) return NoOption(optname);
+      return GetBufferedOpt(ep, optname, optval, optlen);
     default:
       return NoOption(optname);
   }
@@ -620,6 +647,11 @@ int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen)
     return 0;
   }
   if (optname == FI_OPT_XPU_TRIGGER) return -FI_EINVAL;  // fi_getopt only (fi_endpoint(3))
+  if ((optname == FI_OPT_BUFFERED_LIMIT || optname == FI_OPT_BUFFERED_MIN) &&
+      ep->buffered != nullptr) {
+    DomainGuard g(*ep->lock);
+    return SetBufferedOpt(ep, optname, optval, optlen);
+  }
   if (optname != FI_OPT_MIN_MULTI_RECV) return NoOption(optname);
   if (optlen != sizeof(size_t)) return -FI_EINVAL;
   DomainGuard g(*ep->lock);
@@ -905,6 +937,30 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
   return 0;
 }
 
+namespace {
+
+// The mode bits fi_getinfo offers only when asked (info.h): FI_BUFFERED_RECV
+// on a plain FI_EP_RDM endpoint (not a scalable endpoint's slot, not on a
+// shared receive context: the engine's peeks are per endpoint), and
+// FI_MSG_PREFIX on FI_EP_DGRAM.
+int ReceiveModes(const fi_info* info, size_t max_ctx, Ep* ep) {
+  if (info->mode & FI_BUFFERED_RECV) {
+    if (ep->type != FI_EP_RDM || max_ctx != 1 || ep->shared_rx) {
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL, "FI_BUFFERED_RECV is offered on plain FI_EP_RDM endpoints "
+                     "only (not FI_EP_MSG, scalable endpoints or shared receive contexts)\n");
+      return -FI_EINVAL;
+    }
+    ep->buffered = std::make_unique<BufferedRecvs>();
+    InitBuffered(ep);
+  }
+  if ((info->mode & FI_MSG_PREFIX) && ep->type == FI_EP_DGRAM) {
+    ep->msg_prefix = kDgramMsgPrefixSize;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
           std::unique_ptr<Ep>* out) {
   const fi_ep_type type = info->ep_attr != nullptr ? info->ep_attr->type : FI_EP_RDM;
@@ -912,7 +968,12 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM, FI_EP_MSG and FI_EP_DGRAM endpoints are implemented\n");
     return -FI_ENOSYS;
   }
-  if (d->eps.size() >= d->ep_cnt) {
+  // Connections on their listener's port (msg_ep.h) take no port: they
+  // do not count.
+  const bool shares_port = type == FI_EP_MSG && info->handle != nullptr;
+  const size_t own_ports = static_cast<size_t>(
+      std::count_if(d->eps.begin(), d->eps.end(), [](const Ep* e) { return e->shares == nullptr; }));
+  if (!shares_port && own_ports >= d->ep_cnt) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "the domain already has ep_cnt (%zu) endpoints; close one or "
                    "open another domain\n", d->ep_cnt);
     return -FI_EINVAL;
@@ -984,6 +1045,7 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
     }
   }
   if (int ret = EndpointKeys(d, info, ep->type != FI_EP_DGRAM, &ep->config); ret != 0) return ret;
+  if (int ret = ReceiveModes(info, max_ctx, ep.get()); ret != 0) return ret;
   if (ep->type == FI_EP_MSG) {
     if (int ret = OpenMsg(ep.get(), info); ret != 0) return ret;
   }

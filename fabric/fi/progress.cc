@@ -16,11 +16,13 @@
 
 #include "fabric/fi/address/address.h"
 #include "fabric/fi/av.h"
+#include "fabric/fi/buffered.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/cq.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
+#include "fabric/fi/hmem.h"
 #include "fabric/fi/progress_thread.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/msg_ep.h"
@@ -69,13 +71,9 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
   void* user = r->user_context;
   *suppress = r->suppress && (!shared || ep->cqs.rx_selective);
   if (!r->scatter.empty()) {
-    size_t done = 0;
-    for (const iovec& v : r->scatter) {
-      const size_t n = std::min(v.iov_len, std::min(*len, r->bounce.size()) - done);
-      if (n > 0) std::memcpy(v.iov_base, r->bounce.data() + done, n);  // either may be null at 0
-      done += n;
-      if (done == std::min(*len, r->bounce.size())) break;
-    }
+    // Through the application's copy functions where it set them (hmem.h).
+    CopyToUser(ep->domain, r->scatter.data(), r->scatter.size(), r->bounce.data(),
+               std::min(*len, r->bounce.size()));
   }
   pool->Free(r);
   return user;
@@ -128,6 +126,7 @@ bool ReportUnknownSource(Ep* ep, Cq* cq, const fi_cq_tagged_entry& entry, rdm::P
 // the receive CQ, its op_context the region's context (fi_cq(3)).
 void Deliver(Ep* ep, const rdm::Completion& c) {
   if (ep->msg != nullptr && MsgCompletion(ep, c)) return;  // the connection manager's
+  if (BufferedCompletion(ep, c)) return;  // a buffered receive's peek or landing
   bool suppress = false;
   void* user;
   if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
@@ -150,7 +149,8 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   CqEntry e{};
   e.e.op_context = user;
   e.e.flags = FiFlags(c.flags);
-  e.e.len = c.len;
+  // fi_cq(3): with FI_MSG_PREFIX a receive's len counts the prefix.
+  e.e.len = c.len + (tx ? 0 : ep->msg_prefix);
   e.e.buf = c.buf;
   e.e.data = c.data;
   e.e.tag = c.tag;
@@ -206,6 +206,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
     ReportAfterCompletion(ep, ec);
     return;
   }
+  if (BufferedError(ep, ec)) return;
   bool suppress = false;
   size_t len = ec.op.len;
   void* user = Resolve(ep, ec.op, &suppress, &len);
@@ -241,6 +242,26 @@ size_t RoomFor(const Cq* cq, bool errors) {
   return errors ? cq->capacity - cq->errors.size() : cq->room();
 }
 
+// The entries every CQ a pass of ep's engine may fill has room for: ep's,
+// and on a listening endpoint those of the connections sharing its port.
+size_t Room(const Ep* ep, bool errors) {
+  size_t r = std::min(RoomFor(ep->cqs.tx, errors), RoomFor(ep->cqs.rx, errors));
+  if (const std::vector<Ep*>* members = SharedMembers(ep)) {
+    for (const Ep* c : *members) {
+      r = std::min(r, std::min(RoomFor(c->cqs.tx, errors), RoomFor(c->cqs.rx, errors)));
+    }
+  }
+  return r;
+}
+
+// The endpoint a completion (or, c null, a peer failure) of ep's engine
+// belongs to: ep, or on a listening endpoint the listener itself or the
+// connection of the peer (null: a connection since closed, whose
+// completion is dropped).
+Ep* Owner(Ep* ep, const rdm::Completion* c, rdm::PeerId peer) {
+  return ep->port_share == nullptr ? ep : RouteShared(ep, c, peer);
+}
+
 }  // namespace
 
 namespace {
@@ -254,28 +275,35 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
   // before the application sees the completion and can stop progressing
   // (fi_pingpong does, before exiting).
   size_t done = e.Progress();
+  if constexpr (std::is_same_v<E, rdm::Endpoint>) {
+    if (ep->buffered != nullptr) ScanBuffered(ep);  // before the poll: its peeks complete at once
+  }
   rdm::Completion* const comps = ep->drain->completions;
   // Each completion adds at most one entry to one CQ: the room, read once,
   // only shrinks by what was delivered.
-  size_t room = std::min(RoomFor(ep->cqs.tx, false), RoomFor(ep->cqs.rx, false));
+  size_t room = Room(ep, false);
   while (room > 0) {
     const size_t want = std::min(DrainBuffers::kBurst, room);
     const size_t n = e.PollCompletions({comps, want});
-    for (size_t i = 0; i < n; ++i) Deliver(ep, comps[i]);
+    for (size_t i = 0; i < n; ++i) {
+      if (Ep* to = Owner(ep, &comps[i], comps[i].source)) Deliver(to, comps[i]);
+    }
     done += n;
-    if (n < want) break;
+    // A buffered endpoint's peeks post claims as they are delivered, whose
+    // completions (a message already whole) are there at once: poll until
+    // nothing comes, so their notifications are in this pass.
+    if (n < want && (ep->buffered == nullptr || n == 0)) break;
     room -= n;
   }
   rdm::ErrorCompletion* const err = &ep->drain->error;
-  while (RoomFor(ep->cqs.tx, true) > 0 && RoomFor(ep->cqs.rx, true) > 0 &&
-         e.PollErrors({err, 1}) == 1) {
-    DeliverError(ep, *err);
+  while (Room(ep, true) > 0 && e.PollErrors({err, 1}) == 1) {
+    if (Ep* to = Owner(ep, &err->op, err->op.source)) DeliverError(to, *err);
     ++done;
   }
   if constexpr (std::is_same_v<E, rdm::Endpoint>) {
     rdm::PeerFailure f;
     while (e.PollPeerFailures({&f, 1}) == 1) {
-      ReportPeerFailure(ep, f);
+      if (Ep* to = Owner(ep, nullptr, f.peer)) ReportPeerFailure(to, f);
       ++done;
     }
   }
@@ -287,6 +315,14 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
 size_t ProgressEp(Ep* ep) {
   // Triggered work that could not be issued when it became due (trigger.h).
   if (TriggersReady(ep->domain)) DrainTriggers(ep->domain);
+  // A connection on its listener's port: that engine, every connection's
+  // completions to its own CQs (msg_ep.h).
+  if (ep->shares != nullptr) ep = ep->shares;
+  if (ep->port_share != nullptr) {
+    const size_t n = ProgressAndDrain(ep, *ep->rdm);
+    TendSharedPort(ep);
+    return n;
+  }
   if (ep->rdm != nullptr) return ProgressAndDrain(ep, *ep->rdm);
   if (ep->dgram != nullptr) return ProgressAndDrain(ep, *ep->dgram);
   return 0;
