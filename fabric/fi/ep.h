@@ -42,6 +42,7 @@ struct Srx;
 struct Stx;
 struct MsgConn;
 struct Mc;
+struct Coll;
 
 // A send or receive that needs more than the application's context: an
 // operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
@@ -241,6 +242,9 @@ struct Ep {
   std::vector<Mc*> groups;
   // Deferred operations in flight, by the request they were posted with.
   absl::flat_hash_map<void*, DeferredOp> deferred;
+  // Collectives (coll.h): its groups and their operations; null until the
+  // first fi_join_collective, freed when its last group is closed.
+  Coll* coll = nullptr;
 };
 static_assert(offsetof(Ep, fid) == 0);
 
@@ -305,7 +309,7 @@ extern fi_ops_msg g_msg_ops;
 extern fi_ops_tagged g_tagged_ops;
 extern fi_ops_rma g_rma_ops;
 extern fi_ops_atomic g_atomic_ops;  // atomic.cc
-extern fi_ops_collective g_collective_ops;
+extern fi_ops_collective g_collective_ops;  // coll.cc
 
 // Shared by the data paths (ep_ops.cc, atomic.cc). REQUIRES: the domain guard.
 // A failure reported after its completion, owed to the next op to dest (once).

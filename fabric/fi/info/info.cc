@@ -34,8 +34,9 @@ constexpr uint64_t kSecondaryCaps = FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT | F
                                     FI_SOURCE_ERR | FI_RMA_PMEM;
 // Offered only when asked: FI_SOURCE_ERR turns a message from a sender not
 // in the AV into an error entry (fi_cq(3)), which an application that did
-// not ask for it would not expect.
-constexpr uint64_t kAskedOnlyCaps = FI_SOURCE_ERR;
+// not ask for it would not expect; FI_COLLECTIVE takes the top tag bit
+// (fabric/fi/coll.h).
+constexpr uint64_t kAskedOnlyCaps = FI_SOURCE_ERR | FI_COLLECTIVE;
 // fi_endpoint(3): the capabilities that apply to each side.
 constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_READ | FI_WRITE |
                              FI_SEND | FI_HMEM | FI_TRIGGER | FI_FENCE | FI_MULTICAST |
@@ -437,7 +438,15 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
   if (hints == nullptr || (hints->caps & kAskedOnlyCaps) == 0) {
     // Behaviour an application must ask for: off unless asked.
     info->caps &= ~kAskedOnlyCaps;
+    info->tx_attr->caps &= ~kAskedOnlyCaps;
     info->rx_attr->caps &= ~kAskedOnlyCaps;
+  } else if ((hints->caps & FI_COLLECTIVE) == 0) {
+    info->caps &= ~FI_COLLECTIVE;
+    info->tx_attr->caps &= ~FI_COLLECTIVE;
+    info->rx_attr->caps &= ~FI_COLLECTIVE;
+  } else if ((hints->caps & FI_SOURCE_ERR) == 0) {
+    info->caps &= ~FI_SOURCE_ERR;
+    info->rx_attr->caps &= ~FI_SOURCE_ERR;
   }
   if (hints == nullptr) return true;
   if (hints->addr_format != FI_FORMAT_UNSPEC) info->addr_format = hints->addr_format;
@@ -457,13 +466,16 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
   info->rx_attr->caps = (hr != nullptr && hr->caps != 0 ? hr->caps : info->caps) & kRxCaps;
   if ((info->caps & FI_RMA) == 0) info->tx_attr->rma_iov_limit = 0;
   if ((info->caps & FI_TAGGED) == 0) info->ep_attr->mem_tag_format = 0;
+  // Collectives' messages have the top tag bit (fabric/fi/coll.h).
+  const bool coll = (info->caps & FI_COLLECTIVE) != 0;
+  if (coll && (info->caps & FI_TAGGED) != 0) info->ep_attr->mem_tag_format = kMsgTagFormat;
   if (ht != nullptr) {
     info->tx_attr->op_flags = ht->op_flags;
     info->tx_attr->tclass = ht->tclass;
   }
   if (hr != nullptr) info->rx_attr->op_flags = hr->op_flags;
   if (const fi_ep_attr* he = hints->ep_attr; he != nullptr) {
-    if (he->mem_tag_format != 0 && (info->caps & FI_TAGGED) != 0) {
+    if (he->mem_tag_format != 0 && (info->caps & FI_TAGGED) != 0 && !coll) {
       // Any layout of fields fits a 64-bit tag.
       info->ep_attr->mem_tag_format = he->mem_tag_format;
     }
