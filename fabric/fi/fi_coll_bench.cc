@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   auto* res = static_cast<Results*>(mem);
   std::printf("%-8s %-8s %14s %16s %8s\n", "members", "size", "allreduce_us", "round_trip_us",
               "ratio");
+  std::fflush(stdout);  // before fork: the members would print it again
   for (int n : {2, 4, 8}) {
     const int failed = RunMembers(n, Wait::kPoll, [&](Member& m) {
       for (int s = 0; s < 2; ++s) {
