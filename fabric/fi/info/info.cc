@@ -277,6 +277,17 @@ void CheckDomain(uint32_t version, const fi_domain_attr* h, const fi_domain_attr
     c->Fail("domain tclass 0x%x is not a libfabric traffic class", h->tclass);
 }
 
+// Collectives (fabric/fi/coll.h) run on an endpoint's own receive queue:
+// not with a shared receive context or on a scalable endpoint's contexts.
+void CheckCollective(const fi_info* h, Checker* c) {
+  const fi_ep_attr* e = h->ep_attr;
+  if ((h->caps & FI_COLLECTIVE) == 0 || e == nullptr) return;
+  if (e->rx_ctx_cnt == FI_SHARED_CONTEXT || (e->tx_ctx_cnt > 1 && e->tx_ctx_cnt != FI_SHARED_CONTEXT) ||
+      e->rx_ctx_cnt > 1) {
+    c->Fail("FI_COLLECTIVE asked with a shared receive context or scalable contexts; collectives need the endpoint's own");
+  }
+}
+
 void CheckEp(uint32_t version, const fi_ep_attr* h, const fi_ep_attr& o, size_t max_ctx,
              Checker* c) {
   if (h == nullptr) return;
@@ -723,6 +734,7 @@ int GetInfo(uint32_t version, const char* node, const char* service, uint64_t fl
         CheckFabric(hints->fabric_attr, &c);
         CheckDomain(version, hints->domain_attr, *cand->domain_attr, &c);
         CheckEp(version, hints->ep_attr, *cand->ep_attr, MaxEpContexts(o, type), &c);
+        CheckCollective(hints, &c);
         CheckTx(hints->tx_attr, *cand, &c);
         CheckRx(hints->rx_attr, *cand, &c);
       }

@@ -253,6 +253,9 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   EXPECT_EQ(result_->caps & FI_COLLECTIVE, FI_COLLECTIVE);
   EXPECT_EQ(result_->tx_attr->caps & FI_COLLECTIVE, FI_COLLECTIVE);
   EXPECT_EQ(result_->ep_attr->mem_tag_format, kMsgTagFormat);
+  hints_->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;  // collectives need their own receive queue
+  ExpectNoMatch("FI_COLLECTIVE");
+  hints_->ep_attr->rx_ctx_cnt = 0;
   hints_->caps = FI_TAGGED;
   ExpectEntries(1);
   EXPECT_EQ(result_->caps & FI_COLLECTIVE, 0u);
