@@ -80,11 +80,16 @@ struct Xfer {
   size_t len = 0;
 };
 
-// A round: its transfers all posted together, then `after` once all are
-// complete (a reduction, a copy).
+// A round: its transfers all posted together, then `after` once its
+// receives are complete (a reduction, a copy). The next round starts then
+// unless wait_sends: a ring's sends read chunks no later round of its
+// phase writes, so they may still be in flight; every other round waits
+// for every send posted so far (their buffers are about to change), and
+// the operation completes only once all have.
 struct Step {
   std::vector<Xfer> xfers;
   std::function<void()> after;
+  bool wait_sends = true;
 };
 
 struct CollOp {
@@ -96,7 +101,8 @@ struct CollOp {
   std::deque<Step> steps;  // a deque: transfers keep their addresses
   size_t cur = 0;          // the step running
   size_t next = 0;         // its next transfer to post
-  size_t outstanding = 0;  // its transfers posted, not complete
+  size_t recvs = 0;        // its receives posted, not complete
+  size_t sends = 0;        // sends posted, not complete (of this or earlier steps)
   bool finished = false;   // every step done (or failed): to report
   int err = 0;             // the first failure (FI_* errno), prov_errno, message
   int prov_errno = 0;
@@ -360,7 +366,7 @@ bool PostStep(Ep* ep, CollOp* op) {
       break;
     }
     ep->coll->live.insert(&x);
-    ++op->outstanding;
+    ++(x.recv ? op->recvs : op->sends);
     ++op->next;
   }
   return true;
@@ -369,16 +375,15 @@ bool PostStep(Ep* ep, CollOp* op) {
 // Runs op's steps as far as their transfers allow.
 void Advance(Ep* ep, CollOp* op) {
   while (!op->finished) {
-    if (op->cur == op->steps.size()) {
+    if (op->cur == op->steps.size() || op->err != 0) {
+      if (op->recvs + op->sends > 0) return;  // their buffers are in use until then
       op->finished = true;
       break;
     }
-    if (!PostStep(ep, op) || op->outstanding > 0) return;
-    if (op->err != 0) {
-      op->finished = true;
-      break;
-    }
+    if (!PostStep(ep, op) || op->recvs > 0) return;
     Step& s = op->steps[op->cur];
+    if (op->err != 0) continue;  // finishes once its transfers are done
+    if (s.wait_sends && op->sends > 0) return;
     if (s.after) s.after();
     ++op->cur;
     op->next = 0;
@@ -588,6 +593,7 @@ class Planner {
       Send(st, (r_ + 1) % n_, base + s, buf + ChunkStart(count, out) * elem_,
            ChunkCount(count, out) * elem_);
       Recv(st, Mod(int64_t{r_} - 1), base + s, op_->tmp.data(), ChunkCount(count, in) * elem_);
+      st.wait_sends = s + 2 == n_;  // the next phase writes the chunks sent here
       uint8_t* target = buf + ChunkStart(count, in) * elem_;
       st.after = [this_op = op_, target, c = ChunkCount(count, in), a = aop_, t = type_] {
         rdm::Reduce(a, t, c, target, this_op->tmp.data());
@@ -605,6 +611,7 @@ class Planner {
            ChunkCount(count, out) * elem_);
       Recv(st, Mod(int64_t{r_} - 1), base + s, buf + ChunkStart(count, in) * elem_,
            ChunkCount(count, in) * elem_);
+      st.wait_sends = s + 2 == n_;
     }
   }
 
@@ -1076,7 +1083,7 @@ bool CollCompletion(Ep* ep, const rdm::Completion& c) {
   if (x->recv && c.len != x->len) {
     Fail(op, FI_EIO, EMSGSIZE, "a member sent a different amount (the members' counts differ?)");
   }
-  --op->outstanding;
+  --(x->recv ? op->recvs : op->sends);
   Advance(ep, op);
   if (op->finished) ReportFinished(ep);
   return true;
@@ -1084,9 +1091,10 @@ bool CollCompletion(Ep* ep, const rdm::Completion& c) {
 
 bool CollError(Ep* ep, const rdm::ErrorCompletion& e) {
   if (!ep->coll->live.erase(e.op.context)) return false;
-  CollOp* op = static_cast<Xfer*>(e.op.context)->op;
+  auto* x = static_cast<Xfer*>(e.op.context);
+  CollOp* op = x->op;
   Fail(op, e.err == EMSGSIZE ? FI_ETRUNC : FI_EIO, e.err, e.message);
-  --op->outstanding;
+  --(x->recv ? op->recvs : op->sends);
   Advance(ep, op);
   if (op->finished) ReportFinished(ep);
   return true;
