@@ -5,6 +5,7 @@
 // inputs all members derive from (rank, index). Members wait by polling
 // fi_cq_read, by sleeping in fi_cq_sread, or with FI_PROGRESS_AUTO.
 #include <rdma/fi_collective.h>
+#include <rdma/fi_tagged.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -244,6 +245,64 @@ int Everything(Member& m) {
   return bad == 0 ? 0 : 1;
 }
 
+// One member: every collective completes alone; bad calls answer their
+// errors and change nothing.
+int AloneAndBadCalls(Member& m) {
+  int bad = Everything(m);
+  int32_t in[3] = {1, 2, 3}, out[3] = {};
+  auto expect = [&](const char* what, long got, long want) {
+    if (got == want) return;
+    std::fprintf(stderr, "%s returned %ld, want %ld\n", what, got, want);
+    ++bad;
+  };
+  expect("allreduce to no group",
+         fi_allreduce(m.ep, in, 3, nullptr, out, nullptr, 12345, FI_INT32, FI_SUM, 0, nullptr),
+         -FI_EINVAL);
+  expect("allreduce FI_CSWAP",
+         fi_allreduce(m.ep, in, 3, nullptr, out, nullptr, m.coll, FI_INT32, FI_CSWAP, 0, nullptr),
+         -FI_EOPNOTSUPP);
+  double d = 1;
+  expect("allreduce FI_BOR of FI_DOUBLE",
+         fi_allreduce(m.ep, &d, 1, nullptr, &d, nullptr, m.coll, FI_DOUBLE, FI_BOR, 0, nullptr),
+         -FI_EOPNOTSUPP);
+  expect("broadcast from a non-member",
+         fi_broadcast(m.ep, in, 3, nullptr, m.coll, 77, FI_INT32, 0, nullptr), -FI_EINVAL);
+  expect("allreduce into null", fi_allreduce(m.ep, in, 3, nullptr, nullptr, nullptr, m.coll,
+                                             FI_INT32, FI_SUM, 0, nullptr),
+         -FI_EINVAL);
+  expect("tagged send with the top bit", fi_tinject(m.ep, in, 4, m.addrs[0], 1ull << 63), -FI_EINVAL);
+  expect("fi_close of the endpoint with a group", fi_close(&m.ep->fid), -FI_EBUSY);
+  fi_collective_attr attr{};
+  attr.op = FI_SUM;
+  attr.datatype = FI_INT32;
+  expect("query reduce-scatter", fi_query_collective(m.domain, FI_ALLREDUCE, &attr, FI_SCATTER), 0);
+  if (attr.datatype_attr.size != 4 || attr.datatype_attr.count == 0) ++bad;
+  attr.op = FI_NOOP;
+  attr.datatype = FI_VOID;
+  expect("query barrier", fi_query_collective(m.domain, FI_BARRIER, &attr, 0), 0);
+  attr.op = FI_SUM;
+  attr.datatype = FI_DOUBLE;
+  expect("query allgather with FI_SUM", fi_query_collective(m.domain, FI_ALLGATHER, &attr, 0),
+         -FI_EOPNOTSUPP);
+  // An endpoint without an EQ cannot join (fi_collective(3)).
+  fid_ep* bare = nullptr;
+  COLL_CHECK(m, fi_endpoint(m.domain, m.info, &bare, nullptr));
+  COLL_CHECK(m, fi_ep_bind(bare, &m.av->fid, 0));
+  COLL_CHECK(m, fi_ep_bind(bare, &m.cq->fid, FI_TRANSMIT | FI_RECV));
+  COLL_CHECK(m, fi_enable(bare));
+  fid_mc* mc = nullptr;
+  expect("join without an EQ", fi_join_collective(bare, FI_ADDR_NOTAVAIL, m.set, 0, &mc, nullptr),
+         -FI_ENOEQ);
+  COLL_CHECK(m, fi_close(&bare->fid));
+  // The group still works.
+  m.Run("fi_allreduce", out, [&] {
+    return fi_allreduce(m.ep, in, 3, nullptr, out, nullptr, m.coll, FI_INT32, FI_SUM, 0, out);
+  });
+  if (out[0] != 1 || out[1] != 2 || out[2] != 3) ++bad;
+  return bad == 0 ? 0 : 1;
+}
+
+TEST(CollTest, OneMemberAndBadCalls) { EXPECT_EQ(RunMembers(1, Wait::kPoll, AloneAndBadCalls), 0); }
 TEST(CollTest, TwoMembersPolling) { EXPECT_EQ(RunMembers(2, Wait::kPoll, Everything), 0); }
 TEST(CollTest, ThreeMembersPolling) { EXPECT_EQ(RunMembers(3, Wait::kPoll, Everything), 0); }
 TEST(CollTest, FourMembersSleepInSread) { EXPECT_EQ(RunMembers(4, Wait::kSread, Everything), 0); }
