@@ -6,17 +6,20 @@
 
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_trigger.h>
 
 #include <cstring>
 
 #include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/hmem.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/msg_ep.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
+#include "fabric/fi/trigger.h"
 #include "fabric/rdm/rdm.h"
 
 namespace bypass::fi {
@@ -107,10 +110,10 @@ struct AtomicArgs {
 };
 
 // Gathers count elements of size bytes from iov into out.
-void GatherIoc(const fi_ioc* iov, size_t n, size_t size, uint8_t* out) {
+void GatherIoc(const Domain* d, const fi_ioc* iov, size_t n, size_t size, uint8_t* out) {
   iovec v[kMsgIovLimit];
   for (size_t i = 0; i < n; ++i) v[i] = {iov[i].addr, iov[i].count * size};
-  Gather(v, n, out);
+  Gather(d, v, n, out);
 }
 
 ssize_t Refuse(int err, const char* why) {
@@ -163,8 +166,8 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
   uint8_t operands[rdm::kMaxAtomicBytes];
   uint8_t compares[rdm::kMaxAtomicBytes];
-  if (!reads) GatherIoc(a.iov, a.iov_count, size, operands);
-  if (a.form == Form::kCompare) GatherIoc(a.compare, a.compare_count, size, compares);
+  if (!reads) GatherIoc(ep->domain, a.iov, a.iov_count, size, operands);
+  if (a.form == Form::kCompare) GatherIoc(ep->domain, a.compare, a.compare_count, size, compares);
   r.op = static_cast<rdm::AtomicOp>(a.op);
   r.type = static_cast<rdm::AtomicType>(a.datatype);
   r.count = static_cast<uint32_t>(n);
@@ -186,7 +189,9 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
   }
   if (StxFull(ep)) return -FI_EAGAIN;  // the shared transmit context's size
   const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
-  const bool scatter = r.fetch && a.result_count > 1;
+  // Fetched values land in a provider buffer when there are several
+  // result buffers, or the application's copy functions must write them.
+  const bool scatter = r.fetch && (a.result_count > 1 || HmemOverridden(ep->domain));
   OpRecord* rec = nullptr;
   if (suppress || scatter) {
     rec = ep->records.Alloc();
@@ -227,6 +232,10 @@ ssize_t Writev(fid_ep* ep, const fi_ioc* iov, void**, size_t count, fi_addr_t de
 }
 ssize_t WriteMsg(fid_ep* ep, const fi_msg_atomic* m, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) {
+    return QueueTriggeredAtomic(ep, m, FI_OP_ATOMIC, nullptr, nullptr, 0, nullptr, nullptr, 0,
+                                flags);
+  }
   return PostAtomic(ep, {.iov = m->msg_iov, .iov_count = m->iov_count, .dest = m->addr,
                          .rma = m->rma_iov, .rma_count = m->rma_iov_count,
                          .datatype = m->datatype, .op = m->op, .context = m->context,
@@ -258,9 +267,13 @@ ssize_t ReadWritev(fid_ep* ep, const fi_ioc* iov, void**, size_t count, fi_ioc* 
                          .result_count = result_count, .dest = dest, .rma = &rma,
                          .rma_count = 1, .datatype = dt, .op = op, .context = ctx});
 }
-ssize_t ReadWriteMsg(fid_ep* ep, const fi_msg_atomic* m, fi_ioc* resultv, void**,
+ssize_t ReadWriteMsg(fid_ep* ep, const fi_msg_atomic* m, fi_ioc* resultv, void** result_desc,
                      size_t result_count, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) {
+    return QueueTriggeredAtomic(ep, m, FI_OP_FETCH_ATOMIC, resultv, result_desc, result_count,
+                                nullptr, nullptr, 0, flags);
+  }
   return PostAtomic(ep, {.form = Form::kFetch, .iov = m->msg_iov, .iov_count = m->iov_count,
                          .result = resultv, .result_count = result_count, .dest = m->addr,
                          .rma = m->rma_iov, .rma_count = m->rma_iov_count,
@@ -289,10 +302,14 @@ ssize_t CompWritev(fid_ep* ep, const fi_ioc* iov, void**, size_t count, const fi
                          .result_count = result_count, .dest = dest, .rma = &rma,
                          .rma_count = 1, .datatype = dt, .op = op, .context = ctx});
 }
-ssize_t CompWriteMsg(fid_ep* ep, const fi_msg_atomic* m, const fi_ioc* comparev, void**,
-                     size_t compare_count, fi_ioc* resultv, void**, size_t result_count,
-                     uint64_t flags) {
+ssize_t CompWriteMsg(fid_ep* ep, const fi_msg_atomic* m, const fi_ioc* comparev,
+                     void** compare_desc, size_t compare_count, fi_ioc* resultv,
+                     void** result_desc, size_t result_count, uint64_t flags) {
   if (m == nullptr) return -FI_EINVAL;
+  if (flags & FI_TRIGGER) {
+    return QueueTriggeredAtomic(ep, m, FI_OP_COMPARE_ATOMIC, resultv, result_desc, result_count,
+                                comparev, compare_desc, compare_count, flags);
+  }
   return PostAtomic(ep, {.form = Form::kCompare, .iov = m->msg_iov, .iov_count = m->iov_count,
                          .compare = comparev, .compare_count = compare_count, .result = resultv,
                          .result_count = result_count, .dest = m->addr, .rma = m->rma_iov,

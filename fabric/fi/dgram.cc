@@ -4,10 +4,14 @@
 
 #include <rdma/fi_errno.h>
 
+#include <vector>
+
 #include "driver/clock.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
+#include "fabric/fi/hmem.h"
+#include "fabric/fi/info/info.h"
 #include "fabric/fi/mcast.h"
 #include "fabric/fi/services.h"
 
@@ -23,9 +27,26 @@ absl::StatusOr<std::unique_ptr<rdm::DatagramEndpoint>> CreateDgram(Ep* ep) {
   return rdm::DatagramEndpoint::Create(*ep->domain->port, c);
 }
 
+bool SkipPrefix(const iovec* iov, size_t count, size_t prefix, iovec* out) {
+  if (count == 0 || iov == nullptr || iov[0].iov_len < prefix) {
+    BYPASS_FI_WARN(FI_LOG_EP_DATA, "FI_MSG_PREFIX: the first buffer must hold the %zu-byte "
+                   "prefix\n", prefix);
+    return false;
+  }
+  for (size_t i = 0; i < count; ++i) out[i] = iov[i];
+  out[0].iov_base = static_cast<uint8_t*>(iov[0].iov_base) + prefix;
+  out[0].iov_len -= prefix;
+  return true;
+}
+
 ssize_t DgramSend(Ep* ep, const iovec* iov, size_t count, fi_addr_t dest, void* context,
                   uint64_t flags, bool inject_call) {
   if (flags & FI_REMOTE_CQ_DATA) return -FI_EINVAL;  // cq_data_size is 0
+  iovec payload[kMsgIovLimit];
+  if (ep->msg_prefix != 0) {
+    if (!SkipPrefix(iov, count, ep->msg_prefix, payload)) return -FI_EINVAL;
+    iov = payload;
+  }
   rdm::SendRequest r;
   // fi_mc_addr names a group (mcast.h); FI_MULTICAST says dest is one.
   const bool group = FindGroupPeer(ep, dest, &r.dest);
@@ -36,6 +57,20 @@ ssize_t DgramSend(Ep* ep, const iovec* iov, size_t count, fi_addr_t dest, void* 
   // FI_COMPLETION): the send counter counts it here.
   const bool quiet = inject_call || (ep->cqs.tx_selective && !(flags & FI_COMPLETION));
   if (quiet || ep->cqs.tx == nullptr) r.flags = rdm::kSendInject;
+  // With the application's copy functions (hmem.h), they gather the
+  // datagram into a provider buffer, which the engine copies into the frame.
+  std::vector<uint8_t> gathered;
+  iovec one;
+  if (HmemOverridden(ep->domain)) {
+    size_t len = 0;
+    for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+    if (len > ep->dgram->max_payload()) return -FI_EMSGSIZE;
+    gathered.resize(len);
+    Gather(ep->domain, iov, count, gathered.data());
+    one = {gathered.data(), len};
+    iov = &one;
+    count = 1;
+  }
   const rdm::Result res = ep->dgram->SendV(r, {iov, count});
   if (res != rdm::Result::kOk) return static_cast<ssize_t>(res);
   ep->domain->last_dgram_tx_ns = driver::SteadyClock::Get().NowNs();

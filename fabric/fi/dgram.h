@@ -22,9 +22,14 @@ struct Ep;
 
 // The datagram endpoint of ep (its UDP port, sizes and DSCP from ep).
 absl::StatusOr<std::unique_ptr<rdm::DatagramEndpoint>> CreateDgram(Ep* ep);
-// One datagram of the bytes of iov to dest. REQUIRES: the domain guard is held.
+// One datagram of the bytes of iov to dest (after the FI_MSG_PREFIX space,
+// where the endpoint has one). REQUIRES: the domain guard is held.
 ssize_t DgramSend(Ep* ep, const iovec* iov, size_t count, fi_addr_t dest, void* context,
                   uint64_t flags, bool inject_call);
+// FI_MSG_PREFIX (fi_msg(3) NOTES): the prefix is the first `prefix` bytes
+// of the first buffer, never split across buffers; out gets the buffers
+// after it (count of them). False when the first buffer is shorter.
+bool SkipPrefix(const iovec* iov, size_t count, size_t prefix, iovec* out);
 // Logs what the endpoint dropped and closes it.
 void CloseDgram(Ep* ep);
 

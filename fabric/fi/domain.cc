@@ -1,6 +1,7 @@
 // The domain: one device queue (lane.h), and the domain's calls (the
 // objects it opens are in their own files; its fi_mr_* calls in mr.cc).
 #include "fabric/fi/domain.h"
+#include "fabric/fi/hmem.h"
 
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
@@ -84,9 +85,8 @@ int DomainOpsOpen(fid* f, const char*, uint64_t, void**, void*) {
   return -FI_ENOSYS;  // no provider-specific interfaces
 }
 
-// FI_SET_OPS_HMEM_OVERRIDE: the application's copy functions for device
-// memory. Every buffer here is host memory, which they never see; kept so
-// the call succeeds as libfabric's own providers answer it.
+// FI_SET_OPS_HMEM_OVERRIDE: the application's copy functions, used for
+// every copy to or from its memory from then on (hmem.h).
 int DomainOpsSet(fid* f, const char* name, uint64_t flags, void* ops, void*) {
   Domain* d = AsDomain(f);
   if (d == nullptr) return BadFid(f, FI_CLASS_DOMAIN);
@@ -94,8 +94,7 @@ int DomainOpsSet(fid* f, const char* name, uint64_t flags, void* ops, void*) {
   if (flags != 0) return -FI_EBADFLAGS;
   if (std::strcmp(name, FI_SET_OPS_HMEM_OVERRIDE) != 0) return -FI_ENOSYS;
   DomainGuard g(d->lock);
-  d->hmem_override = ops;
-  return 0;
+  return SetHmemOverride(d, ops);
 }
 
 fi_ops g_domain_fi_ops = {

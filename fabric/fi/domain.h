@@ -5,6 +5,7 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
+#include <rdma/fi_ext.h>
 
 #include <atomic>
 #include <cstddef>
@@ -56,7 +57,10 @@ struct Domain {
   std::atomic<size_t> cntrs{0};
   std::vector<Ep*> eps;
   std::vector<Mr*> mrs;
-  void* hmem_override = nullptr;  // FI_SET_OPS_HMEM_OVERRIDE (host memory only)
+  // FI_SET_OPS_HMEM_OVERRIDE (hmem.h): the application's copy functions,
+  // set (hmem_overridden) before the data paths read them.
+  fi_hmem_override_ops hmem_override{};
+  std::atomic<bool> hmem_overridden{false};
   uint64_t last_dgram_tx_ns = 0;  // when a datagram endpoint last sent
   // FI_PROGRESS_AUTO (started at fi_domain), or a blocking wait's progress
   // (started at the first one: EnsureProgressThread). Stopped first at close.

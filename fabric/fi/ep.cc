@@ -547,9 +547,9 @@ ssize_t EpCancel(fid_t f, void* context) {
 }
 
 // An option the endpoint does not have (fi_endpoint(3) lists them all):
-// FI_OPT_BUFFERED_MIN/LIMIT belong to FI_BUFFERED_RECV, which is not
-// offered; FI_OPT_SEND/RECV_BUF_SIZE and TX/RX_SIZE are socket buffer
-// sizes (the sizes here are tx_attr/rx_attr's); FI_OPT_CM_DATA_SIZE is a
+// FI_OPT_BUFFERED_MIN/LIMIT belong to FI_BUFFERED_RECV endpoints;
+// FI_OPT_SEND/RECV_BUF_SIZE and TX/RX_SIZE are socket buffer sizes (the
+// sizes here are tx_attr/rx_attr's); FI_OPT_CM_DATA_SIZE is a
 // connected endpoint's.
 int NoOption(int optname) {
   BYPASS_FI_WARN(FI_LOG_EP_CTRL,
@@ -589,6 +589,10 @@ int EpGetopt(fid_t f, int level, int optname, void* optval, size_t* optlen) {
     case FI_OPT_XPU_TRIGGER:
       // No device (HMEM) memory here, so no XPU can trigger (fi_endpoint(3)).
       return -FI_EOPNOTSUPP;
+    case FI_OPT_BUFFERED_LIMIT:
+    case FI_OPT_BUFFERED_MIN:
+      if (ep->buffered == nullptr) return NoOption(optname);
+      return GetBufferedOpt(ep, optname, optval, optlen);
     default:
       return NoOption(optname);
   }
@@ -620,6 +624,11 @@ int EpSetopt(fid_t f, int level, int optname, const void* optval, size_t optlen)
     return 0;
   }
   if (optname == FI_OPT_XPU_TRIGGER) return -FI_EINVAL;  // fi_getopt only (fi_endpoint(3))
+  if ((optname == FI_OPT_BUFFERED_LIMIT || optname == FI_OPT_BUFFERED_MIN) &&
+      ep->buffered != nullptr) {
+    DomainGuard g(*ep->lock);
+    return SetBufferedOpt(ep, optname, optval, optlen);
+  }
   if (optname != FI_OPT_MIN_MULTI_RECV) return NoOption(optname);
   if (optlen != sizeof(size_t)) return -FI_EINVAL;
   DomainGuard g(*ep->lock);
@@ -905,6 +914,30 @@ int AddPeerToEp(Ep* ep, fi_addr_t fa, const rdm::Address& a) {
   return 0;
 }
 
+namespace {
+
+// The mode bits fi_getinfo offers only when asked (info.h): FI_BUFFERED_RECV
+// on a plain FI_EP_RDM endpoint (not a scalable endpoint's slot, not on a
+// shared receive context: the engine's peeks are per endpoint), and
+// FI_MSG_PREFIX on FI_EP_DGRAM.
+int ReceiveModes(const fi_info* info, size_t max_ctx, Ep* ep) {
+  if (info->mode & FI_BUFFERED_RECV) {
+    if (ep->type != FI_EP_RDM || max_ctx != 1 || ep->shared_rx) {
+      BYPASS_FI_WARN(FI_LOG_EP_CTRL, "FI_BUFFERED_RECV is offered on plain FI_EP_RDM endpoints "
+                     "only (not FI_EP_MSG, scalable endpoints or shared receive contexts)\n");
+      return -FI_EINVAL;
+    }
+    ep->buffered = std::make_unique<BufferedRecvs>();
+    InitBuffered(ep);
+  }
+  if ((info->mode & FI_MSG_PREFIX) && ep->type == FI_EP_DGRAM) {
+    ep->msg_prefix = kDgramMsgPrefixSize;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
           std::unique_ptr<Ep>* out) {
   const fi_ep_type type = info->ep_attr != nullptr ? info->ep_attr->type : FI_EP_RDM;
@@ -984,6 +1017,7 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
     }
   }
   if (int ret = EndpointKeys(d, info, ep->type != FI_EP_DGRAM, &ep->config); ret != 0) return ret;
+  if (int ret = ReceiveModes(info, max_ctx, ep.get()); ret != 0) return ret;
   if (ep->type == FI_EP_MSG) {
     if (int ret = OpenMsg(ep.get(), info); ret != 0) return ret;
   }

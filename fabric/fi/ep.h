@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "fabric/fi/buffered.h"
 #include "fabric/fi/common.h"
 #include "fabric/fi/lane.h"
 #include "fabric/rdm/config.h"
@@ -242,6 +243,11 @@ struct Ep {
   std::vector<Mc*> groups;
   // Deferred operations in flight, by the request they were posted with.
   absl::flat_hash_map<void*, DeferredOp> deferred;
+  // FI_EP_RDM opened with the FI_BUFFERED_RECV mode bit (buffered.h).
+  std::unique_ptr<BufferedRecvs> buffered;
+  // FI_EP_DGRAM opened with the FI_MSG_PREFIX mode bit: the bytes of
+  // prefix space ahead of every send and receive buffer (0: none).
+  size_t msg_prefix = 0;
   // Collectives (coll.h): its groups and their operations; null until the
   // first fi_join_collective, freed when its last group is closed.
   Coll* coll = nullptr;
@@ -316,8 +322,9 @@ extern fi_ops_collective g_collective_ops;  // coll.cc
 bool TakeLateError(Ep* ep, fi_addr_t dest);
 // FI_FENCE: earlier operations to dest are not all complete yet.
 bool FenceHolds(const Ep* ep, rdm::PeerId dest);
-// Copies the bytes of count buffers into out, in order.
-void Gather(const iovec* iov, size_t count, uint8_t* out);
+// Copies the bytes of count buffers into out, in order (through d's
+// fi_hmem_override_ops where set: hmem.h).
+void Gather(const Domain* d, const iovec* iov, size_t count, uint8_t* out);
 
 }  // namespace bypass::fi
 

@@ -21,6 +21,7 @@
 #include "fabric/fi/coll.h"
 #include "fabric/fi/dgram.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/hmem.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/msg_ep.h"
@@ -134,12 +135,10 @@ bool FenceHolds(const Ep* ep, rdm::PeerId dest) {
   return st && st->queued_ops + st->waiting_ops > 0;
 }
 
-void Gather(const iovec* iov, size_t count, uint8_t* out) {
-  for (size_t i = 0; i < count; ++i) {
-    if (iov[i].iov_len == 0) continue;  // its base may be null, and so may out
-    std::memcpy(out, iov[i].iov_base, iov[i].iov_len);
-    out += iov[i].iov_len;
-  }
+void Gather(const Domain* d, const iovec* iov, size_t count, uint8_t* out) {
+  size_t len = 0;
+  for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+  CopyFromUser(d, iov, count, out, len);
 }
 
 namespace {
@@ -190,10 +189,10 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     r.flags |= rdm::kSendInject;
     r.context = nullptr;
     uint8_t gathered[kGatherBytes];
-    if (a.count > 1) {
+    if (a.count > 1 || HmemOverridden(ep->domain)) {
       // The engine copies an inject at once; gather on the stack first.
       if (len > sizeof(gathered)) return -FI_EMSGSIZE;
-      Gather(a.iov, a.count, gathered);
+      Gather(ep->domain, a.iov, a.count, gathered);
       r.buf = gathered;
     } else {
       r.buf = a.count == 1 ? a.iov[0].iov_base : nullptr;
@@ -219,16 +218,20 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   // may have stopped progressing once it had the message.
   if (StxFull(ep)) return -FI_EAGAIN;  // the shared transmit context's size
   uint8_t gathered[kGatherBytes];
+  // With the application's copy functions (hmem.h) the engine reads only
+  // provider buffers: every send is gathered.
+  const bool always_copy = HmemOverridden(ep->domain);
+  const bool gather = a.count > 1 || always_copy;
   const bool buffered = (a.flags & FI_INJECT_COMPLETE) != 0 &&
                         (a.flags & (FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE)) == 0 &&
-                        len <= ep->config.inject_size && (a.count <= 1 || len <= sizeof(gathered));
+                        len <= ep->config.inject_size && (!gather || len <= sizeof(gathered));
   if (buffered) {
     r.flags |= rdm::kSendBuffered;
     ep->peers.NoteBuffered(dest);
   } else {
     r.flags |= rdm::kSendAckNow;
   }
-  const bool copy = !buffered && (a.count > 1 || (a.flags & FI_INJECT));
+  const bool copy = !buffered && (gather || (a.flags & FI_INJECT));
   OpRecord* rec = nullptr;
   if (suppress || copy) {
     if ((a.flags & FI_INJECT) && len > ep->config.inject_size) return -FI_EMSGSIZE;
@@ -240,10 +243,10 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   }
   if (copy) {
     rec->bounce.resize(len);  // a copy: several buffers, or FI_INJECT
-    Gather(a.iov, a.count, rec->bounce.data());
+    Gather(ep->domain, a.iov, a.count, rec->bounce.data());
     r.buf = rec->bounce.data();
-  } else if (buffered && a.count > 1) {
-    Gather(a.iov, a.count, gathered);  // the engine copies it at once
+  } else if (buffered && gather) {
+    Gather(ep->domain, a.iov, a.count, gathered);  // the engine copies it at once
     r.buf = gathered;
   } else {
     r.buf = a.count == 1 ? a.iov[0].iov_base : nullptr;
@@ -271,9 +274,9 @@ struct RecvArgs {
 // a record also carries `suppress`. The record (null: none), or
 // *err = -FI_EAGAIN when every record is in use.
 OpRecord* PlaceRecv(OpRecords& records, const RecvArgs& a, size_t len, bool suppress,
-                    rdm::RecvRequest* r, int* err) {
+                    bool always_copy, rdm::RecvRequest* r, int* err) {
   const bool peek_or_claim = (a.flags & (FI_PEEK | FI_CLAIM)) != 0;
-  const bool scatter = a.count > 1 && !peek_or_claim;
+  const bool scatter = (a.count > 1 || always_copy) && !peek_or_claim;
   OpRecord* rec = nullptr;
   r->context = a.context;
   if (suppress || scatter) {
@@ -329,7 +332,8 @@ ssize_t PostSharedRecv(Srx* s, const RecvArgs& a, size_t len) {
   r.tag = a.tag;
   r.ignore = a.ignore;
   int err = 0;
-  OpRecord* rec = PlaceRecv(s->records, a, len, !(a.flags & FI_COMPLETION), &r, &err);
+  OpRecord* rec = PlaceRecv(s->records, a, len, !(a.flags & FI_COMPLETION),
+                            HmemOverridden(s->domain), &r, &err);
   if (err != 0) return err;
   const rdm::Result res = from ? s->queue->PostRecvFrom(r, *from) : s->queue->PostRecv(r);
   if (res != rdm::Result::kOk && rec != nullptr) s->records.Free(rec);
@@ -344,37 +348,54 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kRecvFlags) != 0) return -FI_EBADFLAGS;
   if ((a.flags & FI_MULTI_RECV) && (a.count != 1 || a.tagged)) return -FI_EINVAL;
-  if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged) return -FI_EINVAL;  // fi_tagged(3) only
+  // fi_tagged(3) only, but for claims of buffered receives (fi_msg(3)).
+  const bool buffered = t.srx == nullptr && ep->buffered != nullptr;
+  if ((a.flags & (FI_PEEK | FI_CLAIM)) && !a.tagged && !(buffered && !(a.flags & FI_PEEK))) {
+    return -FI_EINVAL;
+  }
   if (t.srx != nullptr) return PostSharedRecv(t.srx, a, len);
   // An endpoint bound to an srx posts to it (its records are the srx's:
   // the receive may complete at another endpoint).
   if (ep->srx != nullptr) return PostSharedRecv(ep->srx, a, len);
+  if (buffered && (a.flags & (FI_CLAIM | FI_DISCARD)) && !(a.flags & FI_PEEK)) {
+    // fi_msg(3) "Buffered Receives": the context is the notification's
+    // fi_recv_context (buffered.h).
+    DomainGuard g(*ep->lock);
+    return ClaimBuffered(ep, a.iov, a.count, a.context, a.flags);
+  }
   DomainGuard g(*ep->lock);
+  iovec payload[kMsgIovLimit];
+  RecvArgs args = a;
   if (ep->dgram != nullptr) {
-    if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
-    if (a.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD)) return -FI_EINVAL;
+    if (args.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
+    if (args.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD)) return -FI_EINVAL;
+    if (ep->msg_prefix != 0) {
+      if (!SkipPrefix(a.iov, a.count, ep->msg_prefix, payload)) return -FI_EINVAL;
+      args.iov = payload;
+      len -= ep->msg_prefix;
+    }
   }
   rdm::RecvRequest r;
   r.source = rdm::kAnyPeer;
-  if ((ep->caps & FI_DIRECTED_RECV) && a.src != FI_ADDR_UNSPEC && ep->rdm != nullptr) {
-    if (!FindPeer(ep, a.src, &r.source)) return -FI_EINVAL;
+  if ((ep->caps & FI_DIRECTED_RECV) && args.src != FI_ADDR_UNSPEC && ep->rdm != nullptr) {
+    if (!FindPeer(ep, args.src, &r.source)) return -FI_EINVAL;
   }
-  r.tagged = a.tagged;
-  r.tag = a.tag;
-  r.ignore = a.ignore;
+  r.tagged = args.tagged;
+  r.tag = args.tag;
+  r.ignore = args.ignore;
   if (ReservesTopTag(ep)) {  // never the connection manager's (cm.h) or collectives' (coll.h)
     r.tag &= ~kCmTagBit;
     r.ignore &= ~kCmTagBit;
   }
-  if (a.flags & FI_MULTI_RECV) r.flags |= rdm::kRecvMulti;
-  if (a.flags & FI_PEEK) r.flags |= rdm::kRecvPeek;
-  if (a.flags & FI_CLAIM) r.flags |= rdm::kRecvClaim;
-  if (a.flags & FI_DISCARD) r.flags |= rdm::kRecvDiscard;
-  const bool peek_or_claim = (a.flags & (FI_PEEK | FI_CLAIM)) != 0;
-  const bool suppress = ep->cqs.rx_selective && !(a.flags & FI_COMPLETION) && !peek_or_claim &&
-                        !(a.flags & FI_MULTI_RECV);
+  if (args.flags & FI_MULTI_RECV) r.flags |= rdm::kRecvMulti;
+  if (args.flags & FI_PEEK) r.flags |= rdm::kRecvPeek;
+  if (args.flags & FI_CLAIM) r.flags |= rdm::kRecvClaim;
+  if (args.flags & FI_DISCARD) r.flags |= rdm::kRecvDiscard;
+  const bool peek_or_claim = (args.flags & (FI_PEEK | FI_CLAIM)) != 0;
+  const bool suppress = ep->cqs.rx_selective && !(args.flags & FI_COMPLETION) && !peek_or_claim &&
+                        !(args.flags & FI_MULTI_RECV);
   int err = 0;
-  OpRecord* rec = PlaceRecv(ep->records, a, len, suppress, &r, &err);
+  OpRecord* rec = PlaceRecv(ep->records, args, len, suppress, HmemOverridden(ep->domain), &r, &err);
   if (err != 0) return err;
   const rdm::Result res = ep->dgram != nullptr ? ep->dgram->PostRecv(r) : ep->rdm->PostRecv(r);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
@@ -417,11 +438,14 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   if (a.flags & FI_REMOTE_CQ_DATA) r.flags |= rdm::kRmaRemoteData;
   uint8_t gathered[kGatherBytes];
   if (a.inject_call) {
-    if (len > ep->config.inject_size || (a.count > 1 && len > sizeof(gathered))) return -FI_EMSGSIZE;
+    if (len > ep->config.inject_size ||
+        ((a.count > 1 || HmemOverridden(ep->domain)) && len > sizeof(gathered))) {
+      return -FI_EMSGSIZE;
+    }
     r.flags |= rdm::kRmaInject;
     r.context = nullptr;
-    if (a.count > 1) {
-      Gather(a.iov, a.count, gathered);  // the engine copies an inject at once
+    if (a.count > 1 || HmemOverridden(ep->domain)) {
+      Gather(ep->domain, a.iov, a.count, gathered);  // the engine copies an inject at once
       r.buf = gathered;
     } else {
       r.buf = a.count == 1 ? a.iov[0].iov_base : nullptr;
@@ -436,7 +460,8 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   }
   if (StxFull(ep)) return -FI_EAGAIN;  // the shared transmit context's size
   const bool suppress = ep->cqs.tx_selective && !(a.flags & FI_COMPLETION);
-  const bool copy = a.count > 1 || (a.flags & FI_INJECT);
+  // With the application's copy functions (hmem.h), always a copy.
+  const bool copy = a.count > 1 || (a.flags & FI_INJECT) || HmemOverridden(ep->domain);
   OpRecord* rec = nullptr;
   if (suppress || copy) {
     rec = ep->records.Alloc();
@@ -450,7 +475,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     if (a.read) {
       rec->scatter.assign(a.iov, a.iov + a.count);
     } else {
-      Gather(a.iov, a.count, rec->bounce.data());
+      Gather(ep->domain, a.iov, a.count, rec->bounce.data());
     }
     r.buf = rec->bounce.data();
   } else {

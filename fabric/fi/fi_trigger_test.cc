@@ -346,6 +346,65 @@ TEST_F(TriggerTest, DeferredAtomics) {
   EXPECT_EQ(fi_close(&mr->fid), 0);
 }
 
+// fi_atomicmsg, fi_fetch_atomicmsg and fi_compare_atomicmsg with
+// FI_TRIGGER: each is held below its threshold, then executes in
+// threshold order and completes with its triggered context; the fi_msg
+// and its fi_ioc arrays are the caller's stack and gone by then.
+TEST_F(TriggerTest, AtomicMsgTriggered) {
+  target_.assign(8, 0);
+  uint64_t start = 10;
+  std::memcpy(target_.data(), &start, 8);
+  fid_mr* mr = nullptr;
+  ASSERT_EQ(fi_mr_reg(p_.b.domain, target_.data(), 8, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0,
+                      &mr, nullptr),
+            0);
+  uint64_t three = 3, four = 4, expect = 17, swap = 100, fetched = 0, old = 0;
+  fi_triggered_context ta = Threshold(cntr_, 1), tf = Threshold(cntr_, 2), tc = Threshold(cntr_, 3);
+  {
+    fi_ioc add3{&three, 1}, add4{&four, 1}, res{&fetched, 1}, cmp{&expect, 1}, sw{&swap, 1},
+        res2{&old, 1};
+    fi_rma_ioc rma{reinterpret_cast<uint64_t>(target_.data()), 1, fi_mr_key(mr)};
+    // Posted out of order: the compare (threshold 3) first.
+    fi_msg_atomic c{&sw, nullptr, 1, p_.a.peer, &rma, 1, FI_UINT64, FI_CSWAP, &tc, 0};
+    ASSERT_EQ(fi_compare_atomicmsg(p_.a.ep, &c, &cmp, nullptr, 1, &res2, nullptr, 1,
+                                   FI_TRIGGER | FI_COMPLETION),
+              0);
+    fi_msg_atomic f{&add4, nullptr, 1, p_.a.peer, &rma, 1, FI_UINT64, FI_SUM, &tf, 0};
+    ASSERT_EQ(fi_fetch_atomicmsg(p_.a.ep, &f, &res, nullptr, 1, FI_TRIGGER | FI_COMPLETION), 0);
+    fi_msg_atomic a{&add3, nullptr, 1, p_.a.peer, &rma, 1, FI_UINT64, FI_SUM, &ta, 0};
+    ASSERT_EQ(fi_atomicmsg(p_.a.ep, &a, FI_TRIGGER | FI_COMPLETION), 0);
+    // Malformed: no remote target.
+    fi_msg_atomic bad = a;
+    bad.rma_iov_count = 0;
+    EXPECT_EQ(fi_atomicmsg(p_.a.ep, &bad, FI_TRIGGER), -FI_EINVAL);
+    std::memset(&rma, 0xee, sizeof rma);  // the provider kept its own copies
+    std::memset(&add3, 0xee, sizeof add3);
+  }
+  for (int i = 0; i < 200; ++i) p_.Pump();
+  uint64_t now = 0;
+  std::memcpy(&now, target_.data(), 8);
+  EXPECT_EQ(now, 10u);  // held
+  fi_cq_tagged_entry e;
+  EXPECT_EQ(fi_cq_read(p_.a.txcq, &e, 1), -FI_EAGAIN);
+  ASSERT_EQ(fi_cntr_add(cntr_, 1), 0);
+  ASSERT_TRUE(p_.Wait(p_.a.txcq, &e));
+  EXPECT_EQ(e.op_context, &ta);
+  EXPECT_TRUE((e.flags & (FI_ATOMIC | FI_WRITE)) == (FI_ATOMIC | FI_WRITE));
+  std::memcpy(&now, target_.data(), 8);
+  EXPECT_EQ(now, 13u);
+  ASSERT_EQ(fi_cntr_add(cntr_, 2), 0);  // past both remaining thresholds: in order
+  ASSERT_TRUE(p_.Wait(p_.a.txcq, &e));
+  EXPECT_EQ(e.op_context, &tf);
+  EXPECT_TRUE(e.flags & FI_READ);
+  EXPECT_EQ(fetched, 13u);
+  ASSERT_TRUE(p_.Wait(p_.a.txcq, &e));
+  EXPECT_EQ(e.op_context, &tc);
+  EXPECT_EQ(old, 17u);  // the fetch-add ran first: the compare matched
+  std::memcpy(&now, target_.data(), 8);
+  EXPECT_EQ(now, 100u);
+  EXPECT_EQ(fi_close(&mr->fid), 0);
+}
+
 TEST_F(TriggerTest, CancelAndFlushWork) {
   Recvs r(p_, 1);
   fid_cntr* target = OpenCntr(p_.a.domain);

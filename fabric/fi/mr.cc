@@ -11,6 +11,7 @@
 
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/hmem.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
 #include "fabric/fi/services.h"
@@ -221,6 +222,26 @@ fi_ops_mr g_mr_ops = {
     .regattr = MrRegattr,
 };
 
+// fi_mr(3) iface: FI_HMEM_SYSTEM (named or left 0, its value) is host
+// memory. The provider offers no FI_HMEM (no device library on these
+// machines), so device memory is refused rather than read as host memory.
+// With the application's copy functions (hmem.h) a region peers may
+// access is refused too: the engine serves a peer's RMA and atomics from
+// the region itself, not through them.
+int CheckIface(const Domain* d, const fi_mr_attr* attr) {
+  if (attr->iface != FI_HMEM_SYSTEM) {
+    BYPASS_FI_WARN(FI_LOG_MR, "fi_mr_regattr: iface %d is device memory; only FI_HMEM_SYSTEM is "
+                   "supported (no FI_HMEM)\n", static_cast<int>(attr->iface));
+    return -FI_EOPNOTSUPP;
+  }
+  if (HmemOverridden(d) && (attr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE))) {
+    BYPASS_FI_WARN(FI_LOG_MR, "fi_mr_regattr: remote access to a region of a domain with "
+                   "fi_hmem_override_ops is not supported (peers' RMA would bypass them)\n");
+    return -FI_EOPNOTSUPP;
+  }
+  return 0;
+}
+
 int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   Domain* d = AsDomain(f);
   if (d == nullptr) return BadFid(f, FI_CLASS_DOMAIN);
@@ -228,9 +249,7 @@ int RegMr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** out) {
   if (attr->iov_count > 1) return -FI_EINVAL;  // mr_iov_limit is 1
   if (attr->iov_count == 1 && attr->mr_iov == nullptr) return -FI_EINVAL;
   if ((attr->access & ~kAccessBits) != 0) return -FI_EINVAL;
-  // Host memory only: the provider offers no FI_HMEM, so device memory is
-  // refused rather than read as host memory.
-  if (attr->iface != FI_HMEM_SYSTEM) return -FI_EOPNOTSUPP;
+  if (int ret = CheckIface(d, attr); ret != 0) return ret;
   if (flags != 0 && flags != FI_RMA_EVENT) return -FI_EBADFLAGS;
   void* addr = attr->iov_count == 1 ? attr->mr_iov[0].iov_base : nullptr;
   const size_t len = attr->iov_count == 1 ? attr->mr_iov[0].iov_len : 0;

@@ -16,12 +16,14 @@
 
 #include "fabric/fi/address/address.h"
 #include "fabric/fi/av.h"
+#include "fabric/fi/buffered.h"
 #include "fabric/fi/cntr.h"
 #include "fabric/fi/coll.h"
 #include "fabric/fi/cq.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
+#include "fabric/fi/hmem.h"
 #include "fabric/fi/progress_thread.h"
 #include "fabric/fi/mr.h"
 #include "fabric/fi/msg_ep.h"
@@ -70,13 +72,9 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
   void* user = r->user_context;
   *suppress = r->suppress && (!shared || ep->cqs.rx_selective);
   if (!r->scatter.empty()) {
-    size_t done = 0;
-    for (const iovec& v : r->scatter) {
-      const size_t n = std::min(v.iov_len, std::min(*len, r->bounce.size()) - done);
-      if (n > 0) std::memcpy(v.iov_base, r->bounce.data() + done, n);  // either may be null at 0
-      done += n;
-      if (done == std::min(*len, r->bounce.size())) break;
-    }
+    // Through the application's copy functions where it set them (hmem.h).
+    CopyToUser(ep->domain, r->scatter.data(), r->scatter.size(), r->bounce.data(),
+               std::min(*len, r->bounce.size()));
   }
   pool->Free(r);
   return user;
@@ -130,6 +128,7 @@ bool ReportUnknownSource(Ep* ep, Cq* cq, const fi_cq_tagged_entry& entry, rdm::P
 void Deliver(Ep* ep, const rdm::Completion& c) {
   if (ep->coll != nullptr && CollCompletion(ep, c)) return;  // a collective's transfer
   if (ep->msg != nullptr && MsgCompletion(ep, c)) return;  // the connection manager's
+  if (BufferedCompletion(ep, c)) return;  // a buffered receive's peek or landing
   bool suppress = false;
   void* user;
   if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
@@ -152,7 +151,8 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
   CqEntry e{};
   e.e.op_context = user;
   e.e.flags = FiFlags(c.flags);
-  e.e.len = c.len;
+  // fi_cq(3): with FI_MSG_PREFIX a receive's len counts the prefix.
+  e.e.len = c.len + (tx ? 0 : ep->msg_prefix);
   e.e.buf = c.buf;
   e.e.data = c.data;
   e.e.tag = c.tag;
@@ -209,6 +209,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
     ReportAfterCompletion(ep, ec);
     return;
   }
+  if (BufferedError(ep, ec)) return;
   bool suppress = false;
   size_t len = ec.op.len;
   void* user = Resolve(ep, ec.op, &suppress, &len);
@@ -257,6 +258,9 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
   // before the application sees the completion and can stop progressing
   // (fi_pingpong does, before exiting).
   size_t done = e.Progress();
+  if constexpr (std::is_same_v<E, rdm::Endpoint>) {
+    if (ep->buffered != nullptr) ScanBuffered(ep);  // before the poll: its peeks complete at once
+  }
   rdm::Completion* const comps = ep->drain->completions;
   // Each completion adds at most one entry to one CQ: the room, read once,
   // only shrinks by what was delivered.
@@ -266,7 +270,10 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
     const size_t n = e.PollCompletions({comps, want});
     for (size_t i = 0; i < n; ++i) Deliver(ep, comps[i]);
     done += n;
-    if (n < want) break;
+    // A buffered endpoint's peeks post claims as they are delivered, whose
+    // completions (a message already whole) are there at once: poll until
+    // nothing comes, so their notifications are in this pass.
+    if (n < want && (ep->buffered == nullptr || n == 0)) break;
     room -= n;
   }
   rdm::ErrorCompletion* const err = &ep->drain->error;

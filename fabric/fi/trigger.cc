@@ -463,6 +463,22 @@ ssize_t QueueTriggeredTagged(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags,
 ssize_t QueueTriggeredRma(fid_ep* ep, const fi_msg_rma* m, uint64_t flags, bool read) {
   return QueueTriggered(ep, *m, flags, read ? FI_OP_READ : FI_OP_WRITE);
 }
+ssize_t QueueTriggeredAtomic(fid_ep* ep, const fi_msg_atomic* m, int op, const fi_ioc* result,
+                             void** result_desc, size_t result_count, const fi_ioc* compare,
+                             void** compare_desc, size_t compare_count, uint64_t flags) {
+  auto w = std::make_unique<Work>();
+  if (int r = PrepareTriggered(ep, m->context, w.get()); r != 0) return r;
+  const fi_msg_fetch res{const_cast<fi_ioc*>(result), result_desc, result_count};
+  const fi_msg_compare cmp{const_cast<fi_ioc*>(compare), compare_desc, compare_count};
+  if (!CopyAtomic(*w, *m) || !CopyIocs(res, &w->result, &w->result_desc) ||
+      !CopyIocs(cmp, &w->compare, &w->compare_desc)) {
+    return -FI_EINVAL;
+  }
+  w->op = op;
+  w->flags = flags;
+  Domain* d = w->handle->base->domain;
+  return Submit(d, std::move(w));
+}
 
 namespace {
 

@@ -3,7 +3,8 @@
 //
 // Two ways in: a data call of the msg form with FI_TRIGGER and a struct
 // fi_triggered_context (FI_TRIGGER_THRESHOLD) as its context (fi_sendmsg,
-// fi_tsendmsg, fi_writemsg, fi_readmsg, fi_recvmsg, fi_trecvmsg), and
+// fi_tsendmsg, fi_writemsg, fi_readmsg, fi_recvmsg, fi_trecvmsg,
+// fi_atomicmsg, fi_fetch_atomicmsg, fi_compare_atomicmsg), and
 // fi_control(domain, FI_QUEUE_WORK, struct fi_deferred_work *). Each becomes
 // a Work waiting on its counter, in order of (threshold, posting order).
 // A triggered operation waits for the counter's value; deferred work for
@@ -39,6 +40,7 @@
 #define BYPASS_FABRIC_FI_TRIGGER_H_
 
 #include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
@@ -66,6 +68,14 @@ std::shared_ptr<TriggerQueue> NewTriggerQueue();
 ssize_t QueueTriggeredMsg(fid_ep* ep, const fi_msg* m, uint64_t flags, bool recv);
 ssize_t QueueTriggeredTagged(fid_ep* ep, const fi_msg_tagged* m, uint64_t flags, bool recv);
 ssize_t QueueTriggeredRma(fid_ep* ep, const fi_msg_rma* m, uint64_t flags, bool read);
+// fi_atomicmsg, fi_fetch_atomicmsg, fi_compare_atomicmsg with FI_TRIGGER
+// (op FI_OP_ATOMIC, FI_OP_FETCH_ATOMIC or FI_OP_COMPARE_ATOMIC): the
+// operands' and the result and compare buffers' fi_ioc arrays are copied
+// too (the buffers must outlive the operation); the operands are checked
+// when the operation is issued, as for deferred atomics.
+ssize_t QueueTriggeredAtomic(fid_ep* ep, const fi_msg_atomic* m, int op, const fi_ioc* result,
+                             void** result_desc, size_t result_count, const fi_ioc* compare,
+                             void** compare_desc, size_t compare_count, uint64_t flags);
 
 // fi_control of a domain: FI_QUEUE_WORK, FI_CANCEL_WORK, FI_FLUSH_WORK
 // (README.md "Triggered operations" gives the errnos). Other commands:

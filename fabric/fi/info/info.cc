@@ -299,7 +299,9 @@ void CheckEp(uint32_t version, const fi_ep_attr* h, const fi_ep_attr& o, size_t 
   }
   c->AtMost("protocol_version", h->protocol_version, o.protocol_version);
   c->AtMost("max_msg_size", h->max_msg_size, o.max_msg_size);
-  c->AtMost("msg_prefix_size", h->msg_prefix_size, o.msg_prefix_size);
+  // FI_MSG_PREFIX's space, where it is offered (OfferModes).
+  c->AtMost("msg_prefix_size", h->msg_prefix_size,
+            o.type == FI_EP_DGRAM ? kDgramMsgPrefixSize : o.msg_prefix_size);
   // 0 in the offer: no RMA data ordering is promised.
   c->AtMost("max_order_raw_size", h->max_order_raw_size, o.max_order_raw_size);
   c->AtMost("max_order_war_size", h->max_order_war_size, o.max_order_war_size);
@@ -362,7 +364,7 @@ fi_info* Candidate(const DomainOffer& o, fi_ep_type type, uint32_t version) {
   if (info == nullptr) return nullptr;
   const Defaults d = DefaultsFor(o, type);
   info->caps = d.caps;
-  info->mode = 0;  // the facade needs no mode bit of the application
+  info->mode = 0;  // the facade needs no mode bit of the application (OfferModes)
   info->addr_format = FI_SOCKADDR_IN;
 
   fi_tx_attr* tx = info->tx_attr;
@@ -444,6 +446,28 @@ bool SetKey(uint8_t** dst, const uint8_t* key, size_t len) {
 }
 
 // Narrows a matching candidate to the hints. False on allocation failure.
+// The mode bits offered only to an application that sets them in
+// hints->mode (fi_getinfo(3): a mode bit is a requirement the provider
+// puts on the application): FI_BUFFERED_RECV on FI_EP_RDM (fabric/fi/
+// buffered.h), FI_MSG_PREFIX on FI_EP_DGRAM (the endpoint then skips
+// kDgramMsgPrefixSize bytes of every buffer). Without them the facade
+// needs no mode bit.
+void OfferModes(fi_info* info, uint64_t asked) {
+  uint64_t mode = 0;
+  const fi_ep_type type = info->ep_attr->type;
+  if (type == FI_EP_RDM && (asked & FI_BUFFERED_RECV) &&
+      (info->caps & (FI_MSG | FI_TAGGED)) != 0) {
+    mode |= FI_BUFFERED_RECV;
+  }
+  if (type == FI_EP_DGRAM && (asked & FI_MSG_PREFIX)) {
+    mode |= FI_MSG_PREFIX;
+    info->ep_attr->msg_prefix_size = kDgramMsgPrefixSize;
+  }
+  info->mode = mode;
+  info->rx_attr->mode = mode;
+  info->tx_attr->mode = mode & FI_MSG_PREFIX;
+}
+
 bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) {
   info->domain_attr->mr_mode = mr_mode;
   if (hints == nullptr || (hints->caps & kAskedOnlyCaps) == 0) {
@@ -460,6 +484,7 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
     info->rx_attr->caps &= ~FI_SOURCE_ERR;
   }
   if (hints == nullptr) return true;
+  OfferModes(info, hints->mode);
   if (hints->addr_format != FI_FORMAT_UNSPEC) info->addr_format = hints->addr_format;
   if (hints->caps != 0) {
     // fi_getinfo(3): the primary capabilities asked (with their modifiers),

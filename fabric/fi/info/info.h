@@ -66,6 +66,11 @@ inline constexpr uint64_t kDgramMulticastCap = FI_MULTICAST;
 // datagrams (FI_PROTO_UDP), so they talk to SOCK_DGRAM sockets too.
 inline constexpr uint32_t kProtoBypassRdm = FI_PROV_SPECIFIC | 1;
 inline constexpr uint32_t kDgramProtocolVersion = 1;
+// FI_MSG_PREFIX on FI_EP_DGRAM (offered when hints->mode asks): the space
+// the application leaves ahead of each send and receive buffer. The
+// provider writes nothing there (fi_getinfo(3): its contents are opaque);
+// a multiple of 8 (fi_endpoint(3)), the smallest one.
+inline constexpr size_t kDgramMsgPrefixSize = 8;
 
 // Limits of a domain that are ours to choose (host memory objects).
 inline constexpr size_t kMaxCqs = 1024;

@@ -344,15 +344,26 @@ TEST_F(InfoTest, SourceErrOnlyWhenAsked) {
   ExpectNoMatch("not offered");  // FI_SOURCE_ERR rides on FI_SOURCE
 }
 
+// No mode bit is required; FI_MSG_PREFIX (FI_EP_DGRAM) and FI_BUFFERED_RECV
+// (FI_EP_RDM) are offered only to hints that set them.
 TEST_F(InfoTest, ModeNeedsNothingOfTheApplication) {
   hints_->mode = 0;
   ExpectEntries(2);
+  for (fi_info* i : List()) EXPECT_EQ(i->mode, 0u);
   hints_->mode = FI_CONTEXT | FI_CONTEXT2 | FI_MSG_PREFIX | FI_LOCAL_MR | FI_RX_CQ_DATA;
   hints_->tx_attr->mode = FI_CONTEXT;
   ExpectEntries(2);
   for (fi_info* i : List()) {
-    EXPECT_EQ(i->mode, 0u);
-    EXPECT_EQ(i->tx_attr->mode, 0u);
+    const bool dgram = i->ep_attr->type == FI_EP_DGRAM;
+    EXPECT_EQ(i->mode, dgram ? static_cast<uint64_t>(FI_MSG_PREFIX) : 0u);
+    EXPECT_EQ(i->tx_attr->mode, dgram ? static_cast<uint64_t>(FI_MSG_PREFIX) : 0u);
+    EXPECT_EQ(i->ep_attr->msg_prefix_size, dgram ? kDgramMsgPrefixSize : 0u);
+  }
+  hints_->mode = FI_BUFFERED_RECV;
+  ExpectEntries(2);
+  for (fi_info* i : List()) {
+    const bool rdm = i->ep_attr->type == FI_EP_RDM;
+    EXPECT_EQ(i->mode, rdm ? static_cast<uint64_t>(FI_BUFFERED_RECV) : 0u);
     EXPECT_EQ(i->ep_attr->msg_prefix_size, 0u);
   }
 }
@@ -654,7 +665,7 @@ TEST_F(InfoTest, EndpointAttributes) {
   e->max_msg_size = 1ull << 40;
   ExpectNoMatch("max_msg_size");
   e->max_msg_size = 0;
-  e->msg_prefix_size = 8;
+  e->msg_prefix_size = 16;  // DGRAM offers 8 (FI_MSG_PREFIX), RDM none
   ExpectNoMatch("msg_prefix_size");
   e->msg_prefix_size = 0;
   for (size_t fi_ep_attr::*f : {&fi_ep_attr::max_order_raw_size, &fi_ep_attr::max_order_war_size,
