@@ -18,6 +18,10 @@ namespace bypass::fi {
 
 // The tag bit of connection-manager messages (tags are 63 bits on FI_EP_MSG).
 inline constexpr uint64_t kCmTagBit = 1ull << 63;
+// ... and, beside it, of the messages to a passive endpoint (kConnReq): the
+// listener's receives take only those, the connections that share its port
+// only the others.
+inline constexpr uint64_t kCmListenerBit = 1ull << 62;
 // Connection data of fi_connect, fi_accept and fi_reject (FI_OPT_CM_DATA_SIZE).
 inline constexpr size_t kCmDataSize = 128;
 
@@ -42,7 +46,8 @@ struct CmMessage {
 inline constexpr size_t kCmHeaderSize = 32;
 inline constexpr size_t kCmMaxPacket = kCmHeaderSize + kCmDataSize;
 inline constexpr uint32_t kCmMagic = 0x4d435942;  // "BYCM"
-inline constexpr uint8_t kCmVersion = 1;
+// 2: connection requests carry kCmListenerBit (connections share the port).
+inline constexpr uint8_t kCmVersion = 2;
 
 // Writes m into out (kCmMaxPacket bytes); returns the bytes written.
 size_t EncodeCm(const CmMessage& m, uint8_t* out);

@@ -156,6 +156,11 @@ rdm::Address LocalToDevice(const Domain* d, rdm::Address a) {
 }
 
 int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* context) {
+  return OpenDomainOf(fabric, info, dom, context, false);
+}
+
+int OpenDomainOf(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* context,
+                 bool for_listener) {
   Fabric* fab = AsFabric(fabric);
   if (fab == nullptr) return BadFid(fabric, FI_CLASS_FABRIC);
   if (info == nullptr || dom == nullptr) return -FI_EINVAL;
@@ -184,7 +189,7 @@ int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* contex
   const bool thread_safe = info->domain_attr == nullptr ||
                            RawEnum(info->domain_attr->threading) != FI_THREAD_DOMAIN;
   std::string note;
-  absl::StatusOr<std::shared_ptr<Lane>> lane = OpenDomainLane(uri, thread_safe, &note);
+  absl::StatusOr<std::shared_ptr<Lane>> lane = OpenDomainLane(uri, thread_safe, for_listener, &note);
   if (!note.empty()) BYPASS_FI_WARN(FI_LOG_DOMAIN, "%s\n", note.c_str());
   if (!lane.ok()) {
     BYPASS_FI_WARN(FI_LOG_DOMAIN, "cannot open %s: %s\n", uri.c_str(),

@@ -88,6 +88,12 @@ inline Domain* AsDomain(const void* f) { return As<Domain>(f, FI_CLASS_DOMAIN); 
 
 // fi_domain: opens the device the info names (or the fabric's first).
 int OpenDomain(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* context);
+// The same, for a passive endpoint's listening port (msg_ep.h): on a
+// device whose every queue is taken, it shares the first domain's even
+// when that domain takes no lock (FI_THREAD_DOMAIN), whose calls take it
+// from then on (OpenDomainLane).
+int OpenDomainOf(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* context,
+                 bool for_listener);
 
 }  // namespace bypass::fi
 

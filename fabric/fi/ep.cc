@@ -156,6 +156,24 @@ int EpClose(fid* f) {
 
 void CloseEngineEp(Ep* ep) {
   Domain* d = ep->domain;
+  if (ep->shares != nullptr) {  // a connection on its listener's port (msg_ep.h)
+    MsgPort* last;
+    {
+      DomainGuard g(*ep->lock);
+      last = LeaveSharedPort(ep);
+      Unbind(ep);
+      ep->rdm.reset();
+      FreeMsg(ep);
+      ep->records.Release();
+    }
+    ep->shares = nullptr;
+    ep->lock = &d->lock;
+    ep->lane.reset();
+    EraseOne(d->eps, ep);
+    d->obj.refs.fetch_sub(1);
+    CloseSharedPort(last);
+    return;
+  }
   {
     DomainGuard g(*ep->lock);
     for (Mr* mr : d->mrs) {
@@ -386,6 +404,7 @@ int EnableEp(Ep* ep) {
                    "bind its shared %s context first\n", rx ? "receive" : "transmit");
     return -FI_EOPBADSTATE;
   }
+  if (ep->shares != nullptr) return EnableSharedMsg(ep);  // on its listener's port
   ep->config.shared_recv = ep->srx != nullptr ? ep->srx->queue.get() : nullptr;
   Domain* d = ep->domain;
   const uint16_t first_port = ep->udp_port;
@@ -536,8 +555,12 @@ ssize_t EpCancel(fid_t f, void* context) {
   if (ep->srx != nullptr && Enabled(ep)) return CancelSharedRecv(ep->srx, context);
   DomainGuard g(*ep->lock);
   if (!Enabled(ep)) return -FI_EOPBADSTATE;
-  const auto cancel = [ep](void* ctx) {
-    return ep->dgram != nullptr ? ep->dgram->CancelRecv(ctx) : ep->rdm->CancelRecv(ctx);
+  // A connection on its listener's port cancels a receive of its own peer
+  // only (another connection may use the same context).
+  rdm::PeerId only = rdm::kAnyPeer;
+  if (ep->shares != nullptr) ep->peers.Find(0, &only);
+  const auto cancel = [ep, only](void* ctx) {
+    return ep->dgram != nullptr ? ep->dgram->CancelRecv(ctx) : ep->rdm->CancelRecv(ctx, only);
   };
   // A receive posted with a record is known to the engine by the record.
   for (OpRecord& r : ep->records.slots) {
@@ -945,7 +968,12 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "only FI_EP_RDM, FI_EP_MSG and FI_EP_DGRAM endpoints are implemented\n");
     return -FI_ENOSYS;
   }
-  if (d->eps.size() >= d->ep_cnt) {
+  // Connections on their listener's port (msg_ep.h) take no port: they
+  // do not count.
+  const bool shares_port = type == FI_EP_MSG && info->handle != nullptr;
+  const size_t own_ports = static_cast<size_t>(
+      std::count_if(d->eps.begin(), d->eps.end(), [](const Ep* e) { return e->shares == nullptr; }));
+  if (!shares_port && own_ports >= d->ep_cnt) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "the domain already has ep_cnt (%zu) endpoints; close one or "
                    "open another domain\n", d->ep_cnt);
     return -FI_EINVAL;

@@ -42,6 +42,7 @@ struct Sep;
 struct Srx;
 struct Stx;
 struct MsgConn;
+struct MsgPort;
 struct Mc;
 struct Coll;
 
@@ -63,6 +64,7 @@ struct OpRecord {
 struct OpRecords {
   std::vector<OpRecord> slots;
   uint32_t free = UINT32_MAX;
+  uint32_t lazy = 0;  // InitLazy: the records the first Alloc makes
 
   // n records, all free (fi_enable).
   void Init(size_t n) {
@@ -72,8 +74,14 @@ struct OpRecords {
     }
     free = n > 0 ? 0 : UINT32_MAX;
   }
+  // n records made by the first Alloc (an idle connection holds none).
+  void InitLazy(size_t n) { lazy = static_cast<uint32_t>(n); }
   // A free record, or null when every one is in use.
   OpRecord* Alloc() {
+    if (slots.empty() && lazy > 0) {
+      Init(lazy);
+      lazy = 0;
+    }
     if (free == UINT32_MAX) return nullptr;
     OpRecord* r = &slots[free];
     free = r->next_free;
@@ -98,7 +106,10 @@ struct OpRecords {
     return static_cast<OpRecord*>(ctx);
   }
   // Frees the records' memory, not just their size (fi_close).
-  void Release() { std::vector<OpRecord>().swap(slots); }
+  void Release() {
+    std::vector<OpRecord>().swap(slots);
+    lazy = 0;
+  }
 };
 
 // The CQs an endpoint's completions go to (fi_ep_bind with FI_TRANSMIT,
@@ -232,13 +243,19 @@ struct Ep {
   size_t stx_outstanding = 0;
   // After fi_enable: the engine's endpoint (rdm for FI_EP_RDM, dgram for
   // FI_EP_DGRAM) and what the facade keeps beside it, the same for both.
-  std::unique_ptr<rdm::Endpoint> rdm;
+  // An accepted FI_EP_MSG connection shares its listener's (msg_ep.h).
+  std::shared_ptr<rdm::Endpoint> rdm;
   std::unique_ptr<rdm::DatagramEndpoint> dgram;
   std::unique_ptr<DrainBuffers> drain;  // progress.h
   PeerMap peers;
   OpRecords records;
   // FI_EP_MSG: the connection (msg_ep.h), owned; null for other types.
   MsgConn* msg = nullptr;
+  // Connections sharing one port (msg_ep.h): on an accepted connection,
+  // the listening endpoint whose engine endpoint (port, lock, lane) it
+  // uses; on that listening endpoint, its connections by peer.
+  Ep* shares = nullptr;
+  MsgPort* port_share = nullptr;
   // FI_EP_DGRAM: its multicast memberships (fi_join, mcast.h).
   std::vector<Mc*> groups;
   // Deferred operations in flight, by the request they were posted with.

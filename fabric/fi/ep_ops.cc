@@ -386,6 +386,9 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   if (ReservesTopTag(ep)) {  // never the connection manager's (cm.h) or collectives' (coll.h)
     r.tag &= ~kCmTagBit;
     r.ignore &= ~kCmTagBit;
+    // On its listener's port, a connection's receives take its peer's
+    // messages only (the peer is known from fi_enable).
+    if (ep->shares != nullptr && !ep->peers.Find(0, &r.source)) return -FI_EOPBADSTATE;
   }
   if (args.flags & FI_MULTI_RECV) r.flags |= rdm::kRecvMulti;
   if (args.flags & FI_PEEK) r.flags |= rdm::kRecvPeek;

@@ -128,6 +128,8 @@ Settings ReadSettings() {
   // per endpoint (about 21 KiB each today, allocated at fi_enable).
   c.max_peers = 256;
   if (auto v = ParamInt("max_peers")) c.max_peers = static_cast<uint32_t>(*v);
+  s.listen_peers = c.max_peers;
+  if (auto v = ParamInt("listen_peers"); v && *v > 0) s.listen_peers = static_cast<uint32_t>(*v);
   // Regions open to remote access, per endpoint: the domain's mr_cnt (every
   // region counts, so one that becomes remote later still fits). About
   // 64 bytes each.

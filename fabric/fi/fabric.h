@@ -26,6 +26,10 @@ struct Settings {
   // acknowledged, need an answer; fi_close takes at least this long once
   // an endpoint has had peers).
   uint64_t linger_quiet_ns = 100'000'000;
+  // Peers of a passive endpoint's port (FI_EP_MSG): its connections, which
+  // share it, and the requests it holds (FI_BYPASS_LISTEN_PEERS; default
+  // the engine's max_peers).
+  uint32_t listen_peers = 256;
 };
 Settings ReadSettings();
 

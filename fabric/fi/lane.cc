@@ -109,7 +109,7 @@ Lane::~Lane() {
 }
 
 absl::StatusOr<std::shared_ptr<Lane>> OpenDomainLane(const std::string& uri, bool thread_safe,
-                                                     std::string* note) {
+                                                     bool lock_unlocked, std::string* note) {
   note->clear();
   std::lock_guard<std::mutex> serial(g_open_serial);
   std::shared_ptr<SharedOpen> open;
@@ -138,6 +138,9 @@ absl::StatusOr<std::shared_ptr<Lane>> OpenDomainLane(const std::string& uri, boo
   {
     std::lock_guard<std::mutex> l(open->mu);
     first = open->for_domains.lock();
+  }
+  if (first != nullptr && !first->lock.thread_safe && lock_unlocked && thread_safe) {
+    first->lock.thread_safe = true;  // from now on every call on the queue takes it
   }
   if (first == nullptr || !first->lock.thread_safe) {
     return absl::FailedPreconditionError(absl::StrCat(

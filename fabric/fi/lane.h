@@ -42,9 +42,12 @@ struct Lane {
 // is taken). A URI LOCAL+REMOTE whose intra-host part cannot open falls
 // back to REMOTE alone (*note says so, else it is cleared). FailedPrecondition
 // when no queue is free and the domain whose queue others share takes no
-// lock (FI_THREAD_DOMAIN).
+// lock (FI_THREAD_DOMAIN), unless lock_unlocked: that queue's lock is then
+// taken by every call from now on (a passive endpoint's domain: fi_listen,
+// like the start of a progress thread, must not run while another thread
+// is inside a call of that FI_THREAD_DOMAIN domain).
 absl::StatusOr<std::shared_ptr<Lane>> OpenDomainLane(const std::string& uri, bool thread_safe,
-                                                     std::string* note);
+                                                     bool lock_unlocked, std::string* note);
 // A lane of its own for a context of a scalable endpoint on the domain
 // whose lane is `of`, or null when the device has none to give (one
 // queue, or every queue taken, and no new instance: the context then

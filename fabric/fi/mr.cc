@@ -5,6 +5,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -36,6 +37,10 @@ int RegisterWithDomainEps(Mr* mr) {
   if (!RemoteAccess(mr)) return 0;
   for (Ep* ep : mr->domain->eps) {
     if (ep->rdm == nullptr) continue;
+    // Connections sharing a listener's port share its engine: once there.
+    const bool there = std::any_of(mr->registered.begin(), mr->registered.end(),
+                                   [ep](const Ep* r) { return r->rdm == ep->rdm; });
+    if (there) continue;
     if (int ret = RegisterMrWithEp(mr, ep); ret != 0) {
       while (!mr->registered.empty()) DeregisterMrFromEp(mr, mr->registered.back());
       return ret;

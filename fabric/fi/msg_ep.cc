@@ -1,7 +1,8 @@
 // Connected endpoints: the passive endpoint (an RDM endpoint of its own
-// domain on the listening port, taking connection requests), the
-// connection state of an FI_EP_MSG endpoint, and the connection manager's
-// exchange (cm.h):
+// domain on the listening port, taking connection requests; the endpoints
+// accepted from it share that engine endpoint, MsgPort), the connection
+// state of an FI_EP_MSG endpoint, and the connection manager's exchange
+// (cm.h):
 //
 //   connecting ep            passive ep              accepting ep
 //   fi_connect  --CONNREQ-->  FI_CONNREQ (handle)
@@ -35,6 +36,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "driver/clock.h"
 #include "fabric/fi/address/address.h"
 #include "fabric/fi/cm.h"
@@ -44,6 +46,7 @@
 #include "fabric/fi/eq.h"
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
+#include "fabric/fi/mr.h"
 #include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 #include "fabric/rdm/rdm.h"
@@ -52,15 +55,28 @@ namespace bypass::fi {
 
 // The fi_addr of a connected endpoint's peer in its PeerMap.
 constexpr fi_addr_t kPeerAddr = 0;
-// Connection-manager receives an endpoint keeps posted.
-constexpr size_t kCmSlots = 4;
+// Connection-manager receives an endpoint keeps posted (more messages wait
+// in the engine's unexpected queue until a slot is posted again).
+constexpr size_t kCmSlots = 2;
+// What a port's engine endpoint holds per connection it may carry
+// (FI_BYPASS_LISTEN_PEERS of them), beside the listener's own: the
+// connection manager's receives and a share of the application's
+// receives and sends (the port's budgets, shared by its connections).
+constexpr uint32_t kPortRecvsPerConn = kCmSlots + 2;
+constexpr uint32_t kPortSendsPerConn = 2;
 // ... and a passive endpoint.
 constexpr size_t kPepSlots = 64;
 // A passive endpoint forgets a connecting endpoint this long (5 ms) after its
-// request (the engine's acknowledgement of it long gone): the listener's
-// engine keeps no peer per connection. A request retransmitted after that
-// (its acknowledgement lost) is known by its conn_id and dropped.
+// request (the engine's acknowledgement of it long gone) unless a
+// connection took it: the listener's engine keeps a peer per connection
+// only. It forgets that incarnation of it: a new endpoint on the same
+// address (a client that closed and reopened) is another session, kept. A
+// request retransmitted after that (its acknowledgement lost) is known by
+// its conn_id and dropped.
 constexpr uint64_t kForgetNs = 5'000'000;
+// The longest fi_shutdown and the close of a connection wait for their
+// SHUTDOWN's acknowledgement (a dead peer never gives it).
+constexpr uint64_t kShutdownWaitNs = 1'000'000'000;
 // Connection ids a passive endpoint remembers for that.
 constexpr size_t kRecentIds = 1024;
 
@@ -70,6 +86,10 @@ using CmBuffer = std::array<uint8_t, kCmMaxPacket>;
 
 struct MsgConn {
   ConnState state = ConnState::kIdle;
+  // An accepted connection on its listener's port (Ep::shares), or null;
+  // one of the port's members once enabled (opened before).
+  MsgPort* port = nullptr;
+  bool member = false;
   bool from_connreq = false;  // opened with info->handle: fi_accept, never fi_connect
   uint64_t conn_id = 0;
   rdm::Address peer_addr;     // the connection request's sender (accepting side)
@@ -93,6 +113,7 @@ struct ConnReq {
   Obj obj;
   uint64_t conn_id = 0;
   rdm::Address client;
+  MsgPort* port = nullptr;  // the listening port the connection shares
 };
 static_assert(offsetof(ConnReq, handle) == 0);
 
@@ -179,7 +200,7 @@ rdm::Result SendCm(Ep* ep, rdm::PeerId to, CmType type, const void* data, size_t
   r.dest = to;
   r.buf = buf;
   r.len = EncodeCm(m, buf);
-  r.tag = kCmTagBit | static_cast<uint64_t>(type);
+  r.tag = kCmTagBit | (type == CmType::kConnReq ? kCmListenerBit : 0) | static_cast<uint64_t>(type);
   // Acknowledged at once: a closing endpoint lingers until its SHUTDOWN is,
   // and the connecting side's request should not wait on the listener.
   r.flags = rdm::kSendTagged | rdm::kSendInject | rdm::kSendAckNow;
@@ -195,7 +216,7 @@ rdm::Result PostCmRecv(Ep* ep, size_t slot) {
   r.context = &m->rx[slot];
   r.tagged = true;
   r.tag = kCmTagBit;
-  r.ignore = kCmTagBit - 1;
+  r.ignore = kCmListenerBit - 1;  // not a connection request (the listener's)
   return ep->rdm->PostRecv(r);
 }
 
@@ -225,11 +246,59 @@ int SlotOf(const MsgConn* m, const void* ctx) {
   return -1;
 }
 
+// The connection's peer as the data path's only destination (kPeerAddr).
+// On a shared port not the other way (PeerMap::addr_of, by the engine's
+// peer slot, would cost a word per peer of the port for each connection):
+// a connection reports no source.
+void SetPeer(Ep* ep, rdm::PeerId peer) {
+  if (ep->shares != nullptr) {
+    ep->peers.peer_of.assign(1, peer);
+  } else {
+    ep->peers.Set(kPeerAddr, peer);
+  }
+}
+
 void Connected(Ep* ep, rdm::PeerId peer) {
   MsgConn* m = ep->msg;
   m->peer = peer;
-  ep->peers.Set(kPeerAddr, peer);
+  if (std::optional<rdm::Address> a = ep->rdm->PeerAddress(peer)) m->peer_addr = *a;
+  SetPeer(ep, peer);
   m->state = ConnState::kConnected;
+}
+
+// The receives a connection's peer's messages match: on a shared port
+// those directed to it, on an endpoint of its own every one.
+rdm::PeerId ReceivesOf(const Ep* ep) {
+  return ep->shares != nullptr && ep->msg->peer ? *ep->msg->peer : rdm::kAnyPeer;
+}
+
+// Progresses until what was sent to the peer (the SHUTDOWN last) is
+// acknowledged, at most kShutdownWaitNs (a dead peer never answers).
+void AwaitAcks(Ep* ep) {
+  MsgConn* m = ep->msg;
+  if (!m->peer) return;
+  const driver::Clock& clock = driver::SteadyClock::Get();
+  const uint64_t start = clock.NowNs();
+  for (;;) {
+    const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(*m->peer);
+    // Operations only awaiting the peer's answer (a rendezvous it never
+    // pulls) are canceled next, not waited for.
+    if (!st || !st->established || st->queued_ops <= st->waiting_ops) return;
+    if (clock.NowNs() - start >= kShutdownWaitNs) return;
+    ProgressEp(ep);
+  }
+}
+
+// fi_shutdown (fi_cm(3)): the receives still posted are canceled, each an
+// FI_ECANCELED error completion in its CQ before the call returns (as
+// libfabric's tcp provider flushes its queues; as many as the CQ has room
+// for). Sends, RMA and atomics already posted went out before the
+// SHUTDOWN, in order: they complete as the peer acknowledges them, or fail.
+// REQUIRES: the endpoint's lock.
+void FlushPosted(Ep* ep) {
+  ep->rdm->CancelRecvs(ReceivesOf(ep));
+  for (int pass = 0; pass < 64 && ProgressEp(ep) > 0; ++pass) {
+  }
 }
 
 void OnCm(Ep* ep, const CmMessage& cm, rdm::PeerId source) {
@@ -269,6 +338,9 @@ void OnCm(Ep* ep, const CmMessage& cm, rdm::PeerId source) {
       }
       m->state = ConnState::kShutdown;
       CancelCmRecvs(ep);  // stop watching the peer
+      // The receives can take nothing more (tcp's provider flushes them
+      // too); their errors follow in this pass. The peer forgets us.
+      ep->rdm->CancelRecvs(ReceivesOf(ep));
       PushCmEvent(ep->eq, FI_SHUTDOWN, &ep->fid.fid, nullptr, nullptr, 0);
       return;
     case CmType::kConnReq:
@@ -344,7 +416,9 @@ int MsgAccept(fid_ep* f, const void* param, size_t paramlen) {
   }
   if (m->state != ConnState::kIdle) return -FI_EOPBADSTATE;
   if (int ret = EnsureEnabled(ep); ret != 0) return ret;
-  absl::StatusOr<rdm::PeerId> p = ep->rdm->InsertPeer(m->peer_addr);
+  // On the listener's port the peer is in the engine since fi_enable.
+  absl::StatusOr<rdm::PeerId> p =
+      m->peer ? absl::StatusOr<rdm::PeerId>(*m->peer) : ep->rdm->InsertPeer(m->peer_addr);
   if (!p.ok()) return FromStatus(p.status());
   const rdm::Result r = SendCm(ep, *p, CmType::kAccept, param, paramlen);
   if (r != rdm::Result::kOk) return static_cast<int>(r);
@@ -366,6 +440,7 @@ int MsgShutdown(fid_ep* f, uint64_t flags) {
   if (r != rdm::Result::kOk) return static_cast<int>(r);
   m->state = ConnState::kShutdown;
   CancelCmRecvs(ep);
+  FlushPosted(ep);
   return 0;
 }
 
@@ -376,13 +451,15 @@ int MsgGetPeer(fid_ep* f, void* addr, size_t* addrlen) {
   if (addrlen == nullptr) return -FI_EINVAL;
   DomainGuard g(*ep->lock);
   MsgConn* m = ep->msg;
-  if (!m->peer) return -FI_ENOTCONN;
-  std::optional<rdm::Address> a = ep->rdm->PeerAddress(*m->peer);
-  if (!a) return -FI_ENOTCONN;
+  // The peer of the connection, also after it ended (fi_shutdown forgets
+  // it in the engine).
+  if (!m->peer || m->state == ConnState::kIdle || m->state == ConnState::kConnecting) {
+    return -FI_ENOTCONN;
+  }
   const size_t given = *addrlen;
   *addrlen = kAddrLen;
   if (given < kAddrLen || addr == nullptr) return -FI_ETOOSMALL;
-  const sockaddr_in s = ToSockaddr(*a);
+  const sockaddr_in s = ToSockaddr(m->peer_addr);
   std::memcpy(addr, &s, kAddrLen);
   return 0;
 }
@@ -442,6 +519,40 @@ void InitMsgOps(const fi_ops_cm* cm, const fi_ops_ep* ops) {
 
 // ---- the passive endpoint ----
 
+struct Pep;
+
+}  // namespace
+
+// The listening port (after fi_listen): an RDM endpoint of the passive
+// endpoint's own domain, its CQ and its receives for connection requests,
+// and the connections accepted on it, which share its engine endpoint (one
+// session per connected peer). It lives while the passive endpoint or one
+// of its connections does. Its members change under the listening
+// endpoint's lock.
+struct MsgPort {
+  Pep* pep = nullptr;  // null once the passive endpoint is closed
+  fid_domain* dom = nullptr;
+  fid_av* av = nullptr;  // empty: an RDM endpoint enables with one
+  fid_cq* cq = nullptr;
+  fid_ep* ep = nullptr;
+  Ep* l = nullptr;  // ep's
+  std::vector<CmBuffer> rx;
+  std::vector<Ep*> members;  // the enabled connections on the port (progress reads them)
+  size_t opened = 0;         // ... and those opened, not yet enabled
+  absl::flat_hash_map<uint32_t, Ep*> by_peer;  // by rdm::PeerId::value
+  // Peers of closed connections, removed from the engine once what was
+  // sent them (their SHUTDOWN) is acknowledged (TendSharedPort).
+  struct Closed {
+    rdm::PeerId peer;
+    uint32_t incarnation = 0;  // the peer's then: another one later is kept
+    uint64_t at_ns = 0;
+  };
+  std::vector<Closed> closed;
+  bool closing = false;  // the last one out closes it (ReleasePort)
+};
+
+namespace {
+
 struct Pep {
   fid_pep fid;
   Obj obj;
@@ -449,19 +560,13 @@ struct Pep {
   fi_info* info = nullptr;  // a copy of fi_passive_ep's, without its handle
   Eq* eq = nullptr;
   std::optional<sockaddr_in> name;  // src_addr or fi_setname
-  // After fi_listen: an RDM endpoint of its own domain on the port.
-  fid_domain* dom = nullptr;
-  fid_av* av = nullptr;
-  fid_cq* cq = nullptr;
-  fid_ep* ep = nullptr;
-  std::vector<CmBuffer> rx;
+  MsgPort* port = nullptr;          // after fi_listen
   std::vector<ConnReq*> connreqs;  // handed out; freed (retired) at close
-  // Connecting endpoints to forget (kForgetNs after their request), the
-  // fi_addr of those a rejection was sent to, and recent connection ids.
+  // Connecting endpoints to forget (kForgetNs after their request: that
+  // incarnation of the address), and recent connection ids.
   struct Handled {
     rdm::Address addr;
     uint64_t at_ns = 0;
-    fi_addr_t fa = FI_ADDR_NOTAVAIL;
   };
   std::deque<Handled> handled;
   std::deque<uint64_t> recent_ids;
@@ -471,15 +576,43 @@ static_assert(offsetof(Pep, fid) == 0);
 
 Pep* AsPep(const void* f) { return As<Pep>(f, FI_CLASS_PEP); }
 
-void CloseListener(Pep* p) {
-  if (p->ep != nullptr) fi_close(&p->ep->fid);
-  if (p->cq != nullptr) fi_close(&p->cq->fid);
-  if (p->av != nullptr) fi_close(&p->av->fid);
-  if (p->dom != nullptr) fi_close(&p->dom->fid);
-  p->ep = nullptr;
-  p->cq = nullptr;
-  p->av = nullptr;
-  p->dom = nullptr;
+// Closes the listening objects and frees the port, after the peers of its
+// closed connections have acknowledged their SHUTDOWN (at most
+// kShutdownWaitNs). REQUIRES: no guard of its lock is held (its domain,
+// and the lock with it, may go).
+void CloseListener(MsgPort* port) {
+  if (port->l != nullptr) {
+    const driver::Clock& clock = driver::SteadyClock::Get();
+    const uint64_t start = clock.NowNs();
+    DomainGuard g(*port->l->lock);
+    while (!port->closed.empty() && clock.NowNs() - start < kShutdownWaitNs) {
+      ProgressEp(port->l);
+    }
+  }
+  if (port->ep != nullptr) fi_close(&port->ep->fid);
+  if (port->cq != nullptr) fi_close(&port->cq->fid);
+  if (port->av != nullptr) fi_close(&port->av->fid);
+  if (port->dom != nullptr) fi_close(&port->dom->fid);
+  delete port;
+}
+
+// The passive endpoint leaves its port: its receives for requests are
+// canceled; the port closes now unless connections remain on it.
+void LeavePort(Pep* p) {
+  MsgPort* port = p->port;
+  if (port == nullptr) return;
+  p->port = nullptr;
+  bool last = false;
+  if (port->l != nullptr) {
+    DomainGuard g(*port->l->lock);
+    port->pep = nullptr;
+    for (CmBuffer& b : port->rx) port->l->rdm->CancelRecv(&b);
+    last = port->members.empty() && port->opened == 0 && !port->closing;
+    port->closing = port->closing || last;
+  } else {
+    last = true;  // fi_listen failed half way
+  }
+  if (last) CloseListener(port);
 }
 
 int PepClose(fid* f) {
@@ -487,7 +620,7 @@ int PepClose(fid* f) {
   if (p == nullptr) return BadFid(f, FI_CLASS_PEP);
   {
     std::lock_guard<std::mutex> g(p->mu);
-    CloseListener(p);
+    LeavePort(p);
   }
   if (p->eq != nullptr) {
     EqDrop(p->eq, &p->fid.fid);
@@ -556,19 +689,24 @@ fi_ops_ep g_pep_ops = {
     .tx_size_left = NoSizeLeft,
 };
 
-int PostPepRecv(Pep* p, size_t slot) {
-  return static_cast<int>(fi_trecv(p->ep, p->rx[slot].data(), p->rx[slot].size(), nullptr,
-                                   FI_ADDR_UNSPEC, kCmTagBit, kCmTagBit - 1, &p->rx[slot]));
+int PostPepRecv(MsgPort* port, size_t slot) {
+  return static_cast<int>(fi_trecv(port->ep, port->rx[slot].data(), port->rx[slot].size(),
+                                   nullptr, FI_ADDR_UNSPEC, kCmTagBit | kCmListenerBit,
+                                   kCmListenerBit - 1, &port->rx[slot]));
 }
 
-// The listening objects: a domain of the passive endpoint's info, an AV
-// (for rejections), a CQ and an RDM endpoint on the port, its receives.
+// The listening port: a domain of the passive endpoint's info, an AV, a CQ
+// and an RDM endpoint on the port (room for FI_BYPASS_LISTEN_PEERS peers:
+// its connections and the requests it holds), its receives.
 int OpenListener(Pep* p) {
   fi_info* info = DupInfo(p->info);
   if (info == nullptr) return -FI_ENOMEM;
   std::unique_ptr<fi_info, void (*)(fi_info*)> own(info, FreeInfo);
   info->ep_attr->type = FI_EP_RDM;
-  info->caps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | (p->info->caps & (FI_LOCAL_COMM | FI_REMOTE_COMM));
+  // The connections' data calls run on this endpoint's engine: every
+  // capability of the passive endpoint's info.
+  info->caps = (p->info->caps & ~static_cast<uint64_t>(FI_DIRECTED_RECV | FI_SOURCE)) |
+               FI_MSG | FI_TAGGED | FI_SEND | FI_RECV;
   info->tx_attr->caps = info->caps;
   info->rx_attr->caps = info->caps;
   info->domain_attr->threading = FI_THREAD_SAFE;  // read from any thread's fi_eq_read
@@ -583,21 +721,37 @@ int OpenListener(Pep* p) {
     info->src_addrlen = kAddrLen;
     info->addr_format = FI_SOCKADDR_IN;
   }
-  int ret = fi_domain(&p->fabric->fid, info, &p->dom, nullptr);
+  auto port = new MsgPort;
+  port->pep = p;
+  p->port = port;
+  int ret = OpenDomainOf(&p->fabric->fid, info, &port->dom, nullptr, true);
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
-  if (ret == 0) ret = fi_av_open(p->dom, &av_attr, &p->av, nullptr);
+  if (ret == 0) ret = fi_av_open(port->dom, &av_attr, &port->av, nullptr);
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_TAGGED;
   cq_attr.size = kPepSlots * 2;
-  if (ret == 0) ret = fi_cq_open(p->dom, &cq_attr, &p->cq, nullptr);
-  if (ret == 0) ret = fi_endpoint(p->dom, info, &p->ep, nullptr);
-  if (ret == 0) ret = fi_ep_bind(p->ep, &p->av->fid, 0);
-  if (ret == 0) ret = fi_ep_bind(p->ep, &p->cq->fid, FI_TRANSMIT | FI_RECV);
-  if (ret == 0) ret = fi_enable(p->ep);
-  p->rx.assign(kPepSlots, CmBuffer{});
-  for (size_t i = 0; ret == 0 && i < kPepSlots; ++i) ret = PostPepRecv(p, i);
-  if (ret != 0) CloseListener(p);
+  if (ret == 0) ret = fi_cq_open(port->dom, &cq_attr, &port->cq, nullptr);
+  if (ret == 0) ret = fi_endpoint(port->dom, info, &port->ep, nullptr);
+  if (ret == 0) {
+    port->l = AsEp(port->ep);
+    rdm::EndpointConfig& c = port->l->config;
+    const uint32_t conns = p->fabric->settings.listen_peers;
+    c.max_peers = conns;
+    c.max_posted_recvs = std::min<uint32_t>(c.max_posted_recvs + kPepSlots + conns * kPortRecvsPerConn, 1u << 16);
+    c.max_send_ops = std::min<uint32_t>(c.max_send_ops + conns * kPortSendsPerConn, 1u << 16);
+  }
+  if (ret == 0) ret = fi_ep_bind(port->ep, &port->av->fid, 0);
+  if (ret == 0) ret = fi_ep_bind(port->ep, &port->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (ret == 0) ret = fi_enable(port->ep);
+  if (ret == 0) port->l->port_share = port;
+  port->rx.assign(kPepSlots, CmBuffer{});
+  for (size_t i = 0; ret == 0 && i < kPepSlots; ++i) ret = PostPepRecv(port, i);
+  if (ret != 0) {
+    p->port = nullptr;
+    port->l = nullptr;
+    CloseListener(port);
+  }
   return ret;
 }
 
@@ -605,7 +759,7 @@ int PepListen(fid_pep* f) {
   Pep* p = AsPep(f);
   if (p == nullptr) return BadFid(f, FI_CLASS_PEP);
   std::lock_guard<std::mutex> g(p->mu);
-  if (p->ep != nullptr) return -FI_EOPBADSTATE;  // already listening
+  if (p->port != nullptr) return -FI_EOPBADSTATE;  // already listening
   if (p->eq == nullptr) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_listen: bind an EQ to the passive endpoint first\n");
     return -FI_ENOEQ;
@@ -616,8 +770,8 @@ int PepListen(fid_pep* f) {
 }
 
 // The FI_CONNREQ's info: the passive endpoint's, its destination the
-// connecting endpoint, no source (the accepting endpoint takes its own
-// port), its handle the request.
+// connecting endpoint, no source (the accepting endpoint shares the
+// listener's port whatever it names), its handle the request.
 fi_info* ConnReqInfo(Pep* p, ConnReq* c) {
   fi_info* info = DupInfo(p->info);
   if (info == nullptr) return nullptr;
@@ -638,22 +792,37 @@ fi_info* ConnReqInfo(Pep* p, ConnReq* c) {
   return info;
 }
 
-// Forgets the connecting endpoints handled kForgetNs ago: out of the
-// listener's engine (a rejected one through its AV, which first lets the
-// rejection be acknowledged).
+// Forgets the connecting endpoints whose requests came kForgetNs ago: that
+// incarnation of each, out of the listener's engine, unless a connection
+// took it (it goes with the connection) or a rejection to it is not yet
+// acknowledged (looked at again later). A new endpoint on the same address
+// (another incarnation) keeps its session: its request is not lost.
 void ForgetHandled(Pep* p) {
   const uint64_t now = driver::SteadyClock::Get().NowNs();
-  Ep* e = AsEp(p->ep);
-  while (!p->handled.empty() && now - p->handled.front().at_ns >= kForgetNs && e != nullptr) {
+  MsgPort* port = p->port;
+  if (port == nullptr) return;
+  Ep* e = port->l;
+  DomainGuard g(*e->lock);
+  while (!p->handled.empty() && now - p->handled.front().at_ns >= kForgetNs) {
     const Pep::Handled h = p->handled.front();
-    p->handled.pop_front();
-    if (h.fa != FI_ADDR_NOTAVAIL) {
-      fi_av_remove(p->av, const_cast<fi_addr_t*>(&h.fa), 1, 0);
-      continue;
+    rdm::Address any = h.addr;
+    any.incarnation = 0;  // finds the learned one, whatever its incarnation
+    absl::StatusOr<rdm::PeerId> id = e->rdm->InsertPeer(any);
+    uint32_t incarnation = 0;  // the peer's now (0: unknown)
+    uint32_t queued = 0;
+    if (id.ok()) {
+      if (const std::optional<rdm::PeerStats> st = e->rdm->peer_stats(*id)) {
+        incarnation = st->incarnation;
+        queued = st->queued_ops;
+      }
     }
-    DomainGuard g(*e->lock);
-    absl::StatusOr<rdm::PeerId> id = e->rdm->InsertPeer(h.addr);  // finds the learned one
-    if (id.ok()) (void)e->rdm->RemovePeer(*id);
+    if (queued > 0 && now - h.at_ns < e->config.peer_timeout_ns) break;
+    p->handled.pop_front();
+    if (!id.ok() || port->by_peer.contains(id->value)) continue;
+    if (incarnation != 0 && h.addr.incarnation != 0 && incarnation != h.addr.incarnation) {
+      continue;  // another endpoint on that address now
+    }
+    (void)e->rdm->RemovePeer(*id);
   }
 }
 
@@ -663,13 +832,14 @@ void OnConnReq(Pep* p, const CmMessage& m) {
   }
   p->recent_ids.push_back(m.conn_id);
   if (p->recent_ids.size() > kRecentIds) p->recent_ids.pop_front();
-  p->handled.push_back({m.addr, driver::SteadyClock::Get().NowNs(), FI_ADDR_NOTAVAIL});
+  p->handled.push_back({m.addr, driver::SteadyClock::Get().NowNs()});
   auto c = std::make_unique<ConnReq>();
   std::memset(&c->handle, 0, sizeof(c->handle));
   c->handle.fclass = FI_CLASS_CONNREQ;
   c->handle.ops = &g_connreq_ops;
   c->conn_id = m.conn_id;
   c->client = m.addr;
+  c->port = p->port;
   fi_info* info = ConnReqInfo(p, c.get());
   if (info == nullptr) return;
   p->connreqs.push_back(c.release());
@@ -678,29 +848,34 @@ void OnConnReq(Pep* p, const CmMessage& m) {
 
 void ProgressPep(Pep* p) {
   std::lock_guard<std::mutex> g(p->mu);
-  if (p->cq == nullptr) return;
+  MsgPort* port = p->port;
+  if (port == nullptr) return;
+  const auto slot_of = [port](void* ctx) -> std::ptrdiff_t {
+    auto* b = static_cast<CmBuffer*>(ctx);
+    const bool mine = b >= port->rx.data() && b < port->rx.data() + port->rx.size();
+    return mine ? b - port->rx.data() : -1;
+  };
   fi_cq_tagged_entry e[16];
   for (;;) {
-    const ssize_t n = fi_cq_read(p->cq, e, 16);
+    const ssize_t n = fi_cq_read(port->cq, e, 16);
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
-      if (fi_cq_readerr(p->cq, &err, 0) != 1) break;
+      if (fi_cq_readerr(port->cq, &err, 0) != 1) break;
       BYPASS_FI_INFO(FI_LOG_EP_CTRL, "passive endpoint: a receive failed (error %d)\n", err.err);
-      const auto* b = static_cast<CmBuffer*>(err.op_context);
-      if (b >= p->rx.data() && b < p->rx.data() + p->rx.size()) PostPepRecv(p, b - p->rx.data());
+      if (const std::ptrdiff_t i = slot_of(err.op_context); i >= 0) PostPepRecv(port, i);
       continue;
     }
     if (n <= 0) break;
     for (ssize_t i = 0; i < n; ++i) {
-      auto* b = static_cast<CmBuffer*>(e[i].op_context);
-      if (b < p->rx.data() || b >= p->rx.data() + p->rx.size()) continue;  // a rejection sent
-      std::optional<CmMessage> m = ParseCm(b->data(), e[i].len);
+      const std::ptrdiff_t slot = slot_of(e[i].op_context);
+      if (slot < 0) continue;
+      std::optional<CmMessage> m = ParseCm(port->rx[slot].data(), e[i].len);
       if (m && m->type == CmType::kConnReq) {
         OnConnReq(p, *m);
       } else {
         BYPASS_FI_INFO(FI_LOG_EP_CTRL, "passive endpoint: not a connection request: dropped\n");
       }
-      PostPepRecv(p, b - p->rx.data());
+      PostPepRecv(port, slot);
     }
   }
   ForgetHandled(p);
@@ -713,46 +888,38 @@ int PepReject(fid_pep* f, fid_t handle, const void* param, size_t paramlen) {
   ConnReq* c = As<ConnReq>(handle, FI_CLASS_CONNREQ);
   if (c == nullptr) return -FI_EINVAL;
   std::lock_guard<std::mutex> g(p->mu);
-  if (p->ep == nullptr) return -FI_EOPBADSTATE;
+  if (p->port == nullptr) return -FI_EOPBADSTATE;
   bool mine = false;
   for (ConnReq* r : p->connreqs) mine = mine || r == c;
   if (!mine) return -FI_EINVAL;
-  const sockaddr_in s = ToSockaddr(c->client);
-  fi_addr_t fa = FI_ADDR_NOTAVAIL;
-  if (fi_av_insert(p->av, &s, 1, &fa, 0, nullptr) != 1) return -FI_EINVAL;
-  // Forgotten through the AV (after the rejection is acknowledged), not
-  // as a learned peer.
-  bool found = false;
-  for (Pep::Handled& h : p->handled) {
-    if (h.addr == c->client) {
-      h.fa = fa;
-      found = true;
-    }
-  }
-  if (!found) p->handled.push_back({c->client, driver::SteadyClock::Get().NowNs(), fa});
+  Ep* l = p->port->l;
+  DomainGuard lg(*l->lock);
+  // The request's sender, learned by the engine (or again, if forgotten
+  // since); forgotten kForgetNs after its request once the rejection is
+  // acknowledged (ForgetHandled).
+  absl::StatusOr<rdm::PeerId> to = l->rdm->InsertPeer(c->client);
+  if (!to.ok()) return FromStatus(to.status());
   CmMessage m;
   m.type = CmType::kReject;
   m.conn_id = c->conn_id;
+  m.addr = l->rdm->address();
   m.data_len = static_cast<uint8_t>(paramlen);
   if (paramlen > 0) std::memcpy(m.data, param, paramlen);
   uint8_t buf[kCmMaxPacket];
-  const size_t len = EncodeCm(m, buf);
-  // FI_INJECT: copied at once; a send (not fi_tinject) asks the client for
-  // its acknowledgement at once. Its completion (no context) is dropped.
-  iovec iov{buf, len};
-  fi_msg_tagged t{};
-  t.msg_iov = &iov;
-  t.iov_count = 1;
-  t.addr = fa;
-  t.tag = kCmTagBit | static_cast<uint64_t>(m.type);
-  return static_cast<int>(fi_tsendmsg(p->ep, &t, FI_INJECT));
+  rdm::SendRequest r;
+  r.dest = *to;
+  r.buf = buf;
+  r.len = EncodeCm(m, buf);
+  r.tag = kCmTagBit | static_cast<uint64_t>(m.type);
+  r.flags = rdm::kSendTagged | rdm::kSendInject | rdm::kSendAckNow;
+  return static_cast<int>(l->rdm->Send(r));
 }
 
 int PepGetName(fid_t f, void* addr, size_t* addrlen) {
   Pep* p = AsPep(f);
   if (p == nullptr) return BadFid(f, FI_CLASS_PEP);
   std::lock_guard<std::mutex> g(p->mu);
-  if (p->ep != nullptr) return fi_getname(&p->ep->fid, addr, addrlen);
+  if (p->port != nullptr) return fi_getname(&p->port->ep->fid, addr, addrlen);
   if (addrlen == nullptr) return -FI_EINVAL;
   if (!p->name) return -FI_EADDRNOTAVAIL;  // no port yet: fi_listen takes one
   const size_t given = *addrlen;
@@ -767,7 +934,7 @@ int PepSetName(fid_t f, void* addr, size_t addrlen) {
   if (p == nullptr) return BadFid(f, FI_CLASS_PEP);
   if (!FromSockaddr(addr, addrlen) || addrlen != kAddrLen) return -FI_EINVAL;
   std::lock_guard<std::mutex> g(p->mu);
-  if (p->ep != nullptr) return -FI_EOPBADSTATE;  // before fi_listen only
+  if (p->port != nullptr) return -FI_EOPBADSTATE;  // before fi_listen only
   sockaddr_in s;
   std::memcpy(&s, addr, kAddrLen);
   p->name = s;
@@ -842,6 +1009,20 @@ int OpenMsg(Ep* ep, const fi_info* info) {
     m->from_connreq = true;
     m->conn_id = c->conn_id;
     m->peer_addr = c->client;
+    // The connection shares its listener's port: its engine endpoint,
+    // lane, lock and address (fi_getname). A member from now on, so the
+    // port outlives it.
+    MsgPort* port = c->port;
+    Ep* l = port->l;
+    DomainGuard g(*l->lock);
+    m->port = port;
+    ep->shares = l;
+    ep->lock = l->lock;
+    ep->lane = l->lane;
+    ep->udp_port = l->udp_port;
+    ep->port_given = true;
+    ep->loopback_name = l->loopback_name;
+    ++port->opened;
   }
   InitMsgOps(ep->fid.cm, ep->fid.ops);
   ep->fid.cm = &g_msg_cm_ops;
@@ -849,6 +1030,46 @@ int OpenMsg(Ep* ep, const fi_info* info) {
   ep->caps &= ~static_cast<uint64_t>(FI_DIRECTED_RECV | FI_SOURCE);  // one peer
   ep->msg = m.release();
   return 0;
+}
+
+int EnableSharedMsg(Ep* ep) {
+  MsgConn* m = ep->msg;
+  MsgPort* port = m->port;
+  Ep* l = port->l;
+  Domain* d = ep->domain;
+  absl::StatusOr<rdm::PeerId> peer = l->rdm->InsertPeer(m->peer_addr);
+  if (!peer.ok()) {
+    BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: the listener has no room for the peer: %s "
+                   "(FI_BYPASS_LISTEN_PEERS)\n", std::string(peer.status().message()).c_str());
+    return FromStatus(peer.status());
+  }
+  ep->rdm = l->rdm;
+  // The domain's regions open to remote access, on the shared engine once
+  // per domain (another connection of the domain may have them there).
+  bool engine_has = false;
+  for (const Ep* o : port->members) engine_has = engine_has || (o != ep && o->domain == d && o->rdm);
+  for (Mr* mr : engine_has ? std::vector<Mr*>{} : d->mrs) {
+    const bool remote = (mr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0;
+    if (!remote || !mr->enabled) continue;
+    if (int ret = RegisterMrWithEp(mr, ep); ret != 0) {
+      for (Mr* x : d->mrs) {
+        if (std::find(x->registered.begin(), x->registered.end(), ep) != x->registered.end()) {
+          DeregisterMrFromEp(x, ep);
+        }
+      }
+      ep->rdm.reset();
+      return ret;
+    }
+  }
+  m->peer = *peer;
+  SetPeer(ep, *peer);
+  port->by_peer[peer->value] = ep;
+  --port->opened;
+  port->members.push_back(ep);
+  m->member = true;
+  // Made at first use: an idle connection holds none.
+  ep->records.InitLazy(ep->config.max_send_ops + ep->config.max_posted_recvs);
+  return EnableMsg(ep);
 }
 
 int EnableMsg(Ep* ep) {
@@ -873,6 +1094,91 @@ void CloseMsg(Ep* ep) {
   if (Live(m->state)) SendCm(ep, *m->peer, CmType::kShutdown, nullptr, 0);
   m->state = ConnState::kShutdown;
   CancelCmRecvs(ep);
+}
+
+MsgPort* LeaveSharedPort(Ep* ep) {
+  MsgConn* m = ep->msg;
+  MsgPort* port = m->port;
+  Ep* l = port->l;
+  Domain* d = ep->domain;
+  // The domain's regions stay on the engine for its other connections there.
+  Ep* heir = nullptr;
+  for (Ep* o : port->members) {
+    if (o != ep && o->domain == d && o->rdm != nullptr) heir = o;
+  }
+  for (Mr* mr : d->mrs) {
+    auto it = std::find(mr->registered.begin(), mr->registered.end(), ep);
+    if (it == mr->registered.end()) continue;
+    if (heir != nullptr) {
+      *it = heir;
+    } else {
+      DeregisterMrFromEp(mr, ep);
+    }
+  }
+  if (ep->rdm != nullptr && m->peer) {
+    // Operations of the application still going to the peer may read its
+    // memory: they are given their acknowledgements first (at most 1 s),
+    // as an endpoint of its own lingers.
+    const std::optional<rdm::PeerStats> st = l->rdm->peer_stats(*m->peer);
+    if (st && st->queued_ops > 0) AwaitAcks(ep);
+  }
+  CloseMsg(ep);  // a connected peer is told (FI_SHUTDOWN there)
+  if (ep->rdm != nullptr && m->peer) {
+    // Its receives are canceled now (their buffers are the application's
+    // again); its peer is removed from the engine once the SHUTDOWN is
+    // acknowledged, unless a newer connection to the same address took it.
+    // What arrives for the connection meanwhile is dropped.
+    auto it = port->by_peer.find(m->peer->value);
+    if (it != port->by_peer.end() && it->second == ep) {
+      port->by_peer.erase(it);
+      l->rdm->CancelRecvs(*m->peer);
+      const std::optional<rdm::PeerStats> now = l->rdm->peer_stats(*m->peer);
+      port->closed.push_back({*m->peer, now ? now->incarnation : 0,
+                              driver::SteadyClock::Get().NowNs()});
+    }
+  }
+  if (m->member) {
+    EraseOne(port->members, ep);
+  } else {
+    --port->opened;
+  }
+  const bool last =
+      port->pep == nullptr && port->members.empty() && port->opened == 0 && !port->closing;
+  port->closing = port->closing || last;
+  return last ? port : nullptr;
+}
+
+void CloseSharedPort(MsgPort* port) {
+  if (port != nullptr) CloseListener(port);
+}
+
+void TendSharedPort(Ep* l) {
+  MsgPort* port = l->port_share;
+  if (port == nullptr || port->closed.empty()) return;
+  const uint64_t now = driver::SteadyClock::Get().NowNs();
+  std::erase_if(port->closed, [&](const MsgPort::Closed& c) {
+    const std::optional<rdm::PeerStats> st = l->rdm->peer_stats(c.peer);
+    if (st && st->queued_ops > 0 && now - c.at_ns < l->config.peer_timeout_ns) return false;
+    // Not a new connection's peer, nor a new endpoint on its address.
+    const bool same = !st || st->incarnation == 0 || c.incarnation == 0 ||
+                      st->incarnation == c.incarnation;
+    if (same && !port->by_peer.contains(c.peer.value)) (void)l->rdm->RemovePeer(c.peer);
+    return true;
+  });
+}
+
+const std::vector<Ep*>* SharedMembers(const Ep* l) {
+  return l->port_share != nullptr ? &l->port_share->members : nullptr;
+}
+
+Ep* RouteShared(Ep* l, const rdm::Completion* c, rdm::PeerId peer) {
+  MsgPort* port = l->port_share;
+  if (c != nullptr) {
+    const auto* b = static_cast<const CmBuffer*>(c->context);
+    if (b >= port->rx.data() && b < port->rx.data() + port->rx.size()) return l;  // a request
+  }
+  auto it = port->by_peer.find(peer.value);
+  return it != port->by_peer.end() ? it->second : nullptr;
 }
 
 void FreeMsg(Ep* ep) {

@@ -245,6 +245,26 @@ size_t RoomFor(const Cq* cq, bool errors) {
   return errors ? cq->capacity - cq->errors.size() : cq->room();
 }
 
+// The entries every CQ a pass of ep's engine may fill has room for: ep's,
+// and on a listening endpoint those of the connections sharing its port.
+size_t Room(const Ep* ep, bool errors) {
+  size_t r = std::min(RoomFor(ep->cqs.tx, errors), RoomFor(ep->cqs.rx, errors));
+  if (const std::vector<Ep*>* members = SharedMembers(ep)) {
+    for (const Ep* c : *members) {
+      r = std::min(r, std::min(RoomFor(c->cqs.tx, errors), RoomFor(c->cqs.rx, errors)));
+    }
+  }
+  return r;
+}
+
+// The endpoint a completion (or, c null, a peer failure) of ep's engine
+// belongs to: ep, or on a listening endpoint the listener itself or the
+// connection of the peer (null: a connection since closed, whose
+// completion is dropped).
+Ep* Owner(Ep* ep, const rdm::Completion* c, rdm::PeerId peer) {
+  return ep->port_share == nullptr ? ep : RouteShared(ep, c, peer);
+}
+
 }  // namespace
 
 namespace {
@@ -264,11 +284,13 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
   rdm::Completion* const comps = ep->drain->completions;
   // Each completion adds at most one entry to one CQ: the room, read once,
   // only shrinks by what was delivered.
-  size_t room = std::min(RoomFor(ep->cqs.tx, false), RoomFor(ep->cqs.rx, false));
+  size_t room = Room(ep, false);
   while (room > 0) {
     const size_t want = std::min(DrainBuffers::kBurst, room);
     const size_t n = e.PollCompletions({comps, want});
-    for (size_t i = 0; i < n; ++i) Deliver(ep, comps[i]);
+    for (size_t i = 0; i < n; ++i) {
+      if (Ep* to = Owner(ep, &comps[i], comps[i].source)) Deliver(to, comps[i]);
+    }
     done += n;
     // A buffered endpoint's peeks post claims as they are delivered, whose
     // completions (a message already whole) are there at once: poll until
@@ -277,15 +299,14 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
     room -= n;
   }
   rdm::ErrorCompletion* const err = &ep->drain->error;
-  while (RoomFor(ep->cqs.tx, true) > 0 && RoomFor(ep->cqs.rx, true) > 0 &&
-         e.PollErrors({err, 1}) == 1) {
-    DeliverError(ep, *err);
+  while (Room(ep, true) > 0 && e.PollErrors({err, 1}) == 1) {
+    if (Ep* to = Owner(ep, &err->op, err->op.source)) DeliverError(to, *err);
     ++done;
   }
   if constexpr (std::is_same_v<E, rdm::Endpoint>) {
     rdm::PeerFailure f;
     while (e.PollPeerFailures({&f, 1}) == 1) {
-      ReportPeerFailure(ep, f);
+      if (Ep* to = Owner(ep, nullptr, f.peer)) ReportPeerFailure(to, f);
       ++done;
     }
   }
@@ -299,6 +320,14 @@ size_t ProgressEp(Ep* ep) {
   if (TriggersReady(ep->domain)) DrainTriggers(ep->domain);
   // Collectives' transfers and reports that waited for room (coll.h).
   if (ep->coll != nullptr) CollProgress(ep);
+  // A connection on its listener's port: that engine, every connection's
+  // completions to its own CQs (msg_ep.h).
+  if (ep->shares != nullptr) ep = ep->shares;
+  if (ep->port_share != nullptr) {
+    const size_t n = ProgressAndDrain(ep, *ep->rdm);
+    TendSharedPort(ep);
+    return n;
+  }
   if (ep->rdm != nullptr) return ProgressAndDrain(ep, *ep->rdm);
   if (ep->dgram != nullptr) return ProgressAndDrain(ep, *ep->dgram);
   return 0;

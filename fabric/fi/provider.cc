@@ -163,6 +163,9 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
   DefineParam("inject_size", FI_PARAM_SIZE_T,
               "Bytes an inject (or a send without a completion level) copies (default 4096)");
   DefineParam("max_peers", FI_PARAM_INT, "Peers per endpoint (default 256)");
+  DefineParam("listen_peers", FI_PARAM_INT,
+              "Peers of a passive endpoint's port: the connections accepted on it, which share "
+              "it, and the requests it holds (default: max_peers)");
   DefineParam("ack_delay_ns", FI_PARAM_INT,
               "Delay before a standalone ACK when no packet back carries it, in nanoseconds "
               "(default 5000); the last packet of a send whose completion waits for it is "

@@ -118,7 +118,8 @@ Result Endpoint::Atomic(const AtomicRequest& r) {
   return res;
 }
 
-bool Endpoint::CancelRecv(void* context) { return engine_->CancelRecv(context); }
+bool Endpoint::CancelRecv(void* context, PeerId only) { return engine_->CancelRecv(context, only); }
+size_t Endpoint::CancelRecvs(PeerId only) { return engine_->CancelRecvs(only); }
 uint32_t Endpoint::SendSlotsFree() const { return engine_->SendSlotsFree(); }
 uint32_t Endpoint::RecvSlotsFree() const { return engine_->RecvSlotsFree(); }
 bool Endpoint::HasTxWork() const { return backlog_n_ > 0 || engine_->HasTxWork(); }

@@ -64,7 +64,10 @@ class Engine : private Stages {
   Result PostWrite(const RmaRequest& r);
   Result PostRead(const RmaRequest& r);
   Result PostAtomic(const AtomicRequest& r);
-  bool CancelRecv(void* context) { return messaging.CancelRecv(context); }
+  bool CancelRecv(void* context, PeerId only = kAnyPeer) {
+    return messaging.CancelRecv(context, only);
+  }
+  size_t CancelRecvs(PeerId only) { return messaging.CancelRecvs(only); }
   // Takes the packets; those it does not hold go to released().
   void HandleRx(absl::Span<driver::Packet* const> pkts);
   // Delayed ACKs, retransmit timers, RNR retries, handshake retries, probes

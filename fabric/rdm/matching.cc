@@ -85,16 +85,26 @@ uint64_t MatchQueues::TakeMulti(uint32_t s, uint64_t total) {
   return base;
 }
 
-uint32_t MatchQueues::TakePosted(void* context) {
+uint32_t MatchQueues::TakePostedIf(absl::FunctionRef<bool(const RecvRequest&)> pred) {
   for (IndexList<RecvSlot>& q : posted_) {
     for (uint32_t s = q.front(); s != kNone; s = recvs_[s].next) {
-      if (recvs_[s].req.context == context) {
+      if (pred(recvs_[s].req)) {
         Unqueue(s);
         return s;
       }
     }
   }
   return kNone;
+}
+
+uint32_t MatchQueues::TakePosted(void* context, PeerId only) {
+  return TakePostedIf([&](const RecvRequest& r) {
+    return r.context == context && (only == kAnyPeer || r.source == only);
+  });
+}
+
+uint32_t MatchQueues::TakeAnyPosted(PeerId only) {
+  return TakePostedIf([&](const RecvRequest& r) { return only == kAnyPeer || r.source == only; });
 }
 
 uint32_t MatchQueues::TakePostedFrom(PeerId source) {

@@ -103,8 +103,12 @@ class MatchQueues {
   // Hands out `total` bytes of multi-receive `slot` as MatchPosted does; the
   // caller has checked that they fit. REQUIRES: slot is queued, not released.
   uint64_t TakeMulti(uint32_t slot, uint64_t total);
-  // The queued receive with this context, removed from its queue; kNone.
-  uint32_t TakePosted(void* context);
+  // The queued receive with this context (and directed to `only`, unless
+  // that is kAnyPeer), removed from its queue; kNone.
+  uint32_t TakePosted(void* context, PeerId only = kAnyPeer);
+  // The first queued receive (directed to `only`, unless that is kAnyPeer),
+  // removed from its queue; kNone.
+  uint32_t TakeAnyPosted(PeerId only);
   // A queued receive directed to `source`, removed from its queue; kNone.
   uint32_t TakePostedFrom(PeerId source);
   // Some queued receive is directed to the peer in `source`'s slot.
@@ -155,6 +159,8 @@ class MatchQueues {
   const uint8_t* chunk(uint32_t c) const { return arena_.get() + uint64_t{c} * chunk_bytes_; }
   // Takes queued receive s out of its queue.
   void Unqueue(uint32_t s);
+  // The first queued receive (of both kinds) pred takes, out of its queue.
+  uint32_t TakePostedIf(absl::FunctionRef<bool(const RecvRequest&)> pred);
   // The first queued message (of both kinds, in queue order) pred takes.
   uint32_t FindUnexpectedIf(absl::FunctionRef<bool(const UnexpectedMsg&)> pred) const;
 

@@ -43,6 +43,25 @@ TEST(MatchingTest, PostedQueueIsFifoPerKind) {
   EXPECT_EQ(n, 4);
 }
 
+// Cancel by context with a source (connections sharing an endpoint may use
+// one context) and cancel-all for a source or for everyone (fi_shutdown).
+TEST(MatchingTest, TakePostedBySource) {
+  MatchQueues q(4, 2, 4096, 1024);
+  int ctx;
+  const uint32_t s1 = q.AllocRecv({.source = PeerId{1}, .context = &ctx});
+  const uint32_t s2 = q.AllocRecv({.source = PeerId{2}, .context = &ctx, .tagged = true});
+  const uint32_t any = q.AllocRecv({.context = &ctx});
+  q.QueueRecv(s1);
+  q.QueueRecv(s2);
+  q.QueueRecv(any);
+  EXPECT_EQ(q.TakePosted(&ctx, PeerId{2}), s2);
+  EXPECT_EQ(q.TakePosted(&ctx, PeerId{3}), kNone);
+  EXPECT_EQ(q.TakeAnyPosted(PeerId{1}), s1);
+  EXPECT_EQ(q.TakeAnyPosted(PeerId{1}), kNone) << "a receive from any source is not peer 1's";
+  EXPECT_EQ(q.TakeAnyPosted(kAnyPeer), any);
+  EXPECT_EQ(q.TakeAnyPosted(kAnyPeer), kNone);
+}
+
 TEST(MatchingTest, UnexpectedArenaChainsChunksAndBounds) {
   MatchQueues q(2, 3, 4 * 64, 64);  // four 64-byte chunks
   std::vector<uint8_t> msg(150);

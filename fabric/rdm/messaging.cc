@@ -406,12 +406,23 @@ void Messaging::EndSlot(uint32_t slot, int err, const char* why, bool failure) {
                              flags, err, why, failure);
 }
 
-bool Messaging::CancelRecv(void* context) {
+bool Messaging::CancelRecv(void* context, PeerId only) {
   if (shared_ != nullptr) return shared_->CancelRecv(context);
-  const uint32_t slot = matcher_.TakePosted(context);
+  const uint32_t slot = matcher_.TakePosted(context, only);
   if (slot == kNone) return false;
   CancelSlot(slot, "receive canceled");
   return true;
+}
+
+size_t Messaging::CancelRecvs(PeerId only) {
+  if (shared_ != nullptr) return 0;  // the shared queue's receives are not this endpoint's
+  size_t n = 0;
+  for (uint32_t slot = matcher_.TakeAnyPosted(only); slot != kNone;
+       slot = matcher_.TakeAnyPosted(only)) {
+    CancelSlot(slot, "receive canceled (the connection was shut down)");
+    ++n;
+  }
+  return n;
 }
 
 // ---- Receiving.

@@ -78,8 +78,12 @@ class Messaging {
   // ---- The application's calls.
   Result PostSend(const SendRequest& r);
   Result PostRecv(const RecvRequest& r);
-  // Cancels the posted receive with this context (ECANCELED); false if none.
-  bool CancelRecv(void* context);
+  // Cancels the posted receive with this context (ECANCELED), directed to
+  // `only` unless that is kAnyPeer; false if none.
+  bool CancelRecv(void* context, PeerId only = kAnyPeer);
+  // Cancels every queued receive (directed to `only` unless that is
+  // kAnyPeer); returns how many.
+  size_t CancelRecvs(PeerId only);
   uint32_t RecvSlotsFree() const { return matcher_.recv_slots_free(); }
 
   // ---- The shared queue's calls (SharedMatch).

@@ -179,8 +179,15 @@ class Endpoint {
   // or more than one packet of the device holds.
   Result Atomic(const AtomicRequest& r);
   // Cancels the posted receive with this context (fi_cancel): an error
-  // completion with ECANCELED. False when there is none to cancel.
-  bool CancelRecv(void* context);
+  // completion with ECANCELED. False when there is none to cancel. With
+  // `only`, just a receive directed to that peer (endpoints that share this
+  // one by peer, fabric/fi FI_EP_MSG connections, may use one context).
+  bool CancelRecv(void* context, PeerId only = kAnyPeer);
+  // Cancels every queued receive, or every one directed to `only` (an
+  // error completion each, ECANCELED; fi_shutdown). A receive already
+  // taking a message is not queued: it completes or fails with it.
+  // Returns how many.
+  size_t CancelRecvs(PeerId only = kAnyPeer);
   // Free send operation and receive slots (fi_tx_size_left, fi_rx_size_left).
   uint32_t SendSlotsFree() const;
   uint32_t RecvSlotsFree() const;
