@@ -27,7 +27,7 @@ PACKAGES=(
   iproute2
   # pingpong --plot: latency histograms as PNG
   gnuplot-nox
-  # MPI over bypass (fabric/fi/mpi_local_test.sh)
+  # MPI over bypass (test/mpi/)
   openmpi-bin libopenmpi-dev
 )
 

@@ -27,6 +27,7 @@ FaultQueue::FaultQueue(QueuePair& inner, const FaultOptions& opts, uint64_t seed
       rng_(seed),
       ready_(opts.reorder_depth + opts.delay_slots + 2 * kChunk),
       delayed_(opts.delay_slots),
+      link_(opts.rate_pps > 0 ? opts.queue : 1),
       reorder_(new Held[opts.reorder_depth]),
       to_free_(new Packet*[kChunk]) {}
 
@@ -37,6 +38,10 @@ FaultQueue::~FaultQueue() {
   }
   while (!delayed_.empty()) {
     Packet* p = delayed_.Pop().pkt;
+    inner_.FreeBulk({&p, 1});
+  }
+  while (!link_.empty()) {
+    Packet* p = link_.Pop();
     inner_.FreeBulk({&p, 1});
   }
   for (size_t i = 0; i < reorder_count_; ++i) inner_.FreeBulk({&reorder_[i].pkt, 1});
@@ -64,7 +69,7 @@ uint16_t FaultQueue::RxBurst(absl::Span<Packet*> out) {
   if (!ready_.empty()) return static_cast<uint16_t>(n);
 
   // The clock is read at most once per call.
-  const bool timed = opts_.delay > 0 || !delayed_.empty();
+  const bool timed = opts_.delay > 0 || !delayed_.empty() || opts_.rate_pps > 0;
   const uint64_t now = timed ? clock_.NowNs() : 0;
   while (!delayed_.empty() && delayed_.front().due_ns <= now) ready_.Push(delayed_.Pop().pkt);
   for (;;) {
@@ -72,13 +77,59 @@ uint16_t FaultQueue::RxBurst(absl::Span<Packet*> out) {
     // ready_ is empty here unless out is full: room for what one pull makes.
     if (n == out.size()) break;
     Packet* in[kChunk];
-    const uint16_t got = inner_.RxBurst({in, std::min(kChunk, out.size() - n)});
+    const size_t want = std::min(kChunk, out.size() - n);
+    const uint16_t got =
+        opts_.rate_pps > 0 ? PullThroughLink(in, want, now) : inner_.RxBurst({in, want});
     if (got == 0) break;
     for (uint16_t i = 0; i < got; ++i) Process(in[i], now);
     if (to_free_count_ > 0) {
       inner_.FreeBulk({to_free_.get(), to_free_count_});
       to_free_count_ = 0;
     }
+  }
+  return static_cast<uint16_t>(n);
+}
+
+uint64_t FaultQueue::LinkDepartures(uint64_t now) const {
+  // Packet k leaves at busy_since + k / rate: by `now`, floor(elapsed *
+  // rate / 1e9) + 1 of them, computed per whole second and the rest so that
+  // nothing overflows (rate_pps <= 1e9).
+  constexpr uint64_t kSecond = 1'000'000'000;
+  const uint64_t elapsed = now - link_busy_since_ns_;
+  return elapsed / kSecond * opts_.rate_pps + elapsed % kSecond * opts_.rate_pps / kSecond + 1;
+}
+
+uint16_t FaultQueue::PullThroughLink(Packet** in, size_t max, uint64_t now) {
+  // Everything waiting below arrives now; a few inner bursts at most per
+  // call, so that a sender refilling the inner ring cannot keep us here.
+  constexpr int kMaxPulls = 16;
+  for (int pulls = 0; pulls < kMaxPulls; ++pulls) {
+    Packet* arrived[kChunk];
+    Packet* dropped[kChunk];
+    size_t n_dropped = 0;
+    const uint16_t got = inner_.RxBurst({arrived, kChunk});
+    for (uint16_t i = 0; i < got; ++i) {
+      if (link_.empty() && link_sent_ < LinkDepartures(now)) {
+        // The link was idle: it starts sending now and saved no credit.
+        link_busy_since_ns_ = now;
+        link_sent_ = 0;
+      }
+      if (link_.full()) {
+        ++counters_.queue_dropped;
+        dropped[n_dropped++] = arrived[i];
+        continue;
+      }
+      link_.Push(arrived[i]);
+      counters_.queue_max = std::max<uint64_t>(counters_.queue_max, link_.size());
+    }
+    if (n_dropped > 0) inner_.FreeBulk({dropped, n_dropped});
+    if (got < kChunk) break;
+  }
+  size_t n = 0;
+  const uint64_t departures = link_.empty() ? 0 : LinkDepartures(now);
+  while (n < max && !link_.empty() && link_sent_ < departures) {
+    in[n++] = link_.Pop();
+    ++link_sent_;
   }
   return static_cast<uint16_t>(n);
 }

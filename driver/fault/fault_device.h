@@ -1,5 +1,6 @@
 // A decorator that injects faults into what any device receives: drop,
-// duplicate, reorder, delay and corrupt, at configured rates from a seed.
+// duplicate, reorder, delay and corrupt, at configured rates from a seed,
+// behind an optional bottleneck link (a fixed rate and a drop-tail queue).
 #ifndef BYPASS_DRIVER_FAULT_FAULT_DEVICE_H_
 #define BYPASS_DRIVER_FAULT_FAULT_DEVICE_H_
 
@@ -55,6 +56,7 @@ class FaultQueue final : public QueuePair {
   const FaultCounters& counters() const { return counters_; }
   size_t held_reordered() const { return reorder_count_; }
   size_t held_delayed() const { return delayed_.size(); }
+  size_t held_queued() const { return link_.size(); }  // in the bottleneck's FIFO
 
  private:
   static constexpr size_t kChunk = 64;  // packets pulled from the inner queue at once
@@ -93,6 +95,12 @@ class FaultQueue final : public QueuePair {
     uint32_t left = 0;
   };
 
+  // The bottleneck (rate_pps): takes what the inner queue has into the
+  // link's FIFO (drop-tail), then returns in `in` up to `max` packets whose
+  // departure time has come.
+  uint16_t PullThroughLink(Packet** in, size_t max, uint64_t now);
+  // Departures the link has made room for since it last went busy.
+  uint64_t LinkDepartures(uint64_t now) const;
   void Process(Packet* p, uint64_t now);
   Packet* Duplicate(const Packet& p);
   bool Corrupt(Packet* p);
@@ -106,6 +114,9 @@ class FaultQueue final : public QueuePair {
   Xoshiro256 rng_;
   Fifo<Packet*> ready_;        // processed, to be returned by RxBurst
   Fifo<Delayed> delayed_;      // in arrival order, hence due order
+  Fifo<Packet*> link_;         // the bottleneck's queue (rate_pps)
+  uint64_t link_busy_since_ns_ = 0;
+  uint64_t link_sent_ = 0;     // packets that left it since then
   std::unique_ptr<Held[]> reorder_;  // oldest first, reorder_count_ used
   size_t reorder_count_ = 0;
   std::unique_ptr<Packet*[]> to_free_;  // dropped packets of one inner burst

@@ -1,5 +1,6 @@
 #include "driver/fault/fault_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <string>
@@ -19,12 +20,14 @@ absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.
 
 constexpr std::string_view kKeys =
     "drop, dup, reorder, delay, corrupt, reorder_depth, delay_ns, delay_slots, corrupt_bytes, "
-    "seed";
+    "seed, rate_pps, queue";
 
 // Bounds of the integer fields, shared by the parser and the validator.
 constexpr uint64_t kMaxReorderDepth = 1024;
 constexpr uint64_t kMaxDelaySlots = 65536;
 constexpr uint64_t kMaxCorruptBytes = 64;
+constexpr uint64_t kMaxQueue = 65536;
+constexpr uint64_t kMaxRatePps = 1'000'000'000;  // one packet per nanosecond
 
 template <typename T>
 bool ParseWhole(std::string_view s, T* out) {
@@ -53,7 +56,7 @@ std::string FaultOptions::ToString() const {
                       ",reorder_depth=", reorder_depth, ",delay=", rate(delay),
                       ",delay_ns=", delay_ns, ",delay_slots=", delay_slots,
                       ",corrupt=", rate(corrupt), ",corrupt_bytes=", corrupt_bytes,
-                      ",seed=", seed);
+                      ",seed=", seed, ",rate_pps=", rate_pps, ",queue=", queue);
 }
 
 FaultCounters& FaultCounters::operator+=(const FaultCounters& o) {
@@ -65,6 +68,8 @@ FaultCounters& FaultCounters::operator+=(const FaultCounters& o) {
   corrupted += o.corrupted;
   evicted += o.evicted;
   dup_no_buffer += o.dup_no_buffer;
+  queue_dropped += o.queue_dropped;
+  queue_max = std::max(queue_max, o.queue_max);
   return *this;
 }
 
@@ -87,6 +92,8 @@ absl::Status ValidateFaultOptions(const FaultOptions& o) {
   if (o.corrupt_bytes < 1 || o.corrupt_bytes > kMaxCorruptBytes) {
     return RangeError("corrupt_bytes", 1, kMaxCorruptBytes);
   }
+  if (o.rate_pps > kMaxRatePps) return RangeError("rate_pps", 0, kMaxRatePps);
+  if (o.queue < 1 || o.queue > kMaxQueue) return RangeError("queue", 1, kMaxQueue);
   return absl::OkStatus();
 }
 
@@ -131,6 +138,13 @@ absl::StatusOr<FaultOptions> ParseFaultSpec(std::string_view spec) {
       (key == "seed" ? o.seed : o.delay_ns) = n;
       continue;
     }
+    if (key == "rate_pps") {
+      if (!is_number || n > kMaxRatePps) {
+        return bad(item, absl::StrCat("expected a whole number from 0 to ", kMaxRatePps));
+      }
+      o.rate_pps = n;
+      continue;
+    }
     // An integer field and its upper bound.
     struct Bounded {
       std::string_view key;
@@ -139,7 +153,8 @@ absl::StatusOr<FaultOptions> ParseFaultSpec(std::string_view spec) {
     };
     const Bounded bounded[] = {{"reorder_depth", &o.reorder_depth, kMaxReorderDepth},
                                {"delay_slots", &o.delay_slots, kMaxDelaySlots},
-                               {"corrupt_bytes", &o.corrupt_bytes, kMaxCorruptBytes}};
+                               {"corrupt_bytes", &o.corrupt_bytes, kMaxCorruptBytes},
+                               {"queue", &o.queue, kMaxQueue}};
     bool known = false;
     for (const Bounded& b : bounded) {
       if (b.key != key) continue;

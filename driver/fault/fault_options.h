@@ -12,7 +12,8 @@
 namespace bypass::driver::fault {
 
 // Fault rates (probabilities per received packet) and their parameters.
-// Per packet, in this order: drop; else duplicate (the copy is taken before
+// First, if rate_pps is set, the bottleneck link; then, per packet that
+// leaves it, in this order: drop; else duplicate (the copy is taken before
 // corruption and delivered right after the original's place); corrupt; then
 // delay, or else reorder (a packet is at most one of the two).
 struct FaultOptions {
@@ -33,6 +34,14 @@ struct FaultOptions {
   // Ethernet header XORed with a non-zero value.
   uint32_t corrupt_bytes = 4;
   uint64_t seed = 1;
+  // A bottleneck link in front of the receiver (a switch port or a NIC's
+  // queue that many senders share): every packet received waits in a FIFO
+  // of `queue` packets and leaves it at rate_pps per second of the injected
+  // clock (packet k after the link went busy at t0 leaves at the first
+  // RxBurst at or after t0 + k / rate_pps; an idle link saves no credit).
+  // A packet arriving to a full FIFO is dropped (drop-tail). 0: no link.
+  uint64_t rate_pps = 0;
+  uint32_t queue = 64;
 
   // "drop=0.05,dup=0,...,seed=7": every key, parseable by ParseFaultSpec.
   std::string ToString() const;
@@ -40,7 +49,7 @@ struct FaultOptions {
 
 // What a fault queue did, plain counters of the queue's thread.
 struct FaultCounters {
-  uint64_t seen = 0;        // packets from the inner RxBurst
+  uint64_t seen = 0;        // packets from the inner RxBurst (past the bottleneck, if any)
   uint64_t dropped = 0;
   uint64_t duplicated = 0;
   uint64_t reordered = 0;
@@ -48,6 +57,8 @@ struct FaultCounters {
   uint64_t corrupted = 0;
   uint64_t evicted = 0;        // held packets released early: holding area full
   uint64_t dup_no_buffer = 0;  // duplicates skipped: the pool was empty
+  uint64_t queue_dropped = 0;  // arrived to the bottleneck's full FIFO (rate_pps)
+  uint64_t queue_max = 0;      // the deepest the bottleneck's FIFO was (summed: the deepest queue's)
 
   FaultCounters& operator+=(const FaultCounters& o);
   friend bool operator==(const FaultCounters&, const FaultCounters&) = default;
@@ -57,7 +68,8 @@ struct FaultCounters {
 absl::Status ValidateFaultOptions(const FaultOptions& opts);
 
 // Parses "drop=0.05,dup=0.02,reorder=0.1,reorder_depth=8,delay=0.01,
-// delay_ns=50000,corrupt=0.001,seed=7" (also delay_slots=, corrupt_bytes=).
+// delay_ns=50000,corrupt=0.001,seed=7" (also delay_slots=, corrupt_bytes=,
+// and the bottleneck link: rate_pps=, queue=).
 // Keys may come in any order, each once; missing keys keep their defaults;
 // "" means no faults. Errors are one line saying what is accepted.
 absl::StatusOr<FaultOptions> ParseFaultSpec(std::string_view spec);

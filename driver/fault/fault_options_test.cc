@@ -37,6 +37,26 @@ TEST(FaultSpecTest, EmptyMeansNoFaultsAndDefaultsStay) {
   EXPECT_EQ(o->drop, 1.0);
 }
 
+TEST(FaultSpecTest, ParsesTheBottleneckLink) {
+  absl::StatusOr<FaultOptions> o = ParseFaultSpec("rate_pps=2000000,queue=128");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rate_pps, 2'000'000u);
+  EXPECT_EQ(o->queue, 128u);
+  EXPECT_EQ(o->drop, 0);
+  o = ParseFaultSpec("");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->rate_pps, 0u) << "no link unless asked";
+  o = ParseFaultSpec("rate_pps=0,queue=1");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->queue, 1u);
+  FaultOptions bad;
+  bad.rate_pps = 2'000'000'000;
+  EXPECT_NE(std::string(ValidateFaultOptions(bad).message()).find("rate_pps"), std::string::npos);
+  bad = {};
+  bad.queue = 0;
+  EXPECT_NE(std::string(ValidateFaultOptions(bad).message()).find("queue"), std::string::npos);
+}
+
 TEST(FaultSpecTest, ToStringRoundTrips) {
   FaultOptions o;
   o.drop = 0.1234567890123;
@@ -44,11 +64,15 @@ TEST(FaultSpecTest, ToStringRoundTrips) {
   o.reorder_depth = 3;
   o.delay_ns = 123456789012ull;
   o.seed = 0xfedcba9876543210ull;
+  o.rate_pps = 123456;
+  o.queue = 17;
   absl::StatusOr<FaultOptions> back = ParseFaultSpec(o.ToString());
   ASSERT_TRUE(back.ok()) << back.status() << " from " << o.ToString();
   EXPECT_EQ(back->ToString(), o.ToString());
   EXPECT_EQ(back->seed, o.seed);
   EXPECT_EQ(back->delay_ns, o.delay_ns);
+  EXPECT_EQ(back->rate_pps, o.rate_pps);
+  EXPECT_EQ(back->queue, o.queue);
 }
 
 TEST(FaultSpecTest, ErrorsAreOneLineAndSayWhatIsAccepted) {
@@ -72,7 +96,13 @@ TEST(FaultSpecTest, ErrorsAreOneLineAndSayWhatIsAccepted) {
                         Case{"corrupt_bytes=65", "from 1 to 64"},
                         Case{"delay_slots=x", "from 1 to 65536"},
                         Case{"seed=-1", "whole number"},
-                        Case{"delay_ns=1e6", "whole number"}}) {
+                        Case{"delay_ns=1e6", "whole number"},
+                        Case{"rate_pps=-5", "from 0 to 1000000000"},
+                        Case{"rate_pps=1000000001", "from 0 to 1000000000"},
+                        Case{"rate_pps=1M", "from 0 to 1000000000"},
+                        Case{"queue=0", "from 1 to 65536"},
+                        Case{"queue=65537", "from 1 to 65536"},
+                        Case{"queue=", "from 1 to 65536"}}) {
     absl::StatusOr<FaultOptions> o = ParseFaultSpec(c.spec);
     ASSERT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << c.spec;
     const std::string msg(o.status().message());

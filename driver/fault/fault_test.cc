@@ -336,7 +336,8 @@ TEST(FaultDeviceTest, HeldPacketsAreFreedAtDestruction) {
   ManualClock clock;
   const UdpFlow flow{sender->info().mac, inner->info().mac, sender->info().ipv4,
                      inner->info().ipv4, 1, 2};
-  for (const char* spec : {"delay=1", "reorder=1,reorder_depth=16", "dup=1,delay=0.5"}) {
+  for (const char* spec : {"delay=1", "reorder=1,reorder_depth=16", "dup=1,delay=0.5",
+                           "rate_pps=1,queue=16"}) {
     {
       FaultQueue q(inner->queue(0), *ParseFaultSpec(spec), 1, clock);
       std::vector<Packet*> pkts(40);
@@ -362,6 +363,60 @@ TEST(FaultDeviceTest, HeldPacketsAreFreedAtDestruction) {
   EXPECT_EQ(h.ReceiveAll(nullptr), 0u);
   EXPECT_EQ(h.receiver_->fault_queue(0).held_delayed(), 50u);
   h.receiver_.reset();
+}
+
+// The bottleneck: 1 packet per 1000 ns, 4 queued; a burst of 10 keeps 4
+// and drops 6 at the tail, the 4 leave one per microsecond in order.
+TEST(FaultDeviceTest, BottleneckReleasesAtItsRateAndDropsAtTheTail) {
+  FaultOptions o;
+  o.rate_pps = 1'000'000;
+  o.queue = 4;
+  Harness h(o);
+  std::vector<uint64_t> got;
+  h.Send(0, 10);
+  EXPECT_EQ(h.ReceiveAll(&got), 1u) << "the first leaves at once";
+  EXPECT_EQ(h.receiver_->counters().queue_dropped, 6u);
+  EXPECT_EQ(h.receiver_->counters().queue_max, 4u);
+  EXPECT_EQ(h.receiver_->fault_queue(0).held_queued(), 3u);
+  h.clock_.Advance(999);
+  EXPECT_EQ(h.ReceiveAll(&got), 0u);
+  h.clock_.Advance(1);
+  EXPECT_EQ(h.ReceiveAll(&got), 1u);
+  h.clock_.Advance(5000);  // the other two are due; an idle link saves no credit
+  EXPECT_EQ(h.ReceiveAll(&got), 2u);
+  EXPECT_EQ(got, (std::vector<uint64_t>{0, 1, 2, 3}));
+  h.Send(10, 3);
+  EXPECT_EQ(h.ReceiveAll(&got), 1u) << "an idle link restarts: one at once, not a burst";
+  h.clock_.Advance(2000);
+  EXPECT_EQ(h.ReceiveAll(&got), 2u);
+  EXPECT_EQ(got, (std::vector<uint64_t>{0, 1, 2, 3, 10, 11, 12}));
+  EXPECT_EQ(h.receiver_->counters().seen, 7u) << "only what left the link meets the other faults";
+  EXPECT_EQ(h.receiver_->queue(0).stats().rx_packets, 7u);
+}
+
+// A steady overload: 3 packets offered per microsecond into a 1 Mpps link
+// for 1000 us delivers about 1000, drops the rest at the tail, never queues
+// more than `queue`, and holds nothing at the end once drained.
+TEST(FaultDeviceTest, BottleneckUnderSteadyOverloadDeliversItsRate) {
+  FaultOptions o;
+  o.rate_pps = 1'000'000;
+  o.queue = 16;
+  Harness h(o);
+  uint64_t delivered = 0;
+  for (uint64_t us = 0; us < 1000; ++us) {
+    h.Send(3 * us, 3);
+    delivered += h.ReceiveAll(nullptr);
+    h.clock_.Advance(1000);
+  }
+  EXPECT_GE(delivered, 999u);
+  EXPECT_LE(delivered, 1001u);
+  const FaultCounters c = h.receiver_->counters();
+  EXPECT_EQ(c.queue_max, 16u);
+  EXPECT_EQ(delivered + c.queue_dropped + h.receiver_->fault_queue(0).held_queued(), 3000u);
+  h.clock_.Advance(100'000);
+  delivered += h.ReceiveAll(nullptr);
+  EXPECT_EQ(h.receiver_->fault_queue(0).held_queued(), 0u);
+  EXPECT_EQ(delivered + c.queue_dropped, 3000u);
 }
 
 TEST(FaultDeviceTest, CreateRejectsBadOptions) {

@@ -833,12 +833,25 @@ void FinishBeforeRemove(Ep* ep, fi_addr_t fa) {
     m.named.erase(here);
   }
   rdm::PeerId p;
-  if (ep->rdm == nullptr || fa >= m.buffered.size() || !m.buffered[fa] || !m.Find(fa, &p)) return;
+  if (ep->rdm == nullptr || !m.Find(fa, &p)) return;
+  const driver::Clock& clock = driver::SteadyClock::Get();
+  // The peer's session ends without a word to it (rdm.h RemovePeer): the
+  // ACK we still owe it for its last messages goes out first, or the peer
+  // retransmits them until its peer timeout (Open MPI's ranks remove each
+  // other in MPI_Finalize right after their last message: the last rank to
+  // finish waited 10 s in fi_av_remove for an ACK that never came). A
+  // delayed ACK is due within ack_delay_ns; 10 ms bounds the wait.
+  const uint64_t ack_by = clock.NowNs() + ep->config.ack_delay_ns + 10'000'000;
+  for (;;) {
+    const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(p);
+    if (!st || st->unacked_packets == 0 || clock.NowNs() >= ack_by) break;
+    ProgressEp(ep);
+  }
+  if (fa >= m.buffered.size() || !m.buffered[fa]) return;
   m.buffered[fa] = false;
   // Progress until the peer's operations are acknowledged, or the engine
   // fails them (a dead peer times out after peer_timeout; their failures
   // are then reported as failures after completion, progress.cc).
-  const driver::Clock& clock = driver::SteadyClock::Get();
   const uint64_t deadline = clock.NowNs() + ep->config.peer_timeout_ns + 1'000'000'000;
   for (;;) {
     const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(p);

@@ -140,6 +140,8 @@ Settings ReadSettings() {
   if (auto v = ParamInt("in_place_threshold", FI_PARAM_SIZE_T)) {
     c.in_place_threshold = static_cast<uint64_t>(*v);
   }
+  if (auto v = ParamInt("congestion_control", FI_PARAM_BOOL)) c.congestion_control = *v != 0;
+  if (auto v = ParamInt("cc_initial_window")) c.cc_initial_window = static_cast<uint32_t>(*v);
   c.rto_initial_ns = std::max(c.rto_initial_ns, c.rto_min_ns);
   rdm::EndpointConfig probe = c;
   probe.udp_port = s.base_port;

@@ -299,4 +299,23 @@ TEST_F(KeyConfigTest, UnauthenticatedRemotePeersAreWarnedAboutOncePerProcess) {
   EXPECT_EQ(lines, 1);
 }
 
+// Congestion control is a parameter (FI_BYPASS_CONGESTION_CONTROL, on by
+// default), and so is the first flight; a bad one is refused with the rest.
+TEST(ConfigTest, CongestionControlIsAParameter) {
+  const bypass::fi::Settings d = bypass::fi::ReadSettings();
+  EXPECT_TRUE(d.engine.congestion_control);
+  EXPECT_EQ(d.engine.cc_initial_window, 16u);
+  setenv("FI_BYPASS_CONGESTION_CONTROL", "0", 1);
+  setenv("FI_BYPASS_CC_INITIAL_WINDOW", "32", 1);
+  const bypass::fi::Settings s = bypass::fi::ReadSettings();
+  EXPECT_FALSE(s.engine.congestion_control);
+  EXPECT_EQ(s.engine.cc_initial_window, 32u);
+  setenv("FI_BYPASS_CC_INITIAL_WINDOW", "1", 1);
+  const bypass::fi::Settings bad = bypass::fi::ReadSettings();
+  unsetenv("FI_BYPASS_CONGESTION_CONTROL");
+  unsetenv("FI_BYPASS_CC_INITIAL_WINDOW");
+  EXPECT_EQ(bad.engine.cc_initial_window, 16u) << "rejected (with a warning): the defaults";
+  EXPECT_TRUE(bad.engine.congestion_control);
+}
+
 }  // namespace

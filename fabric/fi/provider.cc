@@ -181,5 +181,12 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
   DefineParam("in_place_threshold", FI_PARAM_SIZE_T,
               "Messages longer than this to a process of this host are read in place "
               "(one copy; with FI_BYPASS_CMA) (default 4096)");
+  DefineParam("congestion_control", FI_PARAM_BOOL,
+              "Congestion window and pacing toward peers on other hosts, so that many senders "
+              "into one receiver do not collapse into drops and retransmissions (never toward "
+              "this host's processes, reached through shared memory) (default 1; 0: the "
+              "receiver's credit window alone)");
+  DefineParam("cc_initial_window", FI_PARAM_INT,
+              "Packets of a congestion-controlled sender's first flight, 2..256 (default 16)");
   return bypass::fi::Provider();
 }

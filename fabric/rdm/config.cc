@@ -50,6 +50,9 @@ absl::Status ValidateConfig(const EndpointConfig& c) {
   if (c.ack_delay_ns == 0) return bad("ack_delay_ns", 0, "at least 1");
   if (c.ack_every_packets == 0) return bad("ack_every_packets", 0, "at least 1");
   if (c.fast_retransmit_threshold == 0) return bad("fast_retransmit_threshold", 0, "at least 1");
+  if (c.cc_initial_window < 2 || c.cc_initial_window > kMaxWindowPackets) {
+    return bad("cc_initial_window", c.cc_initial_window, "2..256");
+  }
   if (c.rto_min_ns == 0 || c.rto_min_ns > c.rto_max_ns) {
     return bad("rto_min_ns", c.rto_min_ns, "non-zero and at most rto_max_ns");
   }

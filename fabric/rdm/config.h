@@ -88,6 +88,15 @@ struct EndpointConfig {
   uint32_t ack_every_packets = 16;         // or after this many packets
   uint32_t fast_retransmit_threshold = 3;  // SACKed packets past a hole that make it lost
 
+  // Congestion control and pacing (PROTOCOL.md, "Congestion control"):
+  // packets in flight to a peer stay within a congestion window as well as
+  // its credit, and leave spread over the round trip. Only toward peers
+  // whose frames do not come through memory this host's processes share
+  // (kRxSameHost: the intra-host device, which never drops and where it
+  // would only cost); false: the credit window alone, toward every peer.
+  bool congestion_control = true;
+  uint32_t cc_initial_window = 16;  // packets, 2..256: the first flight's
+
   // Retransmission (RFC 6298 with a floor) and giving up.
   uint64_t rto_initial_ns = 1'000'000;
   uint64_t rto_min_ns = 100'000;

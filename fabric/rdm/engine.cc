@@ -147,9 +147,11 @@ std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   s.rto_ns = t.rtt.rto(t.backoff);
   s.inflight = t.inflight();
   s.send_window = static_cast<uint32_t>(t.window_end - t.snd_una);
+  s.cwnd = reliability.CcOn(pi) ? t.cc.cwnd() : 0;
   s.queued_ops = t.ops.size();
   s.waiting_ops = t.waiting.size();
   s.held_packets = reliability.rx(pi).held_count;
+  s.unacked_packets = reliability.rx(pi).unacked;
   return s;
 }
 

@@ -69,7 +69,8 @@ struct Pair {
   // shared_recv: b receives through a SharedRecvQueue (alone on it).
   explicit Pair(uint16_t idle_passes_per_clock_read = 1,
                 uint64_t rendezvous_threshold = EndpointConfig{}.rendezvous_threshold,
-                const std::string& keys = "", bool read_in_place = true, bool shared_recv = false) {
+                const std::string& keys = "", bool read_in_place = true, bool shared_recv = false,
+                bool congestion_control = EndpointConfig{}.congestion_control) {
     const std::string seg = Segment();
     a = OpenPort(seg, keys);
     b = OpenPort(seg, keys);
@@ -80,6 +81,7 @@ struct Pair {
     c.rendezvous_threshold = rendezvous_threshold;
     c.max_msg_size = 64u << 20;
     c.read_in_place = read_in_place;
+    c.congestion_control = congestion_control;
     c.udp_port = 1;
     ea = *Endpoint::Create(*pa, driver::SteadyClock::Get(), c);
     c.udp_port = 2;
@@ -106,10 +108,12 @@ void WaitOne(Endpoint& e, Endpoint& other) {
   }
 }
 
-template <uint16_t kIdlePassesPerClockRead = 1, bool kSharedRecv = false>
+template <uint16_t kIdlePassesPerClockRead = 1, bool kSharedRecv = false, size_t kSize = 64,
+          bool kCongestionControl = true>
 void BM_RdmPingPong(benchmark::State& state) {
-  Pair p(kIdlePassesPerClockRead, EndpointConfig{}.rendezvous_threshold, "", true, kSharedRecv);
-  uint8_t out[64] = {}, in_a[64], in_b[64];
+  Pair p(kIdlePassesPerClockRead, EndpointConfig{}.rendezvous_threshold, "", true, kSharedRecv,
+         kCongestionControl);
+  uint8_t out[kSize] = {}, in_a[kSize], in_b[kSize];
   for (auto _ : state) {
     p.eb->PostRecv({.buf = in_b, .len = sizeof(in_b)});
     p.ea->PostRecv({.buf = in_a, .len = sizeof(in_a)});
@@ -123,6 +127,12 @@ void BM_RdmPingPong(benchmark::State& state) {
                          static_cast<double>(state.iterations()));
 }
 BENCHMARK(BM_RdmPingPong<>)->Name("BM_RdmPingPong");
+
+// 8 B, with congestion control on (the default toward a peer not on this
+// host, as loopback's are) and off: what the congestion window and pacing
+// cost an uncongested round trip (PROTOCOL.md, "Congestion control").
+BENCHMARK(BM_RdmPingPong<1, false, 8>)->Name("BM_RdmPingPong8/cc_on");
+BENCHMARK(BM_RdmPingPong<1, false, 8, false>)->Name("BM_RdmPingPong8/cc_off");
 // Idle passes reuse the clock reading (EndpointConfig::idle_passes_per_clock_read).
 BENCHMARK(BM_RdmPingPong<16>)->Name("BM_RdmPingPong/lazy_clock");
 // b's receives through a SharedRecvQueue (fi_srx_context) instead of its own.

@@ -32,6 +32,7 @@ void Reliability::AddPeer(uint32_t pi) {
   t.ring = &tx_rings_[uint64_t{pi} * (ring_mask_ + 1)];
   t.rtt = RttEstimator(c.rto_initial_ns, c.rto_min_ns, c.rto_max_ns);
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
+  t.cc.Reset(c.cc_initial_window, c.window_packets, t.next_psn);
   RxStream& r = rx_[pi];
   r = RxStream{};
   r.held = &held_rings_[uint64_t{pi} * (ring_mask_ + 1)];
@@ -48,6 +49,9 @@ void Reliability::RestartTx(uint32_t pi) {
   t.acks_on_data = false;
   t.rnr = RnrState{};
   t.window_stalled = false;
+  t.cc.Reset(ctx_.config.cc_initial_window, ctx_.config.window_packets, t.next_psn);
+  t.cwnd_stalled = false;
+  t.pace_wait = false;
   t.hold = false;
   Rewind(pi);
 }
@@ -167,8 +171,11 @@ bool Reliability::HasWork(uint32_t pi) const {
   if (s.rx_known && (r.ack_now || r.ack_standalone || r.rnr_owed)) return true;
   if (!s.tx_ready) return false;
   const TxStream& t = tx_[pi];
-  if (t.retx_queued > 0) return true;
-  return !t.rnr.waiting && t.cursor_op != kNone && WindowOpen(t) && !CursorHeld(t);
+  if (t.retx_queued == 0 && (t.rnr.waiting || t.cursor_op == kNone || !WindowOpen(t) ||
+                             !CwndOpen(pi, t) || CursorHeld(t))) {
+    return false;
+  }
+  return !t.pace_wait;  // waiting for its pacing time: the timer queues it then
 }
 
 size_t Reliability::Build(uint32_t pi, bool* probe_owed,
@@ -176,17 +183,21 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
   size_t n = 0;
   TxStream& t = tx_[pi];
   if (session_[pi].tx_ready) {
-    for (Psn q = t.snd_una; t.retx_queued > 0 && q.Before(t.next_psn) && n < bufs.size(); ++q) {
+    if (t.pace_wait && !Paced(pi, t)) t.pace_wait = false;
+    for (Psn q = t.snd_una; t.retx_queued > 0 && q.Before(t.next_psn) && n < bufs.size() &&
+                            !Paced(pi, t);
+         ++q) {
       if (entry(t, q).state & kTxNeedsRetx) BuildRetransmit(pi, q, bufs[n++]);
     }
     while (!t.rnr.waiting && t.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
-           !CursorHeld(t)) {
+           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t)) {
       BuildSegment(pi, bufs[n++]);
     }
     // Data waiting and a closed window: count the stall once per closing.
     const bool stalled = t.cursor_op != kNone && !WindowOpen(t);
     if (stalled && !t.window_stalled) ++ctx_.counters.window_stalls;
     t.window_stalled = stalled;
+    if (CcOn(pi)) NoteCongestionLimits(pi);
   }
   const RxStream& r = rx_[pi];
   if (session_[pi].rx_known && (r.ack_standalone || r.rnr_owed || r.ack_now || *probe_owed) &&
@@ -235,7 +246,8 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
   // Ask for an ACK when this packet fills the window (the sender waits
   // next), or ends an op whose owner waits for its completion on the ACK
   // (kSendAckNow).
-  const bool fills = !(psn + 1).Before(t.window_end) || t.inflight() + 1 > ring_mask_;
+  const bool fills = !(psn + 1).Before(t.window_end) || t.inflight() + 1 > ring_mask_ ||
+                     (CcOn(pi) && t.inflight() + 1 >= t.cc.cwnd());
   const bool completes = op.ack_now && t.cursor_offset + seg == op.wire_len &&
                          Traits(op.kind).after_ack == AfterAck::kComplete;
   WritePacket(pi, psn, e, fills || completes ? wire::kFlagAckReq : 0, pkt);
@@ -255,6 +267,7 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
     ArmRto(t);
     ArmTailProbe(t);
   }
+  if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
 void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
@@ -271,6 +284,7 @@ void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
       static_cast<uint8_t>((e.state | kTxRetransmitted) & ~(kTxNeedsRetx | kTxFast | kTxSacked));
   --t.retx_queued;
   if (t.rto_deadline == 0 && !t.rnr.waiting) ArmRto(t);
+  if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
 void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t flags,
@@ -346,6 +360,10 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
     }
     if (sampled) t.rtt.Sample(sample);
     t.acks_on_data = c.type != wire::PacketType::kAck;
+    if (CcOn(pi)) {
+      t.cc.OnAcked(static_cast<uint32_t>(ack - t.snd_una), ack, t.next_psn);
+      SetPacing(t);
+    }
     t.snd_una = ack;
     t.backoff = 0;
     t.rnr = RnrState{};
@@ -385,6 +403,7 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
 void Reliability::ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack) {
   TxStream& t = tx_[pi];
   bool any = false;
+  bool lost = false;
   Psn highest;
   uint64_t latest_sent = 0;  // of any packet the receiver holds
   for (uint32_t i = 0; i < wire::kSackBits; ++i) {
@@ -414,7 +433,9 @@ void Reliability::ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack)
     if (e.state & (kTxSacked | kTxNeedsRetx)) continue;
     if ((e.state & kTxRetransmitted) && latest_sent <= e.last_sent_ns) continue;
     MarkRetx(t, q, /*fast=*/true);
+    lost = true;
   }
+  if (lost) CcLoss(pi);
   if (t.retx_queued > 0) ctx_.Enqueue(pi);
 }
 
@@ -650,10 +671,41 @@ void Reliability::RunTimers(uint32_t pi, uint64_t* next) {
       ctx_.Enqueue(pi);
     }
   }
+  if (t.pace_wait && due(t.cc.next_send_ns())) {
+    t.pace_wait = false;
+    ctx_.Enqueue(pi);
+  }
   if (t.tlp_deadline != 0 && due(t.tlp_deadline)) OnTailProbe(pi);
   if (t.tlp_deadline != 0) *next = std::min(*next, t.tlp_deadline);
   if (t.rto_deadline != 0 && due(t.rto_deadline)) OnRto(pi);
   if (t.rto_deadline != 0) *next = std::min(*next, t.rto_deadline);
+}
+
+// ---- Congestion control (congestion.h; only where CcOn).
+
+void Reliability::NoteCongestionLimits(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  // New data the credit would let go but the congestion window or pacing
+  // holds: the window is in use (it may grow), and a stall is counted once
+  // per filling.
+  const bool fresh = !t.rnr.waiting && t.cursor_op != kNone && WindowOpen(t) && !CursorHeld(t);
+  if (fresh && (!CwndOpen(pi, t) || Paced(pi, t))) t.cc.NoteLimited();
+  const bool cwnd_full = fresh && !CwndOpen(pi, t);
+  if (cwnd_full && !t.cwnd_stalled) ++ctx_.counters.cwnd_stalls;
+  t.cwnd_stalled = cwnd_full;
+  // Packets held back only by pacing: a timer lets them go.
+  if ((t.retx_queued > 0 || (fresh && CwndOpen(pi, t))) && Paced(pi, t) && !t.pace_wait) {
+    t.pace_wait = true;
+    ++ctx_.counters.pacing_waits;
+    ctx_.ArmTimer(t.cc.next_send_ns());
+  }
+}
+
+void Reliability::CcLoss(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  if (!CcOn(pi) || !t.cc.OnLoss(t.snd_una, t.next_psn)) return;
+  ++ctx_.counters.cwnd_reductions;
+  SetPacing(t);
 }
 
 void Reliability::ArmRto(TxStream& t) {
@@ -715,6 +767,10 @@ void Reliability::OnRto(uint32_t pi) {
   }
   t.backoff = std::min<uint32_t>(t.backoff + 1, 30);
   t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
+  if (CcOn(pi)) {
+    t.cc.OnRto(t.next_psn);
+    SetPacing(t);
+  }
   ctx_.Enqueue(pi);
 }
 

@@ -1,6 +1,7 @@
 // The Reliability stage: each peer's two sequenced streams. Sending, it
 // cuts the peer's queue of operations into PSN-numbered packets within the
-// peer's window, keeps what is unacknowledged, and resends it on a SACK gap
+// peer's window (and, toward peers that can congest, a congestion window,
+// paced: congestion.h), keeps what is unacknowledged, and resends it on a SACK gap
 // (fast retransmit), a tail-loss probe or the RTO; it backs off when the
 // receiver refuses (RNR) and gives a message up after rnr_give_up_ns.
 // Receiving, it takes packets in PSN order, holds what arrives early,
@@ -16,6 +17,7 @@
 #include "absl/types/span.h"
 #include "driver/packet.h"
 #include "fabric/rdm/completions.h"
+#include "fabric/rdm/congestion.h"
 #include "fabric/rdm/context.h"
 #include "fabric/rdm/index_list.h"
 #include "fabric/rdm/ops.h"
@@ -82,6 +84,11 @@ struct TxStream {
   bool acks_on_data = false;  // the last ACK that advanced came on a packet with data (a reply)
   RnrState rnr;
   bool window_stalled = false;
+  // Congestion control (only where CcOn): the window, pacing, and whether
+  // the sender waits for either.
+  CongestionWindow cc;
+  bool cwnd_stalled = false;
+  bool pace_wait = false;  // a timer at cc.next_send_ns() lets it go on
   // An op with holds_stream went out: the user's later ops wait until the
   // peer answers hold_id (ReleaseHold).
   bool hold = false;
@@ -176,6 +183,8 @@ class Reliability {
   // returns how many. An ACK goes if one is owed or *probe_owed (the
   // session's liveness probe: it asks for one back, and is then cleared).
   size_t Build(uint32_t pi, bool* probe_owed, absl::Span<driver::Packet* const> bufs);
+  // Congestion control applies to pi (config, and pi not on this host).
+  bool CcOn(uint32_t pi) const { return ctx_.config.congestion_control && !session_[pi].local; }
   // Something of ours to pi is unfinished: queued, unacknowledged, held or waiting.
   bool Busy(uint32_t pi) const {
     const TxStream& t = tx_[pi];
@@ -216,8 +225,29 @@ class Reliability {
   void ReleaseAll();
 
  private:
+  // The peer's credit (and our ring) let another new packet go.
   bool WindowOpen(const TxStream& t) const {
     return t.next_psn.Before(t.window_end) && t.inflight() <= ring_mask_;
+  }
+  // ... and, where congestion control applies, the congestion window.
+  bool CwndOpen(uint32_t pi, const TxStream& t) const {
+    return !CcOn(pi) || t.inflight() < t.cc.cwnd();
+  }
+  // A packet may leave now (pacing, where congestion control applies).
+  bool Paced(uint32_t pi, const TxStream& t) const {
+    return CcOn(pi) && !t.cc.PaceAllows(ctx_.now);
+  }
+  // After Build: counts a full congestion window, notes that it is in use,
+  // and arms the pacing timer if packets wait for it.
+  void NoteCongestionLimits(uint32_t pi);
+  // A loss signal: the window halves, once per round trip.
+  void CcLoss(uint32_t pi);
+  // Pacing spreads a window over SRTT, but never over more than twice the
+  // smallest RTT: more is queueing that pacing should not add to, or a
+  // sample inflated by a repair (a packet held behind a hole is
+  // acknowledged late, by backoff) that would stall the sender.
+  void SetPacing(TxStream& t) {
+    if (t.rtt.has_sample()) t.cc.SetRtt(std::min(t.rtt.srtt(), 2 * t.rtt.min_rtt()));
   }
   bool CursorHeld(const TxStream& t) const;
   TxEntry& entry(TxStream& t, Psn p) { return t.ring[p.value() & ring_mask_]; }

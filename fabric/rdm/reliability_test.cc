@@ -101,6 +101,13 @@ void AckAt(StageRig& rig, uint32_t pi, uint64_t at, const wire::Common& c,
   rig.reliability.OnAck(pi, c, sack);
 }
 
+// The rig's config without congestion control: the credit window alone.
+EndpointConfig CreditOnly() {
+  EndpointConfig c = StageRig::DefaultConfig();
+  c.congestion_control = false;
+  return c;
+}
+
 // A SACK bitmap naming PSNs ack + 1 + i for each i.
 wire::AckFields Sack(std::initializer_list<uint32_t> bits) {
   wire::AckFields a;
@@ -300,7 +307,7 @@ TEST(ReliabilityBuildTest, StopsWhenTheTxBuffersRunOut) {
 
 // Whatever the credit, no more than the TX ring is in flight; the one filling it asks for an ACK.
 TEST(ReliabilityBuildTest, StopsAtTheRingOfSentPacketsWhateverTheCredit) {
-  auto [rig, pi] = RigWithPeer();
+  auto [rig, pi] = RigWithPeer(CreditOnly());
   const Psn isn = rig.session[pi].tx_isn;
   rig.reliability.OnAck(pi, rig.PeerAck(isn, 1000), nullptr);
   const std::vector<uint8_t> a = Bytes(300 * size_t{StageRig::kSeg});
@@ -510,7 +517,7 @@ TEST(ReliabilitySackTest, AHoleIsFastRetransmittedExactlyOnce) {
 
 // A resent hole is lost again only when a packet sent after it is SACKed (as in RACK).
 TEST(ReliabilitySackTest, ARetransmittedHoleIsLostAgainOnlyWhenALaterPacketArrives) {
-  auto [rig, pi] = RigWithPeer();
+  auto [rig, pi] = RigWithPeer(CreditOnly());  // the loss halves no window that holds isn+8
   const Psn isn = rig.session[pi].tx_isn;
   const std::vector<uint8_t> a = Bytes(8 * StageRig::kSeg), b = Bytes(10);
   ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 8u);
@@ -974,6 +981,138 @@ TEST(ReliabilitySessionTest, ResetRxReleasesWhatWasHeld) {
   EXPECT_TRUE(rig.BuildPackets(pi, 4).empty()) << "the refusal was forgotten";
   EXPECT_EQ(rig.reliability.Grant(pi), grant);
   EXPECT_FALSE(rig.reliability.Busy(pi));
+}
+
+// ---- Congestion control (congestion.h).
+
+// The peer grants `credit` (its first ACK) and message 0 of `bytes` is queued.
+void OpenAndQueue(StageRig& rig, uint32_t pi, uint16_t credit, const std::vector<uint8_t>& bytes) {
+  rig.reliability.OnAck(pi, rig.PeerAck(rig.session[pi].tx_isn, credit), nullptr);
+  rig.reliability.Queue(pi, NewMsg(rig, bytes, 0));
+}
+
+// The first flight is cc_initial_window, whatever the credit; its last
+// packet asks for the ACK that lets the sender go on; a full window is
+// counted once.
+TEST(CongestionTest, FirstFlightIsTheInitialWindow) {
+  auto [rig, pi] = RigWithPeer();
+  const std::vector<uint8_t> a = Bytes(64 * size_t{StageRig::kSeg});
+  OpenAndQueue(rig, pi, 128, a);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 64);
+  ASSERT_EQ(sent.size(), 16u);
+  for (size_t i = 0; i + 1 < sent.size(); ++i) ASSERT_FALSE(AckReq(sent[i])) << i;
+  EXPECT_TRUE(AckReq(sent.back()));
+  EXPECT_EQ(rig.ctx.counters.cwnd_stalls, 1u);
+  EXPECT_EQ(rig.ctx.counters.window_stalls, 0u) << "the credit was open";
+  EXPECT_FALSE(rig.reliability.HasWork(pi));
+  EXPECT_TRUE(rig.BuildPackets(pi, 64).empty());
+  EXPECT_EQ(rig.ctx.counters.cwnd_stalls, 1u) << "once per filling";
+}
+
+// Off: the credit alone (the same op sends 64 at once); and a peer on this
+// host (its frames come through shared memory) never has a window.
+TEST(CongestionTest, OffOrOnThisHostTheCreditAlone) {
+  for (bool same_host : {false, true}) {
+    EndpointConfig c = StageRig::DefaultConfig();
+    c.congestion_control = same_host;
+    auto [rig, pi] = RigWithPeer(c);
+    if (same_host) rig.session.NoteSameHost(pi);
+    const std::vector<uint8_t> a = Bytes(64 * size_t{StageRig::kSeg});
+    OpenAndQueue(rig, pi, 128, a);
+    EXPECT_EQ(rig.BuildPackets(pi, 64).size(), 64u) << same_host;
+    EXPECT_EQ(rig.ctx.counters.cwnd_stalls, 0u);
+    EXPECT_FALSE(rig.reliability.CcOn(pi));
+  }
+}
+
+// Slow start doubles the window per round trip while it is in use; a loss
+// signal halves it once per round trip however many holes that flight
+// shows; an RTO leaves the minimum window.
+TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
+  auto [rig, pi] = RigWithPeer();
+  const Psn isn = rig.session[pi].tx_isn;
+  const std::vector<uint8_t> a = Bytes(400 * size_t{StageRig::kSeg});
+  OpenAndQueue(rig, pi, 256, a);
+  rig.ctx.now = 1'000;
+  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 16u);
+  AckAt(rig, pi, 1'001'000, rig.PeerAck(isn + 16, 256));  // a 1 ms round trip
+  EXPECT_EQ(rig.reliability.tx(pi).cc.cwnd(), 32u);
+  // Pacing: 32 over half the RTT (gain 2), 15.6 us apart: the burst goes,
+  // then the rest wait for their time.
+  const size_t burst = rig.BuildPackets(pi, 256).size();
+  EXPECT_EQ(burst, CongestionWindow::kPacingBurst);
+  EXPECT_EQ(rig.ctx.counters.pacing_waits, 1u);
+  EXPECT_FALSE(rig.reliability.HasWork(pi)) << "its timer queues it";
+  uint64_t next = UINT64_MAX;
+  rig.ctx.now = rig.reliability.tx(pi).cc.next_send_ns();
+  rig.reliability.RunTimers(pi, &next);
+  EXPECT_TRUE(rig.reliability.HasWork(pi));
+  size_t sent = burst;
+  for (int i = 0; i < 100 && sent < 32; ++i) {
+    sent += rig.BuildPackets(pi, 256).size();
+    rig.ctx.now += 10'000;
+  }
+  EXPECT_EQ(sent, 32u) << "the window, spread";
+  const Psn flight_end = isn + 16 + 32;
+  EXPECT_EQ(rig.reliability.tx(pi).next_psn, flight_end);
+  // Two holes reported by two ACKs of one flight: one halving.
+  const wire::AckFields gap1 = Sack({1, 2, 3});
+  AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + 16, 256), &gap1);
+  EXPECT_EQ(rig.reliability.tx(pi).cc.cwnd(), 16u);
+  const wire::AckFields gap2 = Sack({0, 1, 2, 3, 5, 6, 7, 8});
+  AckAt(rig, pi, rig.ctx.now + 2'000, rig.PeerAck(isn + 16, 256), &gap2);
+  EXPECT_EQ(rig.reliability.tx(pi).cc.cwnd(), 16u);
+  EXPECT_EQ(rig.ctx.counters.cwnd_reductions, 1u);
+  EXPECT_TRUE(rig.reliability.tx(pi).cc.in_recovery());
+  // The RTO: the minimum window.
+  next = UINT64_MAX;
+  rig.ctx.now = rig.reliability.tx(pi).rto_deadline;
+  rig.reliability.RunTimers(pi, &next);
+  EXPECT_EQ(rig.reliability.tx(pi).cc.cwnd(), CongestionWindow::kMinWindow);
+  EXPECT_EQ(rig.reliability.tx(pi).cc.ssthresh(), 8u);
+  EXPECT_EQ(rig.ctx.counters.rto_expirations, 1u);
+}
+
+TEST(CongestionTest, WindowArithmetic) {
+  CongestionWindow w;
+  w.Reset(10, 128, Psn(100));
+  EXPECT_EQ(w.cwnd(), 10u);
+  w.OnAcked(10, Psn(110), Psn(110));
+  EXPECT_EQ(w.cwnd(), 10u) << "not in use: no growth (RFC 7661)";
+  w.NoteLimited();
+  w.OnAcked(5, Psn(115), Psn(125));
+  EXPECT_EQ(w.cwnd(), 15u) << "slow start: +1 per packet";
+  EXPECT_TRUE(w.OnLoss(Psn(115), Psn(130)));
+  EXPECT_EQ(w.cwnd(), 7u);
+  EXPECT_FALSE(w.OnLoss(Psn(120), Psn(131))) << "same flight";
+  w.NoteLimited();
+  w.OnAcked(10, Psn(125), Psn(131));
+  EXPECT_EQ(w.cwnd(), 7u) << "no growth in recovery";
+  w.NoteLimited();
+  w.OnAcked(6, Psn(131), Psn(138));
+  EXPECT_EQ(w.cwnd(), 7u) << "recovery ends; 6 of 7 acked in avoidance";
+  w.NoteLimited();
+  w.OnAcked(1, Psn(132), Psn(139));
+  EXPECT_EQ(w.cwnd(), 8u) << "+1 per window acknowledged";
+  EXPECT_TRUE(w.OnLoss(Psn(132), Psn(139)));
+  EXPECT_EQ(w.cwnd(), 4u);
+  EXPECT_TRUE(w.OnLoss(Psn(139), Psn(140)));
+  EXPECT_EQ(w.cwnd(), CongestionWindow::kMinWindow) << "never below the minimum";
+  w.OnRto(Psn(140));
+  EXPECT_EQ(w.cwnd(), CongestionWindow::kLossWindow);
+  w.Reset(1000, 64, Psn(0));
+  EXPECT_EQ(w.cwnd(), 64u) << "never above the credit's maximum";
+  // Pacing: 64 packets over 640 us at gain 5/4 (not slow start: ssthresh
+  // is the maximum): 8 us apart.
+  w.SetRtt(640'000);
+  EXPECT_TRUE(w.PaceAllows(0));
+  for (uint32_t i = 0; i < CongestionWindow::kPacingBurst; ++i) {
+    ASSERT_TRUE(w.PaceAllows(1'000'000));
+    w.OnSent(1'000'000);
+  }
+  EXPECT_FALSE(w.PaceAllows(1'000'000)) << "the burst is bounded";
+  EXPECT_FALSE(w.PaceAllows(1'005'999));
+  EXPECT_TRUE(w.PaceAllows(1'006'000)) << "due within the slack";
 }
 
 }  // namespace

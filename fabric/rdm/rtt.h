@@ -19,6 +19,7 @@ class RttEstimator {
   // One round trip of a packet that was sent once (Karn: never of a
   // retransmitted one).
   void Sample(uint64_t rtt_ns) {
+    min_rtt_ = has_sample_ ? std::min(min_rtt_, rtt_ns) : rtt_ns;
     if (!has_sample_) {
       srtt_ = rtt_ns;
       rttvar_ = rtt_ns / 2;
@@ -46,6 +47,7 @@ class RttEstimator {
   bool has_sample() const { return has_sample_; }
   uint64_t srtt() const { return srtt_; }
   uint64_t rttvar() const { return rttvar_; }
+  uint64_t min_rtt() const { return min_rtt_; }  // the smallest sample (0 before any)
 
  private:
   uint64_t initial_ = 1'000'000;
@@ -53,6 +55,7 @@ class RttEstimator {
   uint64_t max_ = 100'000'000;
   uint64_t srtt_ = 0;
   uint64_t rttvar_ = 0;
+  uint64_t min_rtt_ = 0;
   bool has_sample_ = false;
 };
 

@@ -72,6 +72,7 @@ Net::Net(const NetOptions& opts) : opts_(opts) {
     EXPECT_TRUE(lb.ok()) << lb.status();
     driver::fault::FaultOptions f = opts.faults;
     f.seed = opts.faults.seed * 1000 + i;
+    if (opts.configure_faults) opts.configure_faults(i, &f);
     absl::StatusOr<std::unique_ptr<driver::fault::FaultDevice>> dev =
         driver::fault::FaultDevice::Create(*std::move(lb), f, clock_);
     EXPECT_TRUE(dev.ok()) << dev.status();

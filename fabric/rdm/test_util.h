@@ -76,6 +76,8 @@ class TapQueue final : public driver::QueuePair {
 struct NetOptions {
   int nodes = 2;
   driver::fault::FaultOptions faults;  // applied to what every node receives
+  // Then this, if set, adjusts node i's faults (e.g. a bottleneck at one).
+  std::function<void(int node, driver::fault::FaultOptions* faults)> configure_faults;
   uint32_t mtu = 1500;
   uint16_t ring_size = 1024;
   uint64_t tick_ns = 1'000;  // the clock advances this much per Step

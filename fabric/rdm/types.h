@@ -304,6 +304,10 @@ struct Counters {
   uint64_t learned_evicted = 0;
   // Flow control.
   uint64_t window_stalls = 0;  // a sender found the peer's window closed
+  // Congestion control (PROTOCOL.md, "Congestion control").
+  uint64_t cwnd_stalls = 0;      // a sender found its congestion window full (once per filling)
+  uint64_t cwnd_reductions = 0;  // congestion windows halved on a loss signal (once per round trip)
+  uint64_t pacing_waits = 0;     // a sender waited for its next pacing time
   uint64_t rnr_sent = 0;       // arrivals refused: no receive resources
   uint64_t rnr_received = 0;   // our packets refused by the peer
   uint64_t rnr_give_ups = 0;   // sends failed: the peer refused them for rnr_give_up_ns
@@ -366,9 +370,11 @@ struct PeerStats {
   uint64_t rto_ns = 0;
   uint32_t inflight = 0;      // DATA packets sent and not yet acknowledged
   uint32_t send_window = 0;   // what the peer last granted
+  uint32_t cwnd = 0;          // the congestion window (0: congestion control off for it)
   uint32_t queued_ops = 0;    // send operations not yet complete
   uint32_t waiting_ops = 0;   // ... and those sent, acknowledged, awaiting the peer's answer
   uint32_t held_packets = 0;  // out-of-order DATA from it we hold
+  uint32_t unacked_packets = 0;  // DATA from it consumed and not yet acknowledged
 };
 
 }  // namespace bypass::rdm
