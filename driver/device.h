@@ -77,6 +77,11 @@ struct DeviceInfo {
   // device's per-user key file, driver/shm/keys.h): the engine's
   // EndpointConfig::same_host_key. Unset for devices that reach no such peer.
   std::optional<std::array<uint8_t, 32>> same_host_key;
+  // Nothing between this device and its peers drops a frame for want of
+  // room: a full ring holds the sender back (TxBurst takes fewer) instead
+  // (memif's shared-memory rings). The engine runs no congestion control
+  // on such a device (fabric/rdm/PROTOCOL.md, "Congestion control").
+  bool lossless = false;
 
   uint32_t max_frame() const { return mtu + 14; }
 };

@@ -174,6 +174,8 @@ void DpdkDevice::FillInfo(const DeviceOptions& opts, std::optional<std::string> 
   rte_eth_dev_info dev_info{};
   rte_eth_dev_info_get(port_, &dev_info);
   info_.driver = dev_info.driver_name ? dev_info.driver_name : "dpdk";
+  // memif's TX takes only what the peer's ring has room for: no drops.
+  info_.lossless = info_.driver == "net_memif";
   rte_ether_addr mac{};
   rte_eth_macaddr_get(port_, &mac);
   std::memcpy(info_.mac.bytes.data(), mac.addr_bytes, 6);

@@ -227,7 +227,8 @@ absl::StatusOr<std::unique_ptr<FaultDevice>> FaultDevice::Create(std::unique_ptr
 
 FaultDevice::FaultDevice(std::unique_ptr<Device> inner, const FaultOptions& opts,
                          const Clock& clock)
-    : inner_(std::move(inner)), opts_(opts) {
+    : inner_(std::move(inner)), opts_(opts), info_(inner_->info()) {
+  info_.lossless = false;
   // Each queue gets its own stream: the seed mixed with the queue number.
   uint64_t state = opts.seed;
   for (uint16_t q = 0; q < inner_->info().num_queues; ++q) {

@@ -127,7 +127,8 @@ class FaultQueue final : public QueuePair {
 };
 
 // A device whose queue pairs are FaultQueues over the inner device's. Owns
-// the inner device; info, steering and link state are the inner device's.
+// the inner device; info (but for `lossless`: this device drops), steering
+// and link state are the inner device's.
 class FaultDevice final : public Device {
  public:
   // REQUIRES: clock outlives the device (tests pass a ManualClock).
@@ -138,7 +139,7 @@ class FaultDevice final : public Device {
   FaultDevice& operator=(const FaultDevice&) = delete;
   ~FaultDevice() override;
 
-  const DeviceInfo& info() const override { return inner_->info(); }
+  const DeviceInfo& info() const override { return info_; }
   QueuePair& queue(uint16_t q) override { return *queues_[q]; }
   absl::Status SteerUdpPort(uint16_t udp_port, uint16_t q) override {
     return inner_->SteerUdpPort(udp_port, q);
@@ -157,6 +158,7 @@ class FaultDevice final : public Device {
 
   std::unique_ptr<Device> inner_;  // declared first: outlives the queues freeing into it
   FaultOptions opts_;
+  DeviceInfo info_;
   std::vector<std::unique_ptr<FaultQueue>> queues_;
 };
 

@@ -18,6 +18,7 @@
 
 #include "fabric/fi/address/address.h"
 #include "fabric/fi/av_shared.h"
+#include "fabric/fi/coll.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/ep.h"
@@ -323,8 +324,6 @@ const char* AvStraddr(fid_av* f, const void* addr, char* buf, size_t* len) {
   return buf;
 }
 
-int AvSet(fid_av*, fi_av_set_attr*, fid_av_set**, void*) { return -FI_ENOSYS; }
-
 fi_ops_av g_av_ops = {
     .size = sizeof(fi_ops_av),
     .insert = AvInsert,
@@ -333,7 +332,7 @@ fi_ops_av g_av_ops = {
     .remove = AvRemove,
     .lookup = AvLookup,
     .straddr = AvStraddr,
-    .av_set = AvSet,
+    .av_set = OpenAvSet,  // coll.h
 };
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "fabric/fi/atomic.h"
 #include "fabric/fi/av.h"
 #include "fabric/fi/cntr.h"
+#include "fabric/fi/coll.h"
 #include "fabric/fi/cq.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/eq.h"
@@ -106,9 +107,6 @@ fi_ops g_domain_fi_ops = {
     .ops_set = DomainOpsSet,
 };
 
-int QueryCollective(fid_domain*, fi_collective_op, fi_collective_attr*, uint64_t) {
-  return -FI_ENOSYS;
-}
 int Endpoint2(fid_domain* d, fi_info* info, fid_ep** ep, uint64_t flags, void* ctx) {
   if (flags != 0) return -FI_EBADFLAGS;
   return OpenEp(d, info, ep, ctx);
@@ -125,7 +123,7 @@ fi_ops_domain g_domain_ops = {
     .stx_ctx = OpenStx,
     .srx_ctx = OpenSrx,
     .query_atomic = QueryAtomic,
-    .query_collective = QueryCollective,
+    .query_collective = QueryCollective,  // coll.h
     .endpoint2 = Endpoint2,
 };
 

@@ -44,6 +44,7 @@ struct Stx;
 struct MsgConn;
 struct MsgPort;
 struct Mc;
+struct Coll;
 
 // A send or receive that needs more than the application's context: an
 // operation without a CQ entry under FI_SELECTIVE_COMPLETION, or an iov
@@ -264,6 +265,9 @@ struct Ep {
   // FI_EP_DGRAM opened with the FI_MSG_PREFIX mode bit: the bytes of
   // prefix space ahead of every send and receive buffer (0: none).
   size_t msg_prefix = 0;
+  // Collectives (coll.h): its groups and their operations; null until the
+  // first fi_join_collective, freed when its last group is closed.
+  Coll* coll = nullptr;
 };
 static_assert(offsetof(Ep, fid) == 0);
 
@@ -328,7 +332,7 @@ extern fi_ops_msg g_msg_ops;
 extern fi_ops_tagged g_tagged_ops;
 extern fi_ops_rma g_rma_ops;
 extern fi_ops_atomic g_atomic_ops;  // atomic.cc
-extern fi_ops_collective g_collective_ops;
+extern fi_ops_collective g_collective_ops;  // coll.cc
 
 // Shared by the data paths (ep_ops.cc, atomic.cc). REQUIRES: the domain guard.
 // A failure reported after its completion, owed to the next op to dest (once).

@@ -18,6 +18,7 @@
 #include "fabric/fi/av.h"
 #include "fabric/fi/cm.h"
 #include "fabric/fi/cntr.h"
+#include "fabric/fi/coll.h"
 #include "fabric/fi/dgram.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/hmem.h"
@@ -174,7 +175,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   rdm::SendRequest r;
   fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
   if (int ret = MsgDest(ep, &dest); ret != 0) return ret;
-  if (ep->msg != nullptr && a.tagged && (a.tag & kCmTagBit)) return -FI_EINVAL;  // cm.h
+  if (ReservesTopTag(ep) && a.tagged && (a.tag & kCmTagBit)) return -FI_EINVAL;  // cm.h, coll.h
   if (!FindPeer(ep, dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;
@@ -382,7 +383,7 @@ ssize_t PostRecv(const Target& t, const RecvArgs& a) {
   r.tagged = args.tagged;
   r.tag = args.tag;
   r.ignore = args.ignore;
-  if (ep->msg != nullptr) {  // never the connection manager's messages (cm.h)
+  if (ReservesTopTag(ep)) {  // never the connection manager's (cm.h) or collectives' (coll.h)
     r.tag &= ~kCmTagBit;
     r.ignore &= ~kCmTagBit;
     // On its listener's port, a connection's receives take its peer's
@@ -670,14 +671,6 @@ ssize_t RmaInjectData(fid_ep* ep, const void* buf, size_t len, uint64_t data, fi
                       .data = data, .flags = FI_REMOTE_CQ_DATA, .inject_call = true});
 }
 
-// Collectives are not offered (fi_getinfo never lists FI_COLLECTIVE); the
-// table exists so the inline wrappers find a function rather than a null
-// pointer. Atomics are atomic.cc's.
-template <class R, class... A>
-R NoSys(A...) {
-  return -FI_ENOSYS;
-}
-
 }  // namespace
 
 fi_ops_msg g_msg_ops = {
@@ -717,21 +710,6 @@ fi_ops_rma g_rma_ops = {
     .inject = RmaInject,
     .writedata = RmaWriteData,
     .injectdata = RmaInjectData,
-};
-
-fi_ops_collective g_collective_ops = {
-    .size = sizeof(fi_ops_collective),
-    .barrier = NoSys,
-    .broadcast = NoSys,
-    .alltoall = NoSys,
-    .allreduce = NoSys,
-    .allgather = NoSys,
-    .reduce_scatter = NoSys,
-    .reduce = NoSys,
-    .scatter = NoSys,
-    .gather = NoSys,
-    .msg = NoSys,
-    .barrier2 = NoSys,
 };
 
 }  // namespace bypass::fi

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "fabric/fi/coll.h"
 #include "fabric/fi/common.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/eq.h"
@@ -150,6 +151,7 @@ bool DeviceCarriesMulticast(const driver::DeviceInfo& info) {
 int JoinGroup(fid_ep* f, const void* addr, uint64_t flags, fid_mc** out, void* context) {
   Ep* ep = AsEp(f);
   if (ep == nullptr) return BadFid(f, FI_CLASS_EP);
+  if (flags & FI_COLLECTIVE) return JoinCollective(f, addr, flags, out, context);  // coll.h
   ep = ep->base;
   if (out == nullptr) return Fail(-FI_EINVAL, "mc is null");
   if ((flags & ~(FI_SEND | FI_RECV)) != 0 || flags == (FI_SEND | FI_RECV)) {

@@ -18,6 +18,7 @@
 #include "fabric/fi/av.h"
 #include "fabric/fi/buffered.h"
 #include "fabric/fi/cntr.h"
+#include "fabric/fi/coll.h"
 #include "fabric/fi/cq.h"
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
@@ -125,6 +126,7 @@ bool ReportUnknownSource(Ep* ep, Cq* cq, const fi_cq_tagged_entry& entry, rdm::P
 // counters; only a write carrying FI_REMOTE_CQ_DATA is also an entry of
 // the receive CQ, its op_context the region's context (fi_cq(3)).
 void Deliver(Ep* ep, const rdm::Completion& c) {
+  if (ep->coll != nullptr && CollCompletion(ep, c)) return;  // a collective's transfer
   if (ep->msg != nullptr && MsgCompletion(ep, c)) return;  // the connection manager's
   if (BufferedCompletion(ep, c)) return;  // a buffered receive's peek or landing
   bool suppress = false;
@@ -201,6 +203,7 @@ int FiErr(const rdm::ErrorCompletion& ec, bool tx) {
 }
 
 void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
+  if (ep->coll != nullptr && CollError(ep, ec)) return;  // a collective's transfer
   if (ep->msg != nullptr && MsgError(ep, ec)) return;  // the connection manager's
   if (ec.op.flags & rdm::kCompAfterCompletion) {
     ReportAfterCompletion(ep, ec);
@@ -315,6 +318,8 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
 size_t ProgressEp(Ep* ep) {
   // Triggered work that could not be issued when it became due (trigger.h).
   if (TriggersReady(ep->domain)) DrainTriggers(ep->domain);
+  // Collectives' transfers and reports that waited for room (coll.h).
+  if (ep->coll != nullptr) CollProgress(ep);
   // A connection on its listener's port: that engine, every connection's
   // completions to its own CQs (msg_ep.h).
   if (ep->shares != nullptr) ep = ep->shares;

@@ -49,7 +49,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const dri
     }
     shared = &config.shared_recv->impl();
   }
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dev, config, shared);
+  // A device that never drops for want of room needs no congestion window.
+  EndpointConfig c = config;
+  if (port.info().lossless) c.congestion_control = false;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dev, c, shared);
   if (!engine.ok()) return engine.status();
   std::unique_ptr<Endpoint> ep(new Endpoint(port, clock, *std::move(engine)));
   if (absl::Status s = port.Attach(config.udp_port, ep->inbox_.get()); !s.ok()) return s;

@@ -65,6 +65,10 @@ absl::Status Exchange(int side, const std::string& sock) {
   auto ep_or = Endpoint::Create(port, driver::SteadyClock::Get(), c);
   if (!ep_or.ok()) return ep_or.status();
   Endpoint& ep = **ep_or;
+  // memif never drops for want of room: no congestion window on it.
+  if (!(*dev)->info().lossless || ep.config().congestion_control) {
+    return absl::InternalError("memif: the engine runs congestion control on a lossless device");
+  }
   Address other;
   other.mac = driver::kBroadcastMac;  // memif is point to point
   other.ip = *driver::Ipv4Address::Parse(kIp[1 - side]);

@@ -337,6 +337,13 @@ class DatagramEndpoint {
   std::unique_ptr<DatagramPath> path_;
 };
 
+// The atomic op table applied to local memory, for reductions the caller
+// computes itself (fabric/fi/coll.cc: collectives): target[i] = target[i]
+// op operand[i] for count elements of type (any alignment). REQUIRES:
+// AtomicDefined(op, type), op neither a compare op nor kRead; buffers of
+// count * AtomicTypeSize(type) bytes that do not overlap.
+void Reduce(AtomicOp op, AtomicType type, size_t count, uint8_t* target, const uint8_t* operand);
+
 }  // namespace bypass::rdm
 
 #endif  // BYPASS_FABRIC_RDM_RDM_H_

@@ -15,8 +15,6 @@ void Offered(Ctx& c, uint64_t caps, const char* name) {
 
 CONFORMANCE_CASE(caps_rma_pmem, kShm) { Offered(c, FI_RMA | FI_RMA_PMEM, "FI_RMA_PMEM"); }
 
-CONFORMANCE_CASE(caps_collective, kShm) { Offered(c, FI_MSG | FI_COLLECTIVE, "FI_COLLECTIVE"); }
-
 CONFORMANCE_CASE(caps_variable_msg, kShm) {
   Offered(c, FI_MSG | FI_VARIABLE_MSG, "FI_VARIABLE_MSG");
 }

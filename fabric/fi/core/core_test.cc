@@ -497,7 +497,7 @@ TEST_F(CoreTest, ThreadsCallConcurrently) {
       for (int n = 0; n < 200; ++n) {
         fi_info* list = nullptr;
         fi_info* hints = fi_allocinfo();
-        hints->caps = (n % 2 == 0) ? FI_MSG : FI_COLLECTIVE;  // every other call matches nothing
+        hints->caps = (n % 2 == 0) ? FI_MSG : FI_HMEM;  // every other call matches nothing
         const int ret = bypass::fi::GetInfo(FI_VERSION(1, 17), "10.0.0.2", "7000", 0, hints,
                                             {&offer, 1}, &list);
         if (ret != ((n % 2 == 0) ? 0 : -FI_ENODATA)) ++failures;

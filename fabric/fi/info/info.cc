@@ -34,8 +34,9 @@ constexpr uint64_t kSecondaryCaps = FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT | F
                                     FI_SOURCE_ERR | FI_RMA_PMEM;
 // Offered only when asked: FI_SOURCE_ERR turns a message from a sender not
 // in the AV into an error entry (fi_cq(3)), which an application that did
-// not ask for it would not expect.
-constexpr uint64_t kAskedOnlyCaps = FI_SOURCE_ERR;
+// not ask for it would not expect; FI_COLLECTIVE takes the top tag bit
+// (fabric/fi/coll.h).
+constexpr uint64_t kAskedOnlyCaps = FI_SOURCE_ERR | FI_COLLECTIVE;
 // fi_endpoint(3): the capabilities that apply to each side.
 constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_READ | FI_WRITE |
                              FI_SEND | FI_HMEM | FI_TRIGGER | FI_FENCE | FI_MULTICAST |
@@ -276,6 +277,17 @@ void CheckDomain(uint32_t version, const fi_domain_attr* h, const fi_domain_attr
     c->Fail("domain tclass 0x%x is not a libfabric traffic class", h->tclass);
 }
 
+// Collectives (fabric/fi/coll.h) run on an endpoint's own receive queue:
+// not with a shared receive context or on a scalable endpoint's contexts.
+void CheckCollective(const fi_info* h, Checker* c) {
+  const fi_ep_attr* e = h->ep_attr;
+  if ((h->caps & FI_COLLECTIVE) == 0 || e == nullptr) return;
+  if (e->rx_ctx_cnt == FI_SHARED_CONTEXT || (e->tx_ctx_cnt > 1 && e->tx_ctx_cnt != FI_SHARED_CONTEXT) ||
+      e->rx_ctx_cnt > 1) {
+    c->Fail("FI_COLLECTIVE asked with a shared receive context or scalable contexts; collectives need the endpoint's own");
+  }
+}
+
 void CheckEp(uint32_t version, const fi_ep_attr* h, const fi_ep_attr& o, size_t max_ctx,
              Checker* c) {
   if (h == nullptr) return;
@@ -461,7 +473,15 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
   if (hints == nullptr || (hints->caps & kAskedOnlyCaps) == 0) {
     // Behaviour an application must ask for: off unless asked.
     info->caps &= ~kAskedOnlyCaps;
+    info->tx_attr->caps &= ~kAskedOnlyCaps;
     info->rx_attr->caps &= ~kAskedOnlyCaps;
+  } else if ((hints->caps & FI_COLLECTIVE) == 0) {
+    info->caps &= ~FI_COLLECTIVE;
+    info->tx_attr->caps &= ~FI_COLLECTIVE;
+    info->rx_attr->caps &= ~FI_COLLECTIVE;
+  } else if ((hints->caps & FI_SOURCE_ERR) == 0) {
+    info->caps &= ~FI_SOURCE_ERR;
+    info->rx_attr->caps &= ~FI_SOURCE_ERR;
   }
   if (hints == nullptr) return true;
   OfferModes(info, hints->mode);
@@ -482,13 +502,16 @@ bool Narrow(fi_info* info, const fi_info* hints, uint32_t version, int mr_mode) 
   info->rx_attr->caps = (hr != nullptr && hr->caps != 0 ? hr->caps : info->caps) & kRxCaps;
   if ((info->caps & FI_RMA) == 0) info->tx_attr->rma_iov_limit = 0;
   if ((info->caps & FI_TAGGED) == 0) info->ep_attr->mem_tag_format = 0;
+  // Collectives' messages have the top tag bit (fabric/fi/coll.h).
+  const bool coll = (info->caps & FI_COLLECTIVE) != 0;
+  if (coll && (info->caps & FI_TAGGED) != 0) info->ep_attr->mem_tag_format = kMsgTagFormat;
   if (ht != nullptr) {
     info->tx_attr->op_flags = ht->op_flags;
     info->tx_attr->tclass = ht->tclass;
   }
   if (hr != nullptr) info->rx_attr->op_flags = hr->op_flags;
   if (const fi_ep_attr* he = hints->ep_attr; he != nullptr) {
-    if (he->mem_tag_format != 0 && (info->caps & FI_TAGGED) != 0) {
+    if (he->mem_tag_format != 0 && (info->caps & FI_TAGGED) != 0 && !coll) {
       // Any layout of fields fits a 64-bit tag.
       info->ep_attr->mem_tag_format = he->mem_tag_format;
     }
@@ -736,6 +759,7 @@ int GetInfo(uint32_t version, const char* node, const char* service, uint64_t fl
         CheckFabric(hints->fabric_attr, &c);
         CheckDomain(version, hints->domain_attr, *cand->domain_attr, &c);
         CheckEp(version, hints->ep_attr, *cand->ep_attr, MaxEpContexts(o, type), &c);
+        CheckCollective(hints, &c);
         CheckTx(hints->tx_attr, *cand, &c);
         CheckRx(hints->rx_attr, *cand, &c);
       }

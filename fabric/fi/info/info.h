@@ -39,7 +39,9 @@ inline constexpr size_t kCqDataSize = sizeof(uint64_t);
 inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV | FI_READ |
                                      FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
                                      FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | FI_RMA_EVENT |
-                                     FI_SHARED_AV | FI_NAMED_RX_CTX | FI_TRIGGER;
+                                     FI_SHARED_AV | FI_NAMED_RX_CTX | FI_TRIGGER | FI_COLLECTIVE;
+// FI_COLLECTIVE: collectives (fabric/fi/coll.h), RDM only, offered only
+// when asked (its endpoints' tags are 63 bits: kMsgTagFormat).
 // FI_TRIGGER: triggered operations and deferred work (fabric/fi/trigger.h),
 // RDM only (datagram and connected endpoints: not offered).
 // FI_SHARED_AV: named AVs shared by the user's processes of a host

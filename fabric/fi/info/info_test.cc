@@ -101,7 +101,8 @@ TEST_F(InfoTest, NoHintsGivesRdmThenDgramPerDomain) {
   EXPECT_STREQ(v[0]->domain_attr->name, "af_xdp:eth0");
   EXPECT_STREQ(v[2]->domain_attr->name, "af_xdp:eth1");
   const fi_info* rdm = v[0];
-  EXPECT_EQ(rdm->caps, kRdmCaps | FI_LOCAL_COMM | FI_REMOTE_COMM);
+  // FI_COLLECTIVE only when asked (fabric/fi/coll.h).
+  EXPECT_EQ(rdm->caps, (kRdmCaps & ~FI_COLLECTIVE) | FI_LOCAL_COMM | FI_REMOTE_COMM);
   EXPECT_EQ(rdm->mode, 0u);
   EXPECT_EQ(rdm->addr_format, FI_SOCKADDR_IN);
   EXPECT_STREQ(rdm->fabric_attr->name, kFabricName);
@@ -245,8 +246,21 @@ TEST_F(InfoTest, CapsAreMatchedAndTrimmed) {
   hints_->caps = FI_ATOMIC | FI_READ | FI_WRITE;  // RDM only
   ExpectEntries(1);
   EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
-  hints_->caps = FI_COLLECTIVE;
-  ExpectNoMatch("caps");
+  // FI_COLLECTIVE: RDM only, when asked, with 63-bit tags (fabric/fi/coll.h).
+  hints_->caps = FI_TAGGED | FI_COLLECTIVE;
+  ExpectEntries(1);
+  EXPECT_EQ(result_->ep_attr->type, FI_EP_RDM);
+  EXPECT_EQ(result_->caps & FI_COLLECTIVE, FI_COLLECTIVE);
+  EXPECT_EQ(result_->tx_attr->caps & FI_COLLECTIVE, FI_COLLECTIVE);
+  EXPECT_EQ(result_->ep_attr->mem_tag_format, kMsgTagFormat);
+  hints_->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;  // collectives need their own receive queue
+  ExpectNoMatch("FI_COLLECTIVE");
+  hints_->ep_attr->rx_ctx_cnt = 0;
+  hints_->caps = FI_TAGGED;
+  ExpectEntries(1);
+  EXPECT_EQ(result_->caps & FI_COLLECTIVE, 0u);
+  EXPECT_EQ(result_->tx_attr->caps & FI_COLLECTIVE, 0u);
+  EXPECT_EQ(result_->ep_attr->mem_tag_format, kDefaultTagFormat);
   hints_->caps = FI_MSG | FI_FENCE;
   ExpectNoMatch("caps");
   hints_->caps = FI_MSG | FI_HMEM;
@@ -715,7 +729,7 @@ TEST_F(InfoTest, TransmitAttributes) {
   t->rma_iov_limit = 2;
   ExpectNoMatch("rma_iov_limit");
   t->rma_iov_limit = 0;
-  t->caps = FI_COLLECTIVE;
+  t->caps = FI_HMEM;
   ExpectNoMatch("tx caps");
 }
 
@@ -987,7 +1001,7 @@ TEST_F(InfoTest, MismatchesAreLogged) {
   std::vector<std::string> logged;
   g_logged = &logged;
   SetMismatchLog([](const char* line) { g_logged->push_back(line); });
-  hints_->caps = FI_COLLECTIVE;
+  hints_->caps = FI_HMEM;
   ExpectNoMatch("caps");
   SetMismatchLog(nullptr);
   g_logged = nullptr;
