@@ -835,19 +835,9 @@ void FinishBeforeRemove(Ep* ep, fi_addr_t fa) {
   }
   rdm::PeerId p;
   if (ep->rdm == nullptr || !m.Find(fa, &p)) return;
+  // The ACK still owed for the peer's last messages goes out in the
+  // engine's RemovePeer (rdm::Endpoint::RemovePeer flushes it first).
   const driver::Clock& clock = driver::SteadyClock::Get();
-  // The peer's session ends without a word to it (rdm.h RemovePeer): the
-  // ACK we still owe it for its last messages goes out first, or the peer
-  // retransmits them until its peer timeout (Open MPI's ranks remove each
-  // other in MPI_Finalize right after their last message: the last rank to
-  // finish waited 10 s in fi_av_remove for an ACK that never came). A
-  // delayed ACK is due within ack_delay_ns; 10 ms bounds the wait.
-  const uint64_t ack_by = clock.NowNs() + ep->config.ack_delay_ns + 10'000'000;
-  for (;;) {
-    const std::optional<rdm::PeerStats> st = ep->rdm->peer_stats(p);
-    if (!st || st->unacked_packets == 0 || clock.NowNs() >= ack_by) break;
-    ProgressEp(ep);
-  }
   if (fa >= m.buffered.size() || !m.buffered[fa]) return;
   m.buffered[fa] = false;
   // Progress until the peer's operations are acknowledged, or the engine
