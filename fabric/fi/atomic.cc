@@ -183,7 +183,7 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
     const rdm::Result res = ep->rdm->Atomic(r);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.write);
-      ep->peers.NoteBuffered(a.dest);
+      ep->peers.NoteBuffered(AvEntry(ep->av, a.dest));
     }
     return static_cast<int>(res);
   }

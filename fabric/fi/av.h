@@ -42,6 +42,12 @@ struct Av {
 inline fi_addr_t RxIndexMask(int rx_ctx_bits) {
   return rx_ctx_bits == 0 ? ~fi_addr_t{0} : ~fi_addr_t{0} >> rx_ctx_bits;
 }
+// The AV entry an fi_addr names (fi_rx_addr's context index stripped):
+// what per-address state of an endpoint is kept by. FI_ADDR_NOTAVAIL stays.
+inline fi_addr_t AvEntry(const Av* av, fi_addr_t fa) {
+  if (av == nullptr || fa == FI_ADDR_NOTAVAIL) return fa;
+  return fa & RxIndexMask(av->rx_ctx_bits);
+}
 static_assert(offsetof(Av, fid) == 0);
 
 inline Av* AsAv(const void* f) { return As<Av>(f, FI_CLASS_AV); }

@@ -151,9 +151,11 @@ struct PeerMap {
     const uint32_t slot = p.slot();
     return slot < addr_of.size() ? addr_of[slot] : FI_ADDR_NOTAVAIL;
   }
-  // Per fi_addr: a buffered send or inject was posted to it (fi_av_remove
-  // lets those finish first), and a failure after such an operation's
-  // completion is owed to the next operation to it (no EQ to report it).
+  // Per AV entry (AvEntry: an fi_rx_addr's context index stripped, or a
+  // vector by fi_addr would reach 2^64): a buffered send or inject was
+  // posted to it (fi_av_remove lets those finish first), and a failure
+  // after such an operation's completion is owed to the next operation to
+  // it (no EQ to report it).
   std::vector<bool> buffered;
   std::vector<bool> late_error;
   void NoteBuffered(fi_addr_t fa) {

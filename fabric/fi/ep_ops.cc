@@ -119,7 +119,8 @@ bool ValidIov(const iovec* iov, size_t count, size_t* len) {
 // A failure reported after its operation's completion (a buffered send, an
 // inject) with no EQ bound to tell: the next operation to that peer fails
 // instead (progress.cc), once.
-bool TakeLateError(Ep* ep, fi_addr_t dest) {
+bool TakeLateError(Ep* ep, fi_addr_t to) {
+  const fi_addr_t dest = AvEntry(ep->av, to);
   if (dest >= ep->peers.late_error.size() || !ep->peers.late_error[dest]) return false;
   ep->peers.late_error[dest] = false;
   return true;
@@ -201,7 +202,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     const rdm::Result res = ep->rdm->Send(r);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.send);
-      ep->peers.NoteBuffered(dest);
+      ep->peers.NoteBuffered(AvEntry(ep->av, dest));
     }
     return Map(res);
   }
@@ -227,7 +228,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
                         len <= ep->config.inject_size && (!gather || len <= sizeof(gathered));
   if (buffered) {
     r.flags |= rdm::kSendBuffered;
-    ep->peers.NoteBuffered(dest);
+    ep->peers.NoteBuffered(AvEntry(ep->av, dest));
   } else {
     r.flags |= rdm::kSendAckNow;
   }
@@ -457,7 +458,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     const rdm::Result res = ep->rdm->Write(r);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.write);
-      ep->peers.NoteBuffered(dest);
+      ep->peers.NoteBuffered(AvEntry(ep->av, dest));
     }
     return Map(res);
   }

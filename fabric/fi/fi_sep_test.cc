@@ -118,8 +118,15 @@ struct Scalable {
   std::vector<fid_cq*> txcq, rxcq;
 
   void Open(Domain& d, size_t k) {
+    Create(d);
+    OpenContexts(d, k);
+  }
+  // The scalable endpoint and its AV, no context yet.
+  void Create(Domain& d) {
     ASSERT_EQ(fi_scalable_ep(d.domain, d.info, &sep, nullptr), 0);
     ASSERT_EQ(fi_scalable_ep_bind(sep, &d.av->fid, 0), 0);
+  }
+  void OpenContexts(Domain& d, size_t k) {
     tx.resize(k);
     rx.resize(k);
     txcq.resize(k);
@@ -244,6 +251,53 @@ void TwoThreads(const char* dev_a, const char* dev_b, bool own_queues) {
 }
 
 TEST(ScalableEndpoint, TwoThreadsOnTheDefaultDomain) { TwoThreads(kDefault, kDefault, true); }
+
+// Open MPI (mtl_ofi_enable_sep) publishes the scalable endpoint's name
+// before it enables the contexts: the name must be of ports that are the
+// endpoint's. Two fabrics on the default device know nothing of each
+// other's ports, as two processes: the second's run must move, and its
+// name say so, both after fi_enable(sep) and from fi_getname alone. Then a
+// message to a named receive context, and an inject to one (its
+// per-address state is kept by AV entry, not by an fi_addr with context
+// bits), arrive where they were sent.
+TEST(ScalableEndpoint, NamedBeforeItsContextsAreEnabled) {
+  constexpr size_t kContexts = 2;
+  Domain da, db;
+  da.Open(kDefault, kContexts);
+  db.Open(kDefault, kContexts);
+  Scalable a, b;
+  a.Create(da);
+  b.Create(db);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_EQ(fi_enable(a.sep), 0);
+  const std::vector<char> na = a.Name();
+  const std::vector<char> nb = b.Name();  // not enabled: named all the same
+  EXPECT_NE(na, nb) << "two scalable endpoints named with one run of ports";
+  a.OpenContexts(da, kContexts);
+  b.OpenContexts(db, kContexts);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(a.Name(), na);
+  EXPECT_EQ(b.Name(), nb);
+  fi_addr_t a_addr, b_addr;
+  ASSERT_EQ(fi_av_insert(da.av, nb.data(), 1, &b_addr, 0, nullptr), 1);
+  ASSERT_EQ(fi_av_insert(db.av, na.data(), 1, &a_addr, 0, nullptr), 1);
+  EXPECT_EQ(RunContext(a, b, b_addr, 1, 100), 100);
+  uint32_t got = 0, value = 42;
+  ASSERT_EQ(fi_recv(b.rx[1], &got, sizeof(got), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  ASSERT_EQ(fi_inject(a.tx[1], &value, sizeof(value), fi_rx_addr(b_addr, 1, kRxBits)), 0);
+  fi_cq_tagged_entry e;
+  ssize_t n = 0;
+  for (int spins = 0; n != 1 && spins < 50'000'000; ++spins) {
+    fi_cq_read(a.txcq[1], &e, 1);  // progresses the sender
+    n = fi_cq_read(b.rxcq[1], &e, 1);
+  }
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(got, 42u);
+  a.Close();
+  b.Close();
+  db.Close();
+  da.Close();
+}
 
 TEST(ScalableEndpoint, TwoThreadsOnSteeredQueues) { TwoThreads(kSteerA, kSteerB, true); }
 

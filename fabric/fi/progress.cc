@@ -170,6 +170,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
 // the next operation to that peer fails with -FI_EIO instead.
 void ReportAfterCompletion(Ep* ep, const rdm::ErrorCompletion& ec) {
   const fi_addr_t addr = ep->peers.AddrOf(ec.op.source);
+  const fi_addr_t entry = AvEntry(ep->av, addr);
   BYPASS_FI_WARN(FI_LOG_EP_DATA,
                  "a buffered send or inject failed after its completion (errno %d): %s\n", ec.err,
                  ec.message);
@@ -178,8 +179,8 @@ void ReportAfterCompletion(Ep* ep, const rdm::ErrorCompletion& ec) {
     return;
   }
   if (addr == FI_ADDR_NOTAVAIL) return;  // removed: nothing more goes to it
-  if (ep->peers.late_error.size() <= addr) ep->peers.late_error.resize(addr + 1);
-  ep->peers.late_error[addr] = true;
+  if (ep->peers.late_error.size() <= entry) ep->peers.late_error.resize(entry + 1);
+  ep->peers.late_error[entry] = true;
 }
 
 // A peer the engine gave up: an EQ error event naming it (its operations

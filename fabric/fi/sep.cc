@@ -38,6 +38,8 @@ uint16_t FreeRun(const Domain* d, uint32_t from, size_t n, const Sep* sep) {
   return 0;
 }
 
+int EnableSlots(Sep* sep);
+
 void SetBase(Sep* sep, uint16_t base) {
   sep->base_port = base;
   for (Ep* slot : sep->slots) {
@@ -125,7 +127,13 @@ int SepControl(fid* f, int command, void*) {
     BYPASS_FI_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an AV to the scalable endpoint first\n");
     return -FI_ENOAV;
   }
-  sep->enabled = true;  // its contexts are enabled one by one
+  // The run of ports is taken now, so that fi_getname after fi_enable names
+  // ports that are ours (Open MPI publishes the name before it enables the
+  // contexts); the contexts are enabled one by one.
+  if (!AnyEnabled(sep)) {
+    if (int ret = EnableSlots(sep); ret != 0) return ret;
+  }
+  sep->enabled = true;
   return 0;
 }
 
@@ -224,6 +232,12 @@ int SepGetName(fid_t f, void* addr, size_t* addrlen) {
   if (sep == nullptr) return BadFid(f, FI_CLASS_SEP);
   if (addrlen == nullptr) return -FI_EINVAL;
   DomainGuard g(sep->domain->lock);
+  // Named before fi_enable: the run is taken first (another process may
+  // hold the one it would try), once the AV that enabling needs is bound.
+  // Without an AV the name is the run it will try first.
+  if (sep->av != nullptr && !AnyEnabled(sep)) {
+    if (int ret = EnableSlots(sep); ret != 0) return ret;
+  }
   rdm::Address a;
   a.mac = sep->domain->dev->info().mac;
   a.ip = sep->loopback_name ? *sep->loopback_name : sep->domain->dev->info().ipv4;

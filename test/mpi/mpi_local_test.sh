@@ -1,7 +1,7 @@
 #!/bin/bash
 # Debian's Open MPI over bypass on one host with nothing configured but
 # FI_PROVIDER_PATH (the default domain): 4 ranks, then 2 with the MTL's
-# other AV type and tag layout; through the OFI MTL they
+# other AV type and tag layout, then 2 on a scalable endpoint; through the OFI MTL they
 # run mpi_check.c (ping-pong, bandwidth, collectives, ANY_SOURCE/ANY_TAG,
 # probes, cancel, one-sided through osc pt2pt with fences and locks, and a
 # receiver that starts late while the others send), each value checked.
@@ -29,4 +29,7 @@ run "4 ranks, the receiver 1 s late for 3 x 2000 messages" 4 1 2000
 # in remote CQ data (FI_REMOTE_CQ_DATA).
 EXTRA="--mca mtl_ofi_av table --mca mtl_ofi_tag_mode ofi_tag_full" \
   run "2 ranks, FI_AV_TABLE, ofi_tag_full" 2 0 100
+# Scalable endpoints (opt-in in the MTL): the name Open MPI publishes is
+# taken before its contexts are enabled (fabric/fi/sep.cc).
+EXTRA="--mca mtl_ofi_enable_sep 1" run "2 ranks, scalable endpoint" 2 0 100
 echo PASS
