@@ -95,4 +95,18 @@ std::string_view LinkStateName(LinkState s) {
   return "unknown";
 }
 
+std::string_view PeerLivenessName(PeerLiveness l) {
+  switch (l) {
+    case PeerLiveness::kUnknown:
+      break;
+    case PeerLiveness::kAlive:
+      return "alive";
+    case PeerLiveness::kDead:
+      return "dead";
+    case PeerLiveness::kNoDeathSeen:
+      return "no death seen";
+  }
+  return "unknown";
+}
+
 }  // namespace bypass::driver

@@ -96,6 +96,27 @@ struct DeviceOptions {
   int numa_node = -1;
 };
 
+// What a device can tell of the process behind a peer's address
+// (QueuePair::PeerAlive), for a peer that has gone silent.
+enum class PeerLiveness : uint8_t {
+  // The device cannot tell (NICs: a silent peer and a dead one look the
+  // same): the engine's peer timeout decides.
+  kUnknown,
+  // A process holds the address now (the intra-host device: the flock of
+  // the area the address is bound to). It may compute without calling in.
+  kAlive,
+  // The process that held the address is gone: the area's lock is free
+  // (the intra-host device), or its host answered "port unreachable" to
+  // a datagram sent there since we last heard from it (kernel UDP).
+  kDead,
+  // The device would report the process's exit while its host is up (the
+  // kernel UDP device: ICMP port unreachable) and has seen none since we
+  // last heard from it. Says nothing of a host that crashed or a path
+  // that broke (nothing answers then).
+  kNoDeathSeen,
+};
+std::string_view PeerLivenessName(PeerLiveness l);
+
 // Plain counters of one queue pair, summed on demand.
 struct QueueStats {
   uint64_t rx_packets = 0;
@@ -177,6 +198,14 @@ class QueuePair {
   // engine then authenticates its handshake with the intra-host key
   // (SECURITY.md). A cold path (once per handshake packet). Default: no.
   virtual bool ReachesSameHost(Ipv4Address /*ip*/, uint16_t /*udp_port*/) { return false; }
+  // Whether the process at ip:udp_port (a peer this queue sent to) still
+  // exists, as far as the device can tell (PeerLiveness). A cold path (a
+  // few system calls): the engine asks about a peer that stays silent
+  // while it has work for it, at most once per liveness interval
+  // (fabric/rdm/PROTOCOL.md, "Peer liveness"). Default: kUnknown.
+  virtual PeerLiveness PeerAlive(Ipv4Address /*ip*/, uint16_t /*udp_port*/) {
+    return PeerLiveness::kUnknown;
+  }
 };
 
 // One NIC port or virtual port. Open with OpenDevice.

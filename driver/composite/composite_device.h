@@ -66,6 +66,13 @@ class CompositeQueue final : public QueuePair {
   bool ReachesSameHost(Ipv4Address ip, uint16_t udp_port) override {
     return local_.Reaches(ip, udp_port);
   }
+  // The intra-host device's answer for an address bound on this host; the
+  // remote device's for any other (and for one of this host no longer
+  // bound: its frames go the remote way, and so does the question).
+  PeerLiveness PeerAlive(Ipv4Address ip, uint16_t udp_port) override {
+    const PeerLiveness l = local_.PeerAlive(ip, udp_port);
+    return l != PeerLiveness::kUnknown ? l : remote_.PeerAlive(ip, udp_port);
+  }
 
   // Whether a frame to ip:port goes through the intra-host device.
   bool IsLocal(Ipv4Address ip, uint16_t udp_port) { return local_.Reaches(ip, udp_port); }

@@ -50,6 +50,9 @@ class FaultQueue final : public QueuePair {
   bool ReachesSameHost(Ipv4Address ip, uint16_t port) override {
     return inner_.ReachesSameHost(ip, port);
   }
+  PeerLiveness PeerAlive(Ipv4Address ip, uint16_t port) override {
+    return inner_.PeerAlive(ip, port);
+  }
   absl::Status BindUdpPort(uint16_t port) override { return inner_.BindUdpPort(port); }
   void UnbindUdpPort(uint16_t port) override { inner_.UnbindUdpPort(port); }
 

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -339,6 +341,12 @@ uint16_t ShmQueue::TxBurst(absl::Span<Packet* const> pkts) {
   const uint16_t taken = Send(pkts);
   PacketPool::FreeToOwners(pkts.first(taken));
   return taken;
+}
+
+PeerLiveness ShmQueue::PeerAlive(Ipv4Address ip, uint16_t udp_port) {
+  const std::optional<std::string> area = registry_->Lookup(ip, udp_port);
+  if (!area) return PeerLiveness::kUnknown;
+  return AreaAlive(*area) ? PeerLiveness::kAlive : PeerLiveness::kDead;
 }
 
 bool ShmQueue::Reaches(Ipv4Address ip, uint16_t udp_port) {

@@ -66,6 +66,12 @@ class ShmQueue final : public QueuePair {
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;
   // Every peer of the intra-host device is on this host.
   bool ReachesSameHost(Ipv4Address, uint16_t) override { return true; }
+  // The area ip:port is bound to: kAlive while its owner holds its lock,
+  // kDead once the lock is free (the owner died; a process that closed its
+  // endpoint removed the link); kUnknown with no binding (never bound on
+  // this host, or unbound: a composite device asks its remote device then).
+  // A readlink, an open and a flock.
+  PeerLiveness PeerAlive(Ipv4Address ip, uint16_t udp_port) override;
 
   // For a composite device that sends some frames here and others to a NIC.
   // Whether a frame to ip:port would be delivered (answered from the cache:

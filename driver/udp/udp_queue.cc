@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/errqueue.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
 #include <unistd.h>
@@ -124,6 +125,9 @@ absl::Status UdpQueue::BindUdpPort(uint16_t port) {
     gro_ = false;
     ++counters_.rx_gro_refused;
   }
+  // ICMP errors for our datagrams come to the error queue (PeerAlive): an
+  // unconnected socket hears of none without it.
+  (void)setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
@@ -254,8 +258,74 @@ uint32_t UdpQueue::Receive(int fd, uint32_t m) {
     h.msg_flags = 0;
   }
   const int r = recvmmsg(fd, rx_msgs_, m, MSG_DONTWAIT, nullptr);
-  if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++counters_.rx_errors;
+  if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    // An ICMP error (IP_RECVERR) is reported once by the next receive, as
+    // the error itself; its details wait in the error queue.
+    if (errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH) {
+      DrainErrors(fd);
+    } else {
+      ++counters_.rx_errors;
+    }
+  }
+  if (r > 0 && num_unreachable_ > 0) {
+    for (int j = 0; j < r; ++j) Heard(rx_from_[j]);
+  }
   return r > 0 ? static_cast<uint32_t>(r) : 0;
+}
+
+void UdpQueue::DrainErrors(int fd) {
+  for (;;) {
+    sockaddr_in to{};
+    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in))];
+    msghdr h{};
+    h.msg_name = &to;
+    h.msg_namelen = sizeof(to);
+    h.msg_control = control;
+    h.msg_controllen = sizeof(control);
+    if (recvmsg(fd, &h, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return;  // drained
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+      if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_RECVERR) continue;
+      sock_extended_err ee;
+      std::memcpy(&ee, CMSG_DATA(c), sizeof(ee));
+      // ICMP destination unreachable (3), port unreachable (3): the host is
+      // up and nothing is bound there. Other errors (host unreachable, a
+      // full buffer) say nothing of the process.
+      if (ee.ee_origin != SO_EE_ORIGIN_ICMP || ee.ee_type != 3 || ee.ee_code != 3) continue;
+      if (h.msg_namelen < sizeof(to) || to.sin_family != AF_INET) continue;
+      ++counters_.rx_port_unreachable;
+      const uint64_t key = uint64_t{ntohl(to.sin_addr.s_addr)} << 16 | ntohs(to.sin_port);
+      bool known = false;
+      for (uint32_t i = 0; i < num_unreachable_ && !known; ++i) known = unreachable_[i] == key;
+      if (known) continue;
+      if (num_unreachable_ < kMaxUnreachable) {
+        unreachable_[num_unreachable_++] = key;
+      } else {
+        unreachable_[next_unreachable_] = key;
+        next_unreachable_ = (next_unreachable_ + 1) % kMaxUnreachable;
+      }
+    }
+  }
+}
+
+void UdpQueue::Heard(const sockaddr_in& from) {
+  const uint64_t key = uint64_t{ntohl(from.sin_addr.s_addr)} << 16 | ntohs(from.sin_port);
+  for (uint32_t i = 0; i < num_unreachable_; ++i) {
+    if (unreachable_[i] != key) continue;
+    unreachable_[i] = unreachable_[--num_unreachable_];
+    next_unreachable_ = 0;
+    return;
+  }
+}
+
+PeerLiveness UdpQueue::PeerAlive(Ipv4Address ip, uint16_t udp_port) {
+  for (uint32_t i = 0; i < num_bound_; ++i) {
+    if (bound_[i].group == 0) DrainErrors(bound_[i].fd);
+  }
+  const uint64_t key = uint64_t{ip.value} << 16 | udp_port;
+  for (uint32_t i = 0; i < num_unreachable_; ++i) {
+    if (unreachable_[i] == key) return PeerLiveness::kDead;
+  }
+  return PeerLiveness::kNoDeathSeen;
 }
 
 void UdpQueue::ReadControl(uint32_t j, uint8_t* tos, uint32_t* segment) {

@@ -32,7 +32,10 @@ struct UdpCounters {
   uint64_t tx_send_errors = 0;    // sendmmsg refused it for a reason other than a full buffer
   uint64_t rx_truncated = 0;      // a datagram longer than the MTU allows (also rx_dropped)
   uint64_t rx_no_buffer = 0;      // RxBurst calls that found the pool empty
-  uint64_t rx_errors = 0;         // recvmmsg failures other than "nothing there"
+  uint64_t rx_errors = 0;         // recvmmsg failures other than "nothing there" and ICMP
+  // ICMP port unreachable for a destination of ours (IP_RECVERR): its
+  // process is gone (PeerAlive says kDead until it is heard from again).
+  uint64_t rx_port_unreachable = 0;
   // 1 once the kernel refused UDP_SEGMENT (EINVAL/EIO) and TX went back to
   // one datagram per frame for good; likewise UDP_GRO for RX.
   uint64_t tx_gso_refused = 0;
@@ -101,6 +104,12 @@ class UdpQueue final : public QueuePair {
   absl::Status JoinGroup(Ipv4Address group, uint16_t port) override;
   void LeaveGroup(Ipv4Address group, uint16_t port) override;
   bool LoopsMulticast() const override { return true; }
+  // kDead when the host of ip:udp_port answered a datagram of ours with
+  // ICMP port unreachable (read from the endpoint sockets' error queues,
+  // IP_RECVERR) and nothing came from ip:udp_port since; kNoDeathSeen
+  // otherwise: a process that exits while its host is up is reported, a
+  // host that crashes or a path that breaks is not.
+  PeerLiveness PeerAlive(Ipv4Address ip, uint16_t udp_port) override;
 
   const UdpCounters& counters() const { return counters_; }
   // Whether GSO and GRO are in use (not off by the URI, not refused).
@@ -132,6 +141,16 @@ class UdpQueue final : public QueuePair {
   };
 
   UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool, UdpOffloads offloads);
+
+  // Destinations whose host said "port unreachable" since they were last
+  // heard from (ip << 16 | port), at most kMaxUnreachable, oldest replaced.
+  static constexpr uint32_t kMaxUnreachable = 64;
+  // Reads the error queue of socket fd (IP_RECVERR), noting destinations
+  // whose port is unreachable.
+  void DrainErrors(int fd);
+  // A datagram came from `from`: it is not gone (called only while some
+  // destination is noted unreachable).
+  void Heard(const sockaddr_in& from);
 
   // Index in bound_ of the endpoint socket of `port` (group 0), or of the
   // socket of group:port; -1 when there is none.
@@ -189,6 +208,9 @@ class UdpQueue final : public QueuePair {
   uint32_t rx_next_ = 0;  // the socket RxBurst starts at, round-robin
   QueueStats stats_;
   UdpCounters counters_;
+  uint64_t unreachable_[kMaxUnreachable] = {};
+  uint32_t num_unreachable_ = 0;
+  uint32_t next_unreachable_ = 0;  // the slot replaced when all are taken
 
   // Scratch of the burst calls, made once here so the hot path allocates
   // nothing.

@@ -128,6 +128,9 @@ Settings ReadSettings() {
   if (auto v = ParamInt("window")) c.window_packets = static_cast<uint32_t>(*v);
   if (auto v = ParamInt("rto_min_us")) c.rto_min_ns = static_cast<uint64_t>(*v) * 1000;
   if (auto v = ParamInt("peer_timeout_ms")) c.peer_timeout_ns = static_cast<uint64_t>(*v) * 1'000'000;
+  if (auto v = ParamInt("silent_peer_timeout_ms")) {
+    c.silent_peer_timeout_ns = static_cast<uint64_t>(*v) * 1'000'000;
+  }
   // Receiver not ready: a message its receiver refuses (no receive, no
   // room) is sent again with backoff up to rnr_retry_max for as long as the
   // receiver answers (MPI requires a send to complete however late its

@@ -152,7 +152,11 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
   DefineParam("window", FI_PARAM_INT, "Receive window per peer in packets, 1..256 (default 128)");
   DefineParam("rto_min_us", FI_PARAM_INT, "Minimum retransmit timeout in microseconds (default 1000)");
   DefineParam("peer_timeout_ms", FI_PARAM_INT,
-              "Silence with work pending before a peer's operations fail (default 10000)");
+              "Silence with work pending before a peer's operations fail, for a peer whose device "
+              "cannot tell whether its process lives (NICs; default 10000)");
+  DefineParam("silent_peer_timeout_ms", FI_PARAM_INT,
+              "The same for a peer on another host over kernel UDP, whose process's exit its "
+              "host would report (port unreachable); 0: never (default 900000)");
   DefineParam("rnr_retry_max_us", FI_PARAM_INT,
               "Longest wait between retries of a message its receiver refused for lack of room, "
               "in microseconds (default 10000)");

@@ -153,7 +153,19 @@ struct EndpointConfig {
   // a send whose receiver posts late. Non-zero (opt-in): a send refused
   // this long completes in error (ENOSPC); the session goes on.
   uint64_t rnr_give_up_ns = 0;
-  uint64_t peer_timeout_ns = 2'000'000'000;  // silence with work pending: fail it
+  // Silence with work pending: fail it (ETIMEDOUT), for a peer whose
+  // device cannot tell whether its process lives (driver::PeerLiveness
+  // kUnknown: NICs). A silent peer is asked about (QueuePair::PeerAlive)
+  // every min(peer_timeout_ns / 4, 100 ms) of silence: one whose process
+  // the device sees alive (the intra-host device) is never given up, one
+  // whose process is gone fails at once (ECONNRESET), and one whose death
+  // the device would have seen and did not (kernel UDP) is given up after
+  // silent_peer_timeout_ns (PROTOCOL.md, "Peer liveness").
+  uint64_t peer_timeout_ns = 2'000'000'000;
+  // 0: never. The default is about when Linux TCP gives up retransmitting
+  // (tcp_retries2 = 15): a crashed host or a broken path is reported by
+  // nothing else.
+  uint64_t silent_peer_timeout_ns = 900'000'000'000;
   // At most one RESET per source per interval (for up to 32 sources drawing
   // RESETs at once; more are each answered as if new).
   uint64_t reset_interval_ns = 100'000;

@@ -36,6 +36,10 @@ struct DeviceParams {
   // (SECURITY.md); null: none is.
   bool (*reaches_same_host)(void* arg, driver::Ipv4Address ip, uint16_t port) = nullptr;
   void* reaches_same_host_arg = nullptr;
+  // QueuePair::PeerAlive: whether a silent peer's process still exists
+  // (Engine::CheckSilence); null: kUnknown, the peer timeout decides.
+  driver::PeerLiveness (*peer_alive)(void* arg, driver::Ipv4Address ip, uint16_t port) = nullptr;
+  void* peer_alive_arg = nullptr;
 };
 
 // SplitMix64: the engine's pseudo-random numbers (initial PSNs; region keys

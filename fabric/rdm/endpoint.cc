@@ -40,6 +40,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const dri
     return static_cast<driver::QueuePair*>(qp)->ReachesSameHost(ip, udp_port);
   };
   dev.reaches_same_host_arg = &port.qp();
+  dev.peer_alive = [](void* qp, driver::Ipv4Address ip, uint16_t udp_port) {
+    return static_cast<driver::QueuePair*>(qp)->PeerAlive(ip, udp_port);
+  };
+  dev.peer_alive_arg = &port.qp();
   SharedMatch* shared = nullptr;
   if (config.shared_recv != nullptr) {
     if (&config.shared_recv->port() != &port) {

@@ -508,19 +508,59 @@ void Engine::RunTimers() {
     const bool awaited = reliability.OnlyWaiting(pi) ||
                          (messaging.AwaitsFrom(pi) && reliability.tx(pi).inflight() == 0);
     session.RunTimers(pi, awaited && session[pi].established(), &next);
-    const uint64_t silent_until = session[pi].activity_ns + ctx.config.peer_timeout_ns;
-    if (Busy(pi) && silent_until <= ctx.now) {
-      ++ctx.counters.peer_timeouts;
-      char why[96];
-      std::snprintf(why, sizeof(why), "did not answer for %.3f s; operation timed out",
-                    static_cast<double>(ctx.config.peer_timeout_ns) / 1e9);
-      FailPeer(pi, ETIMEDOUT, why, /*keep_unsent=*/false);
-      PeerTimedOut(pi, why);
-    }
-    if (Busy(pi)) next = std::min(next, session[pi].activity_ns + ctx.config.peer_timeout_ns);
+    if (Busy(pi)) CheckSilence(pi, &next);
   }
   ctx.next_timer_ns = std::min(ctx.next_timer_ns, next);
   AfterFreeing();
+}
+
+uint64_t Engine::LivenessInterval() const {
+  return std::max<uint64_t>(1, std::min<uint64_t>(ctx.config.peer_timeout_ns / 4, 100'000'000));
+}
+
+void Engine::CheckSilence(uint32_t pi, uint64_t* next) {
+  SessionPeer& s = session[pi];
+  const uint64_t silent = ctx.now - std::min(ctx.now, s.activity_ns);
+  const uint64_t interval = LivenessInterval();
+  using driver::PeerLiveness;
+  PeerLiveness l = PeerLiveness::kUnknown;
+  if (ctx.dev.peer_alive != nullptr) {
+    const bool asked = s.liveness_at_ns > s.activity_ns;  // during this silence
+    const uint64_t due = asked ? s.liveness_at_ns + interval : s.activity_ns + interval;
+    if (ctx.now >= due) {
+      const Address& a = session.address(pi);
+      s.liveness = ctx.dev.peer_alive(ctx.dev.peer_alive_arg, a.ip, a.udp_port);
+      s.liveness_at_ns = ctx.now;
+      ++ctx.counters.liveness_checks;
+      *next = std::min(*next, ctx.now + interval);
+    } else {
+      *next = std::min(*next, due);
+    }
+    if (s.liveness_at_ns > s.activity_ns) l = s.liveness;
+  }
+  char why[112];
+  if (l == PeerLiveness::kDead) {
+    // Sooner than any timeout, and certain: nothing will answer.
+    ++ctx.counters.peers_dead;
+    std::snprintf(why, sizeof(why), "is gone (its process exited; silent %.3f s); operation aborted",
+                  static_cast<double>(silent) / 1e9);
+    FailPeer(pi, ECONNRESET, why, /*keep_unsent=*/false);
+    PeerGone(pi, ECONNRESET, why);
+    return;
+  }
+  uint64_t limit = ctx.config.peer_timeout_ns;
+  if (l == PeerLiveness::kAlive) limit = 0;  // computing, not gone: MPI ranks do for minutes
+  if (l == PeerLiveness::kNoDeathSeen) limit = ctx.config.silent_peer_timeout_ns;
+  if (limit == 0) return;
+  if (silent < limit) {
+    *next = std::min(*next, s.activity_ns + limit);
+    return;
+  }
+  ++ctx.counters.peer_timeouts;
+  std::snprintf(why, sizeof(why), "did not answer for %.3f s; operation timed out",
+                static_cast<double>(limit) / 1e9);
+  FailPeer(pi, ETIMEDOUT, why, /*keep_unsent=*/false);
+  PeerGone(pi, ETIMEDOUT, why);
 }
 
 // ---- Transmitting.
@@ -577,12 +617,12 @@ void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
   reliability.RestartTx(pi);
 }
 
-void Engine::PeerTimedOut(uint32_t pi, const char* why) {
-  messaging.FailDirected(pi, ETIMEDOUT, why);
+void Engine::PeerGone(uint32_t pi, int err, const char* why) {
+  messaging.FailDirected(pi, err, why);
   if (peer_failures_.size() >= ctx.config.max_peers) peer_failures_.pop_front();
   PeerFailure& f = peer_failures_.emplace_back();
   f.peer = session.peers().Id(pi);
-  f.err = ETIMEDOUT;
+  f.err = err;
   completions.NamePeer(f.message, sizeof(f.message), pi, why);
 }
 

@@ -140,9 +140,18 @@ class Engine : private Stages {
   void FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent);
   // Ends op o (in no list) because its session ended (kOpTraits' on_fail).
   void FailOp(uint32_t o, int err, const char* why);
-  // Peer pi timed out: its directed receives fail too, and the failure is
-  // queued for PollPeerFailures (at most max_peers; the oldest go first).
-  void PeerTimedOut(uint32_t pi, const char* why);
+  // A busy peer's silence (PROTOCOL.md, "Peer liveness"): the device is
+  // asked whether its process lives once per LivenessInterval of silence;
+  // gone: it fails at once (ECONNRESET); alive: never timed out; otherwise
+  // timed out (ETIMEDOUT) after peer_timeout_ns, or silent_peer_timeout_ns
+  // when the device would have seen its death. Lowers *next to its
+  // deadlines.
+  void CheckSilence(uint32_t pi, uint64_t* next);
+  uint64_t LivenessInterval() const;
+  // Peer pi is given up (err: ETIMEDOUT, ECONNRESET): its directed receives
+  // fail too, and the failure is queued for PollPeerFailures (at most
+  // max_peers; the oldest go first).
+  void PeerGone(uint32_t pi, int err, const char* why);
 
   std::deque<PeerFailure> peer_failures_;
 };

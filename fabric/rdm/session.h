@@ -61,6 +61,11 @@ struct SessionPeer {
   uint64_t activity_ns = 0;   // last heard from, or when work began
   uint64_t probe_due_ns = 0;  // next liveness probe while only waiting
   bool probe_owed = false;    // the next ACK asks for one back (kFlagAckReq)
+  // The device's last answer about its process (Engine::CheckSilence), and
+  // when it was asked: an answer older than activity_ns is of an earlier
+  // silence and counts for nothing.
+  uint64_t liveness_at_ns = 0;
+  driver::PeerLiveness liveness = driver::PeerLiveness::kUnknown;
 
   // Where it is: its frames came through memory this host's processes
   // share (kRxSameHost), so our rendezvous requests offer to be read in

@@ -58,6 +58,9 @@ class TapQueue final : public driver::QueuePair {
   bool ReachesSameHost(driver::Ipv4Address ip, uint16_t port) override {
     return inner_.ReachesSameHost(ip, port);
   }
+  driver::PeerLiveness PeerAlive(driver::Ipv4Address ip, uint16_t port) override {
+    return inner_.PeerAlive(ip, port);
+  }
   // Clears kRxSameHost on received frames (as a remote device's would be).
   void set_strip_same_host(bool strip) { strip_same_host_ = strip; }
 

@@ -318,6 +318,8 @@ struct Counters {
   uint64_t peer_restarts = 0;  // a peer came back with a new incarnation
   uint64_t peer_resets = 0;    // sessions torn down by a RESET or re-HELLO
   uint64_t peer_timeouts = 0;  // sessions given up after peer_timeout
+  uint64_t peers_dead = 0;     // sessions ended because the device said the process is gone
+  uint64_t liveness_checks = 0;  // questions to the device about a silent peer (PeerAlive)
   uint64_t resets_sent = 0;
   uint64_t ops_failed = 0;  // operations completed in error by the above
   // Receive queues.
