@@ -191,6 +191,37 @@ TEST_F(ShmTest, DeadHolderIsReplacedAtBind) {
   EXPECT_FALSE(Exists(AreaPath(area)));
 }
 
+// PeerAlive: a bound port whose process lives is kAlive however long it
+// sleeps; kDead once it is killed (its area's lock is free, its link still
+// there); kUnknown for a port nobody bound.
+TEST_F(ShmTest, PeerAliveFollowsTheHoldersLock) {
+  auto a = OpenAt(kIpA);
+  ASSERT_TRUE(a);
+  const Ipv4Address child_ip = *Ipv4Address::Parse("10.88.0.1");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    DeviceOptions opts;
+    opts.pool_buffers = 64;
+    auto dev = shm::Open(*DeviceUri::Parse(absl::StrCat("shm:", dir_, ",ip=10.88.0.1")), opts);
+    if (!dev.ok() || !(*dev)->queue(0).BindUdpPort(6002).ok()) _exit(1);
+    if (write(fds[1], "b", 1) != 1) _exit(1);
+    pause();  // silent: no call into the device at all
+    _exit(0);
+  }
+  close(fds[1]);
+  char c;
+  ASSERT_EQ(read(fds[0], &c, 1), 1);
+  close(fds[0]);
+  EXPECT_EQ(a->queue(0).PeerAlive(child_ip, 6002), PeerLiveness::kAlive);
+  EXPECT_EQ(a->queue(0).PeerAlive(child_ip, 6003), PeerLiveness::kUnknown);
+  kill(child, SIGKILL);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  EXPECT_EQ(a->queue(0).PeerAlive(child_ip, 6002), PeerLiveness::kDead);
+}
+
 TEST_F(ShmTest, StaleAreaFilesAndLinksAreReclaimedAtOpen) {
   // An area file of ours nobody holds a lock on, and a link to it.
   const std::string stale = AreaName(geteuid(), 0x7ffffff0, 0x12345678);

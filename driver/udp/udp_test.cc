@@ -194,6 +194,43 @@ TEST_F(UdpPairTest, FrameFromAnUnboundSourcePortIsDroppedAndCounted) {
   EXPECT_EQ(Arrivals(), 0u);
 }
 
+// PeerAlive: a port its host answers with ICMP port unreachable is a peer
+// gone (kDead) until a datagram comes from it again; any other address is
+// kNoDeathSeen (the device would have seen an exit; it has not).
+TEST_F(UdpPairTest, PortUnreachableSaysThePeerIsGoneUntilItIsHeardFrom) {
+  ASSERT_NO_FATAL_FAILURE(Open({}, {}));
+  const Ipv4Address b_ip = b_->info().ipv4;
+  EXPECT_EQ(a_->queue(0).PeerAlive(b_ip, kDst), PeerLiveness::kNoDeathSeen);
+  b_->queue(0).UnbindUdpPort(kDst);  // its process is gone: the socket closed
+  Packet* p = Alloc();
+  ASSERT_TRUE(WriteTestFrame(p, FlowBetween(*a_, *b_, kDst), 1, 100));
+  ASSERT_EQ(a_->queue(0).TxBurst({&p, 1}), 1);
+  PeerLiveness l = PeerLiveness::kNoDeathSeen;
+  for (int i = 0; i < 2000 && l != PeerLiveness::kDead; ++i) {
+    Packet* scratch[8];
+    a_->queue(0).FreeBulk({scratch, a_->queue(0).RxBurst(scratch)});
+    l = a_->queue(0).PeerAlive(b_ip, kDst);
+    if (l != PeerLiveness::kDead) usleep(1000);
+  }
+  EXPECT_EQ(l, PeerLiveness::kDead);
+  EXPECT_GE(Q(*a_).counters().rx_port_unreachable, 1u);
+  EXPECT_EQ(Q(*a_).counters().rx_errors, 0u) << "an ICMP error is not a receive error";
+  EXPECT_EQ(a_->queue(0).PeerAlive(b_ip, kDst + 1), PeerLiveness::kNoDeathSeen);
+  // It comes back (a new process on the port) and sends: no longer gone.
+  ASSERT_TRUE(b_->queue(0).BindUdpPort(kDst).ok());
+  UdpFlow back = FlowBetween(*b_, *a_, kSrc);
+  back.src_port = kDst;
+  Packet* q = nullptr;
+  ASSERT_TRUE(b_->queue(0).AllocBulk({&q, 1}));
+  ASSERT_TRUE(WriteTestFrame(q, back, 2, 100));
+  ASSERT_EQ(b_->queue(0).TxBurst({&q, 1}), 1);
+  Pump pump(Budget());
+  std::vector<Packet*> got = pump.Receive(a_->queue(0), 1);
+  ASSERT_EQ(got.size(), 1u);
+  a_->queue(0).FreeBulk(got);
+  EXPECT_EQ(a_->queue(0).PeerAlive(b_ip, kDst), PeerLiveness::kNoDeathSeen);
+}
+
 TEST_F(UdpPairTest, NonUdpFramesAreDroppedInOrder) {
   ASSERT_NO_FATAL_FAILURE(Open({}, {}));
   const uint32_t level = a_->queue(0).PoolAvailable();

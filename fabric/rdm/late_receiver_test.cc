@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fabric/rdm/rdm.h"
@@ -199,6 +200,58 @@ TEST(LateReceiverTest, ASenderRefusedByAReceiverThatDiesGetsTheErrorWithItsConte
   EXPECT_EQ(failed, (std::vector<const void*>{&f.contexts[1], &f.contexts[2]}));
   EXPECT_EQ(net.ep(0).counters().rnr_give_ups, 0u);
   EXPECT_EQ(net.ep(0).counters().peer_timeouts, 1u);
+}
+
+// A receiver that makes no call at all (an MPI rank computing) while a
+// send waits for it, for six peer timeouts: its device says its process
+// lives (as the intra-host device does), so nothing is given up, and the
+// send completes once it progresses again. Then the device says it is gone
+// (its lock freed): the next send fails at once with ECONNRESET, long
+// before the peer timeout.
+TEST(LateReceiverTest, ASilentLiveReceiverIsWaitedForAndADeadOneFailsAtOnce) {
+  NetOptions o = ShortIntervals(2);
+  Net net(o);
+  driver::PeerLiveness says = driver::PeerLiveness::kAlive;
+  net.tap(0).set_peer_alive([&](driver::Ipv4Address, uint16_t) { return says; });
+  bool silent = true;
+  net.tap(1).set_filter([&](const wire::View*) { return !silent; });  // hears nothing
+  Flow f(0, 1);
+  StartFlow(net, &f, 1, 64);
+  const uint64_t start = net.clock().NowNs();
+  ASSERT_TRUE(net.RunUntil(
+      [&] { return net.clock().NowNs() - start >= 6 * o.config.peer_timeout_ns; }, 1'000'000));
+  std::vector<Completion> ok;
+  std::vector<ErrorCompletion> err;
+  Drain(net.ep(0), &ok, &err);
+  EXPECT_TRUE(ok.empty() && err.empty()) << "the send must wait for its receiver";
+  EXPECT_EQ(net.ep(0).counters().peer_timeouts, 0u);
+  EXPECT_GT(net.ep(0).counters().liveness_checks, 0u);
+  silent = false;
+  Received got;
+  ASSERT_TRUE(ReceiveAll(net, 1, {0}, 1, 64, &got));
+  EXPECT_EQ(got.wrong, 0);
+  ASSERT_TRUE(SendsDone(net, f, &ok, &err));
+  ASSERT_TRUE(err.empty()) << err[0].message;
+  EXPECT_EQ(ok[0].context, &f.contexts[0]);
+
+  silent = true;
+  says = driver::PeerLiveness::kDead;
+  Flow g(0, 1);
+  StartFlow(net, &g, 2, 64);
+  ok.clear();
+  const uint64_t died = net.clock().NowNs();
+  ASSERT_TRUE(SendsDone(net, g, &ok, &err));
+  ASSERT_EQ(err.size(), 2u);
+  EXPECT_LT(net.clock().NowNs() - died, o.config.peer_timeout_ns) << "the death, not the timeout";
+  for (const ErrorCompletion& e : err) {
+    EXPECT_EQ(e.err, ECONNRESET) << e.message;
+    EXPECT_NE(std::string(e.message).find("is gone"), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(net.ep(0).counters().peers_dead, 1u);
+  EXPECT_EQ(net.ep(0).counters().peer_timeouts, 0u);
+  PeerFailure pf[2];
+  ASSERT_EQ(net.ep(0).PollPeerFailures(pf), 1u);
+  EXPECT_EQ(pf[0].err, ECONNRESET);
 }
 
 // Two receivers share one unexpected budget (as the endpoints of a fi

@@ -58,8 +58,11 @@ class TapQueue final : public driver::QueuePair {
   bool ReachesSameHost(driver::Ipv4Address ip, uint16_t port) override {
     return inner_.ReachesSameHost(ip, port);
   }
+  // What the device says of a silent peer: `alive` if set, else inside.
+  using Liveness = std::function<driver::PeerLiveness(driver::Ipv4Address ip, uint16_t port)>;
+  void set_peer_alive(Liveness alive) { alive_ = std::move(alive); }
   driver::PeerLiveness PeerAlive(driver::Ipv4Address ip, uint16_t port) override {
-    return inner_.PeerAlive(ip, port);
+    return alive_ ? alive_(ip, port) : inner_.PeerAlive(ip, port);
   }
   // Clears kRxSameHost on received frames (as a remote device's would be).
   void set_strip_same_host(bool strip) { strip_same_host_ = strip; }
@@ -72,6 +75,7 @@ class TapQueue final : public driver::QueuePair {
   uint64_t alloc_calls_ = 0;
   ReadPeer read_;
   uint64_t read_calls_ = 0;
+  Liveness alive_;
   bool strip_same_host_ = false;
 };
 
