@@ -150,4 +150,53 @@ CONFORMANCE_CASE(mp_peer_dies, kShm) {
   Receive(c, p.b, 6, 8, 'y');
 }
 
+// (Issue 21, fabric/fi/README.md "Silent and dead peers"; these two are
+// here to share this file's two-process harness.) A peer that makes no
+// libfabric call for longer than the peer timeout (2.5 s; the harness sets
+// FI_BYPASS_PEER_TIMEOUT_MS=2000) while our send waits for it, an MPI rank
+// computing: the send completes, without error, once it progresses.
+CONFORMANCE_CASE(mp_silent_peer_waited_for, kShm) {
+  const Child child = Spawn(c.prov(), [](Ctx& cc, Ep& e, fi_addr_t parent, int) {
+    Receive(cc, e, 1, 8, 'a');
+    Send(cc, e, parent, 2, 8, 'b');
+    usleep(2'500'000);  // no call at all
+    Receive(cc, e, 3, 8, 'c');
+  });
+  fi_info* i = c.Info(c.Hints(FI_MSG | FI_TAGGED));
+  Ep e = c.OpenEp(c.Domain(c.Fabric(i), i), i);
+  const fi_addr_t peer = Meet(c, child, e);
+  Send(c, e, peer, 1, 8, 'a');
+  Receive(c, e, 2, 8, 'b');
+  Send(c, e, peer, 3, 8, 'c');  // waits for the silent peer; fails on a timeout
+  Await(child);
+}
+
+// A peer SIGKILLed with our send toward it pending: the send fails with
+// FI_ECONNRESET (the peer is gone), once, with its op_context.
+CONFORMANCE_CASE(mp_killed_peer_resets, kShm) {
+  const Child child = Spawn(c.prov(), [](Ctx& cc, Ep& e, fi_addr_t parent, int) {
+    Receive(cc, e, 1, 8, 'a');
+    Send(cc, e, parent, 2, 8, 'b');
+    for (;;) pause();  // until killed
+  });
+  fi_info* i = c.Info(c.Hints(FI_MSG | FI_TAGGED));
+  Ep e = c.OpenEp(c.Domain(c.Fabric(i), i), i);
+  const fi_addr_t peer = Meet(c, child, e);
+  Send(c, e, peer, 1, 8, 'a');
+  Receive(c, e, 2, 8, 'b');
+  kill(child.pid, SIGKILL);
+  int status;
+  waitpid(child.pid, &status, 0);
+  const std::vector<char> out = Pattern(64, 'x');
+  int ctx;
+  c.Post("fi_tsend to the killed peer",
+         [&] { return fi_tsend(e.ep, out.data(), out.size(), nullptr, peer, 5, &ctx); });
+  const Completion s = c.Wait(e.tx, "the send to the killed peer");
+  CHECK(s.error, "the send to the killed peer completed without error");
+  CHECK(s.err.op_context == &ctx, "the error has another op_context");
+  CHECK(s.err.err == FI_ECONNRESET, "the error is " << Err(s.err.err) << ", not FI_ECONNRESET");
+  Completion extra;
+  CHECK(!c.Poll(e.tx, &extra, 200), "a second completion for the send to the killed peer");
+}
+
 }  // namespace bypass::fi::conformance
