@@ -276,7 +276,8 @@ uint32_t UdpQueue::Receive(int fd, uint32_t m) {
 void UdpQueue::DrainErrors(int fd) {
   for (;;) {
     sockaddr_in to{};
-    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in))];
+    // The error and its offender, after the IP_TOS of the original (IP_RECVTOS).
+    alignas(cmsghdr) uint8_t control[256];
     msghdr h{};
     h.msg_name = &to;
     h.msg_namelen = sizeof(to);
@@ -285,6 +286,9 @@ void UdpQueue::DrainErrors(int fd) {
     if (recvmsg(fd, &h, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return;  // drained
     for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
       if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_RECVERR) continue;
+      if ((h.msg_flags & MSG_CTRUNC) != 0 || c->cmsg_len < CMSG_LEN(sizeof(sock_extended_err))) {
+        continue;
+      }
       sock_extended_err ee;
       std::memcpy(&ee, CMSG_DATA(c), sizeof(ee));
       // ICMP destination unreachable (3), port unreachable (3): the host is
