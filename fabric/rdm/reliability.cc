@@ -568,6 +568,7 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
     ++ctx_.counters.reorder_buffer_full;
     return Arrival::kDropped;
   }
+  ++ctx_.counters.out_of_order_held;
   ++ctx_.peer_counters(pi).out_of_order;
   h.pkt = pkt;
   h.type = v.common.type;

@@ -281,6 +281,7 @@ struct Counters {
   uint64_t duplicates_dropped = 0;  // DATA already received
   uint64_t out_of_window_dropped = 0;
   uint64_t reorder_buffer_full = 0;  // out-of-order DATA dropped: no room to hold it
+  uint64_t out_of_order_held = 0;    // out-of-order DATA held for a gap before it
   // Rejected frames.
   uint64_t malformed_dropped = 0;   // failed the parser (not counting checksum)
   uint64_t checksum_dropped = 0;    // CRC-32C (or IPv4 header) mismatch: corruption
