@@ -74,7 +74,7 @@ void LossyPair::Publish() {
 }
 
 std::map<std::string, uint64_t> JsonNumbers(const std::string& json) {
-  static const std::regex kNumber("\"(\\w+)\": (\\d+)");
+  static const std::regex kNumber("\"(\\w+)\":\\s*(\\d+)");
   std::map<std::string, uint64_t> out;
   for (std::sregex_iterator it(json.begin(), json.end(), kNumber), end; it != end; ++it) {
     uint64_t v = 0;
@@ -84,13 +84,13 @@ std::map<std::string, uint64_t> JsonNumbers(const std::string& json) {
 }
 
 std::vector<uint64_t> JsonArray(const std::string& json, const std::string& name) {
-  const std::regex array("\"" + name + "\": \\[([0-9, ]*)\\]");
+  const std::regex array("\"" + name + "\":\\s*\\[([0-9, ]*)\\]");
   std::smatch m;
   std::vector<uint64_t> out;
   if (!std::regex_search(json, m, array)) return out;
-  for (absl::string_view part : absl::StrSplit(m[1].str(), ", ", absl::SkipEmpty())) {
+  for (absl::string_view part : absl::StrSplit(m[1].str(), ',', absl::SkipEmpty())) {
     uint64_t v = 0;
-    if (absl::SimpleAtoi(part, &v)) out.push_back(v);
+    if (absl::SimpleAtoi(part, &v)) out.push_back(v);  // SimpleAtoi skips the spaces
   }
   return out;
 }
