@@ -47,6 +47,11 @@ TEST(TelemetryTest, DpdkTelemetryReadsTheCountersOfALossyRun) {
   // the device, which starts the EAL, after).
   ASSERT_TRUE(Enable().ok());
   const std::string prefix = absl::StrCat("bypass-tel", getpid());
+  // DPDK removes its socket at exit; its runtime directory stays: removed
+  // after that (handlers registered earlier run later).
+  static std::string runtime_dir;
+  runtime_dir = RuntimeDir(prefix);
+  std::atexit([] { rmdir(runtime_dir.c_str()); });
   std::vector<std::string> args = {"app", "--no-pci", "--no-huge", "-m", "128", "--no-shconf",
                                    "--log-level=*:warning", "--file-prefix=" + prefix};
   std::vector<char*> argv;
@@ -90,8 +95,6 @@ TEST(TelemetryTest, DpdkTelemetryReadsTheCountersOfALossyRun) {
     std::printf("dpdk-telemetry.py is not installed: the script's check is skipped\n");
   }
   rte_eal_cleanup();
-  unlink(socket.c_str());
-  rmdir(RuntimeDir(prefix).c_str());
 }
 
 }  // namespace
