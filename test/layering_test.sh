@@ -27,7 +27,6 @@ for f in "$@"; do
       hugepage/*) [[ "$inc" =~ ^(driver|fabric|tools)/ ]] && why="hugepage/ depends on nothing above it" ;;
       driver/*) [[ "$inc" =~ ^(fabric|tools)/ ]] && why="driver/ depends on nothing above it" ;;
       fabric/*) [[ "$inc" =~ ^tools/ ]] && why="fabric/ depends on nothing in tools/" ;;
-      tools/*|fabric/*|driver/*|hugepage/*) [[ "$inc" =~ ^examples/ ]] && why="nothing depends on examples/" ;;
     esac
     # DPDK applications embedding bypass own their EAL: examples/ and the
     # tests that stand for such an application.
