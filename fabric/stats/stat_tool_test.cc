@@ -1,6 +1,5 @@
 // bypass-stat reads a process's counters from its stats socket during a
 // lossy run, and after it exactly what the engines counted.
-#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -20,15 +19,8 @@ using testing::LossyPair;
 // Runs bypass-stat with args; its standard output.
 std::string RunTool(const std::string& args) {
   const char* srcdir = getenv("TEST_SRCDIR");
-  const std::string cmd =
-      absl::StrCat(srcdir ? srcdir : ".", "/bypass/tools/stat/bypass-stat ", args);
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return "";
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
-  EXPECT_EQ(pclose(f), 0) << cmd;
-  return out;
+  return testing::RunCommand(
+      absl::StrCat(srcdir ? srcdir : ".", "/bypass/tools/stat/bypass-stat ", args));
 }
 
 TEST(StatToolTest, ReadsTheCountersOfALossyRun) {

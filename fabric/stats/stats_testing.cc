@@ -1,6 +1,7 @@
 #include "fabric/stats/stats_testing.h"
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -70,6 +71,19 @@ void LossyPair::Run(int messages, const std::function<void()>& reader) {
 void LossyPair::Publish() {
   net_.ep(0).PublishStats();
   net_.ep(1).PublishStats();
+}
+
+std::string RunCommand(const std::string& cmd) {
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) {
+    ADD_FAILURE() << "popen " << cmd;
+    return "";
+  }
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
+  EXPECT_EQ(pclose(f), 0) << cmd;
+  return out;
 }
 
 // (A scanner, not std::regex: gcc 12's regex trips -Wmaybe-uninitialized

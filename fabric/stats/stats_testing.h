@@ -31,6 +31,10 @@ class LossyPair {
   rdm::testing::Net net_;
 };
 
+// Runs a shell command; its standard output. Checks with gtest that it
+// exited 0.
+std::string RunCommand(const std::string& cmd);
+
 // The numbers of a JSON answer: "name": 123 (top level or nested).
 std::map<std::string, uint64_t> JsonNumbers(const std::string& json);
 // The array "name": [1, 2, ...] of a JSON answer (empty if missing).

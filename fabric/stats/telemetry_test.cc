@@ -4,7 +4,6 @@
 // and after it, against the engines' own counters.
 #include <rte_eal.h>
 #include <rte_errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,23 +22,17 @@ namespace {
 using testing::LossyPair;
 
 std::string RuntimeDir(const std::string& prefix) {
-  return absl::StrCat(getuid() == 0 ? "/var/run/dpdk/" : absl::StrCat("/run/user/", getuid(), "/dpdk/"),
-                      prefix);
+  const std::string base =
+      getuid() == 0 ? "/var/run/dpdk/" : absl::StrCat("/run/user/", getuid(), "/dpdk/");
+  return base + prefix;
 }
 
 // What Debian's dpdk-telemetry.py prints for cmd (non-interactive: one JSON
 // line per command); empty when the script is not installed.
 std::string RunScript(const std::string& prefix, const std::string& cmd) {
   if (access("/usr/bin/dpdk-telemetry.py", X_OK) != 0) return "";
-  const std::string line =
-      absl::StrCat("echo '", cmd, "' | /usr/bin/dpdk-telemetry.py -f ", prefix);
-  FILE* f = popen(line.c_str(), "r");
-  if (f == nullptr) return "";
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
-  EXPECT_EQ(pclose(f), 0) << line;
-  return out;
+  return testing::RunCommand(
+      absl::StrCat("echo '", cmd, "' | /usr/bin/dpdk-telemetry.py -f ", prefix));
 }
 
 TEST(TelemetryTest, DpdkTelemetryReadsTheCountersOfALossyRun) {
