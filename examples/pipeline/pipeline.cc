@@ -26,6 +26,7 @@
 #include <rte_launch.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_pause.h>
 #include <rte_ring.h>
 #include <rte_udp.h>
 #include <unistd.h>
@@ -89,6 +90,14 @@ std::atomic<bool> g_bypass_done{false};
 // Lcores that returned: main reads their counts after both did (a
 // synchronisation the sanitizers see, unlike DPDK's own wait).
 std::atomic<int> g_lcores_exited{0};
+// Set (release) by main once the options and the port are ready, read
+// (acquire) first thing on each lcore: DPDK's launch hands the lcores over
+// through its own, uninstrumented synchronisation, which the sanitizers
+// do not see.
+std::atomic<bool> g_ready{false};
+void AwaitReady() {
+  while (!g_ready.load(std::memory_order_acquire)) rte_pause();
+}
 rte_mempool* g_pool = nullptr;
 
 uint64_t NowNs() { return bypass::driver::SteadyClock::Get().NowNs(); }
@@ -157,6 +166,7 @@ void TxStage(Pipeline& p) {
 }
 
 int PipelineLcore(void*) {
+  AwaitReady();
   Pipeline p;
   p.to_worker = rte_ring_create("to_worker", 1024, static_cast<int>(rte_socket_id()),
                                 RING_F_SP_ENQ | RING_F_SC_DEQ);
@@ -217,6 +227,7 @@ rte_mbuf* MakeDatagram(uint32_t seq) {
 }
 
 int TrafficLcore(void*) {
+  AwaitReady();
   std::vector<uint8_t> seen(g_opts.packets, 0);
   const uint64_t window = 256;
   while (!g_stop.load(std::memory_order_relaxed) && g_counts.returned < g_opts.packets) {
@@ -390,6 +401,7 @@ void SendMessages(Rdm& r) {
 }
 
 int BypassLcore(void*) {
+  AwaitReady();
   Rdm r;
   if (OpenRdm(r)) {
     if (g_opts.role == "app") {
@@ -506,6 +518,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = bypass::stats::Enable(); !s.ok()) {
     std::fprintf(stderr, "pipeline: counters not served: %s\n", std::string(s.message()).c_str());
   }
+  g_ready.store(true, std::memory_order_release);
   const unsigned pipeline_lcore = rte_get_next_lcore(-1, 1, 0);
   const unsigned bypass_lcore = rte_get_next_lcore(pipeline_lcore, 1, 0);
   rte_eal_remote_launch(g_opts.role == "app" ? PipelineLcore : TrafficLcore, nullptr, pipeline_lcore);
