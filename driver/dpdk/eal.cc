@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,11 @@ bool Free2MHugepages() {
 
 }  // namespace
 
+bool StatsRequested() {
+  const char* v = std::getenv("BYPASS_STATS");
+  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+}
+
 const EalState& CurrentEal() { return State(); }
 
 absl::Status EnsureEal(const EalRequest& req) {
@@ -69,11 +75,15 @@ absl::Status EnsureEal(const EalRequest& req) {
   }
 
   std::vector<std::string> args = {"bypass", absl::StrCat("--lcores=0@(", AllowedCpus(), ")"),
-                                   "--no-telemetry", "--log-level=*:error",
+                                   "--log-level=*:error",
                                    // memif logs an error for every --in-memory probe (no
                                    // multi-process channel); bypass reports memif's real
                                    // failures itself. BYPASS_EAL_ARGS can turn it back on.
                                    "--log-level=pmd.net.memif:critical"};
+  // Telemetry is a thread and a socket: only when asked for (BYPASS_STATS,
+  // fabric/stats), so that dpdk-telemetry.py -f bypass-<pid> reads the
+  // engine's counters.
+  if (!StatsRequested()) args.push_back("--no-telemetry");
   if (req.pci_address.empty()) {
     args.push_back("--no-pci");
   } else {

@@ -26,12 +26,18 @@ struct EalState {
 // Initialises the EAL if the process has none: main lcore only (no worker
 // threads) with the calling thread's CPU affinity kept, --in-memory with
 // hugepages when 2 MiB pages are free, else --no-huge with a one-line notice
-// on stderr; --no-pci unless a PCI address is named; no telemetry. Extra
+// on stderr; --no-pci unless a PCI address is named; no telemetry unless
+// StatsRequested (then its socket is /var/run/dpdk/bypass-<pid>/
+// dpdk_telemetry.v2, for dpdk-telemetry.py -f bypass-<pid>). Extra
 // arguments may be given in the environment variable BYPASS_EAL_ARGS.
 // Thread-compatible: call from one thread at a time (cold path).
 absl::Status EnsureEal(const EalRequest& req);
 
 const EalState& CurrentEal();
+
+// BYPASS_STATS is set (and not "0"): the process serves its counters
+// (fabric/stats), and an EAL bypass starts runs DPDK's telemetry.
+bool StatsRequested();
 
 }  // namespace bypass::driver::dpdk
 

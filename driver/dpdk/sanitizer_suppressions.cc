@@ -12,7 +12,9 @@
 // its atomics and spinlocks, only the libc calls it makes, which it then
 // reports as races between DPDK's interrupt thread (eal-intr-thread: memif's
 // control channel, rte_malloc's memsets of freed hugepage memory) and the
-// thread that opens and closes ports. called_from_lib makes TSan ignore the
+// thread that opens and closes ports, and between the telemetry library's
+// socket thread and a thread registering commands (driver/dpdk/telemetry.h)
+// after rte_eal_init, both under its command table's spinlock. called_from_lib makes TSan ignore the
 // libc calls of those libraries, as it already ignores the rest of their
 // code; our own code and its calls into DPDK stay checked.
 //
@@ -25,5 +27,6 @@ extern "C" const char* __lsan_default_suppressions() { return "leak:xsk_umem__cr
 extern "C" const char* __tsan_default_suppressions();
 extern "C" const char* __tsan_default_suppressions() {
   return "called_from_lib:librte_eal.so\n"
-         "called_from_lib:librte_net_memif.so\n";
+         "called_from_lib:librte_net_memif.so\n"
+         "called_from_lib:librte_telemetry.so\n";
 }

@@ -19,6 +19,7 @@
 #include "fabric/fi/services.h"
 #include "fabric/fi/wait.h"
 #include "fabric/rdm/config.h"
+#include "fabric/stats/stats.h"
 
 namespace bypass::fi {
 namespace {
@@ -180,6 +181,13 @@ int OpenFabric(fi_fabric_attr* attr, fid_fabric** fabric, void* context) {
   f->fid.ops = &g_fabric_ops;
   f->settings = ReadSettings();
   f->api_version = attr->api_version;
+  // The engines' counters for operators (fabric/stats): DPDK telemetry
+  // commands, and with BYPASS_STATS a socket bypass-stat reads. A failure
+  // costs only the counters.
+  if (absl::Status st = stats::Enable(); !st.ok()) {
+    BYPASS_FI_WARN(FI_LOG_CORE, "BYPASS_STATS: %s; the counters are not served\n",
+                   std::string(st.message()).c_str());
+  }
   *fabric = &f.release()->fid;
   return 0;
 }

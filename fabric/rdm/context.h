@@ -61,6 +61,7 @@ class Context {
         max_datagram(max_datagram_bytes),
         incarnation(own_incarnation),
         rng_state_(seed),
+        peer_counters_(new PeerCounters[c.max_peers]),
         work_(new uint32_t[c.max_peers]),
         queued_(new bool[c.max_peers]()),
         released_(new driver::Packet*[released_capacity]),
@@ -75,6 +76,9 @@ class Context {
   uint64_t now = 0;             // the time for everything until the next SetNow
   uint8_t dscp = 0;             // of every packet built from now on
   Counters counters;
+  // The per-peer counters of slot pi (REQUIRES: pi < config.max_peers).
+  PeerCounters& peer_counters(uint32_t pi) { return peer_counters_[pi]; }
+  const PeerCounters& peer_counters(uint32_t pi) const { return peer_counters_[pi]; }
 
   // Initial PSNs: from the kernel's CSPRNG (RandomRegionKey's source), so
   // that PSNs seen do not predict the next session's (an off-path attacker
@@ -126,6 +130,7 @@ class Context {
 
  private:
   uint64_t rng_state_;
+  std::unique_ptr<PeerCounters[]> peer_counters_;
   std::unique_ptr<uint32_t[]> work_;
   std::unique_ptr<bool[]> queued_;
   uint32_t work_head_ = 0;

@@ -11,6 +11,7 @@
 #include "fabric/rdm/engine.h"
 #include "fabric/rdm/inbox.h"
 #include "fabric/rdm/rdm.h"
+#include "fabric/rdm/stats_registry.h"
 
 namespace bypass::rdm {
 
@@ -68,11 +69,14 @@ Endpoint::Endpoint(Port& port, const driver::Clock& clock, std::unique_ptr<Engin
     : port_(port),
       clock_(clock),
       engine_(std::move(engine)),
-      inbox_(std::make_unique<Inbox>(kInboxSize)) {
+      inbox_(std::make_unique<Inbox>(kInboxSize)),
+      stats_(RegisterEndpoint()) {
   engine_->SetNow(clock_.NowNs());
+  PublishStats();
 }
 
 Endpoint::~Endpoint() {
+  UnregisterEndpoint(stats_->id());
   if (attached_) port_.Detach(engine_->config().udp_port);
   engine_->ReleaseAll();
   FreeReleased();
@@ -141,6 +145,20 @@ size_t Endpoint::PollPeerFailures(absl::Span<PeerFailure> out) {
   return engine_->PollPeerFailures(out);
 }
 const Counters& Endpoint::counters() const { return engine_->counters(); }
+std::optional<PeerCounters> Endpoint::peer_counters(PeerId id) const {
+  return engine_->peer_counters(id);
+}
+uint32_t Endpoint::stats_id() const { return stats_->id(); }
+
+void Endpoint::PublishStats() {
+  stats_->Publish([this](EndpointSnapshot& s) {
+    s.address = engine_->address();
+    s.port_id = port_.id();
+    s.port = port_.counters();
+    s.counters = engine_->counters();
+    engine_->SnapshotPeers(&s.peers);
+  });
+}
 
 size_t Endpoint::Progress() {
   const EndpointConfig& c = engine_->config();
@@ -160,6 +178,7 @@ size_t Endpoint::Progress() {
   engine_->RunTimers();
   FreeReleased();
   Flush();
+  if (stats_->wanted()) PublishStats();
   return n;
 }
 

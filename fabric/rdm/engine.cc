@@ -143,6 +143,21 @@ std::optional<Address> Engine::PeerAddress(PeerId id) const {
   return session.address(id.slot());
 }
 
+std::optional<PeerCounters> Engine::peer_counters(PeerId id) const {
+  if (!session.peers().Valid(id)) return std::nullopt;
+  return ctx.peer_counters(id.slot());
+}
+
+void Engine::SnapshotPeers(std::vector<PeerSnapshot>* out) const {
+  out->clear();
+  const PeerTable& peers = session.peers();
+  for (uint32_t pi = 0; pi < peers.size(); ++pi) {
+    if (!peers.in_use(pi)) continue;
+    const PeerId id = peers.Id(pi);
+    out->push_back({id, peers.address(pi), *peer_stats(id), ctx.peer_counters(pi)});
+  }
+}
+
 std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   if (!session.peers().Valid(id)) return std::nullopt;
   const uint32_t pi = id.slot();
@@ -244,21 +259,18 @@ void Engine::HandleFrame(driver::Packet* pkt) {
     v.msg.offer_addr = 0;
   }
   const uint32_t pi = session.peers().Find(v.flow.src_ip.value, v.flow.src_port);
-  if (pi != kNone && same_host) session.NoteSameHost(pi);
+  if (pi != kNone) {
+    ++ctx.peer_counters(pi).rx_packets;
+    if (same_host) session.NoteSameHost(pi);
+  }
   bool held = false;
   // The dispatcher: the one switch over packet types in the engine.
   switch (c.type) {
     case wire::PacketType::kHello:
-      OnHello(pi, v, same_host);
-      break;
     case wire::PacketType::kHelloAck:
-      OnHelloAck(pi, v, same_host);
-      break;
     case wire::PacketType::kCookie:
-      OnCookie(pi, v, same_host);
-      break;
     case wire::PacketType::kReset:
-      OnReset(pi, v, same_host);
+      OnHandshake(pi, v, same_host);
       break;
     case wire::PacketType::kAck:
       OnAck(pi, v);
@@ -269,6 +281,31 @@ void Engine::HandleFrame(driver::Packet* pkt) {
       break;
   }
   if (!held) ctx.Release(pkt);
+}
+
+void Engine::OnHandshake(uint32_t pi, const wire::View& v, bool same_host) {
+  // The checks that fail count in Counters wherever they are made; the
+  // difference is the known peer's share.
+  const Counters& c = ctx.counters;
+  const uint64_t failed_before = c.handshake_auth_failed + c.handshake_unproven + c.cookie_rejected;
+  switch (v.common.type) {
+    case wire::PacketType::kHello:
+      OnHello(pi, v, same_host);
+      break;
+    case wire::PacketType::kHelloAck:
+      OnHelloAck(pi, v, same_host);
+      break;
+    case wire::PacketType::kCookie:
+      OnCookie(pi, v, same_host);
+      break;
+    default:
+      OnReset(pi, v, same_host);
+      break;
+  }
+  const uint64_t failed =
+      c.handshake_auth_failed + c.handshake_unproven + c.cookie_rejected - failed_before;
+  // A stranger's failures have no slot (a failed HELLO adds no peer).
+  if (failed > 0 && pi != kNone) ctx.peer_counters(pi).handshake_failures += static_cast<uint32_t>(failed);
 }
 
 void Engine::OnHello(uint32_t pi, const wire::View& v, bool same_host) {

@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,6 +48,9 @@ class Engine : private Stages {
   bool OweFinalAck(PeerId id);
   std::optional<Address> PeerAddress(PeerId id) const;
   std::optional<PeerStats> peer_stats(PeerId id) const;
+  std::optional<PeerCounters> peer_counters(PeerId id) const;
+  // Every peer, in slot order, into *out (cleared first; its capacity kept).
+  void SnapshotPeers(std::vector<PeerSnapshot>* out) const;
   absl::StatusOr<uint64_t> RegisterRegion(const RegionRequest& r) {
     return rma.RegisterRegion(r);
   }
@@ -105,6 +109,9 @@ class Engine : private Stages {
   void HandleFrame(driver::Packet* pkt);
   // Handshakes (PROTOCOL.md, "Sessions"): same_host: the frame came with
   // kRxSameHost (which key authenticates it).
+  // HELLO, HELLO_ACK, COOKIE and RESET, to the handler below for each;
+  // counts the checks they failed for the peer (PeerCounters).
+  void OnHandshake(uint32_t pi, const wire::View& v, bool same_host);
   void OnHello(uint32_t pi, const wire::View& v, bool same_host);
   void OnHelloAck(uint32_t pi, const wire::View& v, bool same_host);
   void OnCookie(uint32_t pi, const wire::View& v, bool same_host);

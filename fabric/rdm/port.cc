@@ -6,10 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "fabric/rdm/inbox.h"
 #include "fabric/rdm/rdm.h"
+#include "fabric/rdm/stats_registry.h"
 
 namespace bypass::rdm {
 
-Port::Port(driver::QueuePair& qp, const driver::DeviceInfo& info) : qp_(qp), info_(info) {}
+Port::Port(driver::QueuePair& qp, const driver::DeviceInfo& info)
+    : qp_(qp), info_(info), id_(NextPortId()) {}
 
 Port::~Port() = default;
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,6 +33,7 @@ namespace bypass::rdm {
 
 class Engine;
 class Inbox;
+class StatsSlot;
 class DatagramPath;
 class SharedMatch;
 
@@ -62,6 +64,8 @@ class Port {
   const driver::DeviceInfo& info() const { return info_; }
   const PortCounters& counters() const { return counters_; }
   uint32_t endpoints() const { return count_; }
+  // Process-unique, from 1 (telemetry: EndpointSnapshot::port_id).
+  uint32_t id() const { return id_; }
 
   // For the endpoints of fabric/rdm (cold path): packets to udp_port go to
   // inbox from now on (the queue binds it: QueuePair::BindUdpPort, whose
@@ -108,6 +112,7 @@ class Port {
 
   driver::QueuePair& qp_;
   const driver::DeviceInfo info_;
+  const uint32_t id_;
   uint16_t ports_[kMaxEndpoints] = {};
   Inbox* inboxes_[kMaxEndpoints] = {};
   uint32_t count_ = 0;
@@ -156,6 +161,7 @@ class Endpoint {
   absl::Status RemovePeer(PeerId id);
   std::optional<Address> PeerAddress(PeerId id) const;
   std::optional<PeerStats> peer_stats(PeerId id) const;
+  std::optional<PeerCounters> peer_counters(PeerId id) const;
   // Regions peers may read and write; the key is the one to give them.
   absl::StatusOr<uint64_t> RegisterRegion(const RegionRequest& r);
   // NotFound for an unknown key. Accesses arriving later fail at the initiator.
@@ -205,6 +211,13 @@ class Endpoint {
   // Peers given up since the last call (their operations failed too).
   size_t PollPeerFailures(absl::Span<PeerFailure> out);
   const Counters& counters() const;
+  // The endpoint's id among the process's (from 1; SnapshotEndpoint).
+  uint32_t stats_id() const;
+  // Publishes the endpoint's state for SnapshotEndpoint now. Progress does
+  // so by itself when a reader asks (one relaxed load per pass otherwise);
+  // an owner about to stop progressing for long calls this so that readers
+  // meanwhile see its last state.
+  void PublishStats();
 
  private:
   Endpoint(Port& port, const driver::Clock& clock, std::unique_ptr<Engine> engine);
@@ -224,7 +237,36 @@ class Endpoint {
   uint32_t tx_capacity_ = UINT32_MAX;  // of AllocBulk's buffers; until known, nothing is kept
   driver::Packet* backlog_[Port::kMaxBurst];  // built, not yet taken by TxBurst
   uint32_t backlog_n_ = 0;
+  std::shared_ptr<StatsSlot> stats_;  // what readers of SnapshotEndpoint get
 };
+
+// ---- Telemetry (fabric/stats serves it: DPDK telemetry, bypass-stat).
+// Every Endpoint of the process is listed from its Create to its
+// destruction. Its owner thread publishes its state when asked (at its next
+// Progress: a reader never touches the engine), so a snapshot is exact as
+// of one pass.
+
+// One endpoint, as its owner published it.
+struct EndpointSnapshot {
+  uint32_t id = 0;
+  Address address;
+  uint32_t port_id = 0;   // its Port's id (endpoints of one Port share it)
+  PortCounters port;      // that Port's counters
+  Counters counters;
+  std::vector<PeerSnapshot> peers;  // every peer it has, in slot order
+  uint64_t published = 0;  // how many times it was published (from 1)
+  // False: the owner did not progress within the wait; this is what it
+  // published last (at its creation, its last PublishStats or Progress).
+  bool fresh = false;
+};
+
+// The ids of the process's endpoints, ascending. Thread-safe.
+std::vector<uint32_t> ListEndpoints();
+// Asks the owners of `ids` to publish at their next Progress and waits up
+// to wait_ns (for all of them together) for it. One entry per id still
+// alive, in the order of ids. Thread-safe; never call it from the thread
+// that owns one of them with wait_ns > 0 (it would wait in vain).
+std::vector<EndpointSnapshot> SnapshotEndpoints(absl::Span<const uint32_t> ids, uint64_t wait_ns);
 
 // A receive queue several Endpoints of one Port share (libfabric's shared
 // receive context, fi_srx_context): endpoints created with

@@ -195,7 +195,10 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
     }
     // Data waiting and a closed window: count the stall once per closing.
     const bool stalled = t.cursor_op != kNone && !WindowOpen(t);
-    if (stalled && !t.window_stalled) ++ctx_.counters.window_stalls;
+    if (stalled && !t.window_stalled) {
+      ++ctx_.counters.window_stalls;
+      ++ctx_.peer_counters(pi).credit_stalls;
+    }
     t.window_stalled = stalled;
     if (CcOn(pi)) NoteCongestionLimits(pi);
   }
@@ -224,6 +227,7 @@ void Reliability::BuildAck(uint32_t pi, bool probe, driver::Packet* pkt) {
       wire::BuildAck(session_[pi].flow, c, a, {pkt->data, pkt->capacity}));
   NoteAckSent(pi, true);
   ++ctx_.counters.tx_packets;
+  ++ctx_.peer_counters(pi).tx_packets;
   ++ctx_.counters.tx_acks;
 }
 
@@ -278,6 +282,7 @@ void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
   } else {
     ++ctx_.counters.retransmits_timeout;
   }
+  ++ctx_.peer_counters(pi).retransmits;
   WritePacket(pi, psn, e, wire::kFlagRetransmit | wire::kFlagAckReq, pkt);
   e.last_sent_ns = ctx_.now;
   e.state =
@@ -320,6 +325,7 @@ void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t f
   }
   NoteAckSent(pi, false);
   ++ctx_.counters.tx_packets;
+  ++ctx_.peer_counters(pi).tx_packets;
   ++ctx_.counters.tx_data_packets;
 }
 
@@ -379,6 +385,7 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
       // forever while the receiver answers, unless the opt-in
       // rnr_give_up_ns has passed since the first refusal.
       ++ctx_.counters.rnr_received;
+      ++ctx_.peer_counters(pi).rnr_received;
       if (t.rnr.since == 0) t.rnr.since = now;
       const uint64_t give_up = ctx_.config.rnr_give_up_ns;
       if (give_up != 0 && now - t.rnr.since >= give_up && GiveUpRefused(pi)) return;
@@ -530,6 +537,7 @@ Arrival Reliability::Arrive(uint32_t pi, const wire::View& v, driver::Packet* pk
   if (d < 0) {
     // A retransmission of something we have: our ACK was lost or late.
     ++ctx_.counters.duplicates_dropped;
+    ++ctx_.peer_counters(pi).duplicates;
     r.ack_now = true;
     ctx_.Enqueue(pi);
     return Arrival::kDropped;
@@ -550,6 +558,7 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
   HeldPacket& h = held_at(r, psn);
   if (h.pkt != nullptr) {
     ++ctx_.counters.duplicates_dropped;
+    ++ctx_.peer_counters(pi).duplicates;
     r.ack_now = true;
     r.ack_standalone = true;
     ctx_.Enqueue(pi);
@@ -559,6 +568,8 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
     ++ctx_.counters.reorder_buffer_full;
     return Arrival::kDropped;
   }
+  ++ctx_.counters.out_of_order_held;
+  ++ctx_.peer_counters(pi).out_of_order;
   h.pkt = pkt;
   h.type = v.common.type;
   h.msg = v.msg;
@@ -594,6 +605,7 @@ void Reliability::Consumed(uint32_t pi) {
 void Reliability::Refused(uint32_t pi) {
   RxStream& r = rx_[pi];
   ++ctx_.counters.rnr_sent;
+  ++ctx_.peer_counters(pi).rnr_sent;
   r.rnr_owed = true;
   if (!r.refused) {
     r.refused = true;

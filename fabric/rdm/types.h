@@ -281,6 +281,7 @@ struct Counters {
   uint64_t duplicates_dropped = 0;  // DATA already received
   uint64_t out_of_window_dropped = 0;
   uint64_t reorder_buffer_full = 0;  // out-of-order DATA dropped: no room to hold it
+  uint64_t out_of_order_held = 0;    // out-of-order DATA held for a gap before it
   // Rejected frames.
   uint64_t malformed_dropped = 0;   // failed the parser (not counting checksum)
   uint64_t checksum_dropped = 0;    // CRC-32C (or IPv4 header) mismatch: corruption
@@ -363,6 +364,25 @@ struct DatagramCounters {
   uint64_t tx_ring_full = 0;        // the TX ring took nothing (kAgain)
 };
 
+// What one peer's traffic did (Endpoint::peer_counters; the telemetry of
+// fabric/stats): plain counters of the owning thread, kept from the peer's
+// InsertPeer (or its learning from a HELLO) until RemovePeer, a slot of 48
+// bytes beside the engine's state for it (not in it, so the per-peer state
+// stays as the engine lays it out). The rare ones are 32-bit (they wrap).
+// The endpoint's Counters hold the totals, including what no peer is known
+// for (a stranger's HELLO, a frame from an unknown source).
+struct PeerCounters {
+  uint64_t tx_packets = 0;        // DATA, RMA and ACK frames built for it
+  uint64_t rx_packets = 0;        // frames from its address and port handed to the engine
+  uint32_t retransmits = 0;       // fast (SACK) and by the timer
+  uint32_t duplicates = 0;        // its DATA we already had
+  uint32_t out_of_order = 0;      // its DATA held for a gap before it
+  uint32_t rnr_sent = 0;          // its arrivals we refused: no receive resources
+  uint32_t rnr_received = 0;      // our packets it refused
+  uint32_t credit_stalls = 0;     // our data waited for its window (once per closing)
+  uint32_t handshake_failures = 0;  // its HELLO, HELLO_ACK, COOKIE or RESET failed a check
+};
+
 // The state of one peer, for tests and tools.
 struct PeerStats {
   bool established = false;  // both directions know each other
@@ -377,6 +397,14 @@ struct PeerStats {
   uint32_t waiting_ops = 0;   // ... and those sent, acknowledged, awaiting the peer's answer
   uint32_t held_packets = 0;  // out-of-order DATA from it we hold
   uint32_t unacked_packets = 0;  // DATA from it consumed and not yet acknowledged
+};
+
+// One peer of an endpoint, for telemetry (rdm.h, EndpointSnapshot).
+struct PeerSnapshot {
+  PeerId id;
+  Address address;
+  PeerStats stats;        // RTT estimate, window, in flight
+  PeerCounters counters;  // its traffic
 };
 
 }  // namespace bypass::rdm

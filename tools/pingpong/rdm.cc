@@ -1,6 +1,7 @@
 #include "tools/pingpong/rdm.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "driver/clock.h"
 #include "driver/fault/fault_device.h"
 #include "fabric/rdm/rdm.h"
+#include "fabric/stats/stats.h"
 #include "tools/ping_wire.h"
 #include "tools/pingpong/machine.h"
 #include "tools/pingpong/slots.h"
@@ -37,6 +39,11 @@ size_t MessageBytes(const PingOptions& o) { return std::max(PingPayloadBytes(o.M
 absl::StatusOr<std::unique_ptr<Side>> Open(std::unique_ptr<driver::Device> dev,
                                            const PingOptions& o, const RdmPingOptions& r,
                                            uint32_t posted) {
+  // The engine's counters while the run goes on: bypass-stat (BYPASS_STATS=1)
+  // or dpdk-telemetry.py on a DPDK device (fabric/stats/README.md).
+  if (absl::Status st = stats::Enable(); !st.ok()) {
+    std::fprintf(stderr, "pingpong: counters not served: %s\n", std::string(st.message()).c_str());
+  }
   auto side = std::make_unique<Side>();
   if (r.loss > 0 || r.dup > 0 || r.reorder > 0) {
     driver::fault::FaultOptions f;
