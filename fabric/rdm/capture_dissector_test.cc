@@ -6,9 +6,6 @@
 // rendezvous message read in place, an RMA write and read, a fetching
 // atomic, a connection-manager message of the fi provider, and a peer's
 // restart (a RESET).
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -16,7 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +30,7 @@
 #include "fabric/rdm/test_util.h"
 #include "fabric/rdm/wire.h"
 #include "gtest/gtest.h"
+#include "tools/wireshark/tshark.h"
 
 namespace bypass::rdm {
 namespace {
@@ -228,36 +228,6 @@ class WireLog final : public driver::QueuePair {
   std::vector<wire::View> views_;
 };
 
-// Runs argv, returns its standard output; *status its exit status.
-std::string RunCommand(const std::vector<std::string>& argv, int* status) {
-  std::string cmd;
-  for (const std::string& a : argv) absl::StrAppend(&cmd, "'", a, "' ");
-  absl::StrAppend(&cmd, "2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    *status = -1;
-    return "";
-  }
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
-std::string FindTshark() {
-  for (absl::string_view dir : absl::StrSplit(getenv("PATH") ? getenv("PATH") : "", ':')) {
-    const std::string path = absl::StrCat(dir, "/tshark");
-    if (access(path.c_str(), X_OK) == 0) return path;
-  }
-  for (const char* path : {"/usr/bin/tshark", "/usr/local/bin/tshark"}) {
-    if (access(path, X_OK) == 0) return path;
-  }
-  return "";
-}
-
 // Compares one value of tshark's with the engine's: numbers by value (tshark
 // prints hex fields as 0x...), bytes without separators, each occurrence.
 bool Same(const std::string& field, const std::string& want, const std::string& got) {
@@ -279,9 +249,8 @@ bool Same(const std::string& field, const std::string& want, const std::string& 
 }
 
 TEST(CaptureDissectorTest, TsharkDecodesEveryFieldAsTheEngineDoes) {
-  const std::string tshark = FindTshark();
-  ASSERT_FALSE(tshark.empty())
-      << "tshark is missing: tools/setup.sh installs it (Debian package tshark)";
+  const std::string tshark = wireshark::FindTshark();
+  ASSERT_FALSE(tshark.empty()) << wireshark::kTsharkMissing;
   // Kept among the test's outputs (bazel-testlogs/.../test.outputs) for a
   // look in Wireshark.
   const char* outputs = getenv("TEST_UNDECLARED_OUTPUTS_DIR");
@@ -493,18 +462,15 @@ TEST(CaptureDissectorTest, TsharkDecodesEveryFieldAsTheEngineDoes) {
   log.reset();
   dev_a->reset();
 
-  std::vector<std::string> argv = {tshark, "-n", "-r", path, "-X",
-                                   "lua_script:tools/wireshark/bypass.lua", "-T", "fields",
-                                   "-E", "separator=/t", "-E", "occurrence=a",
+  std::vector<std::string> args = {"-T", "fields", "-E", "separator=/t", "-E", "occurrence=a",
                                    "-E", "aggregator=,"};
   for (const char* f : kFields) {
-    argv.push_back("-e");
-    argv.push_back(f);
+    args.push_back("-e");
+    args.push_back(f);
   }
-  int status = 0;
-  const std::string got = RunCommand(argv, &status);
-  ASSERT_EQ(status, 0) << absl::StrJoin(argv, " ");
-  std::vector<std::string> lines = absl::StrSplit(got, '\n', absl::SkipEmpty());
+  const wireshark::TsharkResult got = wireshark::RunTshark(tshark, path, args);
+  ASSERT_EQ(got.status, 0) << got.command;
+  std::vector<std::string> lines = absl::StrSplit(got.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), want.size()) << "packets: tshark read " << lines.size()
                                        << ", the engine logged " << want.size();
   int mismatches = 0;
@@ -519,6 +485,37 @@ TEST(CaptureDissectorTest, TsharkDecodesEveryFieldAsTheEngineDoes) {
       }
     }
   }
+
+  // A byte of the first DATA packet's payload flipped in a copy of the
+  // capture: the dissector's CRC-32C says Bad there, Good elsewhere.
+  std::ifstream in_file(path, std::ios::binary);
+  std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in_file),
+                             std::istreambuf_iterator<char>()};
+  size_t off = 24;  // the file's header
+  size_t bad = 0;
+  for (size_t p = 0; p < want.size(); ++p) {
+    uint32_t caplen;
+    ASSERT_LE(off + 16, bytes.size());
+    std::memcpy(&caplen, bytes.data() + off + 8, 4);
+    if (bad == 0 && want[p][0] == "5" && caplen > wire::kDataHeadersBytes) {
+      bytes[off + 16 + wire::kDataHeadersBytes] ^= 0x40;
+      bad = p + 1;
+    }
+    off += 16 + caplen;
+  }
+  ASSERT_NE(bad, 0u);
+  const std::string corrupt_path = path + ".corrupt";
+  std::ofstream(corrupt_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  const wireshark::TsharkResult crc =
+      wireshark::RunTshark(tshark, corrupt_path, {"-T", "fields", "-e", "bypass.crc.status"});
+  ASSERT_EQ(crc.status, 0) << crc.command;
+  const std::vector<std::string> statuses = absl::StrSplit(crc.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(statuses.size(), want.size());
+  for (size_t p = 0; p < statuses.size(); ++p) {
+    EXPECT_EQ(statuses[p], p + 1 == bad ? "0" : "1") << "packet " << p + 1;
+  }
+  std::remove(corrupt_path.c_str());
   if (outputs == nullptr) std::remove(path.c_str());
 }
 
