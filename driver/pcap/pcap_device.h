@@ -1,15 +1,18 @@
 // A decorator that captures what any device sends and receives into a pcap
 // file (capture_file.h): `pcap=FILE` on a device URI (driver/open.cc), or
-// WrapWithCapture in code (the fi provider's FI_BYPASS_PCAP).
+// WrapWithCapture in code.
 //
 // Every device here hands the layers above whole Ethernet/IPv4/UDP frames,
-// so every record is LINKTYPE_ETHERNET: the frames a NIC carries (loopback,
-// DPDK, mlx5) as they are; for the kernel UDP device and the intra-host
-// device, which carry only the UDP payload between processes, the headers
-// they synthesize for the engine (the real IPv4 addresses and UDP ports;
-// udp's MACs are derived from the IPv4 addresses, 02:00:A.B.C.D) on receive
-// and the engine's own headers on send. So Wireshark's UDP heuristics and
-// the bypass dissector (tools/wireshark/bypass.lua) apply to all of them.
+// so every record is LINKTYPE_ETHERNET with real addresses and ports: the
+// frames a NIC carries (loopback, DPDK, mlx5) as they are; the intra-host
+// device's lanes carry the sender engine's whole frames; the kernel UDP
+// device, whose sockets carry only the UDP payload, synthesizes the
+// Ethernet/IPv4/UDP headers of what it receives (the datagram's real
+// source and destination address and ports; the source MAC derived from the
+// source IPv4, udp::MacFromIpv4; UDP checksum 0) and sends the payload of
+// the engine's own frames, which are recorded as the engine built them. So
+// Wireshark's UDP dissection and the bypass dissector
+// (tools/wireshark/bypass.lua) apply to all of them.
 #ifndef BYPASS_DRIVER_PCAP_PCAP_DEVICE_H_
 #define BYPASS_DRIVER_PCAP_PCAP_DEVICE_H_
 
