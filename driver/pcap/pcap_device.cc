@@ -54,6 +54,10 @@ uint16_t CaptureQueue::RxBurst(absl::Span<Packet*> out) {
     }
     return n;
   }
+  if (full_) {
+    file_->CountFull(n);
+    return n;
+  }
   const uint64_t now = UnixNs();
   for (uint16_t i = 0; i < n; ++i) {
     const Packet& p = *out[i];
