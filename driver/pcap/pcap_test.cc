@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -229,6 +230,68 @@ TEST(PcapTest, ErrorsAreOneLine) {
     EXPECT_NE(msg.find(c.says), std::string::npos) << c.uri << ": " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
+}
+
+// The kernel UDP device carries payloads only: what it receives is recorded
+// with the headers it synthesizes, the real addresses and ports.
+TEST(PcapTest, KernelUdpFramesCarryTheRealAddressesAndPorts) {
+  const std::string path = TempPath("udp.pcap");
+  auto a = MustOpen(absl::StrCat("udp:127.0.0.1,pcap=", path));
+  auto b = MustOpen("udp:127.0.0.1");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // Ports of this process alone (another process may hold any fixed one).
+  const uint16_t pa = static_cast<uint16_t>(20000 + (getpid() % 20000) * 2);
+  const uint16_t pb = static_cast<uint16_t>(pa + 1);
+  ASSERT_TRUE(a->queue(0).BindUdpPort(pa).ok());
+  ASSERT_TRUE(b->queue(0).BindUdpPort(pb).ok());
+  const auto send = [](Device& from, uint16_t sport, uint16_t dport, uint8_t fill) {
+    Packet* p = nullptr;
+    ASSERT_TRUE(from.queue(0).AllocBulk({&p, 1}));
+    const UdpFlow flow{from.info().mac, MacAddress{}, from.info().ipv4, from.info().ipv4, sport,
+                       dport};
+    const std::vector<uint8_t> payload(40, fill);
+    p->len = static_cast<uint32_t>(
+        BuildUdpFrame(flow, payload, {p->data, p->capacity}, UdpChecksumFill::kNone));
+    ASSERT_EQ(from.queue(0).TxBurst({&p, 1}), 1);
+  };
+  const auto receive = [](Device& at) {
+    Packet* p = nullptr;
+    for (int i = 0; i < 1'000'000; ++i) {
+      if (at.queue(0).RxBurst({&p, 1}) == 1) {
+        at.queue(0).FreeBulk({&p, 1});
+        return true;
+      }
+    }
+    return false;
+  };
+  send(*a, pa, pb, 0x70);
+  ASSERT_TRUE(receive(*b));
+  send(*b, pb, pa, 0x71);
+  ASSERT_TRUE(receive(*a));
+  a.reset();
+  const std::vector<Record> recs = ReadCapture(path);
+  ASSERT_EQ(recs.size(), 2u);
+  const uint16_t ports[2][2] = {{pa, pb}, {pb, pa}};
+  for (size_t i = 0; i < 2; ++i) {
+    const std::optional<ParsedUdpFrame> f = ParseUdpFrame(recs[i].bytes);
+    ASSERT_TRUE(f.has_value()) << i;
+    EXPECT_EQ(f->flow.src_ip.ToString(), "127.0.0.1");
+    EXPECT_EQ(f->flow.dst_ip.ToString(), "127.0.0.1");
+    EXPECT_EQ(f->flow.src_port, ports[i][0]) << i;
+    EXPECT_EQ(f->flow.dst_port, ports[i][1]) << i;
+    EXPECT_EQ(f->payload.size(), 40u);
+    EXPECT_EQ(f->payload[0], 0x70 + i);
+  }
+  std::remove(path.c_str());
+}
+
+TEST(PcapTest, ACompositeIsCapturedOnce) {
+  absl::StatusOr<std::unique_ptr<Device>> d =
+      OpenDevice("shm:pcap=/tmp/a.pcap+udp:pcap=/tmp/b.pcap");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(std::string(d.status().message()).find("pcap= in both parts"), std::string::npos)
+      << d.status();
 }
 
 TEST(PcapTest, ParseCaptureSpec) {
