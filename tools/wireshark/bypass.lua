@@ -17,7 +17,8 @@
 -- `tshark -G fields | grep bypass` lists them.
 --
 -- A new bit of a flags field or of the HELLO capabilities is one line in the
--- tables below (header_flags, msg_flags, rma_flags, hello_capabilities).
+-- tables below (header_flags, msg_flags, rma_flags, hello_capabilities); a
+-- flag meaning "no CRC" also says `no_crc = true` there.
 
 local bypass = Proto("bypass", "bypass RDM protocol")
 local cm = Proto("bypass_cm", "bypass fi connection manager")
@@ -35,7 +36,10 @@ local packet_types = {
 -- Extension header size per type.
 local ext_len = { [1] = 56, [2] = 56, [3] = 24, [4] = 32, [5] = 40, [6] = 48, [7] = 56 }
 
--- { bit mask, abbreviation suffix, label }: one line per flag.
+-- { bit mask, abbreviation suffix, label }: one line per flag. A header
+-- flag that says the packet carries no CRC-32C adds `no_crc = true`, e.g.
+--   { 0x0010, "no_crc", "NO_CRC: not checksummed", no_crc = true },
+-- and the CRC status of such packets is Unverified instead of Bad.
 local header_flags = {
   { 0x0001, "ack_valid", "ACK_VALID: ack_psn and credit are meaningful" },
   { 0x0002, "ack_req", "ACK_REQ: acknowledge at once (on an ACK: a probe)" },
@@ -446,7 +450,11 @@ local function dissect(tvb, pinfo, tree)
   local ci = t:add(f.crc, tvb(32, 4))
   -- CRC-32C over a whole datagram only (a capture with a snaplen cuts it).
   local computed = nil
-  if bypass.prefs.verify_crc and tvb:len() == tvb:reported_len() then
+  local checksummed = true
+  for _, fl in ipairs(header_flags) do
+    if fl.no_crc and bit32.band(flags, fl[1]) ~= 0 then checksummed = false end
+  end
+  if checksummed and bypass.prefs.verify_crc and tvb:len() == tvb:reported_len() then
     computed = packet_crc(tvb, pinfo)
   end
   if computed == nil then
