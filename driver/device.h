@@ -240,7 +240,10 @@ class Device {
 //   shm:[DIR][,ip=..][,lanes=N][,slots=N]  processes of one host, through
 //                                    shared memory (mtu= up to 65000)
 // Keys `ip=`, `mtu=`, `queues=` (except in dpdk attach) and `ring=` are
-// bypass's own; everything else goes to the backend.
+// bypass's own; everything else goes to the backend. On any of them (each
+// part of a composite on its own), `pcap=FILE[,pcap_max_mb=N]
+// [,pcap_snaplen=N]` captures what the device sends and receives
+// (driver/pcap/pcap_device.h).
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view uri,
                                                    const DeviceOptions& opts = {});
 

@@ -1,6 +1,7 @@
 // OpenDevice: parses the URI, takes bypass's own keys into DeviceOptions and
 // hands the rest to the backend named by the scheme.
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -14,6 +15,7 @@
 #include "driver/loopback/loopback_device.h"
 #include "driver/mlx5/mlx5_device.h"
 #include "driver/options.h"
+#include "driver/pcap/pcap_device.h"
 #include "driver/shm/shm_device.h"
 #include "driver/udp/udp_device.h"
 #include "driver/uri.h"
@@ -24,33 +26,51 @@ namespace {
 // Abseil here is built with its own string_view (ABSL_OPTION_USE_STD_* = 0).
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
+// A part of a composite without its capture keys, which go to *capture
+// (given in one part only).
+absl::StatusOr<std::string> TakePartCapture(std::string_view text, std::string_view part,
+                                            std::optional<pcap::CaptureOptions>* capture) {
+  absl::StatusOr<DeviceUri> uri = DeviceUri::Parse(part);
+  if (!uri.ok()) return uri.status();
+  absl::StatusOr<std::optional<pcap::CaptureOptions>> c = pcap::TakeCaptureOptions(*uri);
+  if (!c.ok()) return c.status();
+  if (!c->has_value()) return std::string(part);
+  if (capture->has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device '", Sv(text), "': pcap= in both parts; once captures the whole composite"));
+  }
+  *capture = std::move(*c);
+  return absl::StrCat(uri->scheme, ":", uri->Rest());
+}
+
 // LOCAL+REMOTE: the remote device first, then the intra-host one with the
 // remote's address (unless LOCAL names its own ip=, which must agree).
+// pcap= in either part captures the composite as a whole: its queue needs
+// the intra-host device's own queue, which a part's capture would hide.
 absl::StatusOr<std::unique_ptr<Device>> OpenComposite(std::string_view text, size_t plus,
                                                       const DeviceOptions& defaults) {
-  absl::StatusOr<std::unique_ptr<Device>> remote = OpenDevice(text.substr(plus + 1), defaults);
+  std::optional<pcap::CaptureOptions> capture;
+  absl::StatusOr<std::string> local_text = TakePartCapture(text, text.substr(0, plus), &capture);
+  if (!local_text.ok()) return local_text.status();
+  absl::StatusOr<std::string> remote_text =
+      TakePartCapture(text, text.substr(plus + 1), &capture);
+  if (!remote_text.ok()) return remote_text.status();
+  absl::StatusOr<std::unique_ptr<Device>> remote = OpenDevice(*remote_text, defaults);
   if (!remote.ok()) return remote.status();
   DeviceOptions local_opts = defaults;
   local_opts.ipv4 = (*remote)->info().ipv4;
-  absl::StatusOr<std::unique_ptr<Device>> local = OpenDevice(text.substr(0, plus), local_opts);
+  absl::StatusOr<std::unique_ptr<Device>> local = OpenDevice(*local_text, local_opts);
   if (!local.ok()) return local.status();
   absl::StatusOr<std::unique_ptr<composite::CompositeDevice>> d =
       composite::CompositeDevice::Create(text, *std::move(local), *std::move(remote));
   if (!d.ok()) return d.status();
+  if (capture.has_value()) return pcap::WrapWithCapture(*std::move(d), *capture);
   return std::unique_ptr<Device>(*std::move(d));
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
-                                                   const DeviceOptions& defaults) {
-  if (const size_t plus = CompositeSplit(text); plus != std::string_view::npos) {
-    return OpenComposite(text, plus, defaults);
-  }
-  absl::StatusOr<DeviceUri> parsed = DeviceUri::Parse(text);
-  if (!parsed.ok()) return parsed.status();
-  DeviceUri uri = *std::move(parsed);
-
+// One backend's device from its parsed URI (bypass's capture keys taken).
+absl::StatusOr<std::unique_ptr<Device>> OpenBackend(std::string_view text, DeviceUri uri,
+                                                    const DeviceOptions& defaults) {
   const std::string_view scheme = uri.scheme;
   const bool is_loopback = scheme == "loopback";
   const bool is_dpdk = scheme == "dpdk" || scheme == "memif";
@@ -87,6 +107,25 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
   if (is_mlx5) return mlx5::Open(std::move(uri), opts);
   if (is_udp) return udp::Open(std::move(uri), opts);
   return dpdk::Open(std::move(uri), opts);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view text,
+                                                   const DeviceOptions& defaults) {
+  if (const size_t plus = CompositeSplit(text); plus != std::string_view::npos) {
+    return OpenComposite(text, plus, defaults);
+  }
+  absl::StatusOr<DeviceUri> parsed = DeviceUri::Parse(text);
+  if (!parsed.ok()) return parsed.status();
+  DeviceUri uri = *std::move(parsed);
+  // pcap= is any device's: the backend opens without it, the capture
+  // decorator goes around what it opened.
+  absl::StatusOr<std::optional<pcap::CaptureOptions>> capture = pcap::TakeCaptureOptions(uri);
+  if (!capture.ok()) return capture.status();
+  absl::StatusOr<std::unique_ptr<Device>> dev = OpenBackend(text, std::move(uri), defaults);
+  if (!dev.ok() || !capture->has_value()) return dev;
+  return pcap::WrapWithCapture(*std::move(dev), **capture);
 }
 
 }  // namespace bypass::driver

@@ -29,6 +29,9 @@ PACKAGES=(
   gnuplot-nox
   # MPI over bypass (test/mpi/)
   openmpi-bin libopenmpi-dev
+  # reading pcap= captures with tools/wireshark/bypass.lua (the capture
+  # tests); installed noninteractively, so without its setuid dumpcap
+  tshark
 )
 
 is_root() { [ "$(id -u)" -eq 0 ]; }
