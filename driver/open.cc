@@ -59,6 +59,16 @@ absl::StatusOr<std::unique_ptr<Device>> OpenComposite(std::string_view text, siz
   if (!remote.ok()) return remote.status();
   DeviceOptions local_opts = defaults;
   local_opts.ipv4 = (*remote)->info().ipv4;
+  // The engine sizes its frames by the composite's MTU, the smaller of
+  // both: an intra-host device that names no MTU of its own takes the
+  // remote's (a UDP device's follows its link: jumbo frames across hosts),
+  // in as many buffers as the remote's pool has (their memory bounded as
+  // the remote's is).
+  if (absl::StatusOr<DeviceUri> l = DeviceUri::Parse(*local_text);
+      l.ok() && !l->Has("mtu") && (*remote)->info().mtu > local_opts.mtu) {
+    local_opts.mtu = (*remote)->info().mtu;
+    if (local_opts.pool_buffers == 0) local_opts.pool_buffers = (*remote)->queue(0).PoolCapacity();
+  }
   absl::StatusOr<std::unique_ptr<Device>> local = OpenDevice(*local_text, local_opts);
   if (!local.ok()) return local.status();
   absl::StatusOr<std::unique_ptr<composite::CompositeDevice>> d =
@@ -91,12 +101,13 @@ absl::StatusOr<std::unique_ptr<Device>> OpenBackend(std::string_view text, Devic
     return std::unique_ptr<Device>(*std::move(dev));
   }
 
-  // The kernel fragments the UDP device's datagrams: its MTU may exceed a
-  // NIC's.
-  const uint32_t max_mtu = is_udp ? kMaxUdpSocketMtu : kMaxMtu;
+  // udp takes bypass's keys itself too: its MTU range is its own (the
+  // kernel fragments its datagrams) and without mtu= it follows the link.
+  if (is_udp) return udp::Open(std::move(uri), defaults);
+
   DeviceOptions opts = defaults;
-  if (absl::Status s = TakeUriOptions(uri, opts, max_mtu); !s.ok()) return s;
-  if (absl::Status s = ValidateOptions(opts, max_mtu); !s.ok()) return s;
+  if (absl::Status s = TakeUriOptions(uri, opts); !s.ok()) return s;
+  if (absl::Status s = ValidateOptions(opts); !s.ok()) return s;
 
   if (is_loopback) {
     absl::StatusOr<std::unique_ptr<loopback::LoopbackDevice>> dev =
@@ -105,7 +116,6 @@ absl::StatusOr<std::unique_ptr<Device>> OpenBackend(std::string_view text, Devic
     return std::unique_ptr<Device>(*std::move(dev));
   }
   if (is_mlx5) return mlx5::Open(std::move(uri), opts);
-  if (is_udp) return udp::Open(std::move(uri), opts);
   return dpdk::Open(std::move(uri), opts);
 }
 

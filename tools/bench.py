@@ -7,8 +7,10 @@ provider (libbypass-fi.so), and libfabric's own shm and tcp providers, in
 alternating repetitions (A B C ... A B C ...) so that the machine's noise
 hits all of them alike. Prints the medians with ratios to the bare baseline
 and to shm, writes JSON and a gnuplot PNG of latency against size. A second
-table does the same across two network namespaces joined by a veth pair:
-bypass over af_xdp against libfabric's tcp over the kernel (root only).
+table does the same across two network namespaces joined by veth pairs:
+bypass over af_xdp (a 1500-byte pair: XDP on veth refuses larger MTUs),
+and bypass's default domain (kernel UDP) against libfabric's tcp over the
+kernel, both on a pair with jumbo frames (--veth_mtu, 9000) (root only).
 
   bazel run -c opt //tools:bench                      full run (about 6 minutes here)
   bazel run -c opt //tools:bench -- --quick           under two minutes
@@ -318,15 +320,20 @@ def xdp_attached(netns, ifname):
 # ------------------------------------------------------------------ hosts ---
 
 class Veth:
-    """Two network namespaces joined by two veth pairs, removed by close().
+    """Two network namespaces joined by three veth pairs, removed by close().
 
-    The data pair carries what is measured: af_xdp for bypass, the kernel's
-    TCP for libfabric's tcp. The control pair carries the TCP address
-    exchange of the fi tools (fi_pingpong's, pingpong --layer=fi's), since
-    af_xdp takes every frame of the interface it binds.
+    The data pair carries af_xdp (MTU 1500: XDP on veth refuses an MTU
+    above about 3.5 KB, and Debian's DPDK 22.11 af_xdp has no multi-buffer
+    frames). The kernel pair carries what goes through the kernel: the
+    kernel's TCP for libfabric's tcp and bypass's default domain (kernel
+    UDP, whose address is that of the default route's interface: this one),
+    with jumbo frames (`mtu`, as a cluster's fabric would have them). The
+    control pair carries the TCP address exchange of the fi tools
+    (fi_pingpong's, pingpong --layer=fi's), since af_xdp takes every frame
+    of the interface it binds.
     """
 
-    def __init__(self):
+    def __init__(self, mtu=9000):
         tag = "bnch%d_" % (os.getpid() % 10000)
         self.ns = (tag + "a", tag + "b")
         self.ifs = (tag + "0", tag + "1")
@@ -334,6 +341,9 @@ class Veth:
         net = os.getpid() % 200 + 1
         self.ips = ("10.203.%d.1" % net, "10.203.%d.2" % net)
         self.ctrl_ips = ("10.204.%d.1" % net, "10.204.%d.2" % net)
+        self.kern_ifs = (tag + "k0", tag + "k1")
+        self.kern_ips = ("10.206.%d.1" % net, "10.206.%d.2" % net)
+        self.mtu = mtu
         self.macs = ("", "")
         self.up = False
 
@@ -353,17 +363,21 @@ class Veth:
         a, b = self.ns
         self._ip("netns", "add", a)
         self._ip("netns", "add", b)
-        for ends in (self.ifs, self.ctrl_ifs):
+        for ends in (self.ifs, self.ctrl_ifs, self.kern_ifs):
             self._ip("link", "add", ends[0], "netns", a, "type", "veth", "peer", "name",
                      ends[1], "netns", b)
         for i, ns in enumerate(self.ns):
             for knob in ("all", "default"):  # no IPv6 neighbour discovery on the wire
                 self._ip("netns", "exec", ns, "sh", "-c",
                          "echo 1 > /proc/sys/net/ipv6/conf/%s/disable_ipv6" % knob)
-            for ifname, ip in ((self.ifs[i], self.ips[i]), (self.ctrl_ifs[i], self.ctrl_ips[i])):
+            self._ip("-n", ns, "link", "set", "dev", self.kern_ifs[i], "mtu", str(self.mtu))
+            for ifname, ip in ((self.ifs[i], self.ips[i]), (self.ctrl_ifs[i], self.ctrl_ips[i]),
+                               (self.kern_ifs[i], self.kern_ips[i])):
                 self._ip("-n", ns, "addr", "add", ip + "/24", "dev", ifname)
                 self._ip("-n", ns, "link", "set", ifname, "up")
             self._ip("-n", ns, "link", "set", "lo", "up")
+            # bypass's default domain binds the default route's address.
+            self._ip("-n", ns, "route", "add", "default", "dev", self.kern_ifs[i])
         macs = []
         for ns, ifname in zip(self.ns, self.ifs):
             m = re.search(r"link/ether ([0-9a-f:]{17})", self._ip("-n", ns, "link", "show", ifname))
@@ -554,11 +568,12 @@ class Bench:
                     server.append("--device=" + uris[1])
                     client.append("--device=" + uris[0])
                     env_s, env_c = self.env(col, uris[1]), self.env(col, uris[0])
-            else:  # libfabric's tcp through the kernel on the data pair
-                server.append("--fi_node=" + v.ips[1])
-                client = ns_a + ["--connect=%s:%d" % (v.ips[1], port), "--fi_node=" + v.ips[0]] + common
-                env_s = self.env(col, tcp_iface=v.ifs[1])
-                env_c = self.env(col, tcp_iface=v.ifs[0])
+            else:  # libfabric's tcp through the kernel on the kernel pair
+                server.append("--fi_node=" + v.kern_ips[1])
+                client = ns_a + ["--connect=%s:%d" % (v.kern_ips[1], port),
+                                 "--fi_node=" + v.kern_ips[0]] + common
+                env_s = self.env(col, tcp_iface=v.kern_ifs[1])
+                env_c = self.env(col, tcp_iface=v.kern_ifs[0])
             return run_pair(server, client + client_only, env_s, env_c,
                             timeout or self.a.timeout, tool, lambda pid: tcp_listening(pid, port))
         server = ns_b + ["--server", "--device=" + uris[1], "--ip=" + v.ips[1]] + common
@@ -579,14 +594,14 @@ class Bench:
             v = self.veth
             server = ["ip", "netns", "exec", v.ns[1]] + base + ["-B", str(port)]
             # bypass: fi_pingpong's control connection on the control pair
-            ctrl = v.ctrl_ips[1] if col.provider == "bypass" else v.ips[1]
+            ctrl = v.ctrl_ips[1] if col.provider == "bypass" else v.kern_ips[1]
             client = ["ip", "netns", "exec", v.ns[0]] + base + ["-P", str(port), ctrl]
             if col.provider == "bypass":
                 env_s = self.env(col, "dpdk:net_af_xdp_benchb,iface=" + v.ifs[1])
                 env_c = self.env(col, "dpdk:net_af_xdp_bencha,iface=" + v.ifs[0])
             else:
-                env_s = self.env(col, tcp_iface=v.ifs[1])
-                env_c = self.env(col, tcp_iface=v.ifs[0])
+                env_s = self.env(col, tcp_iface=v.kern_ifs[1])
+                env_c = self.env(col, tcp_iface=v.kern_ifs[0])
         return run_pair(server, client, env_s, env_c, self.a.timeout, "fi_pingpong",
                         lambda pid: tcp_listening(pid, port))
 
@@ -1140,6 +1155,9 @@ def parse_args(argv):
                    "--plot= for none)")
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     p.add_argument("--no_netns", action="store_true", help="skip the two-namespace table")
+    p.add_argument("--veth_mtu", type=int, default=9000,
+                   help="MTU of the namespaces' kernel pair (bypass's kernel UDP, libfabric tcp); "
+                        "af_xdp's pair stays at 1500")
     p.add_argument("--skip", default="", help="comma-separated columns to leave out (%s)"
                    % ",".join(COLUMN_KEYS))
     p.add_argument("--fi_lib", help="libbypass-fi.so to use (default: bazel-bin/fabric/fi/)")
@@ -1168,6 +1186,8 @@ def parse_args(argv):
     if a.seconds <= 0 or a.min_iters < 1 or a.timeout <= 0 or a.warmup < 0 or not 1 <= a.window <= 1024:
         fail("--seconds, --min_iters and --timeout must be positive, --warmup at least 0 and "
              "--window 1..1024")
+    if not 1280 <= a.veth_mtu <= 65535:
+        fail("--veth_mtu=%d: give 1280 .. 65535 (veth's largest)" % a.veth_mtu)
     known = set(COLUMN_KEYS)
     a.skip = {s for s in a.skip.split(",") if s}
     if a.skip - known:
@@ -1208,8 +1228,8 @@ def main(argv):
     local["title"] = ("two processes on this host (memif, and bypass's default domain: shared memory; "
                       "shm and tcp over loopback)")
     netns = b.new_section("netns", NETNS_COLUMNS, None, "tcp")
-    netns["title"] = ("two network namespaces over a veth pair (af_xdp, and bypass's default domain: "
-                      "kernel UDP; tcp through the kernel)")
+    netns["title"] = ("two network namespaces over veth pairs (af_xdp at MTU 1500; bypass's default "
+                      "domain, kernel UDP, and tcp through the kernel at MTU %d)" % a.veth_mtu)
     b.check_columns(local)
     b.check_columns(netns)
     if a.no_netns:
@@ -1245,7 +1265,7 @@ def main(argv):
     load_before = loadavg()
     try:
         if not netns["skipped"]:
-            b.veth = Veth()
+            b.veth = Veth(a.veth_mtu)
             try:
                 b.veth.create()
             except RuntimeError as e:

@@ -1,6 +1,13 @@
 #include "driver/udp/udp_device.h"
 
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,7 +30,36 @@ std::optional<HostInterface> InterfaceWith(Ipv4Address ip) {
   return std::nullopt;
 }
 
+// The MTU of interface `name` (SIOCGIFMTU), or 0 when it cannot be read.
+uint32_t LinkMtu(const std::string& name) {
+  if (name.empty() || name.size() >= IFNAMSIZ) return 0;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ifreq req{};
+  std::memcpy(req.ifr_name, name.data(), name.size());
+  const int r = ioctl(fd, SIOCGIFMTU, &req);
+  close(fd);
+  return r == 0 && req.ifr_mtu > 0 ? static_cast<uint32_t>(req.ifr_mtu) : 0;
+}
+
 }  // namespace
+
+uint32_t LinkMtuFor(uint32_t link_mtu) {
+  if (link_mtu <= kDefaultUdpMtu) return kDefaultUdpMtu;
+  return std::min(link_mtu, kMaxUdpLinkMtu);
+}
+
+uint32_t PoolBuffersFor(const DeviceOptions& opts, uint32_t max_frame) {
+  const uint32_t by_default = DefaultPoolBuffers(opts, max_frame);
+  if (opts.pool_buffers != 0 || max_frame <= kDefaultUdpMtu + 14) return by_default;
+  // The bytes a pool of default frames would take, in larger buffers; at
+  // least kMinJumboPoolBuffers of them.
+  const uint64_t bytes = uint64_t{DefaultPoolBuffers(opts, kDefaultUdpMtu + 14)} *
+                         (kDataOffset + kDefaultUdpMtu + 14);
+  const uint64_t fit = bytes / (kDataOffset + max_frame);
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(by_default, std::max<uint64_t>(fit, kMinJumboPoolBuffers)));
+}
 
 MacAddress MacFromIpv4(Ipv4Address ip) {
   return MacAddress{{0x02, 0x00, static_cast<uint8_t>(ip.value >> 24),
@@ -33,6 +69,9 @@ MacAddress MacFromIpv4(Ipv4Address ip) {
 
 absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions& defaults) {
   DeviceOptions opts = defaults;
+  // No mtu= and the options' default: the MTU follows the interface's link
+  // (below, once the interface is known).
+  const bool mtu_from_link = !uri.Has("mtu") && defaults.mtu == DeviceOptions{}.mtu;
   if (absl::Status s = TakeUriOptions(uri, opts, kMaxUdpSocketMtu); !s.ok()) return s;
   if (absl::Status s = ValidateOptions(opts, kMaxUdpSocketMtu); !s.ok()) return s;
   // gso=0 sends and receives one datagram per frame (no UDP_SEGMENT or
@@ -89,6 +128,10 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
     if (std::optional<HostInterface> holder = InterfaceWith(ip)) iface = std::move(holder);
   }
 
+  // Not lo's 65536: no link's, and what reaches this host's peers there
+  // (tests; the default domain's shm carries them) keeps 1500.
+  if (mtu_from_link && iface && !iface->loopback) opts.mtu = LinkMtuFor(LinkMtu(iface->name));
+
   std::unique_ptr<UdpDevice> dev(new UdpDevice());
   DeviceInfo& info = dev->info_;
   info.uri = uri.text;
@@ -104,7 +147,7 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
   info.can_steer = false;
   info.owns_port = true;
 
-  const uint32_t pool_buffers = DefaultPoolBuffers(opts, opts.mtu + 14);
+  const uint32_t pool_buffers = PoolBuffersFor(opts, opts.mtu + 14);
   absl::StatusOr<std::unique_ptr<UdpQueue>> queue =
       UdpQueue::Create(dev->info_, pool_buffers, opts.numa_node, offloads);
   if (!queue.ok()) {

@@ -49,6 +49,31 @@ BackendFeatures Budget() {
   return f;
 }
 
+// Without mtu= a device takes its link's MTU up to jumbo frames, never
+// below 1500, and a jumbo pool keeps the bytes of a 1500-byte one.
+TEST(UdpDevice, LinkMtuAndJumboPool) {
+  EXPECT_EQ(LinkMtuFor(0), 1500u);  // unreadable
+  EXPECT_EQ(LinkMtuFor(1280), 1500u);
+  EXPECT_EQ(LinkMtuFor(1500), 1500u);
+  EXPECT_EQ(LinkMtuFor(4000), 4000u);
+  EXPECT_EQ(LinkMtuFor(9000), 9000u);
+  EXPECT_EQ(LinkMtuFor(65535), 9000u);
+  DeviceOptions o;
+  EXPECT_EQ(PoolBuffersFor(o, 1514), DefaultPoolBuffers(o, 1514));
+  EXPECT_EQ(PoolBuffersFor(o, 9014), kMinJumboPoolBuffers);
+  o.ring_size = 8192;  // a pool of 32768 1500-byte frames: 5.9 times as many 9000-byte ones
+  EXPECT_EQ(PoolBuffersFor(o, 9014), 32768u * (kDataOffset + 1514) / (kDataOffset + 9014));
+  o.pool_buffers = 100;  // named: kept
+  EXPECT_EQ(PoolBuffersFor(o, 9014), 100u);
+  // lo is no link: 1500 there, and mtu= wins everywhere.
+  std::unique_ptr<Device> lo = MustOpen("udp:lo");
+  ASSERT_NE(lo, nullptr);
+  EXPECT_EQ(lo->info().mtu, 1500u);
+  std::unique_ptr<Device> named = MustOpen("udp:lo,mtu=4000");
+  ASSERT_NE(named, nullptr);
+  EXPECT_EQ(named->info().mtu, 4000u);
+}
+
 TEST(UdpDevice, DescribesItselfThroughOpenDevice) {
   std::unique_ptr<Device> dev = MustOpen("udp:lo,ip=" + LocalIp(1));
   ASSERT_NE(dev, nullptr);

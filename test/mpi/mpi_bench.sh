@@ -89,7 +89,7 @@ for rep in $(seq 1 "$reps"); do
   measure bypass "" -np 2 $MPI_BYPASS
   if [ $netns -eq 1 ]; then
     hosts="--host $CTRL_A:1,$CTRL_B:1 -np 2 $MPI_HOSTS"
-    measure tcp "$NA" $hosts --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include "$DATA_NET.0/24" --mca osc pt2pt
+    measure tcp "$NA" $hosts --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include "$KERN_NET.0/24" --mca osc pt2pt
     measure udp "$NA" $hosts $MPI_BYPASS
     measure xdp "$NA" $hosts $MPI_BYPASS -x "$XDP"
   fi

@@ -65,17 +65,22 @@ mpi_run() {
 }
 
 # make_hosts PREFIX: two network namespaces ("hosts") PREFIXa and PREFIXb
-# joined by two veth pairs: control (Open MPI's launch and out-of-band
-# TCP), CTRL_A/CTRL_B on CTRL_NET.0/24, and data, DATA_A/DATA_B on
+# joined by three veth pairs: control (Open MPI's launch and out-of-band
+# TCP), CTRL_A/CTRL_B on CTRL_NET.0/24; data, DATA_A/DATA_B on
 # DATA_NET.0/24, whose interface is named DATA_IF in both namespaces (so
-# one FI_BYPASS_DEVICES value names it in every rank). AGENT is a launch
+# one FI_BYPASS_DEVICES value names it in every rank; MTU 1500: AF_XDP on
+# veth refuses more); and kernel, KERN_A/KERN_B on KERN_NET.0/24 with
+# jumbo frames (HOST_MTU, default 9000) and the default route, so that
+# bypass's default domain (kernel UDP on the default route's address) and
+# Open MPI's tcp (btl_tcp_if_include KERN_NET.0/24) share it. AGENT is a launch
 # agent for --mca plm_rsh_agent that runs a command in the namespace of
 # the host address it is given. Needs root.
 make_hosts() {
   local p=$1 n=$(( $$ % 200 + 1 ))
   NS_A="${p}a" NS_B="${p}b" DATA_IF="${p}d"
-  CTRL_NET="10.204.$n" DATA_NET="10.205.$n"
+  CTRL_NET="10.204.$n" DATA_NET="10.205.$n" KERN_NET="10.206.$n"
   CTRL_A="$CTRL_NET.1" CTRL_B="$CTRL_NET.2" DATA_A="$DATA_NET.1" DATA_B="$DATA_NET.2"
+  KERN_A="$KERN_NET.1" KERN_B="$KERN_NET.2"
   remove_hosts
   ip netns add "$NS_A" && ip netns add "$NS_B" ||
     fail "cannot create network namespaces: this needs root and a kernel with netns"
@@ -86,15 +91,21 @@ make_hosts() {
     ip -n "$ns" link set lo up
   done
   ip link add "${p}c" netns "$NS_A" type veth peer name "${p}c" netns "$NS_B" &&
-    ip link add "$DATA_IF" netns "$NS_A" type veth peer name "$DATA_IF" netns "$NS_B" ||
+    ip link add "$DATA_IF" netns "$NS_A" type veth peer name "$DATA_IF" netns "$NS_B" &&
+    ip link add "${p}k" netns "$NS_A" type veth peer name "${p}k" netns "$NS_B" ||
     fail "cannot create veth pairs: the kernel needs veth"
   ip -n "$NS_A" addr add "$CTRL_A/24" dev "${p}c"
   ip -n "$NS_B" addr add "$CTRL_B/24" dev "${p}c"
   ip -n "$NS_A" addr add "$DATA_A/24" dev "$DATA_IF"
   ip -n "$NS_B" addr add "$DATA_B/24" dev "$DATA_IF"
+  ip -n "$NS_A" addr add "$KERN_A/24" dev "${p}k"
+  ip -n "$NS_B" addr add "$KERN_B/24" dev "${p}k"
   for ns in "$NS_A" "$NS_B"; do
     ip -n "$ns" link set "${p}c" up
     ip -n "$ns" link set "$DATA_IF" up
+    ip -n "$ns" link set "${p}k" mtu "${HOST_MTU:-9000}" up ||
+      fail "cannot set MTU ${HOST_MTU:-9000} on the kernel pair"
+    ip -n "$ns" route add default dev "${p}k"
   done
   AGENT="$WORK/agent.sh"
   cat >"$AGENT" <<AGENT_EOF

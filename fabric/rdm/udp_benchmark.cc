@@ -1,0 +1,188 @@
+// The RDM engine over two kernel UDP devices on 127.0.0.1, both ends in one
+// thread: what the default domain's remote path costs in CPU, per round
+// trip and per byte, with the device's offloads and MTU as parameters.
+// Both ends in one thread take the peer's scheduling out of the numbers
+// (the CPU column is this thread's time, the kernel's work for it
+// included), so that a run on a loaded machine still compares the
+// variants; cross-namespace latency is //tools:bench's `fi_udp` column.
+//   bazel run -c opt //fabric/rdm:udp_benchmark
+// Across two network namespaces (as root: each end's sockets are made in
+// its namespace, and every frame crosses the veth pair between them):
+//   udp_benchmark --netns=NS_A,NS_B --ips=IP_A,IP_B
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "benchmark/benchmark.h"
+#include "driver/clock.h"
+#include "driver/udp/udp_device.h"
+#include "driver/uri.h"
+#include "fabric/rdm/rdm.h"
+
+namespace bypass::rdm {
+namespace {
+
+// The URI keys of the variants: arg `variant` of each benchmark.
+const char* const kVariants[] = {
+    "mtu=1500,gso=0",  // 0: one datagram per frame, no GRO
+    "mtu=1500",        // 1: GSO runs of 1500-byte frames, GRO (the default before LinkMtuFor)
+    "",                // 2: the default: the MTU of the link (up to 9000), GSO, GRO
+    "mtu=65000",       // 3: the largest datagram the device allows
+};
+
+// --netns and --ips, taken from argv by main: each end's namespace (empty:
+// this one) and address.
+std::string g_netns[2];
+std::string g_ips[2] = {"127.0.0.1", "127.0.0.1"};
+
+// Enters end `i`'s namespace, if it has one; sockets made from here on are
+// that namespace's.
+void EnterNetns(int i) {
+  if (g_netns[i].empty()) return;
+  const std::string path = "/var/run/netns/" + g_netns[i];
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    std::perror(path.c_str());
+    std::exit(1);
+  }
+  close(fd);
+}
+
+std::unique_ptr<driver::Device> OpenUdp(int end, const std::string& keys) {
+  EnterNetns(end);
+  const std::string uri = "udp:" + g_ips[end] + (keys.empty() ? "" : "," + keys);
+  auto dev = driver::udp::Open(*driver::DeviceUri::Parse(uri), {});
+  if (!dev.ok()) {
+    std::fprintf(stderr, "%s\n", dev.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(dev);
+}
+
+struct Pair {
+  explicit Pair(const std::string& keys) {
+    a = OpenUdp(0, keys);
+    pa = std::make_unique<Port>(a->queue(0), a->info());
+    b = OpenUdp(1, keys);
+    pb = std::make_unique<Port>(b->queue(0), b->info());
+    EndpointConfig c;
+    c.max_msg_size = 64u << 20;
+    // Ports of this process's own range: two runs at once do not collide.
+    static uint16_t next_port = static_cast<uint16_t>(20000 + getpid() % 2000 * 16);
+    c.udp_port = next_port++;
+    EnterNetns(0);
+    ea = *Endpoint::Create(*pa, driver::SteadyClock::Get(), c);
+    c.udp_port = next_port++;
+    EnterNetns(1);
+    eb = *Endpoint::Create(*pb, driver::SteadyClock::Get(), c);
+    to_b = *ea->InsertPeer(eb->address());
+    to_a = *eb->InsertPeer(ea->address());
+  }
+  std::unique_ptr<driver::Device> a, b;
+  std::unique_ptr<Port> pa, pb;
+  std::unique_ptr<Endpoint> ea, eb;
+  PeerId to_b, to_a;
+};
+
+void WaitOne(Endpoint& e, Endpoint& other) {
+  Completion c;
+  while (e.PollCompletions({&c, 1}) == 0) {
+    e.Progress();
+    other.Progress();
+  }
+}
+
+// Ping-pong: arg 0 the size, arg 1 the variant. Each round trip is a
+// message each way and both senders' completions.
+void BM_UdpPingPong(benchmark::State& state) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  Pair p(kVariants[state.range(1)]);
+  state.SetLabel(kVariants[state.range(1)]);
+  std::vector<uint8_t> out(size, 1), in_a(size), in_b(size);
+  for (auto _ : state) {
+    p.eb->PostRecv({.buf = in_b.data(), .len = size});
+    p.ea->PostRecv({.buf = in_a.data(), .len = size});
+    p.ea->Send({.dest = p.to_b, .buf = out.data(), .len = size});
+    WaitOne(*p.eb, *p.ea);
+    p.eb->Send({.dest = p.to_a, .buf = in_b.data(), .len = size});
+    WaitOne(*p.ea, *p.eb);
+    WaitOne(*p.eb, *p.ea);
+    WaitOne(*p.ea, *p.eb);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * size));
+}
+BENCHMARK(BM_UdpPingPong)
+    ->ArgsProduct({{8, 4 << 10, 64 << 10, 1 << 20}, {0, 1, 2, 3}})
+    ->MeasureProcessCPUTime();
+
+// One way, 8 messages outstanding: arg 0 the size, arg 1 the variant.
+void BM_UdpStream(benchmark::State& state) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  Pair p(kVariants[state.range(1)]);
+  state.SetLabel(kVariants[state.range(1)]);
+  constexpr int kWindow = 8;
+  std::vector<std::vector<uint8_t>> out(kWindow, std::vector<uint8_t>(size));
+  std::vector<std::vector<uint8_t>> in(kWindow, std::vector<uint8_t>(size));
+  int outstanding = 0;
+  uint64_t next = 0;
+  Completion c[16];
+  for (auto _ : state) {
+    while (outstanding < kWindow) {
+      const size_t k = next++ % kWindow;
+      p.eb->PostRecv({.buf = in[k].data(), .len = size});
+      p.ea->Send({.dest = p.to_b, .buf = out[k].data(), .len = size});
+      ++outstanding;
+    }
+    size_t done = 0;
+    while (done == 0) {
+      p.ea->Progress();
+      p.eb->Progress();
+      done = p.eb->PollCompletions(c);
+      while (p.ea->PollCompletions(c) > 0) {
+      }
+    }
+    outstanding -= static_cast<int>(done);
+    state.SetBytesProcessed(state.bytes_processed() + static_cast<int64_t>(done * size));
+  }
+  state.counters["retransmits"] =
+      static_cast<double>(p.ea->counters().retransmits_fast + p.ea->counters().retransmits_timeout);
+}
+BENCHMARK(BM_UdpStream)->ArgsProduct({{64 << 10, 1 << 20}, {0, 1, 2, 3}})->MeasureProcessCPUTime();
+
+}  // namespace
+}  // namespace bypass::rdm
+
+// Takes --netns=A,B and --ips=A,B before the benchmark library's flags.
+int main(int argc, char** argv) {
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::string* into = nullptr;
+    if (arg.rfind("--netns=", 0) == 0) into = bypass::rdm::g_netns;
+    if (arg.rfind("--ips=", 0) == 0) into = bypass::rdm::g_ips;
+    if (into == nullptr) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    const std::vector<std::string> two = absl::StrSplit(arg.substr(arg.find('=') + 1), ',');
+    if (two.size() != 2) {
+      std::fprintf(stderr, "%s: expected two values, A,B\n", arg.c_str());
+      return 2;
+    }
+    into[0] = two[0];
+    into[1] = two[1];
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
