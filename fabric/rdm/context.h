@@ -36,6 +36,9 @@ struct DeviceParams {
   // (SECURITY.md); null: none is.
   bool (*reaches_same_host)(void* arg, driver::Ipv4Address ip, uint16_t port) = nullptr;
   void* reaches_same_host_arg = nullptr;
+  // DeviceInfo::integrity: every frame we receive comes through memory
+  // only (kRxIntact), so every peer may send us packets without a CRC.
+  bool integrity = false;
 };
 
 // SplitMix64: the engine's pseudo-random numbers (initial PSNs; region keys

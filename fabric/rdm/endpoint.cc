@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const dri
     return static_cast<driver::QueuePair*>(qp)->ReachesSameHost(ip, udp_port);
   };
   dev.reaches_same_host_arg = &port.qp();
+  dev.integrity = port.info().integrity;
   SharedMatch* shared = nullptr;
   if (config.shared_recv != nullptr) {
     if (&config.shared_recv->port() != &port) {
