@@ -82,6 +82,10 @@ struct DeviceInfo {
   // (memif's shared-memory rings). The engine runs no congestion control
   // on such a device (fabric/rdm/PROTOCOL.md, "Congestion control").
   bool lossless = false;
+  // Every frame this device delivers came through memory only and carries
+  // kRxIntact (the intra-host device, memif, loopback): a peer may send us
+  // its packets without their checksum.
+  bool integrity = false;
 
   uint32_t max_frame() const { return mtu + 14; }
 };

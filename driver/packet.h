@@ -31,6 +31,14 @@ enum PacketOffload : uint16_t {
   // processes of this user share (the intra-host device): what it says
   // about its sender's memory can be read in place (ReadPeerMemory).
   kRxSameHost = 1u << 2,
+  // The frame came through memory only (a shared-memory ring between
+  // processes, or in-process loopback), copied by the CPU: no bit of it can
+  // have changed on the way, so the layer above may skip its own integrity
+  // check (fabric/rdm/PROTOCOL.md, "Unchecked packets"). Set by the
+  // intra-host device, memif and loopback on every frame they deliver;
+  // never by a device with a wire; cleared by a decorator that changes
+  // bytes (the fault device's corruption).
+  kRxIntact = 1u << 3,
   kTxIpChecksum = 1u << 8,       // ask the NIC to fill the IPv4 checksum
   kTxUdpChecksum = 1u << 9,      // ask the NIC to fill the UDP checksum
 };

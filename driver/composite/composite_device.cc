@@ -189,6 +189,9 @@ absl::StatusOr<std::unique_ptr<CompositeDevice>> CompositeDevice::Create(
   d->info_.mtu = std::min(local->info().mtu, remote->info().mtu);
   d->info_.host_address = remote->info().host_address || IsLocalIpv4(remote->info().ipv4);
   d->info_.same_host_key = local->info().same_host_key;
+  // Per peer: frames through the intra-host device say kRxIntact, the
+  // remote device's only if it is such a device too.
+  d->info_.integrity = local->info().integrity && remote->info().integrity;
   d->queue_ = std::make_unique<CompositeQueue>(*shm_queue, remote->queue(0));
   d->local_ = std::move(local);
   d->remote_ = std::move(remote);

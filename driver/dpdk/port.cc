@@ -176,6 +176,11 @@ void DpdkDevice::FillInfo(const DeviceOptions& opts, std::optional<std::string> 
   info_.driver = dev_info.driver_name ? dev_info.driver_name : "dpdk";
   // memif's TX takes only what the peer's ring has room for: no drops.
   info_.lossless = info_.driver == "net_memif";
+  // Nor can they change a byte: frames are copied through shared memory.
+  info_.integrity = info_.driver == "net_memif";
+  if (info_.integrity) {
+    for (auto& q : queues_) static_cast<DpdkQueuePair&>(*q).set_rx_flags(kRxIntact);
+  }
   rte_ether_addr mac{};
   rte_eth_macaddr_get(port_, &mac);
   std::memcpy(info_.mac.bytes.data(), mac.addr_bytes, 6);

@@ -52,6 +52,7 @@ uint16_t DpdkQueuePair::RxBurst(absl::Span<Packet*> out) {
     }
     Packet* p = TakeDescriptor();
     Describe(m, p);
+    p->ol_flags |= rx_flags_;
     stats_.rx_bytes += p->len;
     out[n++] = p;
   }

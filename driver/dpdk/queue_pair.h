@@ -34,6 +34,9 @@ class DpdkQueuePair final : public QueuePair {
   uint16_t id() const override { return id_; }
 
   uint16_t hw_queue() const { return hw_queue_; }
+  // PacketOffload bits every received frame carries besides the NIC's
+  // checksum verdicts (kRxIntact on memif).
+  void set_rx_flags(uint16_t flags) { rx_flags_ = flags; }
 
  private:
   static constexpr uint16_t kChunk = 64;
@@ -50,6 +53,7 @@ class DpdkQueuePair final : public QueuePair {
   std::unique_ptr<Packet*[]> free_;
   uint32_t free_count_ = 0;
   uint32_t descriptors_ = 0;
+  uint16_t rx_flags_ = 0;
   QueueStats stats_;
 };
 

@@ -192,7 +192,7 @@ bool FaultQueue::Corrupt(Packet* p) {
     p->data[kEthHeader + off] ^= static_cast<uint8_t>(1 + rng_.Below(255));
   }
   // A NIC that verified the checksums would not have passed these.
-  p->ol_flags &= static_cast<uint16_t>(~(kRxIpChecksumGood | kRxL4ChecksumGood));
+  p->ol_flags &= static_cast<uint16_t>(~(kRxIpChecksumGood | kRxL4ChecksumGood | kRxIntact));
   return true;
 }
 
@@ -229,6 +229,9 @@ FaultDevice::FaultDevice(std::unique_ptr<Device> inner, const FaultOptions& opts
                          const Clock& clock)
     : inner_(std::move(inner)), opts_(opts), info_(inner_->info()) {
   info_.lossless = false;
+  // Corrupted frames lose kRxIntact (Corrupt), so peers are told to send
+  // us checksums whenever we may corrupt.
+  info_.integrity = info_.integrity && opts.corrupt == 0;
   // Each queue gets its own stream: the seed mixed with the queue number.
   uint64_t state = opts.seed;
   for (uint16_t q = 0; q < inner_->info().num_queues; ++q) {

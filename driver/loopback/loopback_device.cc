@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<LoopbackDevice>> Open(DeviceUri uri, const Device
   info.offloads = 0;
   info.can_steer = true;
   info.owns_port = true;
+  info.integrity = true;  // frames are copied in memory (kRxIntact)
 
   if (absl::Status s = JoinSegment(uri.target, *dev, mac, opts.ipv4); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("device '", uri.text, "': ", s.message()));

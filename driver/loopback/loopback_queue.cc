@@ -165,7 +165,7 @@ uint16_t LoopbackQueue::RxBurst(absl::Span<Packet*> out) {
       const uint32_t have = pool_->GetBurst(absl::MakeSpan(bufs, n));
       for (uint32_t i = 0; i < have; ++i) {
         Packet* p = pool_->InitPacket(bufs[i]);
-        if (self_->same_host) p->ol_flags = kRxSameHost;
+        p->ol_flags = self_->same_host ? kRxSameHost | kRxIntact : kRxIntact;
         const uint8_t* frame = ring.Frame(i, &p->len);
         std::memcpy(p->data, frame, p->len);
         stats_.rx_bytes += p->len;

@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<ShmDevice>> Open(DeviceUri uri, const DeviceOptio
 
   DeviceInfo& info = dev->info_;
   info.ipv4 = opts.ipv4 ? *opts.ipv4 : PrimaryIpv4();
+  info.integrity = true;  // frames are copied through shared memory (kRxIntact)
   const uint32_t pool_buffers = DefaultPoolBuffers(opts, max_frame);
   absl::StatusOr<std::unique_ptr<ShmQueue>> queue = ShmQueue::Create(
       dev->area_.get(), dev->registry_.get(), info.ipv4, max_frame, pool_buffers, opts.numa_node);

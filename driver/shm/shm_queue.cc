@@ -431,7 +431,7 @@ uint16_t ShmQueue::RxBurst(absl::Span<Packet*> out) {
             p->len = len;
             std::memcpy(p->data, frames + static_cast<size_t>(slot) * l.slot_bytes, len);
             // Only processes of this user on this host write our lanes.
-            p->ol_flags = kRxSameHost;
+            p->ol_flags = kRxSameHost | kRxIntact;
             stats_.rx_bytes += len;
             out[got++] = p;
           }

@@ -40,6 +40,9 @@ struct DeviceParams {
   // (Engine::CheckSilence); null: kUnknown, the peer timeout decides.
   driver::PeerLiveness (*peer_alive)(void* arg, driver::Ipv4Address ip, uint16_t port) = nullptr;
   void* peer_alive_arg = nullptr;
+  // DeviceInfo::integrity: every frame we receive comes through memory
+  // only (kRxIntact), so every peer may send us packets without a CRC.
+  bool integrity = false;
 };
 
 // SplitMix64: the engine's pseudo-random numbers (initial PSNs; region keys

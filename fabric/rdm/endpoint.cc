@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const dri
     return static_cast<driver::QueuePair*>(qp)->PeerAlive(ip, udp_port);
   };
   dev.peer_alive_arg = &port.qp();
+  dev.integrity = port.info().integrity;
   SharedMatch* shared = nullptr;
   if (config.shared_recv != nullptr) {
     if (&config.shared_recv->port() != &port) {

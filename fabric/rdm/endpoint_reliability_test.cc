@@ -115,6 +115,39 @@ TEST(ReliabilityTest, LostAcksMeanDuplicatesButExactlyOnceDelivery) {
   EXPECT_GT(net.ep(0).counters().retransmits_timeout, 0u);
 }
 
+// Over loopback (memory only: DeviceInfo::integrity, kRxIntact) DATA and
+// ACKs go without a CRC; a node whose device may corrupt what it receives
+// (corrupt > 0) asks for CRCs in its handshake, gets them, and drops every
+// damaged packet, while the other direction stays unchecked
+// (PROTOCOL.md, "Unchecked packets").
+TEST(ReliabilityTest, UncheckedOnlyToAReceiverWhoseFramesComeThroughMemory) {
+  NetOptions o;
+  o.configure_faults = [](int node, driver::fault::FaultOptions* f) {
+    if (node == 1) {
+      f->corrupt = 0.2;
+      f->seed = 5;
+    }
+  };
+  o.config.congestion_control = false;
+  Net net(o);
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 20; ++i) sizes.push_back(static_cast<size_t>(i) * 997 % 9'000);
+  ASSERT_GT(TransferAndVerify(net, 0, 1, sizes, 200'000), 0);
+  ASSERT_GT(TransferAndVerify(net, 1, 0, sizes, 200'000), 0);
+  const Counters& c0 = net.ep(0).counters();
+  const Counters& c1 = net.ep(1).counters();
+  // Node 0 receives through memory: node 1 sent it nothing with a CRC
+  // after the handshake.
+  EXPECT_GT(c0.rx_unchecked, 0u);
+  EXPECT_EQ(c0.checksum_dropped, 0u);
+  // Node 1 may corrupt: everything it took was checked, and every damaged
+  // packet was dropped once.
+  EXPECT_EQ(c1.rx_unchecked, 0u);
+  const uint64_t corrupted = net.device(1).counters().corrupted;
+  EXPECT_GT(corrupted, 0u);
+  EXPECT_EQ(c1.checksum_dropped + c1.malformed_dropped, corrupted);
+}
+
 TEST(ReliabilityTest, EveryCorruptedPacketIsDetected) {
   NetOptions o;
   o.faults.corrupt = 0.2;

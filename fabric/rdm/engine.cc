@@ -214,9 +214,10 @@ void Engine::HandleFrame(driver::Packet* pkt) {
   Counters& counters = ctx.counters;
   ++counters.rx_packets;
   wire::View v;
-  const wire::ParseStatus status = wire::Parse({pkt->data, pkt->len}, &v);
+  const bool intact = (pkt->ol_flags & driver::kRxIntact) != 0;
+  const wire::ParseStatus status = wire::Parse({pkt->data, pkt->len}, &v, intact);
   if (status != wire::ParseStatus::kOk) {
-    if (status == wire::ParseStatus::kBadChecksum) {
+    if (status == wire::ParseStatus::kBadChecksum || status == wire::ParseStatus::kUnchecked) {
       ++counters.checksum_dropped;
     } else {
       ++counters.malformed_dropped;
@@ -225,6 +226,7 @@ void Engine::HandleFrame(driver::Packet* pkt) {
     return;
   }
   const wire::Common& c = v.common;
+  if ((c.flags & wire::kFlagUnchecked) != 0) ++counters.rx_unchecked;
   if (v.flow.dst_ip != ctx.dev.ip || v.flow.dst_port != ctx.config.udp_port) {
     ++counters.not_for_us_dropped;
     ctx.Release(pkt);

@@ -4,6 +4,13 @@
 // measured in the same run, one-way bandwidth at 64 KiB and 1 MiB, and the
 // time of a first contact (the handshake).
 //   bazel run --config=opt //fabric/rdm:engine_benchmark
+// Each round trip is one out-of-line call (RawRoundTrip, RdmRoundTrip), so
+// that callgrind counts its instructions alone, the same on a loaded machine
+// as on a quiet one (PROTOCOL.md, "Where a round trip's time goes"):
+//   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*RdmRoundTrip*'
+//     bazel-bin/fabric/rdm/engine_benchmark --benchmark_filter='BM_RdmPingPong$'
+//     --benchmark_min_time=0.05
+// (one command line), then callgrind_annotate: instructions per call.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -40,27 +47,31 @@ std::string Segment() {
   return "rdm-bench-" + std::to_string(n++);
 }
 
+// One raw round trip of 64 payload bytes (out of line: see the top).
+__attribute__((noinline)) void RawRoundTrip(LoopbackDevice& a, LoopbackDevice& b,
+                                            const driver::UdpFlow& flow) {
+  uint8_t payload[64] = {};
+  driver::Packet* p;
+  a.queue(0).AllocBulk({&p, 1});
+  p->len = static_cast<uint32_t>(driver::BuildUdpFrame(flow, payload, {p->data, p->capacity},
+                                                       driver::UdpChecksumFill::kNone));
+  a.queue(0).TxBurst({&p, 1});
+  while (b.queue(0).RxBurst({&p, 1}) == 0) {
+  }
+  driver::ReverseUdpFrame(p->data);
+  b.queue(0).TxBurst({&p, 1});
+  while (a.queue(0).RxBurst({&p, 1}) == 0) {
+  }
+  a.queue(0).FreeBulk({&p, 1});
+}
+
 // Raw frames: a sends 64 payload bytes, b turns the frame around, a gets it.
 void BM_RawPingPong(benchmark::State& state) {
   const std::string seg = Segment();
   auto a = OpenPort(seg);
   auto b = OpenPort(seg);
   const driver::UdpFlow flow{a->info().mac, b->info().mac, a->info().ipv4, b->info().ipv4, 1, 2, 0};
-  uint8_t payload[64] = {};
-  driver::Packet* p;
-  for (auto _ : state) {
-    a->queue(0).AllocBulk({&p, 1});
-    p->len = static_cast<uint32_t>(driver::BuildUdpFrame(flow, payload, {p->data, p->capacity},
-                                                         driver::UdpChecksumFill::kNone));
-    a->queue(0).TxBurst({&p, 1});
-    while (b->queue(0).RxBurst({&p, 1}) == 0) {
-    }
-    driver::ReverseUdpFrame(p->data);
-    b->queue(0).TxBurst({&p, 1});
-    while (a->queue(0).RxBurst({&p, 1}) == 0) {
-    }
-    a->queue(0).FreeBulk({&p, 1});
-  }
+  for (auto _ : state) RawRoundTrip(*a, *b, flow);
 }
 BENCHMARK(BM_RawPingPong);
 
@@ -108,20 +119,24 @@ void WaitOne(Endpoint& e, Endpoint& other) {
   }
 }
 
+// One RDM round trip of kSize bytes (out of line: see the top).
+template <size_t kSize>
+__attribute__((noinline)) void RdmRoundTrip(Pair& p, uint8_t* out, uint8_t* in_a, uint8_t* in_b) {
+  p.eb->PostRecv({.buf = in_b, .len = kSize});
+  p.ea->PostRecv({.buf = in_a, .len = kSize});
+  p.ea->Send({.dest = p.to_b, .buf = out, .len = kSize, .flags = kSendInject});
+  WaitOne(*p.eb, *p.ea);
+  p.eb->Send({.dest = p.to_a, .buf = in_b, .len = kSize, .flags = kSendInject});
+  WaitOne(*p.ea, *p.eb);
+}
+
 template <uint16_t kIdlePassesPerClockRead = 1, bool kSharedRecv = false, size_t kSize = 64,
           bool kCongestionControl = true>
 void BM_RdmPingPong(benchmark::State& state) {
   Pair p(kIdlePassesPerClockRead, EndpointConfig{}.rendezvous_threshold, "", true, kSharedRecv,
          kCongestionControl);
   uint8_t out[kSize] = {}, in_a[kSize], in_b[kSize];
-  for (auto _ : state) {
-    p.eb->PostRecv({.buf = in_b, .len = sizeof(in_b)});
-    p.ea->PostRecv({.buf = in_a, .len = sizeof(in_a)});
-    p.ea->Send({.dest = p.to_b, .buf = out, .len = sizeof(out), .flags = kSendInject});
-    WaitOne(*p.eb, *p.ea);
-    p.eb->Send({.dest = p.to_a, .buf = in_b, .len = sizeof(in_b), .flags = kSendInject});
-    WaitOne(*p.ea, *p.eb);
-  }
+  for (auto _ : state) RdmRoundTrip<kSize>(p, out, in_a, in_b);
   state.counters["tx_acks_per_rt"] =
       benchmark::Counter(static_cast<double>(p.ea->counters().tx_acks + p.eb->counters().tx_acks) /
                          static_cast<double>(state.iterations()));

@@ -6,7 +6,8 @@
 //                UDP headers from the peer; with op & 4 its incarnations are
 //                set to the live ones, with op & 8 its ack_psn to the
 //                engine's last PSN, with op & 16 its CRC is made good, and
-//                with op & 32 it arrives with kRxSameHost (an offer to read
+//                with op & 32 it arrives with kRxSameHost and kRxIntact (an
+//                UNCHECKED packet is taken without a CRC; an offer to read
 //                in place is acted on: the peer's "memory" is kPeerMem
 //                bytes at kPeerBase of process kPeerPid, read without a
 //                system call); with op & 64 a HELLO echoes the last cookie
@@ -169,7 +170,7 @@ class Harness {
     driver::Packet* p = NewPacket();
     p->len = static_cast<uint32_t>(
         driver::BuildUdpFrame(flow, d, {p->data, p->capacity}, driver::UdpChecksumFill::kNone));
-    if (op & 32) p->ol_flags = driver::kRxSameHost;
+    if (op & 32) p->ol_flags = driver::kRxSameHost | driver::kRxIntact;
     engine_->HandleRx({&p, 1});
   }
 
@@ -266,7 +267,8 @@ class Harness {
       const size_t n = engine_->BuildTx(bufs);
       for (size_t i = 0; i < n; ++i) {
         wire::View v;
-        if (wire::Parse({bufs[i]->data, bufs[i]->len}, &v) != wire::ParseStatus::kOk) {
+        if (wire::Parse({bufs[i]->data, bufs[i]->len}, &v, /*intact=*/true) !=
+            wire::ParseStatus::kOk) {
           __builtin_trap();  // the engine built a frame its own parser rejects
         }
         const bool sequenced =

@@ -138,6 +138,10 @@ wire::Common Reliability::Header(uint32_t pi, wire::PacketType type, uint16_t fl
   c.dst_incarnation = session_.address(pi).incarnation;
   c.auth_key = ctx_.config.auth_key;
   c.psn = tx_[pi].next_psn;
+  // Handshakes (built from this header too) always carry their CRC.
+  if (session_[pi].sends_unchecked && type != wire::PacketType::kHello) {
+    c.flags |= wire::kFlagUnchecked;
+  }
   if (session_[pi].rx_known) {
     c.flags |= wire::kFlagAckValid;
     c.ack_psn = rx_[pi].rcv_nxt;

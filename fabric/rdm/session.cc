@@ -273,6 +273,7 @@ bool Session::Accept(uint32_t pi, const wire::View& v) {
   s.rx_known = true;
   s.rx_isn = v.common.psn;
   s.max_datagram = v.hello.max_datagram;
+  s.sends_unchecked = (v.hello.capabilities & wire::kCapUnchecked) != 0;
   MaybeEstablished(s);
   return true;
 }
@@ -348,7 +349,10 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
   wire::HelloFields h;
   h.max_datagram = static_cast<uint16_t>(ctx_.max_datagram);
   h.nonce = s.nonce;
-  const wire::MacKey* key = KeyFor(Local(pi));
+  const bool local = Local(pi);
+  // Its frames reach us through memory only: it may skip the CRC.
+  if (ctx_.dev.integrity || local) h.capabilities = wire::kCapUnchecked;
+  const wire::MacKey* key = KeyFor(local);
   size_t n = 0;
   const auto build = [&](wire::PacketType type) {
     c.type = type;

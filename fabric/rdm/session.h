@@ -74,6 +74,9 @@ struct SessionPeer {
   // another pid namespace), for the rest of the session.
   bool same_host = false;
   bool in_place_refused = false;
+  // Its handshake said our frames reach it through memory only
+  // (wire::kCapUnchecked): our DATA, RMA and ACKs go without a CRC.
+  bool sends_unchecked = false;
 
   bool established() const { return rx_known && tx_ready; }
   bool IsRetired(uint32_t inc) const {

@@ -134,7 +134,7 @@ struct StageRig {
   // Parses a built frame.
   static wire::View Parse(const driver::Packet* p) {
     wire::View v;
-    const wire::ParseStatus s = wire::Parse({p->data, p->len}, &v);
+    const wire::ParseStatus s = wire::Parse({p->data, p->len}, &v, /*intact=*/true);
     if (s != wire::ParseStatus::kOk) v.common.type = static_cast<wire::PacketType>(0);
     return v;
   }

@@ -26,7 +26,8 @@ uint16_t TapQueue::RxBurst(absl::Span<driver::Packet*> out) {
   for (uint16_t i = 0; i < n; ++i) {
     driver::Packet* p = out[i];
     wire::View v;
-    const bool ok = wire::Parse({p->data, p->len}, &v) == wire::ParseStatus::kOk;
+    const bool intact = (p->ol_flags & driver::kRxIntact) != 0;
+    const bool ok = wire::Parse({p->data, p->len}, &v, intact) == wire::ParseStatus::kOk;
     if (!filter_ || filter_(ok ? &v : nullptr)) {
       const bool rebuildable = ok && (v.common.type == wire::PacketType::kData ||
                                       v.common.type == wire::PacketType::kRma ||

@@ -41,7 +41,7 @@ struct PeerId {
 inline constexpr PeerId kAnyPeer{UINT32_MAX};
 
 // The wire format's version (PROTOCOL.md; fi_info's protocol_version).
-inline constexpr uint8_t kWireVersion = 5;
+inline constexpr uint8_t kWireVersion = 6;
 
 // What a post call did: 0 or a negative errno, so the fi_* facade returns it
 // as is (-FI_EAGAIN == -EAGAIN).
@@ -273,6 +273,9 @@ struct Counters {
   uint64_t tx_acks = 0;          // standalone ACKs
   uint64_t rx_packets = 0;       // frames handed to the engine
   uint64_t rx_data_packets = 0;  // DATA accepted in order
+  // DATA, RMA and ACK taken without a CRC: flagged UNCHECKED and came
+  // through memory only (PROTOCOL.md, "Unchecked packets").
+  uint64_t rx_unchecked = 0;
   // Loss recovery.
   uint64_t retransmits_fast = 0;     // on a SACK gap
   uint64_t retransmits_timeout = 0;  // by the retransmit timer
@@ -284,7 +287,9 @@ struct Counters {
   uint64_t out_of_order_held = 0;    // out-of-order DATA held for a gap before it
   // Rejected frames.
   uint64_t malformed_dropped = 0;   // failed the parser (not counting checksum)
-  uint64_t checksum_dropped = 0;    // CRC-32C (or IPv4 header) mismatch: corruption
+  // CRC-32C (or IPv4 header) mismatch: corruption; or flagged UNCHECKED
+  // but not through memory only.
+  uint64_t checksum_dropped = 0;
   uint64_t not_for_us_dropped = 0;  // another IPv4 address or UDP port
   uint64_t auth_dropped = 0;        // auth key mismatch
   uint64_t stale_dropped = 0;       // from or to an incarnation that is not current

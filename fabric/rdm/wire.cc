@@ -108,8 +108,10 @@ size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, siz
   std::memcpy(b + sizeof(h), ext, ext_len);
   if (!payload.empty()) std::memcpy(b + sizeof(h) + ext_len, payload.data(), payload.size());
   if (key != nullptr) SealMac(flow, {b, datagram}, *key);
-  const uint32_t crc = Be32(PacketCrc(flow, b, datagram));
-  std::memcpy(b + offsetof(CommonHeader, crc), &crc, sizeof(crc));
+  if ((c.flags & kFlagUnchecked) == 0) {
+    const uint32_t crc = Be32(PacketCrc(flow, b, datagram));
+    std::memcpy(b + offsetof(CommonHeader, crc), &crc, sizeof(crc));
+  }
   return driver::WriteUdpHeaders(flow, datagram, frame, driver::UdpChecksumFill::kNone);
 }
 
@@ -185,11 +187,23 @@ const char* ParseStatusName(ParseStatus s) {
       return "field out of range";
     case ParseStatus::kBadChecksum:
       return "CRC-32C mismatch";
+    case ParseStatus::kUnchecked:
+      return "unchecked (no CRC) but not through memory only";
   }
   return "?";
 }
 
-ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
+namespace {
+// Types that may travel without a CRC (kFlagUnchecked): all but the
+// handshake and RESET, which are sent before the capability is known.
+bool MayBeUnchecked(uint8_t raw_type) {
+  return raw_type == static_cast<uint8_t>(PacketType::kData) ||
+         raw_type == static_cast<uint8_t>(PacketType::kRma) ||
+         raw_type == static_cast<uint8_t>(PacketType::kAck);
+}
+}  // namespace
+
+ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact) {
   const std::optional<driver::ParsedUdpFrame> udp = driver::ParseUdpFrame(frame);
   if (!udp) return ParseStatus::kNotUdp;
   const absl::Span<const uint8_t> d = udp->payload;
@@ -206,7 +220,13 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
   }
   const uint16_t flags = Be16(h.flags);
   if ((flags & ~kKnownFlags) != 0 || h.reserved != 0) return ParseStatus::kBadField;
-  if (Be32(h.crc) != PacketCrc(udp->flow, d.data(), d.size())) return ParseStatus::kBadChecksum;
+  if ((flags & kFlagUnchecked) != 0) {
+    if (!MayBeUnchecked(h.type) || h.crc != 0) return ParseStatus::kBadField;
+    // A corrupted flag bit lands here too: only memory may skip the CRC.
+    if (!intact) return ParseStatus::kUnchecked;
+  } else if (Be32(h.crc) != PacketCrc(udp->flow, d.data(), d.size())) {
+    return ParseStatus::kBadChecksum;
+  }
 
   out->flow = udp->flow;
   Common& c = out->common;
@@ -228,8 +248,12 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
     case PacketType::kHelloAck:
     case PacketType::kCookie: {
       const auto e = Load<HelloHeader>(ext);
-      if (e.reserved != 0 || e.capabilities != 0) return ParseStatus::kBadField;
       HelloFields& hf = out->hello;
+      hf.capabilities = Be32(e.capabilities);
+      if (e.reserved != 0 || (hf.capabilities & ~kKnownCapabilities) != 0 ||
+          (c.type == PacketType::kCookie && hf.capabilities != 0)) {
+        return ParseStatus::kBadField;
+      }
       hf.max_datagram = Be16(e.max_datagram);
       hf.nonce = Be64(e.nonce);
       hf.echo = Be64(e.echo);
@@ -348,6 +372,7 @@ size_t BuildHello(const driver::UdpFlow& flow, const Common& c, const HelloField
                   const MacKey* key, absl::Span<uint8_t> frame) {
   HelloHeader e{};
   e.max_datagram = Be16(h.max_datagram);
+  e.capabilities = Be32(h.capabilities);
   e.nonce = Be64(h.nonce);
   e.echo = Be64(h.echo);
   std::memcpy(e.cookie, h.cookie.data(), sizeof(e.cookie));

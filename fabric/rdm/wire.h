@@ -41,7 +41,19 @@ inline constexpr uint16_t kFlagAckReq = 1u << 1;  // acknowledge at once
 inline constexpr uint16_t kFlagRnr =
     1u << 2;  // (ACK) ack_psn was refused: receiver not ready, retry later
 inline constexpr uint16_t kFlagRetransmit = 1u << 3;  // (DATA) this PSN was sent before
-inline constexpr uint16_t kKnownFlags = kFlagAckValid | kFlagAckReq | kFlagRnr | kFlagRetransmit;
+// (DATA, RMA, ACK) crc is 0 and was not computed: the receiver said in its
+// handshake (kCapUnchecked) that our frames reach it through memory only,
+// and accepts this packet only if it came so (driver::kRxIntact).
+inline constexpr uint16_t kFlagUnchecked = 1u << 4;
+inline constexpr uint16_t kKnownFlags =
+    kFlagAckValid | kFlagAckReq | kFlagRnr | kFlagRetransmit | kFlagUnchecked;
+
+// Bits of HelloHeader::capabilities (HELLO and HELLO_ACK; 0 in a COOKIE).
+// Frames from you reach me through memory only (my device says
+// DeviceInfo::integrity, or you are on this host): send me DATA, RMA and
+// ACK packets without their CRC, flagged kFlagUnchecked.
+inline constexpr uint32_t kCapUnchecked = 1u << 0;
+inline constexpr uint32_t kKnownCapabilities = kCapUnchecked;
 
 // Bits of MsgHeader::msg_flags.
 inline constexpr uint16_t kMsgTagged = 1u << 0;  // tag is meaningful: goes to the tagged queues
@@ -231,6 +243,7 @@ struct Common {
 // HelloHeader in host order.
 struct HelloFields {
   uint16_t max_datagram = 0;
+  uint32_t capabilities = 0;  // kCap* bits (HELLO, HELLO_ACK)
   uint64_t nonce = 0;
   uint64_t echo = 0;
   Cookie cookie{};
@@ -316,16 +329,20 @@ enum class ParseStatus : uint8_t {
   kBadLength,    // length field disagrees with the datagram or the type
   kBadField,     // flags, reserved bytes, reason, protocol or offsets out of range
   kBadChecksum,  // CRC-32C mismatch: corrupted
+  kUnchecked,    // flagged UNCHECKED but did not come through memory only: may be corrupted
 };
 const char* ParseStatusName(ParseStatus s);
 
 // Parses a whole frame. Every length is checked before it is used; on
-// anything but kOk, *out is unspecified.
-ParseStatus Parse(absl::Span<const uint8_t> frame, View* out);
+// anything but kOk, *out is unspecified. `intact`: the frame came through
+// memory only (driver::kRxIntact), so a packet flagged kFlagUnchecked is
+// taken without a CRC; without it such a packet is kUnchecked.
+ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact = false);
 
 // Builders: write a whole frame (Ethernet, IPv4, UDP, bypass header,
 // extension, payload, CRC) into `frame`; return its length, or 0 if it does
-// not fit. `c.type` must match the builder.
+// not fit. `c.type` must match the builder. With kFlagUnchecked in c.flags
+// (DATA, RMA, ACK only) the CRC is left 0.
 // HELLO, HELLO_ACK or COOKIE (c.type); with `key`, MACed (else the MAC is 0).
 size_t BuildHello(const driver::UdpFlow& flow, const Common& c, const HelloFields& h,
                   const MacKey* key, absl::Span<uint8_t> frame);

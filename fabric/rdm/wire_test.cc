@@ -268,6 +268,91 @@ TEST(WireTest, FieldsOutOfRangeAreRejectedEvenWithAGoodChecksum) {
   EXPECT_EQ(Parse(WithField(f, m + 8, {0, 0, 0, 0, 0, 0, 0, 99}), &v), ParseStatus::kBadField);
 }
 
+// A packet flagged UNCHECKED has crc 0 and is taken only from a frame that
+// came through memory only (intact); a receiver that checks rejects it.
+TEST(WireTest, UncheckedPacketsAreTakenOnlyThroughMemory) {
+  std::vector<uint8_t> payload(64, 0x5a);
+  Common c = TestCommon(PacketType::kData);
+  c.flags |= kFlagUnchecked;
+  MsgFields m;
+  m.total_length = payload.size();
+  std::vector<uint8_t> frame(512);
+  const size_t n = BuildData(TestFlow(), c, m, payload, absl::MakeSpan(frame));
+  ASSERT_GT(n, 0u);
+  frame.resize(n);
+  EXPECT_EQ(frame[kCommonOffset + 5] & 0x10, 0x10) << "flag bit 4";
+  for (size_t i = 32; i < 36; ++i) EXPECT_EQ(frame[kCommonOffset + i], 0) << "crc is 0";
+  View v;
+  ASSERT_EQ(Parse(frame, &v, /*intact=*/true), ParseStatus::kOk);
+  EXPECT_EQ(v.common.flags & kFlagUnchecked, kFlagUnchecked);
+  EXPECT_EQ(v.payload.size(), payload.size());
+  EXPECT_EQ(Parse(frame, &v, /*intact=*/false), ParseStatus::kUnchecked);
+
+  // A damaged byte of a checked packet that sets the flag is caught too:
+  // not through memory, it is refused; the CRC it carries is not 0.
+  const std::vector<uint8_t> checked = DataFrame(40);
+  std::vector<uint8_t> flipped = checked;
+  flipped[kCommonOffset + 5] ^= 0x10;
+  EXPECT_EQ(Parse(flipped, &v, false), ParseStatus::kBadField);
+  EXPECT_EQ(Parse(flipped, &v, true), ParseStatus::kBadField);
+  // And a checked packet is checked even through memory.
+  std::vector<uint8_t> damaged = checked;
+  damaged.back() ^= 1;
+  EXPECT_EQ(Parse(damaged, &v, true), ParseStatus::kBadChecksum);
+
+  // ACK and RMA may go unchecked; the handshake and RESET never.
+  std::vector<uint8_t> f(512);
+  Common ca = TestCommon(PacketType::kAck);
+  ca.flags |= kFlagUnchecked;
+  size_t k = BuildAck(TestFlow(), ca, AckFields{}, absl::MakeSpan(f));
+  EXPECT_EQ(Parse({f.data(), k}, &v, true), ParseStatus::kOk);
+  EXPECT_EQ(Parse({f.data(), k}, &v, false), ParseStatus::kUnchecked);
+  Common cr = TestCommon(PacketType::kRma);
+  cr.flags |= kFlagUnchecked;
+  RmaFields r;
+  r.op = RmaOp::kReadReq;
+  r.total_length = 10;
+  k = BuildRma(TestFlow(), cr, r, {}, absl::MakeSpan(f));
+  EXPECT_EQ(Parse({f.data(), k}, &v, true), ParseStatus::kOk);
+  Common ch = TestCommon(PacketType::kHello);
+  ch.flags |= kFlagUnchecked;
+  HelloFields h;
+  h.max_datagram = 1472;
+  h.nonce = 1;
+  k = BuildHello(TestFlow(), ch, h, nullptr, absl::MakeSpan(f));
+  EXPECT_EQ(Parse({f.data(), k}, &v, true), ParseStatus::kBadField);
+  Common cs = TestCommon(PacketType::kReset);
+  cs.flags |= kFlagUnchecked;
+  k = BuildReset(TestFlow(), cs, ResetFields{}, nullptr, absl::MakeSpan(f));
+  EXPECT_EQ(Parse({f.data(), k}, &v, true), ParseStatus::kBadField);
+}
+
+// HELLO and HELLO_ACK carry the capability; unknown bits, or any in a
+// COOKIE, are malformed.
+TEST(WireTest, HelloCapabilities) {
+  std::vector<uint8_t> f(512);
+  View v;
+  HelloFields h;
+  h.max_datagram = 1472;
+  h.nonce = 9;
+  h.capabilities = kCapUnchecked;
+  for (PacketType t : {PacketType::kHello, PacketType::kHelloAck}) {
+    if (t == PacketType::kHelloAck) h.echo = 3;
+    const size_t k = BuildHello(TestFlow(), TestCommon(t), h, nullptr, absl::MakeSpan(f));
+    ASSERT_EQ(Parse({f.data(), k}, &v), ParseStatus::kOk);
+    EXPECT_EQ(v.hello.capabilities, kCapUnchecked);
+    EXPECT_EQ(f[kExtOffset + 7], 1) << "capabilities at offset 4, big-endian";
+  }
+  h.capabilities = 2;
+  size_t k = BuildHello(TestFlow(), TestCommon(PacketType::kHello), h, nullptr,
+                        absl::MakeSpan(f));
+  EXPECT_EQ(Parse({f.data(), k}, &v), ParseStatus::kBadField) << "unknown capability";
+  h.capabilities = kCapUnchecked;
+  h.nonce = 0;
+  k = BuildHello(TestFlow(), TestCommon(PacketType::kCookie), h, nullptr, absl::MakeSpan(f));
+  EXPECT_EQ(Parse({f.data(), k}, &v), ParseStatus::kBadField) << "a COOKIE has none";
+}
+
 TEST(WireTest, OtherFramesAreNotBypass) {
   std::vector<uint8_t> frame(200);
   const uint8_t payload[40] = {1, 2, 3};
