@@ -41,7 +41,7 @@ struct PeerId {
 inline constexpr PeerId kAnyPeer{UINT32_MAX};
 
 // The wire format's version (PROTOCOL.md; fi_info's protocol_version).
-inline constexpr uint8_t kWireVersion = 5;
+inline constexpr uint8_t kWireVersion = 6;
 
 // What a post call did: 0 or a negative errno, so the fi_* facade returns it
 // as is (-FI_EAGAIN == -EAGAIN).
@@ -346,6 +346,9 @@ struct Counters {
   uint64_t rendezvous_copied_in_place = 0;
   uint64_t rendezvous_in_place_failed = 0;
   uint64_t rendezvous_read_by_peer = 0;
+  // Of rendezvous_copied_in_place: completed at the read, the sender's
+  // guard word vouching for the bytes (no wait for its RESPONSE).
+  uint64_t rendezvous_in_place_vouched = 0;
 
   std::string ToString() const;
 };

@@ -275,6 +275,8 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
       m.data = Be64(e.data);
       m.offer_pid = 0;
       m.offer_addr = 0;
+      m.offer_guard_addr = 0;
+      m.offer_guard = 0;
       if ((m.msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
           e.protocol > static_cast<uint8_t>(MsgProtocol::kRendezvous)) {
         return ParseStatus::kBadField;
@@ -289,7 +291,10 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
         const auto o = Load<InPlaceOfferWire>(out->payload.data());
         m.offer_pid = Be32(o.pid);
         m.offer_addr = Be64(o.addr);
-        if (m.offer_pid == 0 || o.reserved != 0 || Be64(o.length) != m.total_length) {
+        m.offer_guard_addr = Be64(o.guard_addr);
+        m.offer_guard = Be64(o.guard);
+        if (m.offer_pid == 0 || o.reserved != 0 || Be64(o.length) != m.total_length ||
+            (m.offer_guard_addr == 0) != (m.offer_guard == 0)) {
           return ParseStatus::kBadField;
         }
         out->payload = {};  // not the message's bytes
@@ -404,6 +409,8 @@ size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& 
     o.reserved = 0;
     o.addr = Be64(m.offer_addr);
     o.length = Be64(m.total_length);
+    o.guard_addr = Be64(m.offer_guard_addr);
+    o.guard = Be64(m.offer_guard);
     return Finish(flow, c, &e, sizeof(e),
                   {reinterpret_cast<const uint8_t*>(&o), sizeof(o)}, frame);
   }

@@ -67,6 +67,11 @@ struct InPlaceOfferWire {
   uint32_t reserved;  // 0
   uint64_t addr;      // the message's first byte in the sender's address space
   uint64_t length;    // must equal the header's total_length
+  // A word of the sender's that holds `guard` while the offer stands and
+  // is cleared before the send ends (0, 0: no guard). A receiver that
+  // reads it back after the message may complete at once.
+  uint64_t guard_addr;
+  uint64_t guard;
 };
 
 // What an RMA packet (PacketType::kRma, RmaHeader) does.
@@ -189,7 +194,7 @@ static_assert(sizeof(HelloHeader) == 56);
 static_assert(sizeof(ResetHeader) == 24);
 static_assert(sizeof(AckHeader) == 32);
 static_assert(sizeof(MsgHeader) == 40);
-static_assert(sizeof(InPlaceOfferWire) == 24);
+static_assert(sizeof(InPlaceOfferWire) == 40);
 
 inline constexpr size_t kUdpHeadersBytes = driver::kUdpFrameHeaderBytes;  // 42
 inline constexpr size_t kCommonOffset = kUdpHeadersBytes;
@@ -262,6 +267,10 @@ struct MsgFields {
   // receiver's engine decides whether to act on it (kRxSameHost frames).
   uint32_t offer_pid = 0;
   uint64_t offer_addr = 0;
+  // Its guard word there and the value it holds while the offer stands
+  // (0: none). Meaningful only with offer_pid.
+  uint64_t offer_guard_addr = 0;
+  uint64_t offer_guard = 0;
 };
 
 // An atomic's RmaHeader::data: op in bits 0-7, datatype in 8-15, count in
