@@ -38,6 +38,14 @@ constexpr uint64_t kReadsPerMessage = 1;
 constexpr bool kVouches = false;
 #endif
 
+// Every RESPONSE to ep(1) is lost while *drop holds.
+void DropResponsesWhile(Net& net, const bool* drop) {
+  net.tap(1).set_filter([drop](const wire::View* v) {
+    return !(*drop && v != nullptr && v->common.type == wire::PacketType::kRma &&
+             v->rma.op == wire::RmaOp::kResponse);
+  });
+}
+
 // A read of peer memory that finds every guard word cleared (the offer no
 // longer standing), and reads the message itself.
 int64_t ReadWithGuardsCleared(uint32_t pid, uint64_t addr, void* dst, size_t len) {
@@ -382,10 +390,7 @@ TEST(InPlaceTest, GuardCompletesTheReceiveAtTheRead) {
     Net net(SameHost());
     if (cleared) net.tap(1).set_read_peer_memory(ReadWithGuardsCleared);
     bool drop = true;
-    net.tap(1).set_filter([&drop](const wire::View* v) {
-      return !(drop && v != nullptr && v->common.type == wire::PacketType::kRma &&
-               v->rma.op == wire::RmaOp::kResponse);
-    });
+    DropResponsesWhile(net, &drop);
     const PeerId to_b = net.Peer(0, 1);
     std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
     testing::FillPattern(4, absl::MakeSpan(out));
@@ -429,10 +434,7 @@ void SenderRestartsBeforeItsAnswerCase(bool guard) {
   Net net(SameHost());
   if (!guard) net.tap(1).set_read_peer_memory(ReadWithGuardsCleared);
   bool drop = true;
-  net.tap(1).set_filter([&drop](const wire::View* v) {
-    return !(drop && v != nullptr && v->common.type == wire::PacketType::kRma &&
-             v->rma.op == wire::RmaOp::kResponse);
-  });
+  DropResponsesWhile(net, &drop);
   const PeerId to_b = net.Peer(0, 1);
   std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
   ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);

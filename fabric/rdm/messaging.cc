@@ -652,29 +652,33 @@ void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const Mes
 Messaging::InPlace Messaging::ReadInPlace(const SendOp& op, const wire::MsgFields& offer) {
   const DeviceParams& dev = ctx_.dev;
   if (!ctx_.config.read_in_place || dev.read_peer_memory == nullptr) return InPlace::kNotRead;
-  const uint32_t pid = offer.offer_pid;
-  const int64_t got = op.len == 0 ? 0
-                                  : dev.read_peer_memory(dev.read_peer_memory_arg, pid,
-                                                         offer.offer_addr, op.dst, op.len);
-  if (got != static_cast<int64_t>(op.len)) {
+  // The bytes, then the guard word, in one read (the kernel copies the
+  // ranges in order): the sender clears the word before its send can end,
+  // and stores (its clear, then the application's writes to the buffer)
+  // are seen in order, as are our loads (x86's TSO; elsewhere the guard is
+  // not read and the RESPONSE decides). Still the offer's value: every
+  // byte read was the message's.
+  uint64_t guard = 0;
+  driver::PeerRange ranges[2];
+  size_t n = 0;
+  if (op.len > 0) ranges[n++] = {offer.offer_addr, op.dst, op.len};
+#if defined(__x86_64__)
+  const bool guarded = offer.offer_guard != 0;
+#else
+  const bool guarded = false;
+#endif
+  if (guarded) ranges[n++] = {offer.offer_guard_addr, &guard, sizeof(guard)};
+  const int64_t got =
+      n == 0 ? 0 : dev.read_peer_memory(dev.read_peer_memory_arg, offer.offer_pid, {ranges, n});
+  if (got < static_cast<int64_t>(op.len)) {
     // Not permitted (ptrace scope), gone, a bad address or short: pulled.
     ++ctx_.counters.rendezvous_in_place_failed;
     return InPlace::kNotRead;
   }
-#if defined(__x86_64__)
-  // The guard word, read after the bytes: the sender clears it before its
-  // send can end, and stores (its clear, then the application's writes to
-  // the buffer) are seen in order, as are our loads (x86's TSO; elsewhere
-  // the RESPONSE decides). Still the offer's value: every byte read was
-  // the message's.
-  uint64_t guard = 0;
-  if (offer.offer_guard != 0 &&
-      dev.read_peer_memory(dev.read_peer_memory_arg, pid, offer.offer_guard_addr, &guard,
-                           sizeof(guard)) == static_cast<int64_t>(sizeof(guard)) &&
+  if (guarded && got == static_cast<int64_t>(op.len + sizeof(guard)) &&
       guard == offer.offer_guard) {
     return InPlace::kVouched;
   }
-#endif
   return InPlace::kCopied;
 }
 
