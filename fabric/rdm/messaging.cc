@@ -641,9 +641,16 @@ void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const Mes
     op.copied = true;
     op.rma.flags |= wire::kRmaFlagCopied;
     if (read == InPlace::kVouched) {
+      // The receive completes now, and the READ_REQ says so: the sender's
+      // send completes on it and no RESPONSE comes back, so nothing here
+      // waits for the sender after the completion (manual progress: our
+      // application may stop calling us once it has its message). o is
+      // an answer from here on, freed once acknowledged.
       ++ctx_.counters.rendezvous_in_place_vouched;
       ++ctx_.counters.rendezvous_copied_in_place;
+      op.rma.flags |= wire::kRmaFlagVouched;
       DeliverPull(pi, o);
+      ops_.SetKind(o, OpKind::kResponse);
     }
   }
   reliability_.Queue(pi, o);
@@ -753,6 +760,13 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
   reliability_.ReleaseHold(pi, op.msg.msg_id);
   ops_.SetKind(o, OpKind::kRndvData);
   op.type = wire::PacketType::kRma;
+  if (copied && (r.flags & wire::kRmaFlagVouched) != 0) {
+    // Read in place and already received: the send completes now.
+    ++ctx_.counters.rendezvous_read_by_peer;
+    completions_.OpDone(op);
+    ops_.Free(o);
+    return true;
+  }
   if (copied) {
     // The receiver read the bytes in place: one RESPONSE instead of the
     // READ_DATA, and the send completes when it is acknowledged.

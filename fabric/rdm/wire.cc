@@ -335,6 +335,7 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out) {
           ((r.flags & kRmaFlagMessage) != 0 && r.op == RmaOp::kWrite) ||
           ((r.flags & kRmaFlagCopied) != 0 &&
            (r.op != RmaOp::kReadReq || (r.flags & kRmaFlagMessage) == 0)) ||
+          ((r.flags & kRmaFlagVouched) != 0 && (r.flags & kRmaFlagCopied) == 0) ||
           (r.status != RmaStatus::kOk && r.op != RmaOp::kResponse) ||
           (!carries && (r.offset != 0 || !out->payload.empty()))) {
         return ParseStatus::kBadField;

@@ -98,8 +98,12 @@ inline constexpr uint8_t kRmaFlagMessage = 1u << 1;     // (READ_REQ, READ_DATA)
 inline constexpr uint8_t kRmaFlagCopied = 1u << 2;
 // (ATOMIC, ATOMIC_RESP) the initiator wants the target's old values back.
 inline constexpr uint8_t kRmaFlagFetch = 1u << 3;
+// READ_REQ MESSAGE|COPIED only: the sender's guard vouched for the bytes
+// read; the receive has completed, the send completes on this READ_REQ and
+// no RESPONSE is sent (PROTOCOL.md, Reading in place).
+inline constexpr uint8_t kRmaFlagVouched = 1u << 4;
 inline constexpr uint8_t kKnownRmaFlags =
-    kRmaFlagRemoteData | kRmaFlagMessage | kRmaFlagCopied | kRmaFlagFetch;
+    kRmaFlagRemoteData | kRmaFlagMessage | kRmaFlagCopied | kRmaFlagFetch | kRmaFlagVouched;
 // RmaHeader::status of a RESPONSE.
 enum class RmaStatus : uint8_t {
   kOk = 0,

@@ -482,6 +482,10 @@ TEST(WireTest, CopiedOnlyOnAPullRequest) {
   View v;
   ASSERT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kOk);
   EXPECT_EQ(v.rma.flags, kRmaFlagMessage | kRmaFlagCopied);
+  r.flags = kRmaFlagMessage | kRmaFlagCopied | kRmaFlagVouched;
+  EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kOk);
+  r.flags = kRmaFlagMessage | kRmaFlagVouched;
+  EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kBadField) << "vouched but not copied";
   r.flags = kRmaFlagCopied;
   EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kBadField) << "a read of a region";
   r.flags = kRmaFlagMessage | kRmaFlagCopied;
