@@ -38,6 +38,17 @@ constexpr uint64_t kReadsPerMessage = 1;
 constexpr bool kVouches = false;
 #endif
 
+// Fills `out` with pattern `seed`, posts `in` at ep(1) (context rctx) and
+// sends `out` from ep(0) to to_b (context sctx).
+void PostPatterned(Net& net, PeerId to_b, int seed, std::vector<uint8_t>& out,
+                   std::vector<uint8_t>& in, int* sctx, int* rctx) {
+  testing::FillPattern(seed, absl::MakeSpan(out));
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = rctx}),
+            Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size(), .context = sctx}),
+            Result::kOk);
+}
+
 // Every RESPONSE to ep(1) is lost while *drop holds.
 void DropResponsesWhile(Net& net, const bool* drop) {
   net.tap(1).set_filter([drop](const wire::View* v) {
@@ -109,12 +120,8 @@ TEST(InPlaceTest, OneAndSixteenMebibytesCopiedOnce) {
     WatchReceiver(net, &w);
     const PeerId to_b = net.Peer(0, 1);
     std::vector<uint8_t> out(size), in(size, 0xee);
-    testing::FillPattern(5, absl::MakeSpan(out));
     int sctx, rctx;
-    ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &rctx}),
-              Result::kOk);
-    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size(), .context = &sctx}),
-              Result::kOk);
+    ASSERT_NO_FATAL_FAILURE(PostPatterned(net, to_b, 5, out, in, &sctx, &rctx));
     Transfer t;
     ASSERT_TRUE(RunTransfer(net, t, 1, 1));
     ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
@@ -393,12 +400,8 @@ TEST(InPlaceTest, GuardCompletesTheReceiveAtTheRead) {
     DropResponsesWhile(net, &drop);
     const PeerId to_b = net.Peer(0, 1);
     std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
-    testing::FillPattern(4, absl::MakeSpan(out));
     int sctx, rctx;
-    ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &rctx}),
-              Result::kOk);
-    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size(), .context = &sctx}),
-              Result::kOk);
+    ASSERT_NO_FATAL_FAILURE(PostPatterned(net, to_b, 4, out, in, &sctx, &rctx));
     Transfer t;
     const bool got = net.RunUntil(
         [&] {
