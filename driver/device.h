@@ -134,6 +134,14 @@ struct QueueStats {
 
 // One RX ring and one TX ring, owned by one thread. Nothing here allocates,
 // locks or makes a system call.
+// One range of a read of a peer process's memory (QueuePair::ReadPeerMemoryV):
+// len bytes at addr, in the peer, into dst.
+struct PeerRange {
+  uint64_t addr = 0;
+  void* dst = nullptr;
+  size_t len = 0;
+};
+
 class QueuePair {
  public:
   virtual ~QueuePair() = default;
@@ -196,6 +204,21 @@ class QueuePair {
   virtual int64_t ReadPeerMemory(uint32_t /*pid*/, uint64_t /*addr*/, void* /*dst*/,
                                  size_t /*len*/) {
     return -38;  // -ENOSYS
+  }
+  // As ReadPeerMemory, for several ranges copied in order, each completely
+  // before the next (one system call where the device can: the default
+  // makes one ReadPeerMemory call per range). Returns the bytes copied,
+  // stopping after the first range not copied whole, or the first range's
+  // negative errno.
+  virtual int64_t ReadPeerMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges) {
+    int64_t total = 0;
+    for (const PeerRange& r : ranges) {
+      const int64_t n = ReadPeerMemory(pid, r.addr, r.dst, r.len);
+      if (n < 0) return total == 0 ? n : total;
+      total += n;
+      if (static_cast<size_t>(n) != r.len) break;
+    }
+    return total;
   }
   // Whether frames to ip:udp_port go through memory only this host's
   // processes share (so the peer's frames come with kRxSameHost): the

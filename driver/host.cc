@@ -103,6 +103,19 @@ int64_t ReadProcessMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) {
   return n < 0 ? -errno : n;
 }
 
+int64_t ReadProcessMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges) {
+  if (ranges.size() > kMaxPeerRanges) return -EINVAL;
+  iovec local[kMaxPeerRanges];
+  iovec remote[kMaxPeerRanges];
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    local[i] = {ranges[i].dst, ranges[i].len};
+    remote[i] = {reinterpret_cast<void*>(static_cast<uintptr_t>(ranges[i].addr)), ranges[i].len};
+  }
+  const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), local, ranges.size(), remote,
+                                     ranges.size(), 0);
+  return n < 0 ? -errno : n;
+}
+
 unsigned long NetNamespaceId() {
   struct stat st;
   if (stat("/proc/self/ns/net", &st) != 0) return 0;

@@ -1,5 +1,10 @@
 #include "driver/host.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+
 #include "gtest/gtest.h"
 
 namespace bypass::driver {
@@ -31,6 +36,31 @@ TEST(HostTest, UnknownInterfaceSaysWhatThereIs) {
 TEST(HostTest, NamespaceIdIsStable) {
   EXPECT_NE(NetNamespaceId(), 0u);
   EXPECT_EQ(NetNamespaceId(), NetNamespaceId());
+}
+
+// Several ranges in one read, each copied whole in order; a range that
+// cannot be read ends the copy at its boundary.
+TEST(HostTest, ReadProcessMemoryVCopiesRangesInOrder) {
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  const char a[] = "0123456789";
+  const uint64_t word = 0x1122334455667788;
+  char got_a[sizeof(a)] = {};
+  uint64_t got_word = 0;
+  const PeerRange both[] = {{reinterpret_cast<uintptr_t>(a), got_a, sizeof(a)},
+                            {reinterpret_cast<uintptr_t>(&word), &got_word, sizeof(word)}};
+  ASSERT_EQ(ReadProcessMemoryV(pid, both), static_cast<int64_t>(sizeof(a) + sizeof(word)));
+  EXPECT_STREQ(got_a, a);
+  EXPECT_EQ(got_word, word);
+
+  got_word = 0;
+  const PeerRange bad_second[] = {{reinterpret_cast<uintptr_t>(&word), &got_word, sizeof(word)},
+                                  {8, got_a, sizeof(a)}};  // page 0: never mapped
+  EXPECT_EQ(ReadProcessMemoryV(pid, bad_second), static_cast<int64_t>(sizeof(word)));
+  EXPECT_EQ(got_word, word);
+  const PeerRange bad_first[] = {{8, got_a, sizeof(a)}};
+  EXPECT_EQ(ReadProcessMemoryV(pid, bad_first), -EFAULT);
+  const PeerRange many[kMaxPeerRanges + 1] = {};
+  EXPECT_EQ(ReadProcessMemoryV(pid, many), -EINVAL);
 }
 
 }  // namespace

@@ -1139,7 +1139,7 @@ def parse_args(argv):
                    help="check the parsers, then a tiny run for CI (2 sizes, 2 repetitions)")
     p.add_argument("--reps", type=int, help="alternating repetitions (default 5, --quick 3, --selftest 2)")
     p.add_argument("--sizes", help="comma-separated message sizes in bytes "
-                   "(default 8,64,512,4096,65536,1048576; --quick 64,65536; --selftest 64,4096)")
+                   "(default 8,64,512,4096,65536,1048576,4194304; --quick 64,65536; --selftest 64,4096)")
     p.add_argument("--seconds", type=float, help="measuring time per size and mode, and per "
                    "fi_pingpong run (default 0.5, --quick 0.1)")
     p.add_argument("--min_iters", type=int, help="fewest round trips per fi_pingpong run (default 100)")
@@ -1170,7 +1170,7 @@ def parse_args(argv):
     elif a.quick:
         defaults = dict(reps=3, sizes="64,65536", seconds=0.1, min_iters=30, timeout=20)
     else:
-        defaults = dict(reps=5, sizes="8,64,512,4096,65536,1048576", seconds=0.5, min_iters=100,
+        defaults = dict(reps=5, sizes="8,64,512,4096,65536,1048576,4194304", seconds=0.5, min_iters=100,
                         timeout=60)
     for k, v in defaults.items():
         if getattr(a, k) is None:

@@ -63,6 +63,9 @@ class CompositeQueue final : public QueuePair {
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
     return local_.ReadPeerMemory(pid, addr, dst, len);
   }
+  int64_t ReadPeerMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges) override {
+    return local_.ReadPeerMemoryV(pid, ranges);
+  }
   bool ReachesSameHost(Ipv4Address ip, uint16_t udp_port) override {
     return local_.Reaches(ip, udp_port);
   }

@@ -47,6 +47,9 @@ class FaultQueue final : public QueuePair {
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
     return inner_.ReadPeerMemory(pid, addr, dst, len);
   }
+  int64_t ReadPeerMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges) override {
+    return inner_.ReadPeerMemoryV(pid, ranges);
+  }
   bool ReachesSameHost(Ipv4Address ip, uint16_t port) override {
     return inner_.ReachesSameHost(ip, port);
   }

@@ -191,6 +191,11 @@ int64_t LoopbackQueue::ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, si
   return ReadProcessMemory(pid, addr, dst, len);
 }
 
+int64_t LoopbackQueue::ReadPeerMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges) {
+  if (!self_->same_host) return -ENOSYS;
+  return ReadProcessMemoryV(pid, ranges);
+}
+
 void LoopbackQueue::AddRoute(const PortShared* dst, std::vector<SpscRing*> rings) {
   routes_.push_back(Route{dst, std::move(rings)});
   targets_.resize(routes_.size());

@@ -76,6 +76,7 @@ class LoopbackQueue final : public QueuePair {
   uint16_t id() const override { return id_; }
   // With same_host=1: process_vm_readv; else -ENOSYS.
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;
+  int64_t ReadPeerMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges) override;
   // With same_host=1 every peer is "on this host", as frames from it say.
   bool ReachesSameHost(Ipv4Address, uint16_t) override { return self_->same_host; }
   // The segment carries every multicast frame to every other port: nothing

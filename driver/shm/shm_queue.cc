@@ -364,6 +364,11 @@ int64_t ShmQueue::ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t 
   return ReadProcessMemory(pid, addr, dst, len);
 }
 
+int64_t ShmQueue::ReadPeerMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges) {
+  if (area_->pid_ns() == 0) return -EPERM;
+  return ReadProcessMemoryV(pid, ranges);
+}
+
 uint16_t ShmQueue::RxBurst(absl::Span<Packet*> out) {
   out = out.first(std::min<size_t>(out.size(), UINT16_MAX));  // the count is 16 bits
   const AreaLayout& l = area_->layout();

@@ -64,6 +64,7 @@ class ShmQueue final : public QueuePair {
   // another), whose memory this reads (process_vm_readv). -EPERM when our
   // pid namespace is unknown (no /proc): a pid could name anyone.
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;
+  int64_t ReadPeerMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges) override;
   // Every peer of the intra-host device is on this host.
   bool ReachesSameHost(Ipv4Address, uint16_t) override { return true; }
   // The area ip:port is bound to: kAlive while its owner holds its lock,

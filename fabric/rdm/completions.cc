@@ -25,6 +25,7 @@ void Completions::PushOpError(const SendOp& op, const ErrorCompletion& ec) {
 }
 
 void Completions::OpFailed(const SendOp& op, int err, const char* why) {
+  RevokeOffer(op);
   ErrorCompletion ec;
   ec.op = RecordOf(op);
   ec.op.len = 0;
@@ -34,6 +35,7 @@ void Completions::OpFailed(const SendOp& op, int err, const char* why) {
 }
 
 void Completions::OpFailedWith(const SendOp& op, int err, const char* message) {
+  RevokeOffer(op);
   ErrorCompletion ec;
   ec.op = RecordOf(op);
   ec.op.len = 0;

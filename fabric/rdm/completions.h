@@ -40,6 +40,7 @@ class Completions {
   // The application's send, write or read ended well (nothing for an inject
   // or an abandoned send, which reported already).
   void OpDone(const SendOp& op) {
+    RevokeOffer(op);
     if (!op.inject && !op.abandoned) cq_.Push(RecordOf(op));
   }
   // ... or failed: "peer <address> (incarnation ..) <why>".

@@ -29,8 +29,9 @@ struct DeviceParams {
   // the one call through which the engine reads a peer process's memory:
   // the bytes copied or a negative errno (null: never read in place).
   uint32_t pid = 0;
-  int64_t (*read_peer_memory)(void* arg, uint32_t pid, uint64_t addr, void* dst,
-                              size_t len) = nullptr;
+  // (QueuePair::ReadPeerMemoryV: ranges in order, one system call).
+  int64_t (*read_peer_memory)(void* arg, uint32_t pid, absl::Span<const driver::PeerRange> ranges) =
+      nullptr;
   void* read_peer_memory_arg = nullptr;
   // QueuePair::ReachesSameHost: which handshake key a peer's packets take
   // (SECURITY.md); null: none is.

@@ -30,9 +30,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const dri
     uint8_t copy = 0;
     if (port.qp().ReadPeerMemory(pid, reinterpret_cast<uintptr_t>(&probe), &copy, 1) == 1) {
       dev.pid = pid;
-      dev.read_peer_memory = [](void* qp, uint32_t peer_pid, uint64_t addr, void* dst,
-                                size_t len) {
-        return static_cast<driver::QueuePair*>(qp)->ReadPeerMemory(peer_pid, addr, dst, len);
+      dev.read_peer_memory = [](void* qp, uint32_t peer_pid,
+                                absl::Span<const driver::PeerRange> ranges) {
+        return static_cast<driver::QueuePair*>(qp)->ReadPeerMemoryV(peer_pid, ranges);
       };
       dev.read_peer_memory_arg = &port.qp();
     }

@@ -4,7 +4,10 @@
 // every frame, ReadPeerMemory by process_vm_readv of our own process):
 // 1 and 16 MiB, truncated, unexpected, failing reads that fall back to the
 // pull, frames without kRxSameHost, the switch off, the sender restarting,
-// and faults.
+// the sender's guard word (the receive completes at the read, or on the
+// RESPONSE when the guard no longer holds), and faults.
+#include <sys/uio.h>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +28,47 @@ using testing::RunTransfer;
 using testing::Transfer;
 
 constexpr uint64_t kThreshold = 16 * 1024;
+// Reads of the sender's memory per message read in place: the bytes, then
+// (on x86, where the guard vouches) the guard word.
+#if defined(__x86_64__)
+constexpr uint64_t kReadsPerMessage = 2;
+constexpr bool kVouches = true;
+#else
+constexpr uint64_t kReadsPerMessage = 1;
+constexpr bool kVouches = false;
+#endif
+
+// Fills `out` with pattern `seed`, posts `in` at ep(1) (context rctx) and
+// sends `out` from ep(0) to to_b (context sctx).
+void PostPatterned(Net& net, PeerId to_b, int seed, std::vector<uint8_t>& out,
+                   std::vector<uint8_t>& in, int* sctx, int* rctx) {
+  testing::FillPattern(seed, absl::MakeSpan(out));
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = rctx}),
+            Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size(), .context = sctx}),
+            Result::kOk);
+}
+
+// Every RESPONSE to ep(1) is lost while *drop holds.
+void DropResponsesWhile(Net& net, const bool* drop) {
+  net.tap(1).set_filter([drop](const wire::View* v) {
+    return !(*drop && v != nullptr && v->common.type == wire::PacketType::kRma &&
+             v->rma.op == wire::RmaOp::kResponse);
+  });
+}
+
+// A read of peer memory that finds every guard word cleared (the offer no
+// longer standing), and reads the message itself.
+int64_t ReadWithGuardsCleared(uint32_t pid, uint64_t addr, void* dst, size_t len) {
+  if (len == sizeof(uint64_t)) {  // the guard word (messages here are longer)
+    std::memset(dst, 0, len);
+    return static_cast<int64_t>(len);
+  }
+  const iovec local{dst, len};
+  const iovec remote{reinterpret_cast<void*>(addr), len};
+  const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+  return n < 0 ? -errno : n;
+}
 
 NetOptions SameHost() {
   NetOptions o;
@@ -62,6 +106,7 @@ void WatchReceiver(Net& net, Watch* w) {
 void ExpectOneRendezvous(Net& net, bool in_place) {
   const Counters& r = net.ep(1).counters();
   EXPECT_EQ(r.rendezvous_copied_in_place, in_place ? 1u : 0u);
+  EXPECT_EQ(r.rendezvous_in_place_vouched, in_place && kVouches ? 1u : 0u);
   EXPECT_EQ(r.rendezvous_in_place_failed, in_place ? 0u : 1u);
   EXPECT_EQ(r.rendezvous_pulled, in_place ? 0u : 1u);
   EXPECT_EQ(net.ep(0).counters().rendezvous_read_by_peer, in_place ? 1u : 0u);
@@ -75,12 +120,8 @@ TEST(InPlaceTest, OneAndSixteenMebibytesCopiedOnce) {
     WatchReceiver(net, &w);
     const PeerId to_b = net.Peer(0, 1);
     std::vector<uint8_t> out(size), in(size, 0xee);
-    testing::FillPattern(5, absl::MakeSpan(out));
     int sctx, rctx;
-    ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &rctx}),
-              Result::kOk);
-    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out.data(), .len = out.size(), .context = &sctx}),
-              Result::kOk);
+    ASSERT_NO_FATAL_FAILURE(PostPatterned(net, to_b, 5, out, in, &sctx, &rctx));
     Transfer t;
     ASSERT_TRUE(RunTransfer(net, t, 1, 1));
     ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
@@ -322,22 +363,87 @@ TEST(InPlaceTest, SenderRestartsBeforeTheReceive) {
   net.Revive(0);
   const uint64_t reads = net.tap(1).read_calls();
   ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);
-  EXPECT_EQ(net.tap(1).read_calls(), reads + 1) << "it read the old buffer, which is still there";
+  EXPECT_EQ(net.tap(1).read_calls(), reads + kReadsPerMessage)
+      << "it read the old buffer, which is still there";
   Transfer t;
   ASSERT_NO_FATAL_FAILURE(ExpectReceiveFailsAsReset(net, t));
   EXPECT_EQ(t.recv_err[0].op.context, &in);
   EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 0u);
+  EXPECT_EQ(net.ep(1).counters().rendezvous_in_place_vouched, 0u)
+      << "the old endpoint cleared its guard words as it closed";
 }
 
 // The sender restarts between the COPIED READ_REQ and its RESPONSE (every
-// RESPONSE to the receiver is lost until then): the receive fails.
+// RESPONSE to the receiver is lost until then): the receive fails, unless
+// the guard word vouched for the bytes at the read (then it completed
+// there, before the restart, with the message).
+void SenderRestartsBeforeItsAnswerCase(bool guard);
+
 TEST(InPlaceTest, SenderRestartsBeforeItsAnswer) {
+  for (const bool guard : {false, true}) {
+    SCOPED_TRACE(guard ? "guard held at the read" : "guard cleared");
+    SenderRestartsBeforeItsAnswerCase(guard);
+  }
+}
+
+// The sender's guard word vouches for the bytes: the receive completes at
+// the read, and the send on the VOUCHED READ_REQ, while every RESPONSE to
+// the receiver is lost. A guard found cleared makes the receive wait for
+// the RESPONSE.
+TEST(InPlaceTest, GuardCompletesTheReceiveAtTheRead) {
+  if (!kVouches) GTEST_SKIP() << "guards vouch on x86 only";
+  for (const bool cleared : {false, true}) {
+    SCOPED_TRACE(cleared ? "guard cleared" : "guard held");
+    Net net(SameHost());
+    if (cleared) net.tap(1).set_read_peer_memory(ReadWithGuardsCleared);
+    bool drop = true;
+    DropResponsesWhile(net, &drop);
+    const PeerId to_b = net.Peer(0, 1);
+    std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
+    int sctx, rctx;
+    ASSERT_NO_FATAL_FAILURE(PostPatterned(net, to_b, 4, out, in, &sctx, &rctx));
+    Transfer t;
+    const bool got = net.RunUntil(
+        [&] {
+          Drain(net.ep(1), &t.got, &t.recv_err);
+          return !t.got.empty() || !t.recv_err.empty();
+        },
+        cleared ? 20'000 : 500'000);
+    if (cleared) {
+      EXPECT_FALSE(got) << "completed without the sender's word";
+      EXPECT_EQ(net.ep(1).counters().rendezvous_in_place_vouched, 0u);
+    } else {
+      ASSERT_TRUE(got);
+      ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+      EXPECT_EQ(t.got[0].context, &rctx);
+      EXPECT_EQ(t.got[0].len, out.size());
+      EXPECT_EQ(testing::CheckPattern(4, in), -1);
+      EXPECT_EQ(net.ep(1).counters().rendezvous_in_place_vouched, 1u);
+      // The READ_REQ said VOUCHED: the send completes on it, with no
+      // RESPONSE (all of which are still lost here).
+      ASSERT_TRUE(net.RunUntil(
+          [&] {
+            Drain(net.ep(0), &t.sent, &t.send_err);
+            return !t.sent.empty() || !t.send_err.empty();
+          },
+          500'000));
+    }
+    drop = false;
+    ASSERT_TRUE(RunTransfer(net, t, 1, 1));
+    ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+    ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+    EXPECT_EQ(t.sent[0].context, &sctx);
+    EXPECT_EQ(testing::CheckPattern(4, in), -1);
+    EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 1u);
+    EXPECT_EQ(net.ep(0).counters().rendezvous_read_by_peer, 1u);
+  }
+}
+
+void SenderRestartsBeforeItsAnswerCase(bool guard) {
   Net net(SameHost());
+  if (!guard) net.tap(1).set_read_peer_memory(ReadWithGuardsCleared);
   bool drop = true;
-  net.tap(1).set_filter([&drop](const wire::View* v) {
-    return !(drop && v != nullptr && v->common.type == wire::PacketType::kRma &&
-             v->rma.op == wire::RmaOp::kResponse);
-  });
+  DropResponsesWhile(net, &drop);
   const PeerId to_b = net.Peer(0, 1);
   std::vector<uint8_t> out(1 << 20), in(out.size(), 0xee);
   ASSERT_EQ(net.ep(1).PostRecv({.buf = in.data(), .len = in.size(), .context = &in}), Result::kOk);
@@ -349,6 +455,13 @@ TEST(InPlaceTest, SenderRestartsBeforeItsAnswer) {
   drop = false;
   net.Revive(0);
   Transfer t;
+  if (guard && kVouches) {
+    Drain(net.ep(1), &t.got, &t.recv_err);
+    ASSERT_EQ(t.got.size(), 1u);
+    EXPECT_EQ(t.got[0].context, &in);
+    EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 1u);
+    return;
+  }
   ASSERT_NO_FATAL_FAILURE(ExpectReceiveFailsAsReset(net, t));
   EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, 0u);
 }

@@ -57,6 +57,8 @@ struct UnexpectedMsg {
   // (kRxSameHost); pid 0: none.
   uint32_t rndv_pid = 0;
   uint64_t rndv_addr = 0;
+  uint64_t rndv_guard_addr = 0;  // and its guard word (0: none)
+  uint64_t rndv_guard = 0;
   // Reserved by a peek with kRecvClaim for the receive with this context.
   bool claimed = false;
   void* claim_context = nullptr;

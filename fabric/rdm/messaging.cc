@@ -49,7 +49,7 @@ Messaging::~Messaging() {
     if (rx.active && rx.sink == RxSink::kPosted) matcher_.FreeRecv(rx.index);
   }
   for (uint32_t o = 0; o < ops_.capacity(); ++o) {
-    if (ops_[o].kind == OpKind::kPull && ops_[o].state != OpState::kIdle) {
+    if (ops_[o].kind == OpKind::kPull && ops_[o].state != OpState::kIdle && !ops_[o].delivered) {
       matcher_.FreeRecv(ops_[o].slot);
     }
   }
@@ -122,6 +122,9 @@ Result Messaging::PostSend(const SendRequest& r) {
       // never onto a network.
       op.msg.offer_pid = ctx_.dev.pid;
       op.msg.offer_addr = reinterpret_cast<uintptr_t>(bytes);
+      const uint64_t* guard = ops_.ArmGuard(o);
+      op.msg.offer_guard_addr = reinterpret_cast<uintptr_t>(guard);
+      op.msg.offer_guard = *guard;
     }
     ++ctx_.counters.rendezvous_sent;
   } else {
@@ -585,7 +588,7 @@ bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
   const uint32_t slot = matcher_.MatchPosted(tagged, match, m.tag);
   if (slot != kNone) {
     StartPull(pi, slot, m.msg_id, InfoOf(m.total_length, m.msg_flags, m.tag, m.data),
-              m.msg_flags, m.offer_pid, m.offer_addr);
+              m.msg_flags, m);
   } else {
     // Unexpected: an entry, no bytes (the sender keeps them).
     const uint32_t e = matcher_.AdmitRendezvous(src, tagged, m.tag, m.data, m.msg_flags,
@@ -595,6 +598,8 @@ bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
     matcher_.unexpected(e).match_source = match;
     matcher_.unexpected(e).rndv_pid = m.offer_pid;
     matcher_.unexpected(e).rndv_addr = m.offer_addr;
+    matcher_.unexpected(e).rndv_guard_addr = m.offer_guard_addr;
+    matcher_.unexpected(e).rndv_guard = m.offer_guard;
     ++ctx_.counters.unexpected_msgs;
     NoteUnexpectedDepth();
     // Tell the sender, which holds its next messages until it knows.
@@ -610,7 +615,7 @@ bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
 }
 
 void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const MessageInfo& m,
-                          uint16_t msg_flags, uint32_t offer_pid, uint64_t offer_addr) {
+                          uint16_t msg_flags, const wire::MsgFields& offer) {
   const uint32_t o = ops_.Alloc(OpKind::kPull);
   SendOp& op = ops_[o];
   op.total = m.total;
@@ -628,23 +633,60 @@ void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const Mes
   op.rma.key = msg_id;
   op.rma.total_length = op.len;
   op.wire_len = 0;  // the request is one packet
-  if (offer_pid != 0 && ReadInPlace(op, offer_pid, offer_addr)) {
-    // Copied: the READ_REQ tells the sender so; its RESPONSE completes us.
+  const InPlace read = offer.offer_pid != 0 ? ReadInPlace(op, offer) : InPlace::kNotRead;
+  if (read != InPlace::kNotRead) {
+    // Copied: the READ_REQ tells the sender so; its RESPONSE completes us,
+    // unless the guard vouched for the bytes: then the receive completes
+    // now and the RESPONSE only ends o.
     op.copied = true;
     op.rma.flags |= wire::kRmaFlagCopied;
+    if (read == InPlace::kVouched) {
+      // The receive completes now, and the READ_REQ says so: the sender's
+      // send completes on it and no RESPONSE comes back, so nothing here
+      // waits for the sender after the completion (manual progress: our
+      // application may stop calling us once it has its message). o is
+      // an answer from here on, freed once acknowledged.
+      ++ctx_.counters.rendezvous_in_place_vouched;
+      ++ctx_.counters.rendezvous_copied_in_place;
+      op.rma.flags |= wire::kRmaFlagVouched;
+      DeliverPull(pi, o);
+      ops_.SetKind(o, OpKind::kResponse);
+    }
   }
   reliability_.Queue(pi, o);
 }
 
-bool Messaging::ReadInPlace(const SendOp& op, uint32_t pid, uint64_t addr) {
+Messaging::InPlace Messaging::ReadInPlace(const SendOp& op, const wire::MsgFields& offer) {
   const DeviceParams& dev = ctx_.dev;
-  if (!ctx_.config.read_in_place || dev.read_peer_memory == nullptr) return false;
+  if (!ctx_.config.read_in_place || dev.read_peer_memory == nullptr) return InPlace::kNotRead;
+  // The bytes, then the guard word, in one read (the kernel copies the
+  // ranges in order): the sender clears the word before its send can end,
+  // and stores (its clear, then the application's writes to the buffer)
+  // are seen in order, as are our loads (x86's TSO; elsewhere the guard is
+  // not read and the RESPONSE decides). Still the offer's value: every
+  // byte read was the message's.
+  uint64_t guard = 0;
+  driver::PeerRange ranges[2];
+  size_t n = 0;
+  if (op.len > 0) ranges[n++] = {offer.offer_addr, op.dst, op.len};
+#if defined(__x86_64__)
+  const bool guarded = offer.offer_guard != 0;
+#else
+  const bool guarded = false;
+#endif
+  if (guarded) ranges[n++] = {offer.offer_guard_addr, &guard, sizeof(guard)};
   const int64_t got =
-      op.len == 0 ? 0 : dev.read_peer_memory(dev.read_peer_memory_arg, pid, addr, op.dst, op.len);
-  if (got == static_cast<int64_t>(op.len)) return true;
-  // Not permitted (ptrace scope), gone, a bad address or short: pulled.
-  ++ctx_.counters.rendezvous_in_place_failed;
-  return false;
+      n == 0 ? 0 : dev.read_peer_memory(dev.read_peer_memory_arg, offer.offer_pid, {ranges, n});
+  if (got < static_cast<int64_t>(op.len)) {
+    // Not permitted (ptrace scope), gone, a bad address or short: pulled.
+    ++ctx_.counters.rendezvous_in_place_failed;
+    return InPlace::kNotRead;
+  }
+  if (guarded && got == static_cast<int64_t>(op.len + sizeof(guard)) &&
+      guard == offer.offer_guard) {
+    return InPlace::kVouched;
+  }
+  return InPlace::kCopied;
 }
 
 Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
@@ -676,8 +718,13 @@ Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
     completions_.Unreserve();
     return Result::kAgain;
   }
+  wire::MsgFields offer;
+  offer.offer_pid = m.rndv_pid;
+  offer.offer_addr = m.rndv_addr;
+  offer.offer_guard_addr = m.rndv_guard_addr;
+  offer.offer_guard = m.rndv_guard;
   StartPull(pi, slot, m.rndv_msg_id, InfoOf(m.total, m.msg_flags, m.tag, m.data), m.msg_flags,
-            m.rndv_pid, m.rndv_addr);
+            offer);
   matcher_.Release(e);
   NoteUnexpectedDepth();
   NoteFreed();
@@ -713,6 +760,13 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
   reliability_.ReleaseHold(pi, op.msg.msg_id);
   ops_.SetKind(o, OpKind::kRndvData);
   op.type = wire::PacketType::kRma;
+  if (copied && (r.flags & wire::kRmaFlagVouched) != 0) {
+    // Read in place and already received: the send completes now.
+    ++ctx_.counters.rendezvous_read_by_peer;
+    completions_.OpDone(op);
+    ops_.Free(o);
+    return true;
+  }
   if (copied) {
     // The receiver read the bytes in place: one RESPONSE instead of the
     // READ_DATA, and the send completes when it is acknowledged.
@@ -748,12 +802,18 @@ void Messaging::ConsumePulledData(uint32_t pi, const wire::RmaFields& r,
 }
 
 void Messaging::EndPull(uint32_t pi, uint32_t o) {
-  const SendOp& op = ops_[o];
+  if (!ops_[o].delivered) DeliverPull(pi, o);
+  ops_.Free(o);
+}
+
+void Messaging::DeliverPull(uint32_t pi, uint32_t o) {
+  SendOp& op = ops_[o];
   uint64_t flags = 0;
   const RecvRequest q = EndRecvSlot(op.slot, op.total, 0, &flags);
   completions_.Received(session_.peers().Id(pi), q,
                         InfoOf(op.total, op.msg.msg_flags, op.msg.tag, op.msg.data), flags);
-  ops_.Free(o);
+  op.delivered = true;
+  op.slot = kNone;
 }
 
 void Messaging::ConsumePullResponse(uint32_t pi, const wire::RmaFields& r) {
@@ -766,7 +826,7 @@ void Messaging::ConsumePullResponse(uint32_t pi, const wire::RmaFields& r) {
       return;
     }
     reliability_.Unpark(pi, o);
-    ++ctx_.counters.rendezvous_copied_in_place;
+    if (!ops_[o].delivered) ++ctx_.counters.rendezvous_copied_in_place;
     EndPull(pi, o);
     return;
   }
@@ -791,6 +851,7 @@ void Messaging::ConsumePullResponse(uint32_t pi, const wire::RmaFields& r) {
 
 void Messaging::PullFailed(uint32_t o, int err, const char* why) {
   const SendOp& op = ops_[o];
+  if (op.delivered) return;  // its receive completed already (vouched for in place)
   uint64_t flags = 0;
   const RecvRequest q = EndRecvSlot(op.slot, op.total, 0, &flags);
   char message[sizeof(ErrorCompletion::message)];

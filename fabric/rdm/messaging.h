@@ -168,13 +168,21 @@ class Messaging {
   // (offer_pid; only ever set for frames with kRxSameHost), else by
   // READ_DATA. REQUIRES: CanPull().
   void StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const MessageInfo& m,
-                 uint16_t msg_flags, uint32_t offer_pid, uint64_t offer_addr);
-  // Copies pull op's bytes (op.len into op.dst) from process pid at addr
-  // through the device (DeviceParams::read_peer_memory); false (counted):
-  // not done, pull them.
-  bool ReadInPlace(const SendOp& op, uint32_t pid, uint64_t addr);
-  // Pull o has its bytes: the receive completes, o ends.
+                 uint16_t msg_flags, const wire::MsgFields& offer);
+  enum class InPlace : uint8_t {
+    kNotRead,  // pull the bytes (counted when a read failed)
+    kCopied,   // read; the sender's RESPONSE vouches for them
+    kVouched,  // read, and the sender's guard word still held the offer's value after
+  };
+  // Copies pull op's bytes (op.len into op.dst) from the offer's process
+  // and address through the device (DeviceParams::read_peer_memory), then
+  // reads back the offer's guard word.
+  InPlace ReadInPlace(const SendOp& op, const wire::MsgFields& offer);
+  // Pull o has its bytes: the receive completes (unless it did already),
+  // o ends.
   void EndPull(uint32_t pi, uint32_t o);
+  // Completes pull o's receive; o lives on (delivered) until it ends.
+  void DeliverPull(uint32_t pi, uint32_t o);
   // PostRecv found rendezvous message e unexpected: pull it into r.
   Result PullUnexpected(uint32_t e, const RecvRequest& r);
   // Pulls may hold at most this many engine ops: the rest stay for answers

@@ -1,5 +1,6 @@
 #include "fabric/rdm/ops.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -14,6 +15,13 @@ OpTable::OpTable(Context& ctx, uint32_t user_slots, uint32_t engine_slots, uint3
       gen_(new uint16_t[uint64_t{user_slots} + engine_slots]()),
       free_user_(user_slots),
       free_engine_(engine_slots),
-      inject_arena_(new uint8_t[uint64_t{user_slots} * inject_size]) {}
+      inject_arena_(new uint8_t[uint64_t{user_slots} * inject_size]),
+      guards_(new uint64_t[user_slots]()) {}
+
+OpTable::~OpTable() {
+  for (uint32_t o = 0; o < user_slots_; ++o) {
+    std::atomic_ref<uint64_t>(guards_[o]).store(0, std::memory_order_seq_cst);
+  }
+}
 
 }  // namespace bypass::rdm

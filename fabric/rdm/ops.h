@@ -4,6 +4,7 @@
 #ifndef BYPASS_FABRIC_RDM_OPS_H_
 #define BYPASS_FABRIC_RDM_OPS_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -116,12 +117,29 @@ struct SendOp {
   uint64_t total = 0;        // kPull: the message's length (len: the bytes pulled)
   uint32_t* ref = nullptr;   // a count this op holds while it lives (a region's reads)
   // kPull: the message was read in place into dst (its READ_REQ says
-  // COPIED); the receive completes on the sender's RESPONSE.
+  // COPIED); the receive completes on the sender's RESPONSE, or at once
+  // when the sender's guard word vouched for the bytes (`delivered`).
   bool copied = false;
+  bool delivered = false;  // kPull: its receive has completed; o only awaits the RESPONSE
+  // kRndvRequest/kRndvData with an in-place offer: the guard word the
+  // offer names (OpTable::ArmGuard), cleared as the send ends (RevokeOffer).
+  uint64_t* offer_guard = nullptr;
 
   uint32_t prev = kNone;
   uint32_t next = kNone;
 };
+
+// The send's in-place offer stops standing: its guard word is cleared
+// before the application can learn that the send ended (and reuse the
+// buffer), so a receiver that reads the word after the bytes and still
+// finds the offer's value knows the bytes were the message's (PROTOCOL.md,
+// "Reading in place"). Sequentially consistent: no later store, the
+// application's to the buffer included, is seen before it.
+inline void RevokeOffer(const SendOp& op) {
+  if (op.offer_guard != nullptr) {
+    std::atomic_ref<uint64_t>(*op.offer_guard).store(0, std::memory_order_seq_cst);
+  }
+}
 
 // Sets op up as a RESPONSE (kResponse) naming the initiator's rma_id, key,
 // addr and length, with the target's verdict.
@@ -146,6 +164,9 @@ class OpTable {
   OpTable(Context& ctx, uint32_t user_slots, uint32_t engine_slots, uint32_t inject_size);
   OpTable(const OpTable&) = delete;
   OpTable& operator=(const OpTable&) = delete;
+  // Clears every guard word before its memory goes (an endpoint closed
+  // with offers standing): freed memory keeps its bytes.
+  ~OpTable();
 
   // A fresh op of `kind` (user kinds from the user slots), or kNone.
   uint32_t Alloc(OpKind kind) {
@@ -162,6 +183,7 @@ class OpTable {
   // engine op is noted (Context::NoteFreed).
   void Free(uint32_t o) {
     SendOp& op = ops_[o];
+    RevokeOffer(op);
     --live_[static_cast<size_t>(op.kind)];
     if (op.ref != nullptr) --*op.ref;
     op.ref = nullptr;
@@ -189,6 +211,17 @@ class OpTable {
   uint32_t user_free() const { return free_user_.available(); }
   bool engine_free() const { return !free_engine_.empty(); }
   uint32_t live(OpKind k) const { return live_[static_cast<size_t>(k)]; }
+  // Arms user op o's guard word for an in-place offer: a value never used
+  // before, held until the send ends (RevokeOffer). Returns the word; its
+  // value is *word.
+  uint64_t* ArmGuard(uint32_t o) {
+    if (next_guard_ == 0) next_guard_ = ctx_.Random() | 1;
+    uint64_t* g = &guards_[o];
+    std::atomic_ref<uint64_t>(*g).store(next_guard_, std::memory_order_seq_cst);
+    next_guard_ = next_guard_ + 1 == 0 ? 1 : next_guard_ + 1;
+    ops_[o].offer_guard = g;
+    return g;
+  }
   // Where an inject copies its bytes (inject_size per user slot).
   uint8_t* inject_buffer(uint32_t o) { return inject_arena_.get() + uint64_t{o} * inject_size_; }
   // An atomic's bytes for as long as its op lives (2 * kMaxAtomicBytes per
@@ -237,6 +270,9 @@ class OpTable {
   FreeSlots free_engine_;  // numbered from user_slots_
   uint32_t live_[kOpKinds] = {};
   std::unique_ptr<uint8_t[]> inject_arena_;
+  // One guard word per user slot, read by peers of this host (ArmGuard).
+  std::unique_ptr<uint64_t[]> guards_;
+  uint64_t next_guard_ = 0;  // 0: not seeded yet
   std::unique_ptr<uint8_t[]> atomic_arena_;
 };
 

@@ -195,14 +195,19 @@ class Harness {
   }
 
   // The peer process's memory as the engine reads it in place.
-  static int64_t ReadPeer(void* arg, uint32_t pid, uint64_t addr, void* dst, size_t len) {
+  static int64_t ReadPeer(void* arg, uint32_t pid, absl::Span<const driver::PeerRange> ranges) {
     Harness* h = static_cast<Harness*>(arg);
     if (pid != kPeerPid) return -3;  // -ESRCH
-    if (addr < kPeerBase || addr - kPeerBase > kPeerMem || len > kPeerMem - (addr - kPeerBase)) {
-      return -14;  // -EFAULT
+    int64_t total = 0;
+    for (const driver::PeerRange& r : ranges) {
+      if (r.addr < kPeerBase || r.addr - kPeerBase > kPeerMem ||
+          r.len > kPeerMem - (r.addr - kPeerBase)) {
+        return total == 0 ? -14 : total;  // -EFAULT
+      }
+      std::memcpy(r.dst, h->peer_mem_ + (r.addr - kPeerBase), r.len);
+      total += static_cast<int64_t>(r.len);
     }
-    std::memcpy(dst, h->peer_mem_ + (addr - kPeerBase), len);
-    return static_cast<int64_t>(len);
+    return total;
   }
 
   void Register() {

@@ -67,7 +67,8 @@ std::string Counters::ToString() const {
       " atomic_served=", atomic_served,
       " rendezvous sent=", rendezvous_sent, " pulled=", rendezvous_pulled,
       " lost=", rendezvous_lost, " in_place=", rendezvous_copied_in_place,
-      " in_place_failed=", rendezvous_in_place_failed, " read_by_peer=", rendezvous_read_by_peer);
+      " in_place_failed=", rendezvous_in_place_failed, " read_by_peer=", rendezvous_read_by_peer,
+      " in_place_vouched=", rendezvous_in_place_vouched);
 }
 
 }  // namespace bypass::rdm

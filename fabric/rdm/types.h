@@ -354,6 +354,9 @@ struct Counters {
   uint64_t rendezvous_copied_in_place = 0;
   uint64_t rendezvous_in_place_failed = 0;
   uint64_t rendezvous_read_by_peer = 0;
+  // Of rendezvous_copied_in_place: completed at the read, the sender's
+  // guard word vouching for the bytes (no wait for its RESPONSE).
+  uint64_t rendezvous_in_place_vouched = 0;
 
   std::string ToString() const;
 };

@@ -299,6 +299,8 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact) {
       m.data = Be64(e.data);
       m.offer_pid = 0;
       m.offer_addr = 0;
+      m.offer_guard_addr = 0;
+      m.offer_guard = 0;
       if ((m.msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
           e.protocol > static_cast<uint8_t>(MsgProtocol::kRendezvous)) {
         return ParseStatus::kBadField;
@@ -313,7 +315,10 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact) {
         const auto o = Load<InPlaceOfferWire>(out->payload.data());
         m.offer_pid = Be32(o.pid);
         m.offer_addr = Be64(o.addr);
-        if (m.offer_pid == 0 || o.reserved != 0 || Be64(o.length) != m.total_length) {
+        m.offer_guard_addr = Be64(o.guard_addr);
+        m.offer_guard = Be64(o.guard);
+        if (m.offer_pid == 0 || o.reserved != 0 || Be64(o.length) != m.total_length ||
+            (m.offer_guard_addr == 0) != (m.offer_guard == 0)) {
           return ParseStatus::kBadField;
         }
         out->payload = {};  // not the message's bytes
@@ -354,6 +359,7 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact) {
           ((r.flags & kRmaFlagMessage) != 0 && r.op == RmaOp::kWrite) ||
           ((r.flags & kRmaFlagCopied) != 0 &&
            (r.op != RmaOp::kReadReq || (r.flags & kRmaFlagMessage) == 0)) ||
+          ((r.flags & kRmaFlagVouched) != 0 && (r.flags & kRmaFlagCopied) == 0) ||
           (r.status != RmaStatus::kOk && r.op != RmaOp::kResponse) ||
           (!carries && (r.offset != 0 || !out->payload.empty()))) {
         return ParseStatus::kBadField;
@@ -429,6 +435,8 @@ size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& 
     o.reserved = 0;
     o.addr = Be64(m.offer_addr);
     o.length = Be64(m.total_length);
+    o.guard_addr = Be64(m.offer_guard_addr);
+    o.guard = Be64(m.offer_guard);
     return Finish(flow, c, &e, sizeof(e),
                   {reinterpret_cast<const uint8_t*>(&o), sizeof(o)}, frame);
   }

@@ -79,6 +79,11 @@ struct InPlaceOfferWire {
   uint32_t reserved;  // 0
   uint64_t addr;      // the message's first byte in the sender's address space
   uint64_t length;    // must equal the header's total_length
+  // A word of the sender's that holds `guard` while the offer stands and
+  // is cleared before the send ends (0, 0: no guard). A receiver that
+  // reads it back after the message may complete at once.
+  uint64_t guard_addr;
+  uint64_t guard;
 };
 
 // What an RMA packet (PacketType::kRma, RmaHeader) does.
@@ -105,8 +110,12 @@ inline constexpr uint8_t kRmaFlagMessage = 1u << 1;     // (READ_REQ, READ_DATA)
 inline constexpr uint8_t kRmaFlagCopied = 1u << 2;
 // (ATOMIC, ATOMIC_RESP) the initiator wants the target's old values back.
 inline constexpr uint8_t kRmaFlagFetch = 1u << 3;
+// READ_REQ MESSAGE|COPIED only: the sender's guard vouched for the bytes
+// read; the receive has completed, the send completes on this READ_REQ and
+// no RESPONSE is sent (PROTOCOL.md, Reading in place).
+inline constexpr uint8_t kRmaFlagVouched = 1u << 4;
 inline constexpr uint8_t kKnownRmaFlags =
-    kRmaFlagRemoteData | kRmaFlagMessage | kRmaFlagCopied | kRmaFlagFetch;
+    kRmaFlagRemoteData | kRmaFlagMessage | kRmaFlagCopied | kRmaFlagFetch | kRmaFlagVouched;
 // RmaHeader::status of a RESPONSE.
 enum class RmaStatus : uint8_t {
   kOk = 0,
@@ -201,7 +210,7 @@ static_assert(sizeof(HelloHeader) == 56);
 static_assert(sizeof(ResetHeader) == 24);
 static_assert(sizeof(AckHeader) == 32);
 static_assert(sizeof(MsgHeader) == 40);
-static_assert(sizeof(InPlaceOfferWire) == 24);
+static_assert(sizeof(InPlaceOfferWire) == 40);
 
 inline constexpr size_t kUdpHeadersBytes = driver::kUdpFrameHeaderBytes;  // 42
 inline constexpr size_t kCommonOffset = kUdpHeadersBytes;
@@ -275,6 +284,10 @@ struct MsgFields {
   // receiver's engine decides whether to act on it (kRxSameHost frames).
   uint32_t offer_pid = 0;
   uint64_t offer_addr = 0;
+  // Its guard word there and the value it holds while the offer stands
+  // (0: none). Meaningful only with offer_pid.
+  uint64_t offer_guard_addr = 0;
+  uint64_t offer_guard = 0;
 };
 
 // An atomic's RmaHeader::data: op in bits 0-7, datatype in 8-15, count in

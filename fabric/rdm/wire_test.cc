@@ -506,7 +506,7 @@ TEST(WireTest, AtomicFieldsRoundTripAndAreChecked) {
   EXPECT_EQ(Parse(RmaFrame(r, 8), &v), ParseStatus::kBadField) << "a refusal fetches nothing";
 }
 
-// A request to send with an InPlaceOffer: 24 bytes after the header that
+// A request to send with an InPlaceOffer: 40 bytes after the header that
 // are not the message's (whatever its length), decoded, checked.
 TEST(WireTest, InPlaceOfferRoundTripsAndIsChecked) {
   MsgFields m;
@@ -515,6 +515,8 @@ TEST(WireTest, InPlaceOfferRoundTripsAndIsChecked) {
   m.total_length = 5;  // shorter than the offer: it is no payload
   m.offer_pid = 0x01020304;
   m.offer_addr = 0x00007f0011223344;
+  m.offer_guard_addr = 0x00007f0055667788;
+  m.offer_guard = 0x1122334455667788;
   std::vector<uint8_t> f(2048);
   f.resize(BuildData(TestFlow(), TestCommon(PacketType::kData), m, {}, absl::MakeSpan(f)));
   ASSERT_EQ(f.size(), kDataHeadersBytes + sizeof(InPlaceOfferWire));
@@ -522,6 +524,8 @@ TEST(WireTest, InPlaceOfferRoundTripsAndIsChecked) {
   ASSERT_EQ(Parse(f, &v), ParseStatus::kOk);
   EXPECT_EQ(v.msg.offer_pid, 0x01020304u);
   EXPECT_EQ(v.msg.offer_addr, 0x00007f0011223344u);
+  EXPECT_EQ(v.msg.offer_guard_addr, 0x00007f0055667788u);
+  EXPECT_EQ(v.msg.offer_guard, 0x1122334455667788u);
   EXPECT_TRUE(v.payload.empty());
   EXPECT_NE(ToString(v).find("offer=16909060@0x7f0011223344"), std::string::npos) << ToString(v);
   const size_t o = kDataHeadersBytes;
@@ -529,6 +533,16 @@ TEST(WireTest, InPlaceOfferRoundTripsAndIsChecked) {
   EXPECT_EQ(Parse(WithField(f, o + 4, {0, 0, 0, 1}), &v), ParseStatus::kBadField) << "reserved";
   EXPECT_EQ(Parse(WithField(f, o + 23, {6}), &v), ParseStatus::kBadField)
       << "length must be total_length";
+  EXPECT_EQ(Parse(WithField(f, o + 24, {0, 0, 0, 0, 0, 0, 0, 0}), &v), ParseStatus::kBadField)
+      << "a guard value with no word";
+  EXPECT_EQ(Parse(WithField(f, o + 32, {0, 0, 0, 0, 0, 0, 0, 0}), &v), ParseStatus::kBadField)
+      << "a guard word with no value";
+  EXPECT_EQ(Parse(WithField(WithField(f, o + 24, {0, 0, 0, 0, 0, 0, 0, 0}), o + 32,
+                            {0, 0, 0, 0, 0, 0, 0, 0}),
+                  &v),
+            ParseStatus::kOk)
+      << "no guard";
+  EXPECT_EQ(v.msg.offer_guard, 0u);
   // Without an offer: no payload, as in version 2.
   m.offer_pid = 0;
   std::vector<uint8_t> g(2048);
@@ -553,6 +567,10 @@ TEST(WireTest, CopiedOnlyOnAPullRequest) {
   View v;
   ASSERT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kOk);
   EXPECT_EQ(v.rma.flags, kRmaFlagMessage | kRmaFlagCopied);
+  r.flags = kRmaFlagMessage | kRmaFlagCopied | kRmaFlagVouched;
+  EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kOk);
+  r.flags = kRmaFlagMessage | kRmaFlagVouched;
+  EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kBadField) << "vouched but not copied";
   r.flags = kRmaFlagCopied;
   EXPECT_EQ(Parse(RmaFrame(r, 0), &v), ParseStatus::kBadField) << "a read of a region";
   r.flags = kRmaFlagMessage | kRmaFlagCopied;
