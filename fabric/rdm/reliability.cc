@@ -101,7 +101,7 @@ void Reliability::Queue(uint32_t pi, uint32_t o) {
   if (!Busy(pi) && !session_[pi].hello_wanted) {
     // Work begins: the peer's silence counts from now.
     session_[pi].activity_ns = ctx_.now;
-    ctx_.ArmTimer(ctx_.now + ctx_.config.peer_timeout_ns);
+    ctx_.ArmTimer(pi, ctx_.now + ctx_.config.peer_timeout_ns);
   }
   if (t.cursor_op == kNone) {
     t.ops.PushBack(ops_.base(), o);
@@ -264,8 +264,8 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
     t.cursor_offset = 0;
   }
   if (t.rto_deadline == 0 && !t.rnr.waiting) {
-    ArmRto(t);
-    ArmTailProbe(t);
+    ArmRto(pi);
+    ArmTailProbe(pi);
   }
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
@@ -283,7 +283,7 @@ void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
   e.state =
       static_cast<uint8_t>((e.state | kTxRetransmitted) & ~(kTxNeedsRetx | kTxFast | kTxSacked));
   --t.retx_queued;
-  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmRto(t);
+  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmRto(pi);
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
@@ -369,8 +369,8 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
     t.rnr = RnrState{};
     CompleteAcked(pi);
     t.rto_deadline = t.inflight() > 0 ? now + t.rtt.rto() : 0;
-    if (t.rto_deadline != 0) ctx_.ArmTimer(t.rto_deadline);
-    ArmTailProbe(t);
+    if (t.rto_deadline != 0) ctx_.ArmTimer(pi, t.rto_deadline);
+    ArmTailProbe(pi);
   }
   t.window_end = ack + c.credit;
   if (c.flags & wire::kFlagRnr) {
@@ -388,14 +388,14 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
       t.rnr.waiting = true;
       t.rnr.until = now + t.rnr.delay;
       t.rto_deadline = 0;
-      ctx_.ArmTimer(t.rnr.until);
+      ctx_.ArmTimer(pi, t.rnr.until);
     }
   } else if (t.rnr.waiting && c.type == wire::PacketType::kAck) {
     // A window update: the receiver has room again.
     t.rnr.waiting = false;
     if (t.inflight() > 0) {
       MarkRetx(t, t.snd_una, /*fast=*/false);
-      ArmRto(t);
+      ArmRto(pi);
     }
   }
   if (sack != nullptr && !t.rnr.waiting) ProcessSack(pi, ack, *sack);
@@ -470,7 +470,7 @@ void Reliability::CompleteAcked(uint32_t pi) {
         t.waiting.PushBack(ops_.base(), o);
         // Nothing in flight may be all that is left: the probe keeps the
         // peer's liveness known (Session::RunTimers).
-        ctx_.ArmTimer(ctx_.now + std::max<uint64_t>(1, ctx_.config.peer_timeout_ns / 4));
+        ctx_.ArmTimer(pi, ctx_.now + std::max<uint64_t>(1, ctx_.config.peer_timeout_ns / 4));
         break;
     }
   }
@@ -502,7 +502,7 @@ bool Reliability::GiveUpRefused(uint32_t pi) {
   // spends its PSNs and message number and goes on with the next message.
   t.rnr = RnrState{};
   MarkRetx(t, t.snd_una, /*fast=*/false);
-  ArmRto(t);
+  ArmRto(pi);
   ctx_.Enqueue(pi);
   return true;
 }
@@ -626,7 +626,7 @@ void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
     ctx_.Enqueue(pi);
   } else if (r.unacked > 0 && r.ack_deadline == 0) {
     r.ack_deadline = ctx_.now + ctx_.config.ack_delay_ns;
-    ctx_.ArmTimer(r.ack_deadline);
+    ctx_.ArmTimer(pi, r.ack_deadline);
   }
 }
 
@@ -699,7 +699,7 @@ void Reliability::NoteCongestionLimits(uint32_t pi) {
   if ((t.retx_queued > 0 || (fresh && CwndOpen(pi, t))) && Paced(pi, t) && !t.pace_wait) {
     t.pace_wait = true;
     ++ctx_.counters.pacing_waits;
-    ctx_.ArmTimer(t.cc.next_send_ns());
+    ctx_.ArmTimer(pi, t.cc.next_send_ns());
   }
 }
 
@@ -710,9 +710,10 @@ void Reliability::CcLoss(uint32_t pi) {
   SetPacing(t);
 }
 
-void Reliability::ArmRto(TxStream& t) {
+void Reliability::ArmRto(uint32_t pi) {
+  TxStream& t = tx_[pi];
   t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
-  ctx_.ArmTimer(t.rto_deadline);
+  ctx_.ArmTimer(pi, t.rto_deadline);
 }
 
 // A lost tail (or, in a ping-pong, the only packet in flight) has nothing
@@ -723,7 +724,8 @@ void Reliability::ArmRto(TxStream& t) {
 // loss costs about one round trip more, not the RTO floor. A peer that was
 // only slow costs one duplicate; the RTO (with its floor and backoff)
 // stays the backstop.
-void Reliability::ArmTailProbe(TxStream& t) {
+void Reliability::ArmTailProbe(uint32_t pi) {
+  TxStream& t = tx_[pi];
   t.tlp_deadline = 0;
   if (t.inflight() == 0 || !t.rtt.has_sample() || t.backoff != 0 || t.rnr.waiting) return;
   const uint64_t srtt = t.rtt.srtt();
@@ -731,7 +733,7 @@ void Reliability::ArmTailProbe(TxStream& t) {
                       (t.acks_on_data ? 0 : ctx_.config.ack_delay_ns);
   if (t.rto_deadline != 0 && at >= t.rto_deadline) return;
   t.tlp_deadline = at;
-  ctx_.ArmTimer(at);
+  ctx_.ArmTimer(pi, at);
 }
 
 void Reliability::OnTailProbe(uint32_t pi) {

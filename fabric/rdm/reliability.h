@@ -265,8 +265,8 @@ class Reliability {
   void CompleteAcked(uint32_t pi);
   bool GiveUpRefused(uint32_t pi);
   void MarkRetx(TxStream& t, Psn psn, bool fast);
-  void ArmRto(TxStream& t);
-  void ArmTailProbe(TxStream& t);
+  void ArmRto(uint32_t pi);
+  void ArmTailProbe(uint32_t pi);
   void OnTailProbe(uint32_t pi);
   void OnRto(uint32_t pi);
   Arrival Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt);
