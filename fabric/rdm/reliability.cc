@@ -20,27 +20,62 @@ Reliability::Reliability(Context& ctx, Session& session, OpTable& ops, Completio
       held_budget_(held_budget),
       tx_(new TxStream[ctx.config.max_peers]),
       rx_(new RxStream[ctx.config.max_peers]),
-      tx_rings_(new TxEntry[uint64_t{ctx.config.max_peers} * ring_size]),
-      held_rings_(new HeldPacket[uint64_t{ctx.config.max_peers} * ring_size]) {}
+      tx_pool_(ctx.config.ActivePeers(), ring_size),
+      held_pool_(ctx.config.ActivePeers(), ring_size),
+      ring_waiters_(new uint32_t[ctx.config.max_peers]),
+      ring_queued_(new bool[ctx.config.max_peers]()) {}
 
 // ---- Peers and sessions.
 
 void Reliability::AddPeer(uint32_t pi) {
   const EndpointConfig& c = ctx_.config;
   TxStream& t = tx_[pi];
+  if (t.ring != nullptr) GiveTxRing(pi);
   t = TxStream{};
-  t.ring = &tx_rings_[uint64_t{pi} * (ring_mask_ + 1)];
   t.rtt = RttEstimator(c.rto_initial_ns, c.rto_min_ns, c.rto_max_ns);
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.cc.Reset(c.cc_initial_window, c.window_packets, t.next_psn);
   RxStream& r = rx_[pi];
+  if (r.held != nullptr) GiveHeldRing(pi);
   r = RxStream{};
-  r.held = &held_rings_[uint64_t{pi} * (ring_mask_ + 1)];
+}
+
+bool Reliability::NeedRing(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  if (t.ring != nullptr) return true;
+  t.ring = tx_pool_.Take();
+  if (t.ring != nullptr) return true;
+  if (!ring_queued_[pi]) {
+    ring_queued_[pi] = true;
+    const uint32_t n = ctx_.config.max_peers;
+    const uint32_t tail = waiters_head_ + waiters_count_;
+    ring_waiters_[tail >= n ? tail - n : tail] = pi;
+    ++waiters_count_;
+  }
+  return false;
+}
+
+void Reliability::GiveTxRing(uint32_t pi) {
+  tx_pool_.Give(tx_[pi].ring);
+  tx_[pi].ring = nullptr;
+  // The longest waiting peer goes on (one removed meanwhile finds nothing to do).
+  if (waiters_count_ == 0) return;
+  const uint32_t w = ring_waiters_[waiters_head_];
+  waiters_head_ = waiters_head_ + 1 == ctx_.config.max_peers ? 0 : waiters_head_ + 1;
+  --waiters_count_;
+  ring_queued_[w] = false;
+  ctx_.Enqueue(w);
+}
+
+void Reliability::GiveHeldRing(uint32_t pi) {
+  held_pool_.Give(rx_[pi].held);
+  rx_[pi].held = nullptr;
 }
 
 void Reliability::RestartTx(uint32_t pi) {
   TxStream& t = tx_[pi];
   for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) entry(t, q) = TxEntry{};
+  if (t.ring != nullptr) GiveTxRing(pi);
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.retx_queued = 0;
   t.backoff = 0;
@@ -172,7 +207,8 @@ bool Reliability::HasWork(uint32_t pi) const {
   if (!s.tx_ready) return false;
   const TxStream& t = tx_[pi];
   if (t.retx_queued == 0 && (t.rnr.waiting || t.cursor_op == kNone || !WindowOpen(t) ||
-                             !CwndOpen(pi, t) || CursorHeld(t))) {
+                             !CwndOpen(pi, t) || CursorHeld(t) ||
+                             (RingWait(pi) && ring_queued_[pi]))) {
     return false;
   }
   return !t.pace_wait;  // waiting for its pacing time: the timer queues it then
@@ -190,7 +226,7 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
       if (entry(t, q).state & kTxNeedsRetx) BuildRetransmit(pi, q, bufs[n++]);
     }
     while (!t.rnr.waiting && t.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
-           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t)) {
+           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t) && NeedRing(pi)) {
       BuildSegment(pi, bufs[n++]);
     }
     // Data waiting and a closed window: count the stall once per closing.
@@ -371,6 +407,7 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
     t.rto_deadline = t.inflight() > 0 ? now + t.rtt.rto() : 0;
     if (t.rto_deadline != 0) ctx_.ArmTimer(pi, t.rto_deadline);
     ArmTailProbe(pi);
+    if (t.inflight() == 0 && t.ring != nullptr) GiveTxRing(pi);
   }
   t.window_end = ack + c.credit;
   if (c.flags & wire::kFlagRnr) {
@@ -547,6 +584,15 @@ Arrival Reliability::Arrive(uint32_t pi, const wire::View& v, driver::Packet* pk
 Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
   RxStream& r = rx_[pi];
   const Psn psn = v.common.psn;
+  if (r.held == nullptr) {
+    // Nothing held yet: a ring from the pool, unless every one is another
+    // peer's (the packet comes again).
+    if (held_total_ < held_budget_) r.held = held_pool_.Take();
+    if (r.held == nullptr) {
+      ++ctx_.counters.reorder_buffer_full;
+      return Arrival::kDropped;
+    }
+  }
   HeldPacket& h = held_at(r, psn);
   if (h.pkt != nullptr) {
     ++ctx_.counters.duplicates_dropped;
@@ -612,8 +658,8 @@ HeldPacket* Reliability::NextHeld(uint32_t pi) {
 void Reliability::DropHeld(uint32_t pi, HeldPacket* h) {
   ctx_.Release(h->pkt);
   h->pkt = nullptr;
-  --rx_[pi].held_count;
   --held_total_;
+  if (--rx_[pi].held_count == 0) GiveHeldRing(pi);
 }
 
 void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
