@@ -58,13 +58,21 @@ bool Reliability::NeedRing(uint32_t pi) {
 void Reliability::GiveTxRing(uint32_t pi) {
   tx_pool_.Give(tx_[pi].ring);
   tx_[pi].ring = nullptr;
-  // The longest waiting peer goes on (one removed meanwhile finds nothing to do).
-  if (waiters_count_ == 0) return;
-  const uint32_t w = ring_waiters_[waiters_head_];
-  waiters_head_ = waiters_head_ + 1 == ctx_.config.max_peers ? 0 : waiters_head_ + 1;
-  --waiters_count_;
-  ring_queued_[w] = false;
-  ctx_.Enqueue(w);
+  WakeRingWaiter();
+}
+
+void Reliability::WakeRingWaiter() {
+  // The longest waiting peer that still needs one goes on; if it takes
+  // none after all (Build), it wakes the next.
+  while (waiters_count_ > 0 && !tx_pool_.empty()) {
+    const uint32_t w = ring_waiters_[waiters_head_];
+    waiters_head_ = waiters_head_ + 1 == ctx_.config.max_peers ? 0 : waiters_head_ + 1;
+    --waiters_count_;
+    ring_queued_[w] = false;
+    if (!session_.peers().in_use(w) || tx_[w].ring != nullptr) continue;
+    ctx_.Enqueue(w);
+    return;
+  }
 }
 
 void Reliability::GiveHeldRing(uint32_t pi) {
@@ -229,6 +237,8 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
            CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t) && NeedRing(pi)) {
       BuildSegment(pi, bufs[n++]);
     }
+    // A ring free and this peer took none: a waiting peer may.
+    if (t.ring == nullptr) WakeRingWaiter();
     // Data waiting and a closed window: count the stall once per closing.
     const bool stalled = t.cursor_op != kNone && !WindowOpen(t);
     if (stalled && !t.window_stalled) ++ctx_.counters.window_stalls;

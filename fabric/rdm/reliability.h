@@ -282,6 +282,8 @@ class Reliability {
   // Peer pi is done with its tx ring (nothing in flight) or held ring
   // (nothing held): back to the pool, and a peer waiting for one goes on.
   void GiveTxRing(uint32_t pi);
+  // A tx ring is free: the longest waiting peer that needs one is queued.
+  void WakeRingWaiter();
   void GiveHeldRing(uint32_t pi);
   TxEntry& entry(TxStream& t, Psn p) { return t.ring[p.value() & ring_mask_]; }
   HeldPacket& held_at(RxStream& r, Psn p) { return r.held[p.value() & ring_mask_]; }
