@@ -1158,6 +1158,8 @@ def parse_args(argv):
     p.add_argument("--veth_mtu", type=int, default=9000,
                    help="MTU of the namespaces' kernel pair (bypass's kernel UDP, libfabric tcp); "
                         "af_xdp's pair stays at 1500")
+    p.add_argument("--no_scale", action="store_true",
+                   help="skip the scale table (peers vs latency and memory, about 40 s)")
     p.add_argument("--skip", default="", help="comma-separated columns to leave out (%s)"
                    % ",".join(COLUMN_KEYS))
     p.add_argument("--fi_lib", help="libbypass-fi.so to use (default: bazel-bin/fabric/fi/)")
@@ -1167,6 +1169,7 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.selftest:
         defaults = dict(reps=2, sizes="64,4096", seconds=0.02, min_iters=20, timeout=20)
+        a.no_scale = True  # 1024 endpoints take longer than a self-test may
     elif a.quick:
         defaults = dict(reps=3, sizes="64,65536", seconds=0.1, min_iters=30, timeout=20)
     else:
@@ -1205,6 +1208,69 @@ def parse_args(argv):
     return a
 
 
+SCALE_PEERS = (2, 16, 64, 256, 1024)
+
+
+def scale_table(binary, timeout):
+    """The scale table (issue 22): fabric/rdm's engine_benchmark with a hub
+    endpoint and N idle handshaked peers on loopback in this process: the 8 B
+    round trip to one of them, the hub's heap per peer and an idle progress
+    pass, against N. Returns (rows, None) or (None, why)."""
+    fd, out = tempfile.mkstemp(prefix="bypass-scale-", suffix=".json")
+    os.close(fd)
+    try:
+        r = run_one([binary, "--benchmark_filter=BM_(PingPong|IdleProgress)Peers/(%s)$"
+                     % "|".join(str(n) for n in SCALE_PEERS),
+                     "--benchmark_min_time=0.2", "--benchmark_out=" + out,
+                     "--benchmark_out_format=json"], os.environ.copy(), timeout, "engine_benchmark")
+        if not r.ok:
+            return None, r.reason or "engine_benchmark failed"
+        with open(out) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        return None, "engine_benchmark's JSON: %s" % e
+    finally:
+        os.unlink(out)
+    rows = {}
+    for b in doc.get("benchmarks", []):
+        name, _, n = b.get("name", "").partition("/")
+        if not n.isdigit():
+            continue
+        row = rows.setdefault(int(n), {"peers": int(n)})
+        if name == "BM_PingPongPeers":
+            row["rtt_cpu_ns"] = b.get("cpu_time")
+            row["hub_bytes"] = b.get("hub_bytes")
+        elif name == "BM_IdleProgressPeers":
+            row["idle_pass_cpu_ns"] = b.get("cpu_time")
+    rows = [rows[n] for n in sorted(rows)]
+    if not rows or "rtt_cpu_ns" not in rows[0]:
+        return None, "engine_benchmark printed no scale rows"
+    prev = None
+    for row in rows:
+        row["rtt_ratio"] = row.get("rtt_cpu_ns", 0) / rows[0]["rtt_cpu_ns"]
+        row["added_bytes_per_peer"] = None if prev is None else (
+            (row.get("hub_bytes", 0) - prev.get("hub_bytes", 0)) / (row["peers"] - prev["peers"]))
+        prev = row
+    return rows, None
+
+
+def render_scale(rows, markdown):
+    head = ["peers", "8 B round trip (CPU)", "vs %d peers" % rows[0]["peers"], "hub heap / peer",
+            "added per peer", "idle pass (CPU)"]
+    body = []
+    for r in rows:
+        added = r["added_bytes_per_peer"]
+        body.append([str(r["peers"]), "%.2f us" % (r.get("rtt_cpu_ns", 0) / 1e3),
+                     "%.2fx" % r["rtt_ratio"], "%.0f B" % (r.get("hub_bytes", 0) / r["peers"]),
+                     "-" if added is None else "%.0f B" % added,
+                     "%.1f ns" % r.get("idle_pass_cpu_ns", 0)])
+    if markdown:
+        return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                + ["| " + " | ".join(b) + " |" for b in body])
+    widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+    return ["  ".join(x[i].rjust(widths[i]) for i in range(len(head))) for x in [head] + body]
+
+
 def main(argv):
     global VERBOSE
     a = parse_args(argv)
@@ -1215,6 +1281,7 @@ def main(argv):
         "bare": find_tool("tools/bare/memif_pingpong"),
         "pingpong": find_tool("tools/pingpong/pingpong"),
         "fi_pingpong": shutil.which("fi_pingpong"),
+        "engine_benchmark": find_tool("fabric/rdm/engine_benchmark"),
     }
     for k in ("bare", "pingpong"):
         if not tools[k]:
@@ -1280,6 +1347,16 @@ def main(argv):
         b.progress_done()
         cleanup()
 
+    scale_rows, scale_why = None, "skipped (--no_scale)"
+    if not a.no_scale:
+        if tools["engine_benchmark"]:
+            if b.progress_on:
+                sys.stderr.write("scale table (engine_benchmark: 1024 endpoints in this process)\r")
+            scale_rows, scale_why = scale_table(tools["engine_benchmark"], max(a.timeout, 300))
+            b.progress_done()
+        else:
+            scale_why = "skipped: fabric/rdm/engine_benchmark is not in the runfiles"
+
     results = []
     for sec in (local, netns):
         rows = summarize(sec, a.sizes) if not sec["skipped"] else []
@@ -1306,6 +1383,11 @@ def main(argv):
             text.append("")
             continue
         text += render(sec, rows, a.reps, a.markdown)
+    text.append(("## " if a.markdown else "== ") + "scale: one endpoint with N idle handshaked "
+                "peers (fabric/rdm engine_benchmark, loopback in one process; CPU time per op)")
+    text.append("")
+    text += render_scale(scale_rows, a.markdown) if scale_rows else [scale_why]
+    text.append("")
     if a.plot:
         text.append(plot_note or "plot: %s" % a.plot)
     stream = sys.stderr if a.json == "-" else sys.stdout
@@ -1322,6 +1404,7 @@ def main(argv):
                        "window": a.window, "timeout_s": a.timeout, "fi_lib": FI_LIB_USED},
             "sections": [],
             "plot": a.plot if a.plot and not plot_note else None,
+            "scale": {"rows": scale_rows, "skipped": None if scale_rows else scale_why},
         }
         for sec, rows in results:
             doc["sections"].append({

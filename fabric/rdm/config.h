@@ -73,6 +73,10 @@ struct EndpointConfig {
 
   // Sizes, fixed at creation.
   uint32_t max_peers = 64;
+  // max_active_peers as it applies.
+  uint32_t ActivePeers() const {
+    return max_active_peers == 0 || max_active_peers > max_peers ? max_peers : max_active_peers;
+  }
   uint32_t max_send_ops = 256;  // sends (and injects) not yet acknowledged
   uint32_t max_posted_recvs = 256;
   uint32_t inject_size = 256;         // bytes an inject copies
@@ -104,6 +108,16 @@ struct EndpointConfig {
   // Without it only writes carrying CQ data complete here.
   bool rma_events = false;
   uint32_t window_packets = 128;      // receive window granted per peer, 1..256
+  // Peers with packets of ours in flight, or of theirs held out of order,
+  // at once: each such peer takes a ring of window_packets entries from a
+  // pool of this many (about 176 bytes per entry, both directions); an
+  // idle peer holds none. A peer with new data and no free ring waits for
+  // one (FIFO); an early packet with none is dropped and comes again.
+  // 0, or more than max_peers: max_peers (the default: with fewer, 200 fi
+  // connections sending at once on one listener hung in fi_msg_test, a
+  // ring-wait bug not found yet; PROTOCOL.md, "Scale"). 64 makes an idle
+  // peer cost about 700 B instead of 23 KB at window 128.
+  uint32_t max_active_peers = 0;
   // Out-of-order packets held across all peers; 0: half the device pool.
   uint32_t max_held_packets = 0;
   // Messages without a receive: at most this many eager ones queued (and

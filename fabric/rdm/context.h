@@ -13,6 +13,7 @@
 #include "driver/packet.h"
 #include "fabric/rdm/config.h"
 #include "fabric/rdm/index_list.h"
+#include "fabric/rdm/timer_wheel.h"
 #include "fabric/rdm/types.h"
 
 namespace bypass::rdm {
@@ -66,6 +67,7 @@ class Context {
         incarnation(own_incarnation),
         rng_state_(seed),
         peer_counters_(new PeerCounters[c.max_peers]),
+        timers_(c.max_peers),
         work_(new uint32_t[c.max_peers]),
         queued_(new bool[c.max_peers]()),
         released_(new driver::Packet*[released_capacity]),
@@ -89,8 +91,16 @@ class Context {
   // must guess 32 bits); from the seeded PRNG when a test set random_seed.
   uint64_t Random() { return config.random_seed ? SplitMix64(&rng_state_) : RandomRegionKey(); }
 
-  // Timers: the earliest deadline any stage set since RunTimers last looked.
-  void ArmTimer(uint64_t when) { next_timer_ns = when < next_timer_ns ? when : next_timer_ns; }
+  // Timers: one per peer in a wheel (timer_wheel.h), at the earliest of the
+  // peer's deadlines; the engine runs a peer's timers when its fires. Every
+  // deadline a stage sets is armed here, with the peer it is of.
+  void ArmTimer(uint32_t pi, uint64_t when) {
+    const uint64_t at = timers_.ArmAtMost(pi, when);
+    next_timer_ns = at < next_timer_ns ? at : next_timer_ns;
+  }
+  void CancelTimer(uint32_t pi) { timers_.Cancel(pi); }
+  TimerWheel& timers() { return timers_; }
+  // No timer fires before this: a pass finds nothing due in one compare.
   uint64_t next_timer_ns = UINT64_MAX;
 
   // The FIFO of peers with something to send, each queued once.
@@ -135,6 +145,7 @@ class Context {
  private:
   uint64_t rng_state_;
   std::unique_ptr<PeerCounters[]> peer_counters_;
+  TimerWheel timers_;
   std::unique_ptr<uint32_t[]> work_;
   std::unique_ptr<bool[]> queued_;
   uint32_t work_head_ = 0;

@@ -193,7 +193,16 @@ absl::Status Engine::SetDscp(uint8_t dscp) {
 Result Engine::PostSend(const SendRequest& r) { return messaging.PostSend(r); }
 
 Result Engine::PostRecv(const RecvRequest& r) {
+  const uint32_t pi = session.peers().Valid(r.source) ? r.source.slot() : kNone;
+  const bool was_busy = pi != kNone && Busy(pi);
   const Result res = messaging.PostRecv(r);
+  if (pi != kNone && !was_busy && Busy(pi)) {
+    // A receive directed to the peer begins work with it: its silence
+    // counts from now, and its timer (RunPeerTimers) probes it, or times
+    // it out.
+    session[pi].activity_ns = ctx.now;
+    ctx.ArmTimer(pi, ctx.now);
+  }
   AfterFreeing();
   return res;
 }
@@ -535,22 +544,26 @@ bool Engine::Busy(uint32_t pi) const {
 }
 
 void Engine::RunTimers() {
+  // An idle pass ends here: no peer's timer is due.
   if (ctx.now < ctx.next_timer_ns) return;
-  // Deadlines the stages set while this runs count too (ArmTimer).
-  ctx.next_timer_ns = UINT64_MAX;
-  uint64_t next = UINT64_MAX;
-  for (uint32_t pi = 0; pi < session.peers().size(); ++pi) {
-    if (!session.peers().in_use(pi)) continue;
-    reliability.RunTimers(pi, &next);
-    // Probed while only answers or its messages are awaited (nothing of
-    // ours in flight would time a dead peer out).
-    const bool awaited = reliability.OnlyWaiting(pi) ||
-                         (messaging.AwaitsFrom(pi) && reliability.tx(pi).inflight() == 0);
-    session.RunTimers(pi, awaited && session[pi].established(), &next);
-    if (Busy(pi)) CheckSilence(pi, &next);
-  }
-  ctx.next_timer_ns = std::min(ctx.next_timer_ns, next);
+  ctx.timers().Expire(ctx.now, [&](uint32_t pi) { RunPeerTimers(pi); });
+  ctx.next_timer_ns = ctx.timers().next_ns();
   AfterFreeing();
+}
+
+void Engine::RunPeerTimers(uint32_t pi) {
+  if (!session.peers().in_use(pi)) return;
+  uint64_t next = UINT64_MAX;
+  reliability.RunTimers(pi, &next);
+  // Probed while only answers or its messages are awaited (nothing of
+  // ours in flight would time a dead peer out).
+  const bool awaited = reliability.OnlyWaiting(pi) ||
+                       (messaging.AwaitsFrom(pi) && reliability.tx(pi).inflight() == 0);
+  session.RunTimers(pi, awaited && session[pi].established(), &next);
+  if (Busy(pi)) CheckSilence(pi, &next);
+  // Its next deadline (the stages may have armed an earlier one meanwhile),
+  // unless CheckSilence found it gone.
+  if (next != UINT64_MAX && session.peers().in_use(pi)) ctx.ArmTimer(pi, next);
 }
 
 uint64_t Engine::LivenessInterval() const {

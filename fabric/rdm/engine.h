@@ -134,6 +134,10 @@ class Engine : private Stages {
   bool Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& m,
                const wire::RmaFields& r, absl::Span<const uint8_t> payload);
 
+  // Peer pi's timer fired: its delayed ACK, RNR retry, pacing, tail-loss
+  // probe, RTO, HELLO retry, liveness probe and timeout, each if due; its
+  // timer is armed again at the earliest still ahead.
+  void RunPeerTimers(uint32_t pi);
   // Something of ours to or from pi is unfinished (its silence times it out).
   bool Busy(uint32_t pi) const;
   bool HasWork(uint32_t pi) const {

@@ -27,6 +27,7 @@
 #include "driver/net_headers.h"
 #include "driver/uri.h"
 #include "fabric/rdm/rdm.h"
+#include "fabric/rdm/scale_rig.h"
 
 namespace bypass::rdm {
 namespace {
@@ -351,6 +352,43 @@ void BM_RdmHandshake(benchmark::State& state) {
 // Fixed iterations: each one creates two endpoints outside the timing.
 BENCHMARK(BM_RdmHandshake)->Arg(0)->Arg(1)->Iterations(3000);
 
+// Scale (issue 22): a hub endpoint with N peers on loopback, each
+// handshaked by one message and idle (scale_rig.h). BM_PingPongPeers/N: an
+// 8 B round trip between the hub and one of them, with the hub's heap per
+// peer (hub_bytes_per_peer: all it took, over N; the scale table below also
+// prints the marginal bytes per peer against N = 2). BM_IdleProgressPeers/N:
+// one hub Progress pass that finds nothing. One rig at a time (1024
+// endpoints take a while to make), kept across a benchmark's repetitions;
+// always 18 peer ports on the segment, so that the loopback device's poll
+// (a ring per port) costs the same at every N.
+ScaleRig& RigOf(uint32_t peers) {
+  static std::unique_ptr<ScaleRig> rig;
+  static int n = 0;
+  if (rig == nullptr || rig->peers() != peers) {
+    rig.reset();
+    // As many loopback ports for every N (the most peers need): the
+    // device's poll costs the same, and the table shows the engine's part.
+    rig = std::make_unique<ScaleRig>("rdm-scale-" + std::to_string(n++), peers, EndpointConfig{},
+                                     (1024 + ScaleRig::kPerPort - 1) / ScaleRig::kPerPort);
+  }
+  return *rig;
+}
+
+void BM_PingPongPeers(benchmark::State& state) {
+  ScaleRig& rig = RigOf(static_cast<uint32_t>(state.range(0)));
+  for (auto _ : state) rig.RoundTrip(0);
+  state.counters["hub_bytes_per_peer"] =
+      static_cast<double>(rig.hub_bytes()) / static_cast<double>(rig.peers());
+  state.counters["hub_bytes"] = static_cast<double>(rig.hub_bytes());
+}
+BENCHMARK(BM_PingPongPeers)->RangeMultiplier(4)->Range(2, 1024);
+
+void BM_IdleProgressPeers(benchmark::State& state) {
+  ScaleRig& rig = RigOf(static_cast<uint32_t>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(rig.hub().Progress());
+}
+BENCHMARK(BM_IdleProgressPeers)->RangeMultiplier(4)->Range(2, 1024);
+
 // Prints the pulled / in-place ratio of BM_RdmInPlace per size.
 class InPlaceRatio : public benchmark::ConsoleReporter {
  public:
@@ -358,7 +396,9 @@ class InPlaceRatio : public benchmark::ConsoleReporter {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
       const std::string name = r.benchmark_name();
-      if (name.rfind("BM_RdmInPlace/", 0) != 0 || r.run_type != Run::RT_Iteration) continue;
+      if (r.run_type != Run::RT_Iteration) continue;
+      NoteScale(r, name);
+      if (name.rfind("BM_RdmInPlace/", 0) != 0) continue;
       const size_t slash = name.rfind('/');
       (name.substr(slash + 1) == "0" ? pulled_ : in_place_)[name.substr(0, slash)] =
           r.GetAdjustedRealTime();
@@ -372,10 +412,65 @@ class InPlaceRatio : public benchmark::ConsoleReporter {
       std::printf("%s: pulled / in place = %.2f (real time per round trip)\n", size.c_str(),
                   it->second / t);
     }
+    PrintScale();
   }
 
  private:
+  struct ScaleRow {
+    double rt_ns = 0;
+    double hub_bytes = 0;
+    double idle_ns = 0;
+  };
+  void NoteScale(const Run& r, const std::string& name) {
+    const size_t slash = name.rfind('/');
+    if (slash == std::string::npos) return;
+    const std::string what = name.substr(0, slash);
+    if (what != "BM_PingPongPeers" && what != "BM_IdleProgressPeers") return;
+    ScaleRow& row = scale_[std::stoi(name.substr(slash + 1))];
+    if (what == "BM_IdleProgressPeers") {
+      row.idle_ns = r.GetAdjustedCPUTime();
+      return;
+    }
+    row.rt_ns = r.GetAdjustedCPUTime();
+    const auto it = r.counters.find("hub_bytes");
+    if (it != r.counters.end()) row.hub_bytes = it->second.value;
+  }
+  // The scale table: peers vs round trip (ratio to the fewest peers'),
+  // the hub's heap per peer (all of it over N, and what each peer beyond
+  // the previous row's added), and an idle pass.
+  void PrintScale() const {
+    if (scale_.empty()) return;
+    const auto& [n0, base] = *scale_.begin();
+    std::printf("\nscale: hub with N idle handshaked peers, CPU time per op (2 cores shared, "
+                "load %s)\n", LoadAverage().c_str());
+    std::printf("| peers | 8 B round trip | vs %d peers | hub heap / peer | added per peer | "
+                "idle pass |\n", n0);
+    std::printf("|---|---|---|---|---|---|\n");
+    const ScaleRow* prev = nullptr;
+    int prev_n = 0;
+    for (const auto& [n, row] : scale_) {
+      char added[32] = "-";
+      if (prev != nullptr) {
+        std::snprintf(added, sizeof(added), "%.0f B",
+                      (row.hub_bytes - prev->hub_bytes) / static_cast<double>(n - prev_n));
+      }
+      std::printf("| %d | %.2f us | %.2fx | %.0f B | %s | %.1f ns |\n", n, row.rt_ns / 1e3,
+                  base.rt_ns > 0 ? row.rt_ns / base.rt_ns : 0.0, row.hub_bytes / n, added,
+                  row.idle_ns);
+      prev = &row;
+      prev_n = n;
+    }
+  }
+  static std::string LoadAverage() {
+    double l[1] = {0};
+    if (getloadavg(l, 1) != 1) return "unknown";
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.2f", l[0]);
+    return buf;
+  }
+
   std::map<std::string, double> pulled_, in_place_;
+  std::map<int, ScaleRow> scale_;
 };
 
 }  // namespace

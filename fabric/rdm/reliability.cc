@@ -20,27 +20,70 @@ Reliability::Reliability(Context& ctx, Session& session, OpTable& ops, Completio
       held_budget_(held_budget),
       tx_(new TxStream[ctx.config.max_peers]),
       rx_(new RxStream[ctx.config.max_peers]),
-      tx_rings_(new TxEntry[uint64_t{ctx.config.max_peers} * ring_size]),
-      held_rings_(new HeldPacket[uint64_t{ctx.config.max_peers} * ring_size]) {}
+      tx_pool_(ctx.config.ActivePeers(), ring_size),
+      held_pool_(ctx.config.ActivePeers(), ring_size),
+      ring_waiters_(new uint32_t[ctx.config.max_peers]),
+      ring_queued_(new bool[ctx.config.max_peers]()) {}
 
 // ---- Peers and sessions.
 
 void Reliability::AddPeer(uint32_t pi) {
   const EndpointConfig& c = ctx_.config;
   TxStream& t = tx_[pi];
+  if (t.ring != nullptr) GiveTxRing(pi);
   t = TxStream{};
-  t.ring = &tx_rings_[uint64_t{pi} * (ring_mask_ + 1)];
   t.rtt = RttEstimator(c.rto_initial_ns, c.rto_min_ns, c.rto_max_ns);
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.cc.Reset(c.cc_initial_window, c.window_packets, t.next_psn);
   RxStream& r = rx_[pi];
+  if (r.held != nullptr) GiveHeldRing(pi);
   r = RxStream{};
-  r.held = &held_rings_[uint64_t{pi} * (ring_mask_ + 1)];
+}
+
+bool Reliability::NeedRing(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  if (t.ring != nullptr) return true;
+  t.ring = tx_pool_.Take();
+  if (t.ring != nullptr) return true;
+  if (!ring_queued_[pi]) {
+    ring_queued_[pi] = true;
+    const uint32_t n = ctx_.config.max_peers;
+    const uint32_t tail = waiters_head_ + waiters_count_;
+    ring_waiters_[tail >= n ? tail - n : tail] = pi;
+    ++waiters_count_;
+  }
+  return false;
+}
+
+void Reliability::GiveTxRing(uint32_t pi) {
+  tx_pool_.Give(tx_[pi].ring);
+  tx_[pi].ring = nullptr;
+  WakeRingWaiter();
+}
+
+void Reliability::WakeRingWaiter() {
+  // The longest waiting peer that still needs one goes on; if it takes
+  // none after all (Build), it wakes the next.
+  while (waiters_count_ > 0 && !tx_pool_.empty()) {
+    const uint32_t w = ring_waiters_[waiters_head_];
+    waiters_head_ = waiters_head_ + 1 == ctx_.config.max_peers ? 0 : waiters_head_ + 1;
+    --waiters_count_;
+    ring_queued_[w] = false;
+    if (!session_.peers().in_use(w) || tx_[w].ring != nullptr) continue;
+    ctx_.Enqueue(w);
+    return;
+  }
+}
+
+void Reliability::GiveHeldRing(uint32_t pi) {
+  held_pool_.Give(rx_[pi].held);
+  rx_[pi].held = nullptr;
 }
 
 void Reliability::RestartTx(uint32_t pi) {
   TxStream& t = tx_[pi];
   for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) entry(t, q) = TxEntry{};
+  if (t.ring != nullptr) GiveTxRing(pi);
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.retx_queued = 0;
   t.backoff = 0;
@@ -101,7 +144,7 @@ void Reliability::Queue(uint32_t pi, uint32_t o) {
   if (!Busy(pi) && !session_[pi].hello_wanted) {
     // Work begins: the peer's silence counts from now.
     session_[pi].activity_ns = ctx_.now;
-    ctx_.ArmTimer(ctx_.now + ctx_.config.peer_timeout_ns);
+    ctx_.ArmTimer(pi, ctx_.now + ctx_.config.peer_timeout_ns);
   }
   if (t.cursor_op == kNone) {
     t.ops.PushBack(ops_.base(), o);
@@ -176,7 +219,8 @@ bool Reliability::HasWork(uint32_t pi) const {
   if (!s.tx_ready) return false;
   const TxStream& t = tx_[pi];
   if (t.retx_queued == 0 && (t.rnr.waiting || t.cursor_op == kNone || !WindowOpen(t) ||
-                             !CwndOpen(pi, t) || CursorHeld(t))) {
+                             !CwndOpen(pi, t) || CursorHeld(t) ||
+                             (RingWait(pi) && ring_queued_[pi]))) {
     return false;
   }
   return !t.pace_wait;  // waiting for its pacing time: the timer queues it then
@@ -194,9 +238,11 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
       if (entry(t, q).state & kTxNeedsRetx) BuildRetransmit(pi, q, bufs[n++]);
     }
     while (!t.rnr.waiting && t.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
-           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t)) {
+           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t) && NeedRing(pi)) {
       BuildSegment(pi, bufs[n++]);
     }
+    // A ring free and this peer took none: a waiting peer may.
+    if (t.ring == nullptr) WakeRingWaiter();
     // Data waiting and a closed window: count the stall once per closing.
     const bool stalled = t.cursor_op != kNone && !WindowOpen(t);
     if (stalled && !t.window_stalled) {
@@ -272,8 +318,8 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
     t.cursor_offset = 0;
   }
   if (t.rto_deadline == 0 && !t.rnr.waiting) {
-    ArmRto(t);
-    ArmTailProbe(t);
+    ArmRto(pi);
+    ArmTailProbe(pi);
   }
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
@@ -292,7 +338,7 @@ void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
   e.state =
       static_cast<uint8_t>((e.state | kTxRetransmitted) & ~(kTxNeedsRetx | kTxFast | kTxSacked));
   --t.retx_queued;
-  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmRto(t);
+  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmRto(pi);
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
@@ -379,8 +425,9 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
     t.rnr = RnrState{};
     CompleteAcked(pi);
     t.rto_deadline = t.inflight() > 0 ? now + t.rtt.rto() : 0;
-    if (t.rto_deadline != 0) ctx_.ArmTimer(t.rto_deadline);
-    ArmTailProbe(t);
+    if (t.rto_deadline != 0) ctx_.ArmTimer(pi, t.rto_deadline);
+    ArmTailProbe(pi);
+    if (t.inflight() == 0 && t.ring != nullptr) GiveTxRing(pi);
   }
   t.window_end = ack + c.credit;
   if (c.flags & wire::kFlagRnr) {
@@ -399,14 +446,14 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
       t.rnr.waiting = true;
       t.rnr.until = now + t.rnr.delay;
       t.rto_deadline = 0;
-      ctx_.ArmTimer(t.rnr.until);
+      ctx_.ArmTimer(pi, t.rnr.until);
     }
   } else if (t.rnr.waiting && c.type == wire::PacketType::kAck) {
     // A window update: the receiver has room again.
     t.rnr.waiting = false;
     if (t.inflight() > 0) {
       MarkRetx(t, t.snd_una, /*fast=*/false);
-      ArmRto(t);
+      ArmRto(pi);
     }
   }
   if (sack != nullptr && !t.rnr.waiting) ProcessSack(pi, ack, *sack);
@@ -481,7 +528,7 @@ void Reliability::CompleteAcked(uint32_t pi) {
         t.waiting.PushBack(ops_.base(), o);
         // Nothing in flight may be all that is left: the probe keeps the
         // peer's liveness known (Session::RunTimers).
-        ctx_.ArmTimer(ctx_.now + std::max<uint64_t>(1, ctx_.config.peer_timeout_ns / 4));
+        ctx_.ArmTimer(pi, ctx_.now + std::max<uint64_t>(1, ctx_.config.peer_timeout_ns / 4));
         break;
     }
   }
@@ -513,7 +560,7 @@ bool Reliability::GiveUpRefused(uint32_t pi) {
   // spends its PSNs and message number and goes on with the next message.
   t.rnr = RnrState{};
   MarkRetx(t, t.snd_una, /*fast=*/false);
-  ArmRto(t);
+  ArmRto(pi);
   ctx_.Enqueue(pi);
   return true;
 }
@@ -559,6 +606,15 @@ Arrival Reliability::Arrive(uint32_t pi, const wire::View& v, driver::Packet* pk
 Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
   RxStream& r = rx_[pi];
   const Psn psn = v.common.psn;
+  if (r.held == nullptr) {
+    // Nothing held yet: a ring from the pool, unless every one is another
+    // peer's (the packet comes again).
+    if (held_total_ < held_budget_) r.held = held_pool_.Take();
+    if (r.held == nullptr) {
+      ++ctx_.counters.reorder_buffer_full;
+      return Arrival::kDropped;
+    }
+  }
   HeldPacket& h = held_at(r, psn);
   if (h.pkt != nullptr) {
     ++ctx_.counters.duplicates_dropped;
@@ -628,8 +684,8 @@ HeldPacket* Reliability::NextHeld(uint32_t pi) {
 void Reliability::DropHeld(uint32_t pi, HeldPacket* h) {
   ctx_.Release(h->pkt);
   h->pkt = nullptr;
-  --rx_[pi].held_count;
   --held_total_;
+  if (--rx_[pi].held_count == 0) GiveHeldRing(pi);
 }
 
 void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
@@ -642,7 +698,7 @@ void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
     ctx_.Enqueue(pi);
   } else if (r.unacked > 0 && r.ack_deadline == 0) {
     r.ack_deadline = ctx_.now + ctx_.config.ack_delay_ns;
-    ctx_.ArmTimer(r.ack_deadline);
+    ctx_.ArmTimer(pi, r.ack_deadline);
   }
 }
 
@@ -715,7 +771,7 @@ void Reliability::NoteCongestionLimits(uint32_t pi) {
   if ((t.retx_queued > 0 || (fresh && CwndOpen(pi, t))) && Paced(pi, t) && !t.pace_wait) {
     t.pace_wait = true;
     ++ctx_.counters.pacing_waits;
-    ctx_.ArmTimer(t.cc.next_send_ns());
+    ctx_.ArmTimer(pi, t.cc.next_send_ns());
   }
 }
 
@@ -726,9 +782,10 @@ void Reliability::CcLoss(uint32_t pi) {
   SetPacing(t);
 }
 
-void Reliability::ArmRto(TxStream& t) {
+void Reliability::ArmRto(uint32_t pi) {
+  TxStream& t = tx_[pi];
   t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
-  ctx_.ArmTimer(t.rto_deadline);
+  ctx_.ArmTimer(pi, t.rto_deadline);
 }
 
 // A lost tail (or, in a ping-pong, the only packet in flight) has nothing
@@ -739,7 +796,8 @@ void Reliability::ArmRto(TxStream& t) {
 // loss costs about one round trip more, not the RTO floor. A peer that was
 // only slow costs one duplicate; the RTO (with its floor and backoff)
 // stays the backstop.
-void Reliability::ArmTailProbe(TxStream& t) {
+void Reliability::ArmTailProbe(uint32_t pi) {
+  TxStream& t = tx_[pi];
   t.tlp_deadline = 0;
   if (t.inflight() == 0 || !t.rtt.has_sample() || t.backoff != 0 || t.rnr.waiting) return;
   const uint64_t srtt = t.rtt.srtt();
@@ -747,7 +805,7 @@ void Reliability::ArmTailProbe(TxStream& t) {
                       (t.acks_on_data ? 0 : ctx_.config.ack_delay_ns);
   if (t.rto_deadline != 0 && at >= t.rto_deadline) return;
   t.tlp_deadline = at;
-  ctx_.ArmTimer(at);
+  ctx_.ArmTimer(pi, at);
 }
 
 void Reliability::OnTailProbe(uint32_t pi) {

@@ -65,12 +65,35 @@ struct RnrState {
   uint64_t since = 0;    // first refusal of the packet at snd_una (0: none); rnr_give_up_ns
 };
 
+// Rings of ring_size entries that peers take while they need one (packets
+// of ours in flight; packets of theirs held out of order) and give back
+// when done: an idle peer holds none, and the rings' memory is the
+// endpoint's, sized by EndpointConfig::max_active_peers, not per peer.
+template <class T>
+class RingPool {
+ public:
+  RingPool(uint32_t rings, uint32_t ring_size)
+      : storage_(new T[uint64_t{rings} * ring_size]), free_(rings), ring_size_(ring_size) {}
+  // A ring whose entries are as RingPool made them or as the last user left
+  // them (emptied); null when every ring is taken.
+  T* Take() {
+    return free_.empty() ? nullptr : &storage_[uint64_t{free_.Pop()} * ring_size_];
+  }
+  void Give(T* ring) { free_.Push(static_cast<uint32_t>((ring - storage_.get()) / ring_size_)); }
+  bool empty() const { return free_.empty(); }
+
+ private:
+  std::unique_ptr<T[]> storage_;
+  FreeSlots free_;
+  uint32_t ring_size_;
+};
+
 // Our stream to one peer.
 struct TxStream {
   Psn next_psn;
   Psn snd_una;
   Psn window_end;  // may send PSNs before this
-  TxEntry* ring = nullptr;
+  TxEntry* ring = nullptr;     // while packets are in flight (RingPool), else null
   IndexList<SendOp> ops;       // oldest first: started or queued
   uint32_t cursor_op = kNone;  // first operation with packets not yet sent
   uint64_t cursor_offset = 0;
@@ -102,7 +125,7 @@ struct TxStream {
 struct RxStream {
   Psn rcv_nxt;
   Psn highest_held;
-  HeldPacket* held = nullptr;
+  HeldPacket* held = nullptr;  // while packets are held (RingPool), else null
   uint32_t held_count = 0;
   uint32_t unacked = 0;         // consumed since we last acknowledged
   uint64_t ack_deadline = 0;    // delayed ACK due; 0: none
@@ -187,6 +210,8 @@ class Reliability {
   // Congestion control applies to pi (config, and pi not on this host).
   bool CcOn(uint32_t pi) const { return ctx_.config.congestion_control && !session_[pi].local; }
   // Something of ours to pi is unfinished: queued, unacknowledged, held or waiting.
+  // No tx ring is free: the peer waits for one (NeedRing) before new data.
+  bool RingWait(uint32_t pi) const { return tx_[pi].ring == nullptr && tx_pool_.empty(); }
   bool Busy(uint32_t pi) const {
     const TxStream& t = tx_[pi];
     return !t.ops.empty() || !t.waiting.empty() || rx_[pi].held_count > 0;
@@ -251,6 +276,15 @@ class Reliability {
     if (t.rtt.has_sample()) t.cc.SetRtt(std::min(t.rtt.srtt(), 2 * t.rtt.min_rtt()));
   }
   bool CursorHeld(const TxStream& t) const;
+  // New data needs a tx ring: peer pi's, or one from the pool; false when
+  // none is free (pi is then queued for the next one given back).
+  bool NeedRing(uint32_t pi);
+  // Peer pi is done with its tx ring (nothing in flight) or held ring
+  // (nothing held): back to the pool, and a peer waiting for one goes on.
+  void GiveTxRing(uint32_t pi);
+  // A tx ring is free: the longest waiting peer that needs one is queued.
+  void WakeRingWaiter();
+  void GiveHeldRing(uint32_t pi);
   TxEntry& entry(TxStream& t, Psn p) { return t.ring[p.value() & ring_mask_]; }
   HeldPacket& held_at(RxStream& r, Psn p) { return r.held[p.value() & ring_mask_]; }
   const HeldPacket& held_at(const RxStream& r, Psn p) const {
@@ -265,8 +299,8 @@ class Reliability {
   void CompleteAcked(uint32_t pi);
   bool GiveUpRefused(uint32_t pi);
   void MarkRetx(TxStream& t, Psn psn, bool fast);
-  void ArmRto(TxStream& t);
-  void ArmTailProbe(TxStream& t);
+  void ArmRto(uint32_t pi);
+  void ArmTailProbe(uint32_t pi);
   void OnTailProbe(uint32_t pi);
   void OnRto(uint32_t pi);
   Arrival Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt);
@@ -281,8 +315,13 @@ class Reliability {
   uint32_t refused_peers_ = 0;
   std::unique_ptr<TxStream[]> tx_;
   std::unique_ptr<RxStream[]> rx_;
-  std::unique_ptr<TxEntry[]> tx_rings_;
-  std::unique_ptr<HeldPacket[]> held_rings_;
+  RingPool<TxEntry> tx_pool_;
+  RingPool<HeldPacket> held_pool_;
+  // Peers waiting for a tx ring, FIFO, each at most once (ring_queued_).
+  std::unique_ptr<uint32_t[]> ring_waiters_;
+  std::unique_ptr<bool[]> ring_queued_;
+  uint32_t waiters_head_ = 0;
+  uint32_t waiters_count_ = 0;
 };
 
 }  // namespace bypass::rdm

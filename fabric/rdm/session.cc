@@ -94,6 +94,7 @@ void Session::Remove(uint32_t pi) {
   if (!state_[pi].inserted) --learned_;
   peers_.Remove(pi);
   state_[pi] = SessionPeer{};
+  ctx_.CancelTimer(pi);
 }
 
 const wire::MacKey* Session::KeyFor(bool same_host) const {
@@ -335,6 +336,7 @@ void Session::EndSession(uint32_t pi, bool more_to_send) {
   s.cookie = {};
   if (more_to_send) {
     s.activity_ns = ctx_.now;
+    ctx_.ArmTimer(pi, ctx_.now + ctx_.config.peer_timeout_ns);
     ctx_.Enqueue(pi);
   }
 }
@@ -374,7 +376,7 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
     // any round trip was measured).
     s.hello_due_ns = ctx_.now + retry_ns;
     ++s.hello_tries;
-    ctx_.ArmTimer(s.hello_due_ns);
+    ctx_.ArmTimer(pi, s.hello_due_ns);
   }
   if (s.hello_ack_owed && n < bufs.size()) {
     h.echo = s.peer_nonce;

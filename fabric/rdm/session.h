@@ -184,7 +184,7 @@ class Session {
   void Heard(uint32_t pi, const wire::View& /*v*/) {
     SessionPeer& s = state_[pi];
     s.activity_ns = ctx_.now;
-    ctx_.ArmTimer(ctx_.now + ctx_.config.peer_timeout_ns);
+    ctx_.ArmTimer(pi, ctx_.now + ctx_.config.peer_timeout_ns);
   }
   // A restarted peer's old incarnation is retired: its packets are stale.
   void Retire(uint32_t pi, uint32_t incarnation);
