@@ -25,6 +25,7 @@ constexpr CounterField kCounterFields[] = {
     {"tx_acks", &rdm::Counters::tx_acks},
     {"rx_packets", &rdm::Counters::rx_packets},
     {"rx_data_packets", &rdm::Counters::rx_data_packets},
+    {"rx_unchecked", &rdm::Counters::rx_unchecked},
     {"retransmits_fast", &rdm::Counters::retransmits_fast},
     {"retransmits_timeout", &rdm::Counters::retransmits_timeout},
     {"rto_expirations", &rdm::Counters::rto_expirations},
@@ -60,6 +61,8 @@ constexpr CounterField kCounterFields[] = {
     {"peer_restarts", &rdm::Counters::peer_restarts},
     {"peer_resets", &rdm::Counters::peer_resets},
     {"peer_timeouts", &rdm::Counters::peer_timeouts},
+    {"peers_dead", &rdm::Counters::peers_dead},
+    {"liveness_checks", &rdm::Counters::liveness_checks},
     {"resets_sent", &rdm::Counters::resets_sent},
     {"ops_failed", &rdm::Counters::ops_failed},
     {"unexpected_msgs", &rdm::Counters::unexpected_msgs},
@@ -80,7 +83,9 @@ constexpr CounterField kCounterFields[] = {
     {"rendezvous_lost", &rdm::Counters::rendezvous_lost},
     {"rendezvous_copied_in_place", &rdm::Counters::rendezvous_copied_in_place},
     {"rendezvous_in_place_failed", &rdm::Counters::rendezvous_in_place_failed},
-    {"rendezvous_read_by_peer", &rdm::Counters::rendezvous_read_by_peer},};
+    {"rendezvous_read_by_peer", &rdm::Counters::rendezvous_read_by_peer},
+    {"rendezvous_in_place_vouched", &rdm::Counters::rendezvous_in_place_vouched},
+};
 static_assert(sizeof(rdm::Counters) == sizeof(kCounterFields) / sizeof(CounterField) * 8,
               "a field of rdm::Counters is missing from kCounterFields");
 

@@ -1,4 +1,4 @@
--- Wireshark / tshark dissector for the bypass RDM wire protocol, version 5
+-- Wireshark / tshark dissector for the bypass RDM wire protocol, version 6
 -- (fabric/rdm/PROTOCOL.md; fabric/rdm/wire.h is the implementation), and for
 -- the fi provider's connection-manager messages (fabric/fi/cm.h) that ride
 -- inside DATA packets.
@@ -24,7 +24,7 @@ local bypass = Proto("bypass", "bypass RDM protocol")
 local cm = Proto("bypass_cm", "bypass fi connection manager")
 
 local MAGIC = 0x4259
-local VERSION = 5
+local VERSION = 6
 local COMMON_LEN = 36
 local CM_MAGIC_LE = 0x4d435942 -- "BYCM", little-endian
 local CM_TAG_BIT_HI = 0x80000000 -- bit 63 of a tag, in its high 32 bits
@@ -45,6 +45,7 @@ local header_flags = {
   { 0x0002, "ack_req", "ACK_REQ: acknowledge at once (on an ACK: a probe)" },
   { 0x0004, "rnr", "RNR: ack_psn refused, receiver not ready" },
   { 0x0008, "retransmit", "RETRANSMIT: this PSN was sent before" },
+  { 0x0010, "unchecked", "UNCHECKED: no CRC-32C (crc 0), to a receiver whose frames come through memory", no_crc = true },
 }
 local msg_flags = {
   { 0x0001, "tagged", "TAGGED" },
@@ -56,9 +57,11 @@ local rma_flags = {
   { 0x02, "message", "MESSAGE: a rendezvous pull" },
   { 0x04, "copied", "COPIED: the receiver read the message in place" },
   { 0x08, "fetch", "FETCH: the initiator wants the old values" },
+  { 0x10, "vouched", "VOUCHED: the sender's guard word vouched for the bytes read in place" },
 }
--- HelloHeader::capabilities (0 in version 5).
+-- HelloHeader::capabilities (HELLO and HELLO_ACK; 0 in a COOKIE).
 local hello_capabilities = {
+  { 0x00000001, "unchecked_ok", "UNCHECKED_OK: send me DATA, RMA and ACK without a CRC" },
 }
 
 local msg_protocols = { [0] = "EAGER", [1] = "RENDEZVOUS" }
@@ -133,6 +136,8 @@ local f = {
   offer_reserved = F.uint32("bypass.offer.reserved", "Reserved", base.HEX),
   offer_addr = F.uint64("bypass.offer.addr", "In-place offer address", base.HEX),
   offer_length = F.uint64("bypass.offer.length", "In-place offer length", base.DEC),
+  offer_guard_addr = F.uint64("bypass.offer.guard_addr", "Guard word address", base.HEX),
+  offer_guard = F.uint64("bypass.offer.guard", "Guard value", base.HEX),
 
   rma_op = F.uint8("bypass.rma.op", "RMA op", base.DEC, rma_ops),
   rma_flags = F.uint8("bypass.rma.flags", "RMA flags", base.HEX),
@@ -316,14 +321,16 @@ local function dissect_data(tvb, pinfo, t, payload_off)
   if proto == 1 then info = info .. " RTS" end
   pinfo.cols.info:append(info)
   local rest = tvb:len() - payload_off
-  if proto == 1 and rest == 24 then
-    local o = tvb(payload_off, 24)
+  if proto == 1 and rest == 40 then
+    local o = tvb(payload_off, 40)
     local ot = t:add(bypass, o, "In-place offer")
     ot:set_text("In-place offer")
     ot:add(f.offer_pid, o(0, 4))
     nonzero_reserved(ot:add(f.offer_reserved, o(4, 4)), o(4, 4))
     ot:add(f.offer_addr, o(8, 8))
     ot:add(f.offer_length, o(16, 8))
+    ot:add(f.offer_guard_addr, o(24, 8))
+    ot:add(f.offer_guard, o(32, 8))
     return
   end
   if rest > 0 then
