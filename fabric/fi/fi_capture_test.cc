@@ -121,11 +121,13 @@ TEST(FiCaptureTest, TheDefaultDomainCapturesToTheFileItsUriNames) {
     pos = eol == std::string::npos ? r.out.size() : eol + 1;
     if (line.rfind("1\t", 0) == 0) ++hellos;
     if (line.rfind("5\t0x0000000000005ca9\t", 0) == 0) ++data;
-    if (line.size() < 2 || line.substr(line.size() - 2) != "\t1") ++bad;
+    // Good, or Unverified for an UNCHECKED packet (shared memory carries
+    // DATA, RMA and ACK without a CRC after the handshake); never Bad.
+    if (line.size() < 2 || line.substr(line.size() - 2) == "\t0") ++bad;
   }
   EXPECT_GE(hellos, 2) << r.out;
   EXPECT_EQ(data, 2) << r.out;
-  EXPECT_EQ(bad, 0) << "CRC-32C not Good:\n" << r.out;
+  EXPECT_EQ(bad, 0) << "CRC-32C Bad:\n" << r.out;
   std::remove(path.c_str());
 }
 

@@ -184,7 +184,9 @@ class WireLog final : public driver::QueuePair {
     std::vector<bool> ok(pkts.size());
     std::vector<Row> rows(pkts.size());
     for (size_t i = 0; i < pkts.size(); ++i) {
-      ok[i] = wire::Parse({pkts[i]->data, pkts[i]->len}, &views[i]) == wire::ParseStatus::kOk;
+      // Loopback's frames go through memory only: UNCHECKED packets parse.
+      ok[i] = wire::Parse({pkts[i]->data, pkts[i]->len}, &views[i], /*intact=*/true) ==
+              wire::ParseStatus::kOk;
       if (ok[i]) rows[i] = Expect(views[i]);
     }
     const uint16_t n = inner_.TxBurst(pkts);
@@ -216,7 +218,9 @@ class WireLog final : public driver::QueuePair {
  private:
   void Log(const driver::Packet& p) {
     wire::View v;
-    const bool ok = wire::Parse({p.data, p.len}, &v) == wire::ParseStatus::kOk;
+    // Loopback's frames come through memory: UNCHECKED packets parse.
+    // Loopback's frames come through memory: UNCHECKED packets parse.
+    const bool ok = wire::Parse({p.data, p.len}, &v, /*intact=*/true) == wire::ParseStatus::kOk;
     Add(ok, ok ? Expect(v) : Row{}, v);
   }
   void Add(bool ok, const Row& row, const wire::View& v) {
@@ -523,7 +527,13 @@ TEST(CaptureDissectorTest, TsharkDecodesEveryFieldAsTheEngineDoes) {
   const std::vector<std::string> statuses = absl::StrSplit(crc.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(statuses.size(), want.size());
   for (size_t p = 0; p < statuses.size(); ++p) {
-    EXPECT_EQ(statuses[p], p + 1 == bad ? "0" : want[p][kCrcStatus]) << "packet " << p + 1;
+    if (p + 1 == bad) {
+      EXPECT_EQ(statuses[p], "0") << "packet " << p + 1;
+    } else if (!want[p][kCrcStatus].empty()) {
+      EXPECT_EQ(statuses[p], want[p][kCrcStatus]) << "packet " << p + 1;
+    } else {
+      EXPECT_NE(statuses[p], "0") << "packet " << p + 1;
+    }
   }
   std::remove(corrupt_path.c_str());
 
