@@ -99,6 +99,10 @@ int Dispatch(const char* cmd, const char* params, rte_tel_data* out) {
 
 }  // namespace
 
+void TelemetryDict::Add(std::string name, Value v) {
+  entries_.emplace_back(std::move(name), std::move(v));
+}
+
 std::string TelemetryDict::ToJson() const {
   std::string out = "{";
   bool first = true;

@@ -27,7 +27,9 @@ class TelemetryDict {
  public:
   using Value = std::variant<uint64_t, std::string, std::vector<uint64_t>, std::vector<std::string>>;
 
-  void Add(std::string name, Value v) { entries_.emplace_back(std::move(name), std::move(v)); }
+  // Out of line: inlined, GCC 12 at -O2 warns (maybe-uninitialized) about
+  // the variant's move inside emplace_back, which fails `-c opt` builds.
+  void Add(std::string name, Value v);
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
   // The JSON DPDK's telemetry writes for it, e.g. {"a": 1, "b": "x", "c": [1, 2]}.
   std::string ToJson() const;
