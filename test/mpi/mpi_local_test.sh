@@ -37,4 +37,28 @@ EXTRA="--mca mtl_ofi_av table --mca mtl_ofi_tag_mode ofi_tag_full" \
 # Scalable endpoints (opt-in in the MTL): the name Open MPI publishes is
 # taken before its contexts are enabled (fabric/fi/sep.cc).
 EXTRA="--mca mtl_ofi_enable_sep 1" run "2 ranks, scalable endpoint" 2 0 100
+
+# MPI_THREAD_MULTIPLE: four threads a rank, each on a communicator of its
+# own, at once; with thread grouping each communicator has a context of the
+# scalable endpoint (FI_THREAD_SAFE), and MPI_Comm_free closes them while
+# the MTL goes on polling their CQs (a closed CQ reads empty). Eight
+# contexts: Open MPI 4.1's MTL writes past its comm_to_context table (sized
+# mtl_ofi_num_ctxts + 2, while user communicators start at index 3) once
+# the communicators outnumber the contexts by two, corrupting the heap.
+mpicc -O2 -o "$WORK/mpi_threads" "$TEST_SRCDIR/bypass/test/mpi/mpi_threads.c" -lpthread ||
+  fail "mpicc could not build mpi_threads.c"
+threads() {
+  local label=$1
+  shift
+  echo "== $label"
+  local out rc
+  out=$(mpi_run 120 "" -np 2 $MPI_BYPASS "$@" "$WORK/mpi_threads" 200)
+  rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] && echo "$out" | grep -q "all thread checks passed on 2 ranks" ||
+    fail "$label: mpirun exited $rc (124: timed out)"
+}
+threads "2 ranks, 4 threads each (MPI_THREAD_MULTIPLE)"
+threads "2 ranks, 4 threads each, thread grouping on 8 scalable endpoint contexts" \
+  --mca mtl_ofi_enable_sep 1 --mca mtl_ofi_thread_grouping 1 --mca mtl_ofi_num_ctxts 8
 echo PASS
