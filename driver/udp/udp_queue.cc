@@ -66,13 +66,9 @@ UdpQueue::UdpQueue(const DeviceInfo& info, std::unique_ptr<PacketPool> pool, Udp
   std::memset(tx_msgs_, 0, sizeof(tx_msgs_));
   // Not touched here: pages are faulted in as GRO messages arrive.
   if (gro_) rx_bounce_.reset(new uint8_t[size_t{kRxBounce} * kRxBounceBytes]);
-  direct_room_ = max_frame_ - kUdpFrameHeaderBytes;
-  const uint32_t per = (kRxBounceBytes + direct_room_ - 1) / direct_room_;
-  if (gro_ && info.mtu >= kMinDirectMtu && per * kRxBounce <= kDirectBuffers) direct_iov_ = per;
 }
 
 UdpQueue::~UdpQueue() {
-  ReleaseDirect();
   for (uint32_t i = 0; i < num_bound_; ++i) close(bound_[i].fd);
 }
 
@@ -227,7 +223,7 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
     rx_iov_[j].iov_base = static_cast<uint8_t*>(bufs[base + j]) + kDataOffset + kUdpFrameHeaderBytes;
     rx_iov_[j].iov_len = room;
   }
-  const uint32_t n = Receive(b.fd, m, rx_iov_, 1);
+  const uint32_t n = Receive(b.fd, m);
   if (n == 0) return false;
   uint32_t keep = 0;  // buffers of dropped datagrams, reused
   for (uint32_t j = 0; j < n; ++j) {
@@ -250,13 +246,13 @@ bool UdpQueue::ReceiveFrom(const Bound& b, void** bufs, uint32_t* avail, uint32_
   return n == m;
 }
 
-uint32_t UdpQueue::Receive(int fd, uint32_t m, iovec* iov, uint32_t per) {
+uint32_t UdpQueue::Receive(int fd, uint32_t m) {
   for (uint32_t j = 0; j < m; ++j) {
     msghdr& h = rx_msgs_[j].msg_hdr;
     h.msg_name = &rx_from_[j];
     h.msg_namelen = sizeof(rx_from_[j]);
-    h.msg_iov = iov + size_t{j} * per;
-    h.msg_iovlen = per;
+    h.msg_iov = &rx_iov_[j];
+    h.msg_iovlen = 1;
     h.msg_control = rx_control_[j];
     h.msg_controllen = kControlBytes;
     h.msg_flags = 0;
@@ -376,91 +372,14 @@ bool UdpQueue::ReceiveGro(const Bound& b) {
     rx_iov_[j].iov_base = rx_bounce_.get() + size_t{j} * kRxBounceBytes;
     rx_iov_[j].iov_len = kRxBounceBytes;
   }
-  const uint32_t n = Receive(b.fd, kRxBounce, rx_iov_, 1);
+  const uint32_t n = Receive(b.fd, kRxBounce);
   if (n == 0) return false;
   for (uint32_t j = 0; j < n; ++j) {
     ReadControl(j, &rx_tos_[j], &rx_segment_[j]);  // segment 0: one datagram
     if (rx_segment_[j] != 0 && rx_segment_[j] < rx_msgs_[j].msg_len) ++counters_.rx_gro_messages;
   }
-  for (uint32_t j = 0; j < n; ++j) rx_direct_[j] = false;
   rx_pending_ = RxPending{n, 0, 0, b.port, b.group};
   return true;
-}
-
-uint32_t UdpQueue::DirectUsed(uint32_t j) const {
-  const uint32_t len = rx_msgs_[j].msg_len;
-  return len == 0 ? 1 : (len + direct_room_ - 1) / direct_room_;
-}
-
-bool UdpQueue::ReceiveGroDirect(const Bound& b) {
-  const uint32_t per = direct_iov_;
-  const uint32_t took = pool_->GetBurst(absl::MakeSpan(rx_direct_bufs_, size_t{kRxBounce} * per));
-  const uint32_t m = took / per;
-  if (m < kRxBounce) {  // a short pool: the bounce buffers take what is there
-    pool_->PutBulk(absl::MakeConstSpan(rx_direct_bufs_, took));
-    return ReceiveGro(b);
-  }
-  for (uint32_t k = 0; k < m * per; ++k) {
-    rx_direct_iov_[k].iov_base =
-        static_cast<uint8_t*>(rx_direct_bufs_[k]) + kDataOffset + kUdpFrameHeaderBytes;
-    rx_direct_iov_[k].iov_len = direct_room_;
-  }
-  const uint32_t n = Receive(b.fd, m, rx_direct_iov_, per);
-  // Message j keeps the first DirectUsed(j) of its buffers; the rest go back.
-  void* spare[kDirectBuffers];
-  uint32_t n_spare = 0;
-  for (uint32_t j = 0; j < m; ++j) {
-    void* const* mine = rx_direct_bufs_ + size_t{j} * per;
-    uint32_t keep = 0;
-    rx_direct_[j] = false;
-    if (j < n) {
-      ReadControl(j, &rx_tos_[j], &rx_segment_[j]);  // segment 0: one datagram
-      const uint32_t len = rx_msgs_[j].msg_len;
-      const uint32_t segment = rx_segment_[j];
-      if (segment != 0 && segment < len) ++counters_.rx_gro_messages;
-      const bool good =
-          (rx_msgs_[j].msg_hdr.msg_flags & MSG_TRUNC) == 0 && rx_from_[j].sin_family == AF_INET;
-      // In place when each segment filled one buffer: full-size segments
-      // (the last may be shorter), or one datagram that fits a frame.
-      const bool one = segment == 0 || segment >= len;
-      rx_direct_[j] = good && (one ? len <= direct_room_ : segment == direct_room_);
-      if (rx_direct_[j]) {
-        keep = DirectUsed(j);
-      } else if (good && !one) {
-        // Other segment sizes: laid out again as the bounce path has them
-        // (SplitPending cuts them there; segments longer than a frame are
-        // dropped as truncated).
-        uint8_t* to = rx_bounce_.get() + size_t{j} * kRxBounceBytes;
-        for (uint32_t off = 0; off < len; off += direct_room_) {
-          std::memcpy(to + off, rx_direct_iov_[size_t{j} * per + off / direct_room_].iov_base,
-                      std::min(direct_room_, len - off));
-        }
-        ++counters_.rx_gro_relaid;
-      }
-      // Else one datagram longer than a frame, or a truncated one:
-      // SplitPending counts it dropped without reading it.
-    }
-    for (uint32_t k = keep; k < per; ++k) spare[n_spare++] = mine[k];
-  }
-  pool_->PutBulk(absl::MakeConstSpan(spare, n_spare));
-  if (n == 0) return false;
-  rx_pending_ = RxPending{n, 0, 0, b.port, b.group};
-  return true;
-}
-
-void UdpQueue::ReleaseDirect() {
-  RxPending& q = rx_pending_;
-  for (uint32_t j = q.next; j < q.count; ++j) {
-    if (!rx_direct_[j]) continue;
-    const uint32_t first = j == q.next ? q.offset / direct_room_ : 0;
-    const uint32_t used = DirectUsed(j);
-    if (first < used) {
-      pool_->PutBulk(absl::MakeConstSpan(rx_direct_bufs_ + size_t{j} * direct_iov_ + first,
-                                         used - first));
-    }
-    rx_direct_[j] = false;
-  }
-  q.next = q.count;
 }
 
 bool UdpQueue::SplitPending(void** bufs, uint32_t* avail, absl::Span<Packet*> out,
@@ -475,19 +394,6 @@ bool UdpQueue::SplitPending(void** bufs, uint32_t* avail, absl::Span<Packet*> ou
     if ((h.msg_flags & MSG_TRUNC) != 0 || rx_from_[j].sin_family != AF_INET) {
       ++counters_.rx_truncated;
       ++stats_.rx_dropped;
-      ++q.next;
-      q.offset = 0;
-      continue;
-    }
-    if (rx_direct_[j]) {  // its frames are the buffers it landed in
-      do {
-        if (*got == out.size()) return false;
-        const uint32_t n = std::min(direct_room_, len - q.offset);
-        void* buf = rx_direct_bufs_[size_t{j} * direct_iov_ + q.offset / direct_room_];
-        out[(*got)++] = Deliver(buf, rx_from_[j], q.port, q.group, rx_tos_[j], n);
-        q.offset += n;
-      } while (q.offset < len);
-      rx_direct_[j] = false;
       ++q.next;
       q.offset = 0;
       continue;
@@ -538,10 +444,7 @@ uint16_t UdpQueue::RxBurst(absl::Span<Packet*> out) {
     for (uint32_t k = 0; more && k < n_bound && got < want; ++k) {
       const Bound& b = bound_[(rx_next_ + k) % n_bound];
       while (got < want) {
-        // Direct messages bring their buffers (and fall back to the
-        // bounce buffers when the pool is short); the bounce path splits
-        // into buffers taken here.
-        if (avail == 0 && direct_iov_ == 0) {
+        if (avail == 0) {
           avail = pool_->GetBurst(absl::MakeSpan(bufs, std::min(kBatch, want - got)));
           if (avail == 0) {
             ++counters_.rx_no_buffer;
@@ -549,7 +452,7 @@ uint16_t UdpQueue::RxBurst(absl::Span<Packet*> out) {
             break;
           }
         }
-        if (!(direct_iov_ != 0 ? ReceiveGroDirect(b) : ReceiveGro(b))) break;
+        if (!ReceiveGro(b)) break;
         if (!SplitPending(bufs, &avail, out, &got)) {
           more = false;
           break;

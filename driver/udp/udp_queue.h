@@ -23,10 +23,7 @@ namespace bypass::driver::udp {
 
 // Buffers are laid out as driver/packet_pool.h says (kDataOffset). A
 // datagram is received at frame + 42, where its synthesized headers end
-// (without GRO, and with GRO on links of at least kMinDirectMtu, whose GRO
-// messages are scattered straight into pool buffers), or copied there from
-// a bounce buffer (GRO on smaller links, and GRO messages whose segments
-// are not the receiver's full frame size).
+// (without GRO), or copied there from a bounce buffer (with it).
 
 // Drops beyond QueueStats, plain integers of the owner thread.
 struct UdpCounters {
@@ -45,10 +42,6 @@ struct UdpCounters {
   uint64_t rx_gro_refused = 0;
   uint64_t tx_gso_messages = 0;   // messages of several segments sent (UDP_SEGMENT)
   uint64_t rx_gro_messages = 0;   // messages of several datagrams received (UDP_GRO)
-  // GRO messages received straight into pool buffers whose segments were
-  // not full frames, so they were copied into a bounce buffer and split
-  // from there (rx_gro_messages counts them too).
-  uint64_t rx_gro_relaid = 0;
 };
 
 // Whether the queue uses UDP generic segmentation (TX) and receive offload
@@ -82,15 +75,6 @@ class UdpQueue final : public QueuePair {
   // RX bounce buffers: messages per recvmmsg with GRO, each up to 64 KiB.
   static constexpr uint32_t kRxBounce = 16;
   static constexpr uint32_t kRxBounceBytes = 65536;
-  // GRO straight into pool buffers: a GRO message (at most kRxBounceBytes)
-  // is given as many buffers as it could fill, each taking one frame's
-  // payload, so that a message of full-size segments lands as the frames
-  // it was cut from, with no copy. Up to kDirectBuffers buffers per
-  // recvmmsg, which is kRxBounce messages from a link MTU of
-  // kMinDirectMtu (4096-byte payloads: 16 buffers a message); below it
-  // the bounce buffers, which take kRxBounce messages whatever the MTU.
-  static constexpr uint32_t kDirectBuffers = 256;
-  static constexpr uint32_t kMinDirectMtu = 4124;
 
   static absl::StatusOr<std::unique_ptr<UdpQueue>> Create(const DeviceInfo& info,
                                                           uint32_t pool_buffers, int numa_node,
@@ -131,9 +115,6 @@ class UdpQueue final : public QueuePair {
   // Whether GSO and GRO are in use (not off by the URI, not refused).
   bool gso() const { return gso_; }
   bool gro() const { return gro_; }
-  // Whether GRO messages are received straight into pool buffers (GRO on
-  // and an MTU of at least kMinDirectMtu).
-  bool gro_direct() const { return gro_ && direct_iov_ != 0; }
 
  private:
   struct Bound {
@@ -190,21 +171,10 @@ class UdpQueue final : public QueuePair {
   // The GRO path: receives up to kRxBounce messages from socket b into the
   // bounce buffers (only when none are pending). False when it had nothing.
   bool ReceiveGro(const Bound& b);
-  // The same straight into pool buffers (gro_direct()): messages whose
-  // segments are full frames stay where they landed (rx_direct_), others
-  // are copied into their bounce buffer. Falls back to ReceiveGro when
-  // the pool cannot give one message's buffers.
-  bool ReceiveGroDirect(const Bound& b);
-  // Hands the pool buffers of direct messages not yet split back to the
-  // pool (at close).
-  void ReleaseDirect();
-  // The pool buffers direct message j filled (at least 1).
-  uint32_t DirectUsed(uint32_t j) const;
-  // recvmmsg of up to m datagrams from fd, message j into the `per`
-  // iovecs at iov + j * per (set by the caller), with their addresses and
-  // control messages; how many came (0 on none; errors other than
-  // "nothing there" are counted).
-  uint32_t Receive(int fd, uint32_t m, iovec* iov, uint32_t per);
+  // recvmmsg of up to m datagrams from fd into rx_iov_[0, m) (set by the
+  // caller), with their addresses and control messages; how many came (0
+  // on none; errors other than "nothing there" are counted).
+  uint32_t Receive(int fd, uint32_t m);
   // Message j's TOS byte and GRO segment size (0: one datagram).
   void ReadControl(uint32_t j, uint8_t* tos, uint32_t* segment);
   // Splits rx_pending_ into frames out[*got...], taking pool buffers from
@@ -252,15 +222,6 @@ class UdpQueue final : public QueuePair {
   std::unique_ptr<uint8_t[]> rx_bounce_;  // kRxBounce * kRxBounceBytes, with GRO
   uint32_t rx_segment_[kRxBounce];        // each GRO message's segment size
   uint8_t rx_tos_[kRxBounce];
-  // Direct GRO (gro_direct()): buffers per message (0: off), the payload
-  // room of one, and per message slot whether its frames are the pool
-  // buffers it landed in (rx_direct_bufs_[j * direct_iov_ ...], still
-  // ours) rather than its bounce buffer.
-  uint32_t direct_iov_ = 0;
-  uint32_t direct_room_ = 0;
-  bool rx_direct_[kRxBounce] = {};
-  void* rx_direct_bufs_[kDirectBuffers];
-  iovec rx_direct_iov_[kDirectBuffers];
   mmsghdr tx_msgs_[kBatch];
   uint32_t tx_msg_frames_[kBatch];
   iovec tx_iov_[kMaxStagedFrames];
