@@ -13,6 +13,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +123,56 @@ void BM_UdpPingPong(benchmark::State& state) {
 BENCHMARK(BM_UdpPingPong)
     ->ArgsProduct({{8, 4 << 10, 64 << 10, 1 << 20}, {0, 1, 2, 3}})
     ->MeasureProcessCPUTime();
+
+// Spins both ends until `e` completes a receive; send completions that come
+// meanwhile are taken and counted in *sends.
+void WaitRecv(Endpoint& e, Endpoint& other, int* sends) {
+  Completion c[4];
+  for (;;) {
+    e.Progress();
+    other.Progress();
+    bool got = false;
+    for (Endpoint* x : {&e, &other}) {
+      const size_t n = x->PollCompletions(c);
+      for (size_t k = 0; k < n; ++k) {
+        if (c[k].flags & kCompRecv) {
+          got = true;
+        } else {
+          ++*sends;
+        }
+      }
+    }
+    if (got) return;
+  }
+}
+
+// The round trip an application sees: a ping and its pong, each send's
+// completion taken whenever it comes (not waited for). Arg 0 the size,
+// arg 1 whether each send asks for its acknowledgement at once
+// (kSendAckNow, what fabric/fi does for its default FI_TRANSMIT_COMPLETE
+// sends) or lets it ride on the next packet back; on the link's MTU.
+// acks_per_rt: the standalone ACK datagrams each round trip adds.
+void BM_UdpRoundTrip(benchmark::State& state) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  const uint32_t flags = state.range(1) != 0 ? kSendAckNow : 0u;
+  Pair p(kVariants[2]);
+  state.SetLabel(flags != 0 ? "ack at once" : "ack rides");
+  std::vector<uint8_t> ping(size, 1), pong(size, 2), in_a(size), in_b(size);
+  int sends = 0;  // send completions not yet taken: at most a few
+  const uint64_t acks_before = p.ea->counters().tx_acks + p.eb->counters().tx_acks;
+  for (auto _ : state) {
+    p.eb->PostRecv({.buf = in_b.data(), .len = size});
+    p.ea->PostRecv({.buf = in_a.data(), .len = size});
+    p.ea->Send({.dest = p.to_b, .buf = ping.data(), .len = size, .flags = flags});
+    WaitRecv(*p.eb, *p.ea, &sends);
+    p.eb->Send({.dest = p.to_a, .buf = pong.data(), .len = size, .flags = flags});
+    WaitRecv(*p.ea, *p.eb, &sends);
+  }
+  const uint64_t acks = p.ea->counters().tx_acks + p.eb->counters().tx_acks - acks_before;
+  state.counters["acks_per_rt"] =
+      static_cast<double>(acks) / static_cast<double>(std::max<int64_t>(state.iterations(), 1));
+}
+BENCHMARK(BM_UdpRoundTrip)->ArgsProduct({{8, 4 << 10}, {0, 1}})->MeasureProcessCPUTime();
 
 // One way, 8 messages outstanding: arg 0 the size, arg 1 the variant.
 void BM_UdpStream(benchmark::State& state) {
