@@ -37,6 +37,7 @@ const char* const kVariants[] = {
     "mtu=1500",        // 1: GSO runs of 1500-byte frames, GRO (the default before LinkMtuFor)
     "",                // 2: the default: the MTU of the link (up to 9000), GSO, GRO
     "mtu=65000",       // 3: the largest datagram the device allows
+    "gso=0",           // 4: the link's MTU, no GSO or GRO
 };
 
 // --netns and --ips, taken from argv by main: each end's namespace (empty:
@@ -150,13 +151,15 @@ void WaitRecv(Endpoint& e, Endpoint& other, int* sends) {
 // completion taken whenever it comes (not waited for). Arg 0 the size,
 // arg 1 whether each send asks for its acknowledgement at once
 // (kSendAckNow, what fabric/fi does for its default FI_TRANSMIT_COMPLETE
-// sends) or lets it ride on the next packet back; on the link's MTU.
+// sends) or lets it ride on the next packet back; arg 2 the variant (2:
+// the default, 4: without GSO and GRO).
 // acks_per_rt: the standalone ACK datagrams each round trip adds.
 void BM_UdpRoundTrip(benchmark::State& state) {
   const size_t size = static_cast<size_t>(state.range(0));
   const uint32_t flags = state.range(1) != 0 ? kSendAckNow : 0u;
-  Pair p(kVariants[2]);
-  state.SetLabel(flags != 0 ? "ack at once" : "ack rides");
+  Pair p(kVariants[state.range(2)]);
+  state.SetLabel(std::string(flags != 0 ? "ack at once" : "ack rides") +
+                 (state.range(2) == 4 ? ", gso=0" : ""));
   std::vector<uint8_t> ping(size, 1), pong(size, 2), in_a(size), in_b(size);
   int sends = 0;  // send completions not yet taken: at most a few
   const uint64_t acks_before = p.ea->counters().tx_acks + p.eb->counters().tx_acks;
@@ -172,7 +175,7 @@ void BM_UdpRoundTrip(benchmark::State& state) {
   state.counters["acks_per_rt"] =
       static_cast<double>(acks) / static_cast<double>(std::max<int64_t>(state.iterations(), 1));
 }
-BENCHMARK(BM_UdpRoundTrip)->ArgsProduct({{8, 4 << 10}, {0, 1}})->MeasureProcessCPUTime();
+BENCHMARK(BM_UdpRoundTrip)->ArgsProduct({{8, 4 << 10}, {0, 1}, {2, 4}})->MeasureProcessCPUTime();
 
 // One way, 8 messages outstanding: arg 0 the size, arg 1 the variant.
 void BM_UdpStream(benchmark::State& state) {
