@@ -44,11 +44,11 @@ uint16_t CompositeQueue::RxBurst(absl::Span<Packet*> out) {
   if (local_first_) n = local_.RxBurst(out);
   if (n < out.size()) {
     const uint64_t now = __rdtsc();
-    if (now >= remote_next_) {
+    if (pacer_.Due(now)) {
       const uint16_t r = remote_.RxBurst(out.subspan(n));
       n = static_cast<uint16_t>(n + r);
-      remote_gap_ = r > 0 ? 0 : std::clamp(remote_gap_ * 2, kMinRemoteGap, kMaxRemoteGap);
-      remote_next_ = now + remote_gap_;
+      ++routes_.rx_remote_polls;
+      pacer_.Polled(now, r > 0);
     }
   }
   if (!local_first_ && n < out.size()) n = static_cast<uint16_t>(n + local_.RxBurst(out.subspan(n)));
@@ -60,6 +60,7 @@ uint16_t CompositeQueue::RxBurst(absl::Span<Packet*> out) {
 // received packet sent on) are copied into remote buffers first: a NIC can
 // send only its own.
 uint16_t CompositeQueue::SendRemote(absl::Span<Packet* const> run) {
+  pacer_.Active(__rdtsc());  // an answer may follow
   uint16_t sent = 0;
   while (sent < run.size()) {
     if (!local_.Owns(run[sent])) {

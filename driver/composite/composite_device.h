@@ -25,6 +25,55 @@ struct RouteCounters {
   uint64_t tx_local = 0;     // frames sent through the intra-host device
   uint64_t tx_remote = 0;    // frames sent through the remote device
   uint64_t tx_copied = 0;    // intra-host buffers copied into remote ones to be sent
+  uint64_t rx_remote_polls = 0;  // RxBurst calls that asked the remote device (RemotePacer)
+};
+
+// When the composite polls its remote device. A kernel UDP poll is a
+// system call, about as long as a whole round trip through shared memory
+// (0.5-1 us here): a busy-polling process of a one-host job asking an
+// empty socket on every pass spent a third of its time there. So the
+// remote device is polled on a timer while it brings nothing: while it had
+// traffic (received or sent) within kIdleAfter, the interval doubles from
+// kMinGap up to kMaxGap TSC ticks (about a microsecond at 2-4 GHz), so a
+// remote conversation is answered within that; once it has been silent
+// that long (a one-host job, or remote peers that stopped talking), up to
+// kIdleGap (30-60 us): the first frame of a remote peer after such silence
+// waits at most that long in the socket (nothing is lost), and polling the
+// idle socket costs about 1% of a core. Timed, not counted, so an
+// application that polls rarely (a thread that sleeps between polls) does
+// not delay remote frames by its sleeps. Pure: the caller passes the TSC.
+class RemotePacer {
+ public:
+  static constexpr uint64_t kMinGap = 64;
+  static constexpr uint64_t kMaxGap = 4096;
+  static constexpr uint64_t kIdleGap = uint64_t{1} << 17;
+  static constexpr uint64_t kIdleAfter = uint64_t{1} << 22;  // 1-2 ms
+
+  // Whether the remote device is due a poll at TSC now.
+  bool Due(uint64_t now) const { return now >= next_; }
+  // A poll at now brought frames (got) or nothing.
+  void Polled(uint64_t now, bool got) {
+    if (got) {
+      Active(now);
+      return;
+    }
+    const uint64_t cap = now - active_ < kIdleAfter ? kMaxGap : kIdleGap;
+    gap_ = std::clamp(gap_ * 2, kMinGap, cap);
+    next_ = now + gap_;
+  }
+  // Remote traffic at now (a frame in, or one sent, whose answer may
+  // follow): the next poll is at once, then at the short intervals.
+  void Active(uint64_t now) {
+    active_ = now;
+    gap_ = 0;
+    next_ = 0;
+  }
+  uint64_t gap() const { return gap_; }
+
+ private:
+  uint64_t next_ = 0;    // TSC of the next poll
+  uint64_t gap_ = 0;     // the current interval (0: at once)
+  uint64_t active_ = 0;  // TSC of the last remote traffic (0: none yet: idle)
 };
 
 class CompositeQueue final : public QueuePair {
@@ -85,20 +134,10 @@ class CompositeQueue final : public QueuePair {
   bool Local(const Packet* p);
   uint16_t SendRemote(absl::Span<Packet* const> run);
 
-  // While the remote device stays idle it is polled at most once per
-  // interval, doubling from kMinRemoteGap up to kMaxRemoteGap TSC ticks
-  // (about a microsecond at 2-4 GHz): a kernel UDP poll is a system call,
-  // about as long as a whole round trip through shared memory. Timed, not
-  // counted, so an application that polls rarely (a thread that sleeps
-  // between polls) does not delay remote frames by its sleeps.
-  static constexpr uint64_t kMinRemoteGap = 64;
-  static constexpr uint64_t kMaxRemoteGap = 4096;
-
   shm::ShmQueue& local_;
   QueuePair& remote_;
   bool local_first_ = true;
-  uint64_t remote_next_ = 0;  // TSC of the next remote poll
-  uint64_t remote_gap_ = 0;   // the current interval (0: poll every time)
+  RemotePacer pacer_;
   RouteCounters routes_;
 };
 

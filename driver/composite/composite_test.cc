@@ -222,5 +222,85 @@ TEST(CompositeTest, EngineReachesLocalAndRemotePeers) {
   EXPECT_GE(q.routes().tx_remote, 2u * kMsgs);
 }
 
+// The pacer of remote polls, on a TSC the test hands it (no clock read): at
+// once at first, then intervals doubling to kMaxGap while the remote device
+// had traffic within kIdleAfter, to kIdleGap once it has not; traffic in
+// either direction brings the next poll at once.
+TEST(RemotePacerTest, ShortWhileTalkingLongWhenSilent) {
+  using P = RemotePacer;
+  P p;
+  uint64_t now = uint64_t{1} << 40;  // no traffic yet: silent
+  EXPECT_TRUE(p.Due(now));
+  p.Polled(now, false);
+  EXPECT_EQ(p.gap(), P::kMinGap);
+  EXPECT_FALSE(p.Due(now + P::kMinGap - 1));
+  EXPECT_TRUE(p.Due(now + P::kMinGap));
+  for (int i = 0; i < 40; ++i) {
+    now += p.gap();
+    ASSERT_TRUE(p.Due(now));
+    p.Polled(now, false);
+  }
+  EXPECT_EQ(p.gap(), P::kIdleGap);
+
+  // A frame in: the next poll at once, and short intervals from there.
+  p.Polled(now, true);
+  EXPECT_TRUE(p.Due(now));
+  const uint64_t heard = now;
+  while (now + p.gap() - heard < P::kIdleAfter) {
+    now += p.gap();
+    p.Polled(now, false);
+    ASSERT_LE(p.gap(), P::kMaxGap);
+  }
+  EXPECT_EQ(p.gap(), P::kMaxGap);
+  // Silent for kIdleAfter: the intervals grow to kIdleGap.
+  now = heard + P::kIdleAfter;
+  for (int i = 0; i < 40; ++i) {
+    now += p.gap();
+    p.Polled(now, false);
+  }
+  EXPECT_EQ(p.gap(), P::kIdleGap);
+
+  // A frame sent: polled at once (its answer may come), then short again.
+  p.Active(now);
+  EXPECT_TRUE(p.Due(now));
+  for (int i = 0; i < 40; ++i) {
+    now += p.gap();
+    p.Polled(now, false);
+  }
+  EXPECT_EQ(p.gap(), P::kMaxGap);
+}
+
+// A composite whose remote device has been silent (polled at the long
+// interval) still hears a remote frame, and polls the remote device again
+// soon after; the frames of this host are not held up meanwhile.
+TEST(CompositeTest, ASilentRemoteIsStillHeard) {
+  const std::string dir = TempDir();
+  absl::StatusOr<std::unique_ptr<Device>> a = OpenSmall(CompositeUri(dir, 1));
+  absl::StatusOr<std::unique_ptr<Device>> b = OpenSmall(CompositeUri(dir, 2));
+  absl::StatusOr<std::unique_ptr<Device>> c = OpenSmall(absl::StrCat("udp:lo,ip=", LocalIp(3)));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  constexpr uint16_t kPort = 43100;
+  for (Device* d : {a->get(), b->get(), c->get()}) ASSERT_TRUE(d->queue(0).BindUdpPort(kPort).ok());
+  auto& q = static_cast<CompositeQueue&>((*a)->queue(0));
+  Packet* scratch[8];
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(q.RxBurst(scratch), 0);
+  EXPECT_GT(q.routes().rx_remote_polls, 0u);
+
+  testing::Pump pump(CompositeFactory().Features());
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    Device& from = seq == 2 ? **b : **c;  // c through the kernel, b through shared memory
+    Packet* p = nullptr;
+    ASSERT_TRUE(from.queue(0).AllocBulk({&p, 1}));
+    UdpFlow flow = testing::FlowBetween(from, **a, kPort);
+    flow.src_port = kPort;
+    ASSERT_TRUE(testing::WriteTestFrame(p, flow, seq, 64));
+    ASSERT_TRUE(pump.SendAll(from.queue(0), {&p, 1}));
+    std::vector<Packet*> got = pump.Receive(q, 1);
+    ASSERT_EQ(got.size(), 1u) << seq;
+    EXPECT_EQ(testing::TestFrameSeq(got[0]).value_or(0), seq);
+    q.FreeBulk({got.data(), got.size()});
+  }
+}
+
 }  // namespace
 }  // namespace bypass::driver::composite

@@ -444,14 +444,10 @@ uint16_t UdpQueue::RxBurst(absl::Span<Packet*> out) {
     for (uint32_t k = 0; more && k < n_bound && got < want; ++k) {
       const Bound& b = bound_[(rx_next_ + k) % n_bound];
       while (got < want) {
-        if (avail == 0) {
-          avail = pool_->GetBurst(absl::MakeSpan(bufs, std::min(kBatch, want - got)));
-          if (avail == 0) {
-            ++counters_.rx_no_buffer;
-            more = false;
-            break;
-          }
-        }
+        // Buffers are taken once something came (SplitPending takes them):
+        // most polls of an idle socket find nothing, and a burst taken and
+        // put back costs more instructions than the system call. Without
+        // buffers what came waits in the bounce buffer for the next call.
         if (!ReceiveGro(b)) break;
         if (!SplitPending(bufs, &avail, out, &got)) {
           more = false;

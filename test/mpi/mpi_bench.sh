@@ -33,24 +33,26 @@ BYPASS_SO="$root/fabric/fi/libbypass-fi.so"
 . "$root/test/mpi/mpi_lib.sh"
 mpi_setup "$root/test/mpi/mpi_perf.c"
 
-# measure KEY PREFIX MPIRUN_ARGS...: one run of mpi_perf, its two numbers
-# appended to $WORK/KEY (or the reason it failed, once).
+# measure KEY PREFIX MPIRUN_ARGS...: one run of mpi_perf, its four numbers
+# (latency, bandwidth, and their medians, mpi_perf.c) appended to
+# $WORK/KEY (or the reason it failed, once).
 measure() {
   local key=$1 prefix=$2
   shift 2
   local out
   out=$(mpi_run 120 "$prefix" "$@" "$WORK/mpi_perf" 8 "$lat_iters" 1048576 "$bw_windows")
   local line
-  line=$(echo "$out" | grep -o "latency_us=[0-9.]* bandwidth_mbs=[0-9.]*")
+  line=$(echo "$out" | grep -o "latency_us=[0-9.]* bandwidth_mbs=[0-9.]* p50_latency_us=[0-9.]* p50_bandwidth_mbs=[0-9.]*")
   if [ -n "$line" ]; then
-    echo "$line" | sed 's/latency_us=//; s/bandwidth_mbs=//' >>"$WORK/$key"
+    echo "$line" | sed 's/[a-z0-9_]*=//g' >>"$WORK/$key"
   elif [ ! -f "$WORK/$key.err" ]; then
     echo "$out" | tail -3 >"$WORK/$key.err"
   fi
   printf '.'
 }
 
-# median KEY FIELD: the median of column FIELD (1 latency, 2 bandwidth).
+# median KEY FIELD: the median of column FIELD (1 latency, 2 bandwidth,
+# 3 and 4 their medians within a run).
 median() {
   [ -s "$WORK/$1" ] || return 0
   cut -d' ' -f"$2" "$WORK/$1" | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'
@@ -60,16 +62,18 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) pri
 
 # row LABEL KEY BASE_KEY
 row() {
-  local l b bl bb
+  local l b bl bb pl pb pbl pbb
   l=$(median "$2" 1) b=$(median "$2" 2) bl=$(median "$3" 1) bb=$(median "$3" 2)
+  pl=$(median "$2" 3) pb=$(median "$2" 4) pbl=$(median "$3" 3) pbb=$(median "$3" 4)
   if [ -z "$l" ]; then
-    printf '| %s | failed: %s | | | |\n' "$1" "$(tr '\n' ' ' <"$WORK/$2.err" 2>/dev/null | cut -c1-160)"
+    printf '| %s | failed: %s | | | | | | | |\n' "$1" "$(tr '\n' ' ' <"$WORK/$2.err" 2>/dev/null | cut -c1-160)"
     return
   fi
+  printf '| %s | %.2f us | %.2f us | %.0f MB/s | %.0f MB/s |' "$1" "$l" "$pl" "$b" "$pb"
   if [ "$2" = "$3" ]; then
-    printf '| %s | %.2f us | %.0f MB/s | baseline | baseline |\n' "$1" "$l" "$b"
+    printf ' baseline | baseline | baseline | baseline |\n'
   else
-    printf '| %s | %.2f us | %.0f MB/s | %s | %s |\n' "$1" "$l" "$b" "$(ratio "$l" "$bl")" "$(ratio "$b" "$bb")"
+    printf ' %s | %s | %s | %s |\n' "$(ratio "$l" "$bl")" "$(ratio "$pl" "$pbl")" "$(ratio "$b" "$bb")" "$(ratio "$pb" "$pbb")"
   fi
 }
 
@@ -97,16 +101,19 @@ done
 echo
 echo
 echo "$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "8 B one-way latency and 1 MiB bandwidth (mpi_perf.c), medians of $reps; ratios: latency ours/theirs (lower is better), bandwidth ours/theirs (higher is better)"
+echo "8 B one-way latency and 1 MiB bandwidth (mpi_perf.c): the mean of a round (OSU's way) and the median"
+echo "round trip / 2 or window (p50; what one message costs when the machine's other work deschedules ranks),"
+echo "medians of $reps runs; ratios: latency ours/theirs (lower is better), bandwidth ours/theirs (higher is better)"
+hdr="8 B latency | 8 B p50 | 1 MiB bandwidth | 1 MiB p50 | latency ratio | p50 ratio | bandwidth ratio | p50 ratio |"
 echo
-echo "| one host | 8 B latency | 1 MiB bandwidth | latency ratio | bandwidth ratio |"
-echo "|---|---|---|---|---|"
+echo "| one host | $hdr"
+echo "|---|---|---|---|---|---|---|---|---|"
 row "Open MPI vader (ob1, --mca btl self,vader)" vader vader
 row "Open MPI over bypass, default domain (shared memory)" bypass vader
 if [ $netns -eq 1 ]; then
   echo
-  echo "| two namespaces | 8 B latency | 1 MiB bandwidth | latency ratio | bandwidth ratio |"
-  echo "|---|---|---|---|---|"
+  echo "| two namespaces | $hdr"
+  echo "|---|---|---|---|---|---|---|---|---|"
   row "Open MPI tcp (ob1, --mca btl self,tcp)" tcp tcp
   row "Open MPI over bypass, default domain (kernel UDP)" udp tcp
   row "Open MPI over bypass, $XDP" xdp tcp
