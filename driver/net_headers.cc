@@ -14,7 +14,6 @@ namespace {
 constexpr size_t kIpAt = sizeof(EthernetHeader);
 constexpr size_t kUdpAt = sizeof(EthernetHeader) + sizeof(Ipv4Header);  // without options
 constexpr uint16_t kIpv4DontFragment = 0x4000;
-constexpr uint16_t kIpv4MoreFragmentsAndOffset = 0x3fff;
 constexpr uint8_t kDefaultTtl = 64;
 
 // Big-endian loads and stores at any alignment (one load or store and a byte
@@ -133,27 +132,6 @@ size_t BuildUdpFrame(const UdpFlow& flow, absl::Span<const uint8_t> payload,
     std::memmove(frame.data() + kUdpFrameHeaderBytes, payload.data(), payload.size());
   }
   return WriteUdpHeaders(flow, payload.size(), frame, udp_checksum);
-}
-
-std::optional<UdpFrameLayout> LocateUdpFrame(absl::Span<const uint8_t> frame) {
-  // Each check reads only bytes that an earlier check proved present.
-  const uint8_t* f = frame.data();
-  if (frame.size() < kIpAt + sizeof(Ipv4Header)) return std::nullopt;
-  if (Get16(f + offsetof(EthernetHeader, ether_type)) != kEtherTypeIpv4) return std::nullopt;
-
-  const uint8_t* ip = f + kIpAt;
-  const size_t ip_room = frame.size() - kIpAt;
-  const size_t ihl = (ip[0] & 0x0f) * size_t{4};
-  if ((ip[0] >> 4) != 4 || ihl < sizeof(Ipv4Header) || ihl > ip_room) return std::nullopt;
-  if ((Get16(ip + offsetof(Ipv4Header, flags_fragment)) & kIpv4MoreFragmentsAndOffset) != 0) {
-    return std::nullopt;
-  }
-  if (ip[offsetof(Ipv4Header, protocol)] != kIpProtoUdp) return std::nullopt;
-  const size_t total = Get16(ip + offsetof(Ipv4Header, total_length));
-  if (total < ihl + sizeof(UdpHeader) || total > ip_room) return std::nullopt;
-  const size_t udp_len = total - ihl;
-  if (Get16(ip + ihl + offsetof(UdpHeader, length)) != udp_len) return std::nullopt;
-  return UdpFrameLayout{static_cast<uint8_t>(ihl), static_cast<uint16_t>(udp_len)};
 }
 
 std::optional<ParsedUdpFrame> ParseUdpFrame(absl::Span<const uint8_t> frame) {

@@ -18,7 +18,8 @@ cat "$tmp/out"
 for want in "== local:" "x bare" "x shm" "p50" "windowed Mmsg/s" "ping-pong Mxfer/s" \
             "bare DPDK memif" "bypass raw" "bypass rdm" "bypass fi" "bypass fi default (shm)" \
             "bypass fi default (kernel UDP)" "libfabric shm" "libfabric tcp" \
-            "fi_pingpong bypass" "fi_pingpong shm" "fi_pingpong tcp" "== netns:"; do
+            "fi_pingpong bypass" "fi_pingpong shm" "fi_pingpong tcp" "== netns:" \
+            "== rate at 64 B" "rdm / bare:" "fi / shm:"; do
   grep -qF -- "$want" "$tmp/out" || fail "the table lacks '$want'"
 done
 
@@ -76,6 +77,20 @@ if os.path.exists("/usr/bin/fi_pingpong"):
     for col in ("shm_fi_pingpong", "tcp_fi_pingpong"):
         r = rows[(col, 64)]
         check(r["mean_ns"] and r["p50_ns"] is None and r["pp_xfers_per_s"] > 0, col + " at 64 B")
+# The rate table (issue 22 part 5): 64 B rates of bare, raw, rdm, fi and shm,
+# with rdm/bare and fi/shm and their goals.
+rate = doc["rate"]
+check(rate["size"] == 64 and "skipped" not in rate, "rate table: %s" % rate)
+rr = {r["column"]: r for r in rate["rows"]}
+check(list(rr) == ["bare", "raw", "rdm", "fi", "fi_host", "shm"], "rate columns %s" % list(rr))
+check(rr["bare"]["msg_rate"] == rows[("bare", 64)]["msg_rate"] and rr["bare"]["vs_bare"] == 1.0,
+      "rate table's bare")
+check(rr["shm"]["vs_shm"] == 1.0, "rate table's shm")
+goals = {(g["ours"], g["theirs"]): g for g in rate["goals"]}
+check(set(goals) == {("rdm", "bare"), ("fi", "shm")}, "rate goals %s" % sorted(goals))
+g = goals[("rdm", "bare")]
+check(abs(g["ratio"] - rows[("rdm", 64)]["msg_rate"] / rows[("bare", 64)]["msg_rate"]) < 1e-9 and
+      g["goal"] == 0.5 and g["met"] == (g["ratio"] >= 0.5), "rdm/bare goal %s" % g)
 netns = secs["netns"]
 if root:
     check(not netns["skipped"], "netns skipped as root: %s" % netns["skipped"])

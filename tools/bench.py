@@ -1112,6 +1112,19 @@ def selftest_parsers():
         (reason_of("EAL: x\npingpong: --size=9000 does not fit\nEAL: y\n", "pingpong"),
          "pingpong: --size=9000 does not fit"),
     ]
+    def row(key, rate, err=None):
+        return {"column": key, "label": key, "size": RATE_SIZE, "msg_rate": rate, "rate_error": err}
+    rt, _ = rate_table([row("bare", 8e6), row("raw", 6e6), row("rdm", 2e6), row("fi", 1.2e6),
+                        row("shm", 1e6), row("tcp", 1e5), row("fi_host", None, "not run")],
+                       [RATE_SIZE])
+    checks += [
+        ([r["column"] for r in rt["rows"]], ["bare", "raw", "rdm", "fi", "fi_host", "shm"]),
+        ([(g["ours"], g["ratio"], g["met"]) for g in rt["goals"]],
+         [("rdm", 0.25, False), ("fi", 1.2, True)]),
+        (rt["rows"][4]["msg_rate"], None),
+        (rate_table([row("bare", 8e6)], [8])[1],
+         "skipped: the rate table is at 64 B; add 64 to --sizes"),
+    ]
     for got, want in checks:
         if got != want:
             fail("selftest: a parser gave %r where %r was expected" % (got, want))
@@ -1254,6 +1267,68 @@ def scale_table(binary, timeout):
     return rows, None
 
 
+# The rate table (issue 22, part 5): windowed message rates at one size, on
+# this host, against the bare DPDK memif packet rate and libfabric's shm
+# through the same pingpong --layer=fi --mode=rate path.
+RATE_SIZE = 64
+RATE_COLUMNS = ["bare", "raw", "rdm", "fi", "fi_host", "shm"]
+# (ours, theirs, goal): ours' rate / theirs' rate should be at least goal.
+RATE_GOALS = [("rdm", "bare", 0.5), ("fi", "shm", 1.0)]
+
+
+def rate_table(rows, sizes):
+    """The rate table from the local section's summarized rows: (table, None)
+    or (None, why). Ratios are rates, ours / theirs: above 1.00x is faster."""
+    if RATE_SIZE not in sizes:
+        return None, "skipped: the rate table is at %d B; add %d to --sizes" % (RATE_SIZE, RATE_SIZE)
+    by_key = {r["column"]: r for r in rows if r["size"] == RATE_SIZE}
+
+    def rate(key):
+        r = by_key.get(key)
+        return r["msg_rate"] if r and not r["rate_error"] and r["msg_rate"] else None
+
+    def ratio(a, b):
+        return rate(a) / rate(b) if rate(a) and rate(b) else None
+
+    table = {"size": RATE_SIZE, "rows": [], "goals": []}
+    for key in RATE_COLUMNS:
+        r = by_key.get(key)
+        if r is None:
+            continue
+        table["rows"].append({"column": key, "label": r["label"], "msg_rate": rate(key),
+                              "vs_bare": ratio(key, "bare"), "vs_shm": ratio(key, "shm"),
+                              "error": r["rate_error"]})
+    for ours, theirs, goal in RATE_GOALS:
+        v = ratio(ours, theirs)
+        table["goals"].append({"ours": ours, "theirs": theirs, "ratio": v, "goal": goal,
+                               "met": None if v is None else v >= goal})
+    if not any(row["msg_rate"] for row in table["rows"]):
+        return None, "no column measured a rate at %d B" % RATE_SIZE
+    return table, None
+
+
+def render_rate(table, markdown):
+    head = ["column", "windowed Mmsg/s", "x bare", "x shm", "note"]
+    body = []
+    for r in table["rows"]:
+        body.append([r["label"], fmt_rate(r["msg_rate"]), ratio_str(r["vs_bare"]),
+                     ratio_str(r["vs_shm"]), short(r["error"] or "", 60)])
+    lines = []
+    if markdown:
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(b) + " |" for b in body]
+    else:
+        widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+        lines += ["  ".join(x[i].ljust(widths[i]) if i in (0, 4) else x[i].rjust(widths[i])
+                            for i in range(len(head))).rstrip() for x in [head] + body]
+    lines.append("")
+    for g in table["goals"]:
+        verdict = "not measured" if g["met"] is None else ("met" if g["met"] else "not met")
+        lines.append("%s / %s: %s (goal at least %.2fx): %s" % (
+            g["ours"], g["theirs"], ratio_str(g["ratio"]), g["goal"], verdict))
+    return lines
+
+
 def render_scale(rows, markdown):
     head = ["peers", "8 B round trip (CPU)", "vs %d peers" % rows[0]["peers"], "hub heap / peer",
             "added per peer", "idle pass (CPU)"]
@@ -1383,6 +1458,14 @@ def main(argv):
             text.append("")
             continue
         text += render(sec, rows, a.reps, a.markdown)
+    rate_rows, rate_why = rate_table(results[0][1], a.sizes) if results[0][1] else (
+        None, local["skipped"] or "no local rows")
+    text.append(("## " if a.markdown else "== ") + "rate at %d B: windowed messages per second "
+                "(pingpong --mode=rate, --window %d; bare DPDK and raw: bursts of 32 frames), "
+                "medians; ratios are rates, ours / theirs" % (RATE_SIZE, a.window))
+    text.append("")
+    text += render_rate(rate_rows, a.markdown) if rate_rows else [rate_why]
+    text.append("")
     text.append(("## " if a.markdown else "== ") + "scale: one endpoint with N idle handshaked "
                 "peers (fabric/rdm engine_benchmark, loopback in one process; CPU time per op)")
     text.append("")
@@ -1405,6 +1488,7 @@ def main(argv):
             "sections": [],
             "plot": a.plot if a.plot and not plot_note else None,
             "scale": {"rows": scale_rows, "skipped": None if scale_rows else scale_why},
+            "rate": rate_rows if rate_rows else {"size": RATE_SIZE, "skipped": rate_why},
         }
         for sec, rows in results:
             doc["sections"].append({

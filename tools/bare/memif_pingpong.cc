@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/bare/bare_frame.h"
 #include "tools/latency.h"
 #include "tools/ping_wire.h"
 
@@ -30,7 +31,8 @@ namespace {
 using bypass::tools::PingHeader;
 using bypass::tools::PingKind;
 
-constexpr size_t kHdr = 42;  // Ethernet + IPv4 + UDP
+using bypass::tools::bare::Fill;
+using bypass::tools::bare::kHdr;
 
 uint64_t NowNs() {
   timespec ts;
@@ -93,22 +95,6 @@ bool StartPort(const Args& a, uint16_t* port, rte_mempool** pool) {
     }
   } while (link.link_status != RTE_ETH_LINK_UP);
   return true;
-}
-
-void Fill(rte_mbuf* m, size_t size, uint64_t seq, PingKind kind) {
-  const size_t payload = bypass::tools::PingPayloadBytes(size);
-  uint8_t* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(kHdr + payload)));
-  if (d == nullptr) std::abort();  // checked against the data room in main
-  std::memset(d, 0xff, 6);           // broadcast
-  std::memset(d + 6, 0x02, 6);
-  d[12] = 0x08;
-  d[13] = 0x00;
-  std::memset(d + 14, 0, 28);
-  d[14] = 0x45;
-  d[23] = 17;
-  const uint16_t port_be = htons(bypass::tools::kPingUdpPort);
-  std::memcpy(d + 36, &port_be, 2);
-  bypass::tools::WritePing(d + kHdr, size, seq, kind);
 }
 
 int Serve(uint16_t port) {
