@@ -366,7 +366,10 @@ enum class ParseStatus : uint8_t {
 const char* ParseStatusName(ParseStatus s);
 
 // Parses a whole frame. Every length is checked before it is used; on
-// anything but kOk, *out is unspecified. `intact`: the frame came through
+// anything but kOk, *out is unspecified. On kOk it has set flow, common,
+// payload, datagram and the fields of the packet's type (hello for HELLO,
+// HELLO_ACK and COOKIE; reset; ack; msg for DATA; rma for RMA), and left
+// the other types' fields as they were (the engine reuses one View). `intact`: the frame came through
 // memory only (driver::kRxIntact), so a packet flagged kFlagUnchecked is
 // taken without a CRC; without it such a packet is kUnchecked.
 ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact = false);
