@@ -52,28 +52,35 @@ void Completions::Received(PeerId src, const RecvRequest& r, const MessageInfo& 
     cq_.Unreserve();
     return;
   }
-  Completion c;
-  c.context = r.context;
-  c.flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0) |
-            (m.remote_data ? kCompRemoteData : 0) | extra_flags;
-  c.len = std::min<uint64_t>(m.total, r.len);
-  c.buf = r.buf;
-  c.data = m.data;
-  c.tag = m.tag;
-  c.source = src;
-  if (m.total > r.len) {
-    ErrorCompletion ec;
-    ec.op = c;
-    ec.err = EMSGSIZE;
-    ec.olen = m.total - r.len;
-    std::snprintf(ec.message, sizeof(ec.message),
-                  "message of %llu bytes truncated to the %zu-byte receive buffer",
-                  static_cast<unsigned long long>(m.total), r.len);
-    ++counters_.truncated;
-    cq_.PushError(ec);
+  const uint64_t flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0) |
+                        (m.remote_data ? kCompRemoteData : 0) | extra_flags;
+  if (m.total <= r.len) {
+    // Written in its ring entry, not copied there.
+    Completion& c = cq_.Next();
+    c.context = r.context;
+    c.flags = flags;
+    c.len = m.total;
+    c.buf = r.buf;
+    c.data = m.data;
+    c.tag = m.tag;
+    c.source = src;
     return;
   }
-  cq_.Push(c);
+  ErrorCompletion ec;
+  ec.op.context = r.context;
+  ec.op.flags = flags;
+  ec.op.len = r.len;
+  ec.op.buf = r.buf;
+  ec.op.data = m.data;
+  ec.op.tag = m.tag;
+  ec.op.source = src;
+  ec.err = EMSGSIZE;
+  ec.olen = m.total - r.len;
+  std::snprintf(ec.message, sizeof(ec.message),
+                "message of %llu bytes truncated to the %zu-byte receive buffer",
+                static_cast<unsigned long long>(m.total), r.len);
+  ++counters_.truncated;
+  cq_.PushError(ec);
 }
 
 void Completions::ReceiveFailed(PeerId src, const RecvRequest& r, const MessageInfo& m,
