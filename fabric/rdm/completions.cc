@@ -6,6 +6,21 @@
 #include <cstdio>
 
 namespace bypass::rdm {
+namespace {
+
+// The record of a message received into r (len bytes of it).
+void FillReceived(Completion& c, PeerId src, const RecvRequest& r, const MessageInfo& m,
+                  uint64_t flags, uint64_t len) {
+  c.context = r.context;
+  c.flags = flags;
+  c.len = len;
+  c.buf = r.buf;
+  c.data = m.data;
+  c.tag = m.tag;
+  c.source = src;
+}
+
+}  // namespace
 
 Completions::Completions(Counters& counters, const PeerTable& peers, uint32_t capacity,
                          uint32_t extra_errors)
@@ -56,24 +71,11 @@ void Completions::Received(PeerId src, const RecvRequest& r, const MessageInfo& 
                         (m.remote_data ? kCompRemoteData : 0) | extra_flags;
   if (m.total <= r.len) {
     // Written in its ring entry, not copied there.
-    Completion& c = cq_.Next();
-    c.context = r.context;
-    c.flags = flags;
-    c.len = m.total;
-    c.buf = r.buf;
-    c.data = m.data;
-    c.tag = m.tag;
-    c.source = src;
+    FillReceived(cq_.Next(), src, r, m, flags, m.total);
     return;
   }
   ErrorCompletion ec;
-  ec.op.context = r.context;
-  ec.op.flags = flags;
-  ec.op.len = r.len;
-  ec.op.buf = r.buf;
-  ec.op.data = m.data;
-  ec.op.tag = m.tag;
-  ec.op.source = src;
+  FillReceived(ec.op, src, r, m, flags, r.len);
   ec.err = EMSGSIZE;
   ec.olen = m.total - r.len;
   std::snprintf(ec.message, sizeof(ec.message),
