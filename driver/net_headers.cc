@@ -53,6 +53,10 @@ uint64_t Sum16(const uint8_t* p, size_t n, uint64_t sum) {
 }
 
 uint16_t FoldComplement(uint64_t sum) {
+  // Two folds leave at most 17 bits of a sum below 2^48 (every sum here:
+  // at most 2^16 words); the loop ends what they leave.
+  sum = (sum & 0xffffffff) + (sum >> 32);
+  sum = (sum & 0xffff) + (sum >> 16);
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   return static_cast<uint16_t>(~sum);
 }
@@ -144,7 +148,12 @@ std::optional<ParsedUdpFrame> ParseUdpFrame(absl::Span<const uint8_t> frame) {
   const uint8_t* f = frame.data();
   const uint8_t* ip = f + kIpAt;
   const size_t ihl = at->ipv4_header_bytes;
-  if (FoldComplement(Sum16(ip, ihl, 0)) != 0) return parsed;
+  // The usual header without options: its five words summed straight.
+  const uint64_t ip_sum = ihl == sizeof(Ipv4Header)
+                              ? uint64_t{Get32(ip)} + Get32(ip + 4) + Get32(ip + 8) +
+                                    Get32(ip + 12) + Get32(ip + 16)
+                              : Sum16(ip, ihl, 0);
+  if (FoldComplement(ip_sum) != 0) return parsed;
 
   const uint8_t* udp = ip + ihl;
   const size_t udp_len = at->udp_bytes;

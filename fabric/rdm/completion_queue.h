@@ -32,19 +32,39 @@ class CompletionQueue {
   // Gives back a reservation an operation did not use.
   void Unreserve() { --reserved_; }
 
+  // REQUIRES: a reservation for it. Inline: one per message.
+  void Push(const Completion& c) { Next() = c; }
+  // The next entry, counted as ready: the caller fills it in place.
   // REQUIRES: a reservation for it.
-  void Push(const Completion& c);
+  Completion& Next() {
+    Completion& c = ok_[Wrap(ok_head_ + ok_count_, capacity_)];
+    ++ok_count_;
+    return c;
+  }
   void PushError(const ErrorCompletion& e);
   // Without a reservation (inject errors); false if there is no room.
   bool PushUnreservedError(const ErrorCompletion& e);
 
-  size_t Poll(absl::Span<Completion> out);
+  size_t Poll(absl::Span<Completion> out) {
+    const size_t n = out.size() < ok_count_ ? out.size() : ok_count_;
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = ok_[ok_head_];
+      ok_head_ = Wrap(ok_head_ + 1, capacity_);
+    }
+    ok_count_ -= static_cast<uint32_t>(n);
+    reserved_ -= static_cast<uint32_t>(n);
+    return n;
+  }
   size_t PollErrors(absl::Span<ErrorCompletion> out);
 
   uint32_t ready() const { return ok_count_; }
   uint32_t errors_ready() const { return err_count_; }
 
  private:
+  // i mod n for i < 2n: ring positions without a division (a 32-bit divide
+  // costs tens of cycles, and this runs several times per message).
+  static uint32_t Wrap(uint32_t i, uint32_t n) { return i >= n ? i - n : i; }
+
   uint32_t capacity_;
   uint32_t extra_;
   uint32_t reserved_ = 0;

@@ -6,6 +6,21 @@
 #include <cstdio>
 
 namespace bypass::rdm {
+namespace {
+
+// The record of a message received into r (len bytes of it).
+void FillReceived(Completion& c, PeerId src, const RecvRequest& r, const MessageInfo& m,
+                  uint64_t flags, uint64_t len) {
+  c.context = r.context;
+  c.flags = flags;
+  c.len = len;
+  c.buf = r.buf;
+  c.data = m.data;
+  c.tag = m.tag;
+  c.source = src;
+}
+
+}  // namespace
 
 Completions::Completions(Counters& counters, const PeerTable& peers, uint32_t capacity,
                          uint32_t extra_errors)
@@ -52,28 +67,22 @@ void Completions::Received(PeerId src, const RecvRequest& r, const MessageInfo& 
     cq_.Unreserve();
     return;
   }
-  Completion c;
-  c.context = r.context;
-  c.flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0) |
-            (m.remote_data ? kCompRemoteData : 0) | extra_flags;
-  c.len = std::min<uint64_t>(m.total, r.len);
-  c.buf = r.buf;
-  c.data = m.data;
-  c.tag = m.tag;
-  c.source = src;
-  if (m.total > r.len) {
-    ErrorCompletion ec;
-    ec.op = c;
-    ec.err = EMSGSIZE;
-    ec.olen = m.total - r.len;
-    std::snprintf(ec.message, sizeof(ec.message),
-                  "message of %llu bytes truncated to the %zu-byte receive buffer",
-                  static_cast<unsigned long long>(m.total), r.len);
-    ++counters_.truncated;
-    cq_.PushError(ec);
+  const uint64_t flags = kCompRecv | kCompMsg | (r.tagged ? kCompTagged : 0) |
+                        (m.remote_data ? kCompRemoteData : 0) | extra_flags;
+  if (m.total <= r.len) {
+    // Written in its ring entry, not copied there.
+    FillReceived(cq_.Next(), src, r, m, flags, m.total);
     return;
   }
-  cq_.Push(c);
+  ErrorCompletion ec;
+  FillReceived(ec.op, src, r, m, flags, r.len);
+  ec.err = EMSGSIZE;
+  ec.olen = m.total - r.len;
+  std::snprintf(ec.message, sizeof(ec.message),
+                "message of %llu bytes truncated to the %zu-byte receive buffer",
+                static_cast<unsigned long long>(m.total), r.len);
+  ++counters_.truncated;
+  cq_.PushError(ec);
 }
 
 void Completions::ReceiveFailed(PeerId src, const RecvRequest& r, const MessageInfo& m,

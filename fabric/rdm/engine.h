@@ -165,6 +165,9 @@ class Engine : private Stages {
   void PeerGone(uint32_t pi, int err, const char* why);
 
   std::deque<PeerFailure> peer_failures_;
+  // HandleFrame's parsed packet: only the fields of its type are its own
+  // (wire::Parse), the rest are an earlier packet's.
+  wire::View rx_view_;
 };
 
 }  // namespace bypass::rdm

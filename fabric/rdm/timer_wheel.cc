@@ -37,6 +37,7 @@ void TimerWheel::Insert(uint32_t i) {
   const int level = LevelOf(tick, current_);
   const uint32_t slot = Digit(tick, level);
   bitmap_[level] |= uint64_t{1} << slot;
+  levels_ |= 1u << level;
   PushBack(Sentinel(level, slot), i);
 }
 
@@ -59,7 +60,7 @@ void TimerWheel::Unlink(uint32_t i) {
   // The last timer of a wheel slot: its bit goes.
   if (p >= n_ && p < due_ && nodes_[p].next == p) {
     const uint32_t s = p - n_;
-    bitmap_[s / kSlots] &= ~(uint64_t{1} << (s % kSlots));
+    ClearSlot(static_cast<int>(s / kSlots), s % kSlots);
   }
 }
 
@@ -77,7 +78,9 @@ void TimerWheel::Splice(uint32_t from, uint32_t to) {
 uint64_t TimerWheel::NextSlotTick() const {
   // A slot of a lower level always comes before any slot above it that
   // holds something (which lies beyond the current slot of the level below).
-  for (int level = 0; level < kLevels; ++level) {
+  // Only levels holding something are looked at (usually one or two).
+  for (uint32_t m = levels_; m != 0; m &= m - 1) {
+    const int level = std::countr_zero(m);
     const uint32_t at = Digit(current_, level);
     const uint64_t later = at == kSlots - 1 ? 0 : bitmap_[level] & (~uint64_t{0} << (at + 1));
     if (later == 0) continue;
@@ -98,11 +101,16 @@ void TimerWheel::Advance(uint64_t now_tick) {
   for (uint64_t t = NextSlotTick(); t <= now_tick; t = NextSlotTick()) {
     current_ = t;
     // Every level's slot at the new tick, top down: its timers move to the
-    // level their tick now differs in, or to the due list.
-    for (int level = kLevels - 1; level >= 0; --level) {
+    // level their tick now differs in (always below, and never into the
+    // slot of the new tick there: its lower digits are 0), or to the due
+    // list; so the levels holding something before the first move are all
+    // there is to visit.
+    for (uint32_t m = levels_; m != 0;) {
+      const int level = 31 - std::countl_zero(m);
+      m &= ~(1u << level);
       const uint32_t slot = Digit(t, level);
       if ((bitmap_[level] >> slot & 1) == 0) continue;
-      bitmap_[level] &= ~(uint64_t{1} << slot);
+      ClearSlot(level, slot);
       const uint32_t s = Sentinel(level, slot);
       for (uint32_t i = nodes_[s].next; i != s;) {
         const uint32_t next = nodes_[i].next;

@@ -89,6 +89,12 @@ class TimerWheel {
   }
   uint32_t Sentinel(int level, uint32_t slot) const { return n_ + level * kSlots + slot; }
 
+  // Slot `slot` of `level` empties: its bit goes, and the level's when it
+  // was the last.
+  void ClearSlot(int level, uint32_t slot) {
+    bitmap_[level] &= ~(uint64_t{1} << slot);
+    if (bitmap_[level] == 0) levels_ &= ~(1u << level);
+  }
   // Timer i into the list its tick belongs to now.
   void Insert(uint32_t i);
   void Unlink(uint32_t i);
@@ -106,6 +112,7 @@ class TimerWheel {
   const uint32_t firing_;
   std::unique_ptr<Node[]> nodes_;  // n_ timers, then the sentinels
   uint64_t bitmap_[kLevels] = {};  // nonempty slots per level
+  uint32_t levels_ = 0;            // levels whose bitmap_ is not 0: a pass visits only those
   uint64_t current_ = 0;           // the tick the wheel stands at
   uint32_t armed_ = 0;
 };

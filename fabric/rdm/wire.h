@@ -236,7 +236,26 @@ struct TypeInfo {
   bool sequenced;      // carries a PSN that is acknowledged and retransmitted
 };
 // The description of a raw type byte; nothing for an unknown one.
-std::optional<TypeInfo> DescribeType(uint8_t raw_type);
+constexpr std::optional<TypeInfo> DescribeType(uint8_t raw_type) {
+  // The one switch over PacketType outside the engine's dispatcher.
+  switch (static_cast<PacketType>(raw_type)) {
+    case PacketType::kHello:
+      return TypeInfo{"HELLO", sizeof(HelloHeader), false, false};
+    case PacketType::kHelloAck:
+      return TypeInfo{"HELLO_ACK", sizeof(HelloHeader), false, false};
+    case PacketType::kReset:
+      return TypeInfo{"RESET", sizeof(ResetHeader), false, false};
+    case PacketType::kAck:
+      return TypeInfo{"ACK", sizeof(AckHeader), false, false};
+    case PacketType::kData:
+      return TypeInfo{"DATA", sizeof(MsgHeader), true, true};
+    case PacketType::kRma:
+      return TypeInfo{"RMA", sizeof(RmaHeader), true, true};
+    case PacketType::kCookie:
+      return TypeInfo{"COOKIE", sizeof(HelloHeader), false, false};
+  }
+  return std::nullopt;
+}
 
 // CommonHeader in host order.
 struct Common {
@@ -347,7 +366,10 @@ enum class ParseStatus : uint8_t {
 const char* ParseStatusName(ParseStatus s);
 
 // Parses a whole frame. Every length is checked before it is used; on
-// anything but kOk, *out is unspecified. `intact`: the frame came through
+// anything but kOk, *out is unspecified. On kOk it has set flow, common,
+// payload, datagram and the fields of the packet's type (hello for HELLO,
+// HELLO_ACK and COOKIE; reset; ack; msg for DATA; rma for RMA), and left
+// the other types' fields as they were (the engine reuses one View). `intact`: the frame came through
 // memory only (driver::kRxIntact), so a packet flagged kFlagUnchecked is
 // taken without a CRC; without it such a packet is kUnchecked.
 ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact = false);
