@@ -58,10 +58,10 @@ TEST(ScaleTest, AnIdlePeerCostsNoBuffers) {
   EXPECT_LE(per_peer, 768.0);
 }
 
-// One tx ring and one held ring per endpoint, four peers each way on a
-// lossy, reordering link: each sender's peers wait their turn for its ring,
-// early packets that find no held ring are dropped and come again, and
-// every message arrives intact.
+// One pooled tx ring and one held ring per endpoint, four peers each way on
+// a lossy, reordering link: a sender's other peers get rings allocated
+// (and freed) around the pooled one, early packets that find no held ring
+// are dropped and come again, and every message arrives intact.
 TEST(ScaleTest, PeersShareOneRingAndAllMessagesArrive) {
   NetOptions o;
   o.nodes = 5;
@@ -102,6 +102,7 @@ TEST(ScaleTest, PeersShareOneRingAndAllMessagesArrive) {
       },
       3'000'000));
   for (int k = 0; k < kAll; ++k) EXPECT_EQ(CheckPattern(k, in[k]), -1) << "message " << k;
+  EXPECT_GT(net.ep(0).counters().tx_rings_allocated, 0u);
 }
 
 // More peers with packets in flight than the sender has pooled rings, and
