@@ -142,11 +142,15 @@ Settings ReadSettings() {
   if (auto v = ParamInt("max_msg_size", FI_PARAM_SIZE_T)) c.max_msg_size = static_cast<uint64_t>(*v);
   if (auto v = ParamInt("inject_size", FI_PARAM_SIZE_T)) c.inject_size = static_cast<uint32_t>(*v);
   // The default domain serves every process of a host: room for 256 peers
-  // per endpoint (about 23 KB each at window 128, allocated at fi_enable:
-  // a send and a reorder ring per peer until max_active_peers can be less
-  // than max_peers; fabric/rdm/PROTOCOL.md, "Scale").
+  // per endpoint (about 700 B each, allocated at fi_enable), of which 64 at
+  // once have a send and a reorder ring of the endpoint's pool (1.4 MB at
+  // window 128; more allocate theirs while active: fabric/rdm/PROTOCOL.md,
+  // "Scale").
   c.max_peers = 256;
   if (auto v = ParamInt("max_peers")) c.max_peers = static_cast<uint32_t>(*v);
+  if (auto v = ParamInt("max_active_peers"); v && *v >= 0) {
+    c.max_active_peers = static_cast<uint32_t>(*v);
+  }
   s.listen_peers = c.max_peers;
   if (auto v = ParamInt("listen_peers"); v && *v > 0) s.listen_peers = static_cast<uint32_t>(*v);
   // Regions open to remote access, per endpoint: the domain's mr_cnt (every

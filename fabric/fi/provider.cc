@@ -174,6 +174,8 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
   DefineParam("inject_size", FI_PARAM_SIZE_T,
               "Bytes an inject (or a send without a completion level) copies (default 4096)");
   DefineParam("max_peers", FI_PARAM_INT, "Peers per endpoint (default 256)");
+  DefineParam("max_active_peers", FI_PARAM_INT,
+              "Send and reorder rings pooled per endpoint (default 64; 0: one pair per peer)");
   DefineParam("listen_peers", FI_PARAM_INT,
               "Peers of a passive endpoint's port: the connections accepted on it, which share "
               "it, and the requests it holds (default: max_peers)");

@@ -108,16 +108,19 @@ struct EndpointConfig {
   // Without it only writes carrying CQ data complete here.
   bool rma_events = false;
   uint32_t window_packets = 128;      // receive window granted per peer, 1..256
-  // Peers with packets of ours in flight, or of theirs held out of order,
-  // at once: each such peer takes a ring of window_packets entries from a
-  // pool of this many (about 176 bytes per entry, both directions); an
-  // idle peer holds none. A peer with new data and no free ring waits for
-  // one (FIFO); an early packet with none is dropped and comes again.
-  // 0, or more than max_peers: max_peers (the default: with fewer, 200 fi
-  // connections sending at once on one listener hung in fi_msg_test, a
-  // ring-wait bug not found yet; PROTOCOL.md, "Scale"). 64 makes an idle
-  // peer cost about 700 B instead of 23 KB at window 128.
-  uint32_t max_active_peers = 0;
+  // Rings for peers with packets of ours in flight, or of theirs held out
+  // of order: each such peer takes a ring of window_packets entries (about
+  // 176 bytes per entry, both directions) from a pool of this many, made
+  // at creation; an idle peer holds none. A sender that finds every pooled
+  // ring taken gets one allocated, freed when it has nothing in flight (it
+  // never waits: a ring comes back only when its peer acknowledges, and a
+  // peer may stop progressing); an early packet that finds none is dropped
+  // and comes again. 0, or more than max_peers: max_peers (a ring pair per
+  // peer). The default, 64, is max_peers' default: such endpoints keep a
+  // ring pair per peer, and larger ones (the fi default domain's 256, a
+  // hub of 1024) 1.4 MB of rings at window 128 whatever their peer count
+  // (PROTOCOL.md, "Scale").
+  uint32_t max_active_peers = 64;
   // Out-of-order packets held across all peers; 0: half the device pool.
   uint32_t max_held_packets = 0;
   // Messages without a receive: at most this many eager ones queued (and

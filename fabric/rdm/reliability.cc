@@ -21,9 +21,14 @@ Reliability::Reliability(Context& ctx, Session& session, OpTable& ops, Completio
       tx_(new TxStream[ctx.config.max_peers]),
       rx_(new RxStream[ctx.config.max_peers]),
       tx_pool_(ctx.config.ActivePeers(), ring_size),
-      held_pool_(ctx.config.ActivePeers(), ring_size),
-      ring_waiters_(new uint32_t[ctx.config.max_peers]),
-      ring_queued_(new bool[ctx.config.max_peers]()) {}
+      held_pool_(ctx.config.ActivePeers(), ring_size) {}
+
+Reliability::~Reliability() {
+  for (uint32_t pi = 0; pi < ctx_.config.max_peers; ++pi) {
+    if (tx_[pi].ring != nullptr) GiveTxRing(pi);
+    if (rx_[pi].held != nullptr) GiveHeldRing(pi);
+  }
+}
 
 // ---- Peers and sessions.
 
@@ -40,39 +45,9 @@ void Reliability::AddPeer(uint32_t pi) {
   r = RxStream{};
 }
 
-bool Reliability::NeedRing(uint32_t pi) {
-  TxStream& t = tx_[pi];
-  if (t.ring != nullptr) return true;
-  t.ring = tx_pool_.Take();
-  if (t.ring != nullptr) return true;
-  if (!ring_queued_[pi]) {
-    ring_queued_[pi] = true;
-    const uint32_t n = ctx_.config.max_peers;
-    const uint32_t tail = waiters_head_ + waiters_count_;
-    ring_waiters_[tail >= n ? tail - n : tail] = pi;
-    ++waiters_count_;
-  }
-  return false;
-}
-
 void Reliability::GiveTxRing(uint32_t pi) {
   tx_pool_.Give(tx_[pi].ring);
   tx_[pi].ring = nullptr;
-  WakeRingWaiter();
-}
-
-void Reliability::WakeRingWaiter() {
-  // The longest waiting peer that still needs one goes on; if it takes
-  // none after all (Build), it wakes the next.
-  while (waiters_count_ > 0 && !tx_pool_.empty()) {
-    const uint32_t w = ring_waiters_[waiters_head_];
-    waiters_head_ = waiters_head_ + 1 == ctx_.config.max_peers ? 0 : waiters_head_ + 1;
-    --waiters_count_;
-    ring_queued_[w] = false;
-    if (!session_.peers().in_use(w) || tx_[w].ring != nullptr) continue;
-    ctx_.Enqueue(w);
-    return;
-  }
 }
 
 void Reliability::GiveHeldRing(uint32_t pi) {
@@ -219,8 +194,7 @@ bool Reliability::HasWork(uint32_t pi) const {
   if (!s.tx_ready) return false;
   const TxStream& t = tx_[pi];
   if (t.retx_queued == 0 && (t.rnr.waiting || t.cursor_op == kNone || !WindowOpen(t) ||
-                             !CwndOpen(pi, t) || CursorHeld(t) ||
-                             (RingWait(pi) && ring_queued_[pi]))) {
+                             !CwndOpen(pi, t) || CursorHeld(t))) {
     return false;
   }
   return !t.pace_wait;  // waiting for its pacing time: the timer queues it then
@@ -238,11 +212,10 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
       if (entry(t, q).state & kTxNeedsRetx) BuildRetransmit(pi, q, bufs[n++]);
     }
     while (!t.rnr.waiting && t.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
-           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t) && NeedRing(pi)) {
+           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t)) {
+      NeedRing(pi);
       BuildSegment(pi, bufs[n++]);
     }
-    // A ring free and this peer took none: a waiting peer may.
-    if (t.ring == nullptr) WakeRingWaiter();
     // Data waiting and a closed window: count the stall once per closing.
     const bool stalled = t.cursor_op != kNone && !WindowOpen(t);
     if (stalled && !t.window_stalled) {
@@ -609,7 +582,7 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
   if (r.held == nullptr) {
     // Nothing held yet: a ring from the pool, unless every one is another
     // peer's (the packet comes again).
-    if (held_total_ < held_budget_) r.held = held_pool_.Take();
+    if (held_total_ < held_budget_) r.held = held_pool_.TryTake();
     if (r.held == nullptr) {
       ++ctx_.counters.reorder_buffer_full;
       return Arrival::kDropped;

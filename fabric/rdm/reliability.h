@@ -69,23 +69,54 @@ struct RnrState {
 // of ours in flight; packets of theirs held out of order) and give back
 // when done: an idle peer holds none, and the rings' memory is the
 // endpoint's, sized by EndpointConfig::max_active_peers, not per peer.
+// Take never fails: with every pooled ring taken, a ring is allocated for
+// the peer and freed when it gives it back (send rings: PROTOCOL.md,
+// "Scale": a ring comes back only when its peer acknowledges, and a peer
+// may stop progressing for as long as it likes, so a sender waiting for one
+// could wait forever). TryTake takes pooled rings only (held rings: an
+// early packet that finds none is dropped and sent again).
 template <class T>
 class RingPool {
  public:
   RingPool(uint32_t rings, uint32_t ring_size)
-      : storage_(new T[uint64_t{rings} * ring_size]), free_(rings), ring_size_(ring_size) {}
+      : storage_(new T[uint64_t{rings} * ring_size]),
+        free_(rings),
+        rings_(rings),
+        ring_size_(ring_size) {}
+  RingPool(const RingPool&) = delete;
+  RingPool& operator=(const RingPool&) = delete;
   // A ring whose entries are as RingPool made them or as the last user left
-  // them (emptied); null when every ring is taken.
+  // them (emptied): a pooled one while any is free, else a new one.
+  T* TryTake() { return free_.empty() ? nullptr : &storage_[uint64_t{free_.Pop()} * ring_size_]; }
   T* Take() {
-    return free_.empty() ? nullptr : &storage_[uint64_t{free_.Pop()} * ring_size_];
+    if (T* ring = TryTake()) return ring;
+    ++extra_;
+    ++allocated_;
+    return new T[ring_size_];
   }
-  void Give(T* ring) { free_.Push(static_cast<uint32_t>((ring - storage_.get()) / ring_size_)); }
-  bool empty() const { return free_.empty(); }
+  void Give(T* ring) {
+    if (Pooled(ring)) {
+      free_.Push(static_cast<uint32_t>((ring - storage_.get()) / ring_size_));
+    } else {
+      --extra_;
+      delete[] ring;
+    }
+  }
+  // Rings allocated because the pool was empty: ever, and not yet given back.
+  uint64_t allocated() const { return allocated_; }
+  uint32_t extra() const { return extra_; }
 
  private:
+  bool Pooled(const T* ring) const {
+    return ring >= storage_.get() && ring < storage_.get() + uint64_t{rings_} * ring_size_;
+  }
+
   std::unique_ptr<T[]> storage_;
   FreeSlots free_;
+  uint32_t rings_;
   uint32_t ring_size_;
+  uint32_t extra_ = 0;
+  uint64_t allocated_ = 0;
 };
 
 // Our stream to one peer.
@@ -151,6 +182,7 @@ class Reliability {
               uint32_t ring_size, uint32_t held_budget);
   Reliability(const Reliability&) = delete;
   Reliability& operator=(const Reliability&) = delete;
+  ~Reliability();  // gives back the rings peers still hold (the pools free only theirs)
 
   TxStream& tx(uint32_t pi) { return tx_[pi]; }
   const TxStream& tx(uint32_t pi) const { return tx_[pi]; }
@@ -210,8 +242,6 @@ class Reliability {
   // Congestion control applies to pi (config, and pi not on this host).
   bool CcOn(uint32_t pi) const { return ctx_.config.congestion_control && !session_[pi].local; }
   // Something of ours to pi is unfinished: queued, unacknowledged, held or waiting.
-  // No tx ring is free: the peer waits for one (NeedRing) before new data.
-  bool RingWait(uint32_t pi) const { return tx_[pi].ring == nullptr && tx_pool_.empty(); }
   bool Busy(uint32_t pi) const {
     const TxStream& t = tx_[pi];
     return !t.ops.empty() || !t.waiting.empty() || rx_[pi].held_count > 0;
@@ -276,14 +306,16 @@ class Reliability {
     if (t.rtt.has_sample()) t.cc.SetRtt(std::min(t.rtt.srtt(), 2 * t.rtt.min_rtt()));
   }
   bool CursorHeld(const TxStream& t) const;
-  // New data needs a tx ring: peer pi's, or one from the pool; false when
-  // none is free (pi is then queued for the next one given back).
-  bool NeedRing(uint32_t pi);
+  // New data needs a tx ring: peer pi's, or one from the pool.
+  void NeedRing(uint32_t pi) {
+    if (tx_[pi].ring != nullptr) return;
+    const uint64_t allocated = tx_pool_.allocated();
+    tx_[pi].ring = tx_pool_.Take();
+    ctx_.counters.tx_rings_allocated += tx_pool_.allocated() - allocated;
+  }
   // Peer pi is done with its tx ring (nothing in flight) or held ring
-  // (nothing held): back to the pool, and a peer waiting for one goes on.
+  // (nothing held): back to the pool.
   void GiveTxRing(uint32_t pi);
-  // A tx ring is free: the longest waiting peer that needs one is queued.
-  void WakeRingWaiter();
   void GiveHeldRing(uint32_t pi);
   TxEntry& entry(TxStream& t, Psn p) { return t.ring[p.value() & ring_mask_]; }
   HeldPacket& held_at(RxStream& r, Psn p) { return r.held[p.value() & ring_mask_]; }
@@ -317,11 +349,6 @@ class Reliability {
   std::unique_ptr<RxStream[]> rx_;
   RingPool<TxEntry> tx_pool_;
   RingPool<HeldPacket> held_pool_;
-  // Peers waiting for a tx ring, FIFO, each at most once (ring_queued_).
-  std::unique_ptr<uint32_t[]> ring_waiters_;
-  std::unique_ptr<bool[]> ring_queued_;
-  uint32_t waiters_head_ = 0;
-  uint32_t waiters_count_ = 0;
 };
 
 }  // namespace bypass::rdm

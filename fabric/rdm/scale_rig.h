@@ -66,8 +66,6 @@ class ScaleRig {
     }
     hub.udp_port = 1;
     hub.max_peers = peers;
-    // Rings for 64 active peers, not one per peer (config.h: not yet the default).
-    if (hub.max_active_peers == 0) hub.max_active_peers = 64;
     const uint64_t before = HeapBytes();
     hub_ = Must(Endpoint::Create(*ports_[0], clock(), hub));
     for (auto& p : peers_) {

@@ -53,6 +53,7 @@ std::string Counters::ToString() const {
       " hs_unproven=", handshake_unproven, " cookies sent=", cookies_sent,
       " dropped=", cookies_dropped, " rejected=", cookie_rejected,
       " resets_probed=", resets_probed, " learned_evicted=", learned_evicted, " window_stalls=", window_stalls,
+      " tx_rings_allocated=", tx_rings_allocated,
       " cwnd_stalls=", cwnd_stalls, " cwnd_reductions=", cwnd_reductions,
       " pacing_waits=", pacing_waits, " rnr sent=", rnr_sent,
       " recv=", rnr_received, " give_ups=", rnr_give_ups, " tx_no_buffer=", tx_no_buffer,

@@ -310,6 +310,10 @@ struct Counters {
   uint64_t learned_evicted = 0;
   // Flow control.
   uint64_t window_stalls = 0;  // a sender found the peer's window closed
+  // Send rings allocated because every ring of the endpoint's pool was
+  // taken (max_active_peers peers with packets in flight at once); each is
+  // freed when its peer has nothing in flight (PROTOCOL.md, "Scale").
+  uint64_t tx_rings_allocated = 0;
   // Congestion control (PROTOCOL.md, "Congestion control").
   uint64_t cwnd_stalls = 0;      // a sender found its congestion window full (once per filling)
   uint64_t cwnd_reductions = 0;  // congestion windows halved on a loss signal (once per round trip)

@@ -49,6 +49,7 @@ constexpr CounterField kCounterFields[] = {
     {"resets_probed", &rdm::Counters::resets_probed},
     {"learned_evicted", &rdm::Counters::learned_evicted},
     {"window_stalls", &rdm::Counters::window_stalls},
+    {"tx_rings_allocated", &rdm::Counters::tx_rings_allocated},
     {"cwnd_stalls", &rdm::Counters::cwnd_stalls},
     {"cwnd_reductions", &rdm::Counters::cwnd_reductions},
     {"pacing_waits", &rdm::Counters::pacing_waits},
