@@ -111,6 +111,16 @@ void ProgressThread::Run() {
   }
 }
 
+AckWatch::~AckWatch() {
+  if (!d_->ack_watch_wanted.load(std::memory_order_relaxed) ||
+      d_->ack_watched.load(std::memory_order_relaxed) || d_->ack_watched.exchange(true)) {
+    return;
+  }
+  // The demand is never dropped: a watch until close (naps of up to
+  // kMaxWaitedNapNs; standing aside while the application polls).
+  if (ProgressThread* t = EnsureProgressThread(d_)) t->AddDemand();
+}
+
 void LockEveryQueue(Domain* d) {
   d->lock.Target().thread_safe = true;
   for (Ep* ep : d->eps) ep->lock->Target().thread_safe = true;
