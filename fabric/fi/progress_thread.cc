@@ -90,6 +90,13 @@ void ProgressThread::Run() {
     const bool app_polls = !kicked && app != seen_app;
     seen_app = app;
     const size_t n = app_polls ? 0 : ProgressDomain(d_);
+    // A pass (ours or the application's) deferred an ACK: watch from now
+    // on, as AckWatch would have made us (our own pass may be the one that
+    // deferred it, and the demand that woke us may go with the signal).
+    if (d_->ack_watch_wanted.load(std::memory_order_relaxed) &&
+        !d_->ack_watched.load(std::memory_order_relaxed) && !d_->ack_watched.exchange(true)) {
+      demand_.fetch_add(1);
+    }
     RetryNatives();
     const uint64_t now = clock.NowNs();
     l.lock();
