@@ -223,6 +223,20 @@ TEST(EndpointTest, BufferedSendCompletesAtOnceAndArrivesIntact) {
       << "more than inject_size (256) cannot be buffered";
 }
 
+// The handshake first, both ways: a message each way with kSendAckNow,
+// both received and both sends complete.
+bool HandshakeBothWays(Net& net, PeerId to_b, PeerId to_a) {
+  static uint8_t buf[8], rbuf[2][64];
+  std::vector<Completion> a, b;
+  if (net.ep(1).PostRecv({.buf = rbuf[1], .len = sizeof(rbuf[1])}) != Result::kOk ||
+      net.ep(0).PostRecv({.buf = rbuf[0], .len = sizeof(rbuf[0])}) != Result::kOk ||
+      net.ep(0).Send({.dest = to_b, .buf = buf, .len = 8, .flags = kSendAckNow}) != Result::kOk ||
+      net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendAckNow}) != Result::kOk) {
+    return false;
+  }
+  return WaitOk(net, 0, 2, &a) && WaitOk(net, 1, 2, &b);
+}
+
 // With delayed ACKs that would take a second, a send's completion waits for
 // the next packet back; with kSendAckNow the receiver acknowledges in the
 // pass that consumed it.
@@ -233,14 +247,8 @@ TEST(EndpointTest, AckNowIsAcknowledgedInTheReceivingPass) {
   const PeerId to_b = net.Peer(0, 1);
   const PeerId to_a = net.Peer(1, 0);
   uint8_t buf[64] = {}, rbuf[64];
-  // The handshake first, both ways.
   std::vector<Completion> a, b;
-  ASSERT_EQ(net.ep(1).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
-  ASSERT_EQ(net.ep(0).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
-  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = buf, .len = 8, .flags = kSendAckNow}), Result::kOk);
-  ASSERT_EQ(net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendAckNow}), Result::kOk);
-  ASSERT_TRUE(WaitOk(net, 0, 2, &a));
-  ASSERT_TRUE(WaitOk(net, 1, 2, &b));
+  ASSERT_TRUE(HandshakeBothWays(net, to_b, to_a));
 
   for (const bool ack_now : {false, true}) {
     SCOPED_TRACE(ack_now ? "kSendAckNow" : "no flag");
@@ -281,13 +289,7 @@ TEST(EndpointTest, DeferredAckRidesOnTheReplyOrLeavesAtTheNextCall) {
   const PeerId to_a = net.Peer(1, 0);
   uint8_t buf[64] = {}, rbuf[64];
   std::vector<Completion> a, b;
-  // The handshake first, both ways.
-  ASSERT_EQ(net.ep(1).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
-  ASSERT_EQ(net.ep(0).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
-  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = buf, .len = 8, .flags = kSendAckNow}), Result::kOk);
-  ASSERT_EQ(net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendAckNow}), Result::kOk);
-  ASSERT_TRUE(WaitOk(net, 0, 2, &a));
-  ASSERT_TRUE(WaitOk(net, 1, 2, &b));
+  ASSERT_TRUE(HandshakeBothWays(net, to_b, to_a));
   for (int i = 0; i < 3; ++i) net.Step();
 
   for (const bool reply : {true, false}) {
