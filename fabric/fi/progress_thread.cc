@@ -129,8 +129,13 @@ AckWatch::~AckWatch() {
 }
 
 void LockEveryQueue(Domain* d) {
-  d->lock.Target().thread_safe = true;
-  for (Ep* ep : d->eps) ep->lock->Target().thread_safe = true;
+  // Written only while false: once a thread runs (an earlier wait, or the
+  // ACK watch) it reads these, and a second write would race with it.
+  const auto on = [](DomainLock& l) {
+    if (!l.Target().thread_safe) l.Target().thread_safe = true;
+  };
+  on(d->lock);
+  for (Ep* ep : d->eps) on(*ep->lock);
 }
 
 ProgressThread* EnsureProgressThread(Domain* d) {
