@@ -69,6 +69,12 @@ struct Domain {
   // FI_PROGRESS_AUTO (started at fi_domain), or a blocking wait's progress
   // (started at the first one: EnsureProgressThread). Stopped first at close.
   std::unique_ptr<ProgressThread> progress;
+  // An endpoint deferred an ACK to the application's next call (progress.h,
+  // AckWatch): the progress thread is wanted, and then watches (started in
+  // demand mode and kept in demand until close) so that the ACK leaves even
+  // if the application never calls again.
+  std::atomic<bool> ack_watch_wanted{false};
+  std::atomic<bool> ack_watched{false};
   // Triggered operations and deferred work (trigger.h).
   std::shared_ptr<TriggerQueue> triggers;
 };

@@ -1017,6 +1017,10 @@ int NewEp(Domain* d, const fi_info* info, void* context, size_t max_ctx,
   // peer's write and read here, for the FI_REMOTE_WRITE/READ counters of
   // the endpoint and of the region (progress.cc).
   ep->config.rma_events = true;
+  // Requested ACKs wait for the application's next call on FI_EP_RDM
+  // endpoints only (fabric.cc): a connection's CM messages want theirs at
+  // once (a closing endpoint lingers until its SHUTDOWN is acknowledged).
+  if (ep->type != FI_EP_RDM) ep->config.defer_requested_acks = false;
   uint16_t port = 0;
   if (info->src_addr != nullptr &&
       (info->addr_format == FI_SOCKADDR_IN || info->addr_format == FI_SOCKADDR)) {

@@ -92,11 +92,17 @@ Settings ReadSettings() {
   rdm::EndpointConfig& c = s.engine;
   c.max_msg_size = 64u << 20;
   // Acknowledgement: the engine's delayed ACKs (a packet back carries it,
-  // else a standalone one after ack_delay_ns or 16 packets), and at once
-  // for the last packet of a send whose completion waits for it (ep_ops.cc
-  // marks those kSendAckNow): applications stop progressing once they have
-  // what they waited for (fi_pingpong does, before its TCP handshakes), and
-  // a peer waiting for FI_TRANSMIT_COMPLETE would otherwise wait for nothing.
+  // else a standalone one after ack_delay_ns or 16 packets), and for the
+  // last packet of a send whose completion waits for it (ep_ops.cc marks
+  // those kSendAckNow) at the receiving application's next call on FI_EP_RDM
+  // endpoints (defer_requested_acks; ep.cc): its reply carries the ACK, else
+  // that call sends it. Applications may stop calling once they have what
+  // they waited for (fi_pingpong does, before its TCP handshakes), and a
+  // peer waiting for FI_TRANSMIT_COMPLETE would then wait for nothing: the
+  // domain's progress thread watches for that (AckWatch, progress.h).
+  // FI_BYPASS_DEFER_ACKS=0: at once, in the pass that received the message.
+  c.defer_requested_acks = true;
+  if (auto v = ParamInt("defer_acks", FI_PARAM_BOOL)) c.defer_requested_acks = *v != 0;
   // An idle pass (nothing received) reuses the last clock reading up to
   // this many times: a clock read costs about as much as an empty RX poll,
   // and timers (1 ms RTO floor) may fire a few microseconds late.

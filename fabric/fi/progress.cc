@@ -274,12 +274,16 @@ namespace {
 // same completion records), then its completions into ep's CQs and counters.
 template <class E>
 size_t ProgressAndDrain(Ep* ep, E& e) {
-  // One pass. What a peer waits for to complete a send is acknowledged in
-  // the same pass (its last packet asks, see ep_ops.cc), so that ACK is out
-  // before the application sees the completion and can stop progressing
-  // (fi_pingpong does, before exiting).
+  // One pass. What a peer waits for to complete a send (its last packet
+  // asks, see ep_ops.cc) is acknowledged at the application's next call:
+  // the reply it sends carries the ACK, else that call's pass sends it, or
+  // the progress thread if the application stops calling (AckWatch).
   size_t done = e.Progress();
   if constexpr (std::is_same_v<E, rdm::Endpoint>) {
+    // The ACK this pass deferred needs a watch (AckWatch), asked for once.
+    if (e.HasDeferredAcks() && !ep->domain->ack_watch_wanted.load(std::memory_order_relaxed)) {
+      ep->domain->ack_watch_wanted.store(true, std::memory_order_relaxed);
+    }
     if (ep->buffered != nullptr) ScanBuffered(ep);  // before the poll: its peeks complete at once
   }
   rdm::Completion* const comps = ep->drain->completions;

@@ -35,6 +35,24 @@ size_t ProgressEp(Ep* ep);
 // the application (a read or a wait: the progress thread stands aside).
 // REQUIRES: the domain guard is held.
 void ProgressAll(const std::vector<Ep*>& eps);
+// Declared before a read's DomainGuard, so that it ends after it: when a
+// pass of the call deferred an ACK to the application's next call
+// (rdm::EndpointConfig::defer_requested_acks, set on FI_EP_RDM endpoints)
+// and the domain's progress thread does not watch yet, starts it and
+// keeps it in demand until the domain closes: should the application not
+// call again (fi_pingpong's TCP handshake between sizes), the thread's next
+// pass sends the ACK its peer's transmit completion waits for.
+class AckWatch {
+ public:
+  explicit AckWatch(Domain* d) : d_(d) {}
+  ~AckWatch();
+  AckWatch(const AckWatch&) = delete;
+  AckWatch& operator=(const AckWatch&) = delete;
+
+ private:
+  Domain* const d_;
+};
+
 // The domain-wide pass of the progress thread (progress_thread.h): takes
 // the domain lock and progresses every endpoint of d. Returns what
 // ProgressEp returned, summed.

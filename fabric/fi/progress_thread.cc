@@ -90,6 +90,13 @@ void ProgressThread::Run() {
     const bool app_polls = !kicked && app != seen_app;
     seen_app = app;
     const size_t n = app_polls ? 0 : ProgressDomain(d_);
+    // A pass (ours or the application's) deferred an ACK: watch from now
+    // on, as AckWatch would have made us (our own pass may be the one that
+    // deferred it, and the demand that woke us may go with the signal).
+    if (d_->ack_watch_wanted.load(std::memory_order_relaxed) &&
+        !d_->ack_watched.load(std::memory_order_relaxed) && !d_->ack_watched.exchange(true)) {
+      demand_.fetch_add(1);
+    }
     RetryNatives();
     const uint64_t now = clock.NowNs();
     l.lock();
@@ -111,9 +118,24 @@ void ProgressThread::Run() {
   }
 }
 
+AckWatch::~AckWatch() {
+  if (!d_->ack_watch_wanted.load(std::memory_order_relaxed) ||
+      d_->ack_watched.load(std::memory_order_relaxed) || d_->ack_watched.exchange(true)) {
+    return;
+  }
+  // The demand is never dropped: a watch until close (naps of up to
+  // kMaxWaitedNapNs; standing aside while the application polls).
+  if (ProgressThread* t = EnsureProgressThread(d_)) t->AddDemand();
+}
+
 void LockEveryQueue(Domain* d) {
-  d->lock.Target().thread_safe = true;
-  for (Ep* ep : d->eps) ep->lock->Target().thread_safe = true;
+  // Written only while false: once a thread runs (an earlier wait, or the
+  // ACK watch) it reads these, and a second write would race with it.
+  const auto on = [](DomainLock& l) {
+    if (!l.Target().thread_safe) l.Target().thread_safe = true;
+  };
+  on(d->lock);
+  for (Ep* ep : d->eps) on(*ep->lock);
 }
 
 ProgressThread* EnsureProgressThread(Domain* d) {

@@ -164,6 +164,10 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
               "Opt-in: refusals for this long fail a message (-FI_ENOSPC) although its "
               "receiver still answers, in milliseconds (default 0: never; a refused message "
               "is retried while the receiver lives)");
+  DefineParam("defer_acks", FI_PARAM_BOOL,
+              "An ACK a sender's transmit completion waits for leaves at the receiving "
+              "application's next call, on its reply if it sends one (default 1); 0: at once, "
+              "in the pass that received the message (an extra packet each way of a ping-pong)");
   DefineParam("unexpected_bytes", FI_PARAM_SIZE_T,
               "Buffer per domain for messages that arrive before their receive, in bytes "
               "(default 32 MiB); beyond it a sender is refused and retries");

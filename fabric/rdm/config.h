@@ -146,6 +146,16 @@ struct EndpointConfig {
   // Acknowledgement.
   uint64_t ack_delay_ns = 5'000;           // delayed ACK when no reply carries it
   uint32_t ack_every_packets = 16;         // or after this many packets
+  // An ACK asked for (ACK_REQ: the sender waits for it, kSendAckNow) goes
+  // at once (false), or (true) waits for the owner's next call into the
+  // endpoint: a packet it sends to that peer carries it (a reply: no
+  // standalone ACK), else that call sends it (Progress: at its start;
+  // Send, Write, Read, Atomic: in the same burst). Only for an owner that
+  // is sure to call again, or has something that calls for it when the
+  // application stops (the fi facade's progress thread): a receiver that
+  // never calls again would leave its sender waiting. Not PostRecv (a
+  // receive is posted before the reply it is for).
+  bool defer_requested_acks = false;
   uint32_t fast_retransmit_threshold = 3;  // SACKed packets past a hole that make it lost
 
   // Congestion control and pacing (PROTOCOL.md, "Congestion control"):

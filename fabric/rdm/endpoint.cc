@@ -104,9 +104,7 @@ void Endpoint::SetMinMultiRecv(size_t bytes) { engine_->SetMinMultiRecv(bytes); 
 size_t Endpoint::min_multi_recv() const { return engine_->min_multi_recv(); }
 
 Result Endpoint::Send(const SendRequest& r) {
-  const Result res = engine_->PostSend(r);
-  if (res == Result::kOk) Flush();
-  return res;
+  return AfterPost(engine_->PostSend(r));
 }
 
 Result Endpoint::PostRecv(const RecvRequest& r) {
@@ -116,20 +114,20 @@ Result Endpoint::PostRecv(const RecvRequest& r) {
 }
 
 Result Endpoint::Write(const RmaRequest& r) {
-  const Result res = engine_->PostWrite(r);
-  if (res == Result::kOk) Flush();
-  return res;
+  return AfterPost(engine_->PostWrite(r));
 }
 
 Result Endpoint::Read(const RmaRequest& r) {
-  const Result res = engine_->PostRead(r);
-  if (res == Result::kOk) Flush();
-  return res;
+  return AfterPost(engine_->PostRead(r));
 }
 
 Result Endpoint::Atomic(const AtomicRequest& r) {
-  const Result res = engine_->PostAtomic(r);
-  if (res == Result::kOk) Flush();
+  return AfterPost(engine_->PostAtomic(r));
+}
+
+Result Endpoint::AfterPost(Result res) {
+  engine_->ReleaseDeferredAcks();
+  if (res == Result::kOk || engine_->HasTxWork()) Flush();
   return res;
 }
 
@@ -138,6 +136,7 @@ size_t Endpoint::CancelRecvs(PeerId only) { return engine_->CancelRecvs(only); }
 uint32_t Endpoint::SendSlotsFree() const { return engine_->SendSlotsFree(); }
 uint32_t Endpoint::RecvSlotsFree() const { return engine_->RecvSlotsFree(); }
 bool Endpoint::HasTxWork() const { return backlog_n_ > 0 || engine_->HasTxWork(); }
+bool Endpoint::HasDeferredAcks() const { return engine_->HasDeferredAcks(); }
 size_t Endpoint::PollCompletions(absl::Span<Completion> out) {
   return engine_->PollCompletions(out);
 }
@@ -163,6 +162,9 @@ void Endpoint::PublishStats() {
 
 size_t Endpoint::Progress() {
   const EndpointConfig& c = engine_->config();
+  // ACKs deferred by an earlier call go with this pass's burst (those this
+  // pass defers wait for the next call).
+  engine_->ReleaseDeferredAcks();
   port_.Poll(c.rx_burst);
   driver::Packet* batch[Port::kMaxBurst];
   const uint32_t n = inbox_->Pop({batch, std::min<size_t>(2u * c.rx_burst, Port::kMaxBurst)});

@@ -223,6 +223,20 @@ TEST(EndpointTest, BufferedSendCompletesAtOnceAndArrivesIntact) {
       << "more than inject_size (256) cannot be buffered";
 }
 
+// The handshake first, both ways: a message each way with kSendAckNow,
+// both received and both sends complete.
+bool HandshakeBothWays(Net& net, PeerId to_b, PeerId to_a) {
+  static uint8_t buf[8], rbuf[2][64];
+  std::vector<Completion> a, b;
+  if (net.ep(1).PostRecv({.buf = rbuf[1], .len = sizeof(rbuf[1])}) != Result::kOk ||
+      net.ep(0).PostRecv({.buf = rbuf[0], .len = sizeof(rbuf[0])}) != Result::kOk ||
+      net.ep(0).Send({.dest = to_b, .buf = buf, .len = 8, .flags = kSendAckNow}) != Result::kOk ||
+      net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendAckNow}) != Result::kOk) {
+    return false;
+  }
+  return WaitOk(net, 0, 2, &a) && WaitOk(net, 1, 2, &b);
+}
+
 // With delayed ACKs that would take a second, a send's completion waits for
 // the next packet back; with kSendAckNow the receiver acknowledges in the
 // pass that consumed it.
@@ -233,14 +247,8 @@ TEST(EndpointTest, AckNowIsAcknowledgedInTheReceivingPass) {
   const PeerId to_b = net.Peer(0, 1);
   const PeerId to_a = net.Peer(1, 0);
   uint8_t buf[64] = {}, rbuf[64];
-  // The handshake first, both ways.
   std::vector<Completion> a, b;
-  ASSERT_EQ(net.ep(1).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
-  ASSERT_EQ(net.ep(0).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
-  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = buf, .len = 8, .flags = kSendAckNow}), Result::kOk);
-  ASSERT_EQ(net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendAckNow}), Result::kOk);
-  ASSERT_TRUE(WaitOk(net, 0, 2, &a));
-  ASSERT_TRUE(WaitOk(net, 1, 2, &b));
+  ASSERT_TRUE(HandshakeBothWays(net, to_b, to_a));
 
   for (const bool ack_now : {false, true}) {
     SCOPED_TRACE(ack_now ? "kSendAckNow" : "no flag");
@@ -263,6 +271,54 @@ TEST(EndpointTest, AckNowIsAcknowledgedInTheReceivingPass) {
                 Result::kOk);
       ASSERT_TRUE(WaitOk(net, 0, 2, &a));
       EXPECT_EQ(net.ep(1).counters().tx_acks - acks_before, 0u) << "no standalone ACK";
+    }
+  }
+}
+
+// With defer_requested_acks (the fi facade's setting) the ACK a
+// kSendAckNow send waits for is not sent in the pass that consumed the
+// message: the receiver's reply carries it (no standalone ACK at all), or,
+// when it does not reply, its next call sends it. Delayed ACKs are off (a
+// second), so nothing else could send it.
+TEST(EndpointTest, DeferredAckRidesOnTheReplyOrLeavesAtTheNextCall) {
+  NetOptions o;
+  o.config.ack_delay_ns = 1'000'000'000;
+  o.config.defer_requested_acks = true;
+  Net net(o);
+  const PeerId to_b = net.Peer(0, 1);
+  const PeerId to_a = net.Peer(1, 0);
+  uint8_t buf[64] = {}, rbuf[64];
+  std::vector<Completion> a, b;
+  ASSERT_TRUE(HandshakeBothWays(net, to_b, to_a));
+  for (int i = 0; i < 3; ++i) net.Step();
+
+  for (const bool reply : {true, false}) {
+    SCOPED_TRACE(reply ? "the reply carries it" : "the next call sends it");
+    a.clear();
+    b.clear();
+    ASSERT_EQ(net.ep(1).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
+    ASSERT_EQ(net.ep(0).PostRecv({.buf = rbuf, .len = sizeof(rbuf)}), Result::kOk);
+    const uint64_t acks_b = net.ep(1).counters().tx_acks;
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = buf, .len = 8, .flags = kSendAckNow}),
+              Result::kOk);
+    ASSERT_TRUE(WaitOk(net, 1, 1, &b));  // b consumed it in the last step
+    EXPECT_EQ(net.ep(1).counters().tx_acks - acks_b, 0u) << "not in the receiving pass";
+    EXPECT_TRUE(net.ep(1).HasDeferredAcks());
+    std::vector<ErrorCompletion> errs;
+    if (reply) {
+      ASSERT_EQ(net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendAckNow}),
+                Result::kOk);
+      EXPECT_FALSE(net.ep(1).HasDeferredAcks()) << "the reply carried it";
+      ASSERT_TRUE(WaitOk(net, 0, 2, &a)) << "a's send completes with the reply";
+      ASSERT_TRUE(WaitOk(net, 1, 1, &b)) << "b's reply completes on a's next call";
+      EXPECT_EQ(net.ep(1).counters().tx_acks - acks_b, 0u) << "no standalone ACK from b";
+    } else {
+      testing::Drain(net.ep(0), &a, &errs);
+      EXPECT_TRUE(a.empty()) << "not acknowledged yet";
+      net.ep(1).Progress();  // b's next call
+      EXPECT_EQ(net.ep(1).counters().tx_acks - acks_b, 1u);
+      EXPECT_FALSE(net.ep(1).HasDeferredAcks());
+      ASSERT_TRUE(WaitOk(net, 0, 1, &a)) << "the send's completion";
     }
   }
 }

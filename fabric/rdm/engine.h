@@ -81,6 +81,11 @@ class Engine : private Stages {
   // and peer timeouts.
   void RunTimers();
   bool HasTxWork() const { return ctx.queued_peers() > 0 || session.HasResets(); }
+  // ACKs deferred to the owner's next call (defer_requested_acks): due now.
+  bool HasDeferredAcks() const { return reliability.HasDeferredAcks(); }
+  void ReleaseDeferredAcks() {
+    if (reliability.HasDeferredAcks()) reliability.ReleaseDeferredAcks();
+  }
   // Builds frames into bufs[0, n) (setting their len) and returns n.
   size_t BuildTx(absl::Span<driver::Packet* const> bufs);
   // Packets to give back to the device's pool, then ClearReleased.

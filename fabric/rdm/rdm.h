@@ -206,6 +206,8 @@ class Endpoint {
   size_t Progress();
   // Something is built or waits to be built for the wire.
   bool HasTxWork() const;
+  // An ACK waits for this endpoint's next call (defer_requested_acks).
+  bool HasDeferredAcks() const;
   size_t PollCompletions(absl::Span<Completion> out);
   size_t PollErrors(absl::Span<ErrorCompletion> out);
   // Peers given up since the last call (their operations failed too).
@@ -223,6 +225,9 @@ class Endpoint {
   Endpoint(Port& port, const driver::Clock& clock, std::unique_ptr<Engine> engine);
   void FreeReleased();
   void Flush();
+  // After a send, write, read or atomic was posted (res): ACKs deferred to
+  // this call are due (a packet to their peer carries its own), then Flush.
+  Result AfterPost(Result res);
 
   Port& port_;
   const driver::Clock& clock_;

@@ -96,7 +96,7 @@ void Reliability::ResetRx(uint32_t pi) {
   }
   r.unacked = 0;
   r.ack_deadline = 0;
-  r.ack_now = r.ack_standalone = r.rnr_owed = false;
+  r.ack_now = r.ack_standalone = r.rnr_owed = r.ack_deferred = false;
 }
 
 void Reliability::ReleaseAll() {
@@ -181,6 +181,7 @@ void Reliability::NoteAckSent(uint32_t pi, bool standalone) {
   r.unacked = 0;
   r.ack_deadline = 0;
   r.ack_now = false;
+  r.ack_deferred = false;
   if (standalone) {
     r.ack_standalone = false;
     r.rnr_owed = false;
@@ -663,8 +664,19 @@ void Reliability::DropHeld(uint32_t pi, HeldPacket* h) {
 
 void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
   RxStream& r = rx_[pi];
-  if ((flags & wire::kFlagAckReq) != 0 || r.unacked >= ctx_.config.ack_every_packets) {
+  if (r.unacked >= ctx_.config.ack_every_packets) {
     r.ack_now = true;
+  } else if ((flags & wire::kFlagAckReq) != 0) {
+    if (ctx_.config.defer_requested_acks && r.held_count == 0) {
+      // The owner has not seen the message yet: its reply, if it sends
+      // one in its next call, carries the ACK; else that call releases it.
+      if (!r.ack_deferred) {
+        r.ack_deferred = true;
+        deferred_.push_back(pi);
+      }
+    } else {
+      r.ack_now = true;
+    }
   }
   if (r.ack_now && r.held_count > 0) r.ack_standalone = true;
   if (r.ack_now || r.ack_standalone) {
@@ -686,6 +698,17 @@ void Reliability::RetryRefused() {
     r.ack_standalone = true;
     ctx_.Enqueue(pi);
   }
+}
+
+void Reliability::ReleaseDeferredAcks() {
+  for (const uint32_t pi : deferred_) {
+    RxStream& r = rx_[pi];
+    if (!r.ack_deferred) continue;  // carried since, or the peer was reset
+    r.ack_deferred = false;
+    r.ack_now = true;
+    ctx_.Enqueue(pi);
+  }
+  deferred_.clear();
 }
 
 // ---- Timers.

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "driver/packet.h"
@@ -163,6 +164,9 @@ struct RxStream {
   bool ack_now = false;         // acknowledge this pass (a DATA may carry it)
   bool ack_standalone = false;  // an ACK packet is needed (SACK, window update, probe)
   bool rnr_owed = false;        // an ACK with kFlagRnr is needed
+  // An ACK_REQ waits for the owner's next call (defer_requested_acks):
+  // a packet to the peer carries it, else ReleaseDeferredAcks makes it due.
+  bool ack_deferred = false;
   bool refused = false;         // we refused rcv_nxt; owe a window update
 };
 
@@ -269,10 +273,16 @@ class Reliability {
   HeldPacket* NextHeld(uint32_t pi);
   void DropHeld(uint32_t pi, HeldPacket* h);
   // After a packet was consumed: acknowledge now, after ack_delay_ns, or
-  // with the next packet back (flags: the packet's, kFlagAckReq asks).
+  // with the next packet back (flags: the packet's, kFlagAckReq asks: at
+  // once, or with defer_requested_acks at the owner's next call).
   void AfterReceive(uint32_t pi, uint16_t flags);
   // Receive resources were freed: peers we refused get a window update.
   void RetryRefused();
+  // ACKs asked for (ACK_REQ) and deferred to the owner's next call
+  // (EndpointConfig::defer_requested_acks) that no packet has carried
+  // since: due now, they leave with the next Build.
+  bool HasDeferredAcks() const { return !deferred_.empty(); }
+  void ReleaseDeferredAcks();
 
   // Delayed ACKs, RNR retries, tail-loss probes and the RTO of peer pi;
   // *next: the earliest of its deadlines still ahead.
@@ -349,6 +359,9 @@ class Reliability {
   std::unique_ptr<RxStream[]> rx_;
   RingPool<TxEntry> tx_pool_;
   RingPool<HeldPacket> held_pool_;
+  // Peers whose ACK is deferred (RxStream::ack_deferred when they went in;
+  // a packet that carried it since clears the flag, not the entry).
+  std::vector<uint32_t> deferred_;
 };
 
 }  // namespace bypass::rdm
