@@ -47,7 +47,13 @@ uint16_t CompositeQueue::RxBurst(absl::Span<Packet*> out) {
     if (now >= remote_next_) {
       const uint16_t r = remote_.RxBurst(out.subspan(n));
       n = static_cast<uint16_t>(n + r);
-      remote_gap_ = r > 0 ? 0 : std::clamp(remote_gap_ * 2, kMinRemoteGap, kMaxRemoteGap);
+      if (r > 0) {
+        remote_gap_ = 0;
+        remote_active_until_ = now + kRemoteQuiet;
+      } else {
+        const uint64_t cap = now < remote_active_until_ ? kMaxRemoteGap : kQuietRemoteGap;
+        remote_gap_ = std::clamp(remote_gap_ * 2, kMinRemoteGap, cap);
+      }
       remote_next_ = now + remote_gap_;
     }
   }
@@ -60,6 +66,11 @@ uint16_t CompositeQueue::RxBurst(absl::Span<Packet*> out) {
 // received packet sent on) are copied into remote buffers first: a NIC can
 // send only its own.
 uint16_t CompositeQueue::SendRemote(absl::Span<Packet* const> run) {
+  // An answer is likely: the remote device is polled at the active pace.
+  const uint64_t now = __rdtsc();
+  remote_active_until_ = now + kRemoteQuiet;
+  if (remote_next_ > now + kMaxRemoteGap) remote_next_ = now + kMaxRemoteGap;
+  remote_gap_ = std::min(remote_gap_, kMaxRemoteGap);
   uint16_t sent = 0;
   while (sent < run.size()) {
     if (!local_.Owns(run[sent])) {

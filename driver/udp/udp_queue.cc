@@ -444,14 +444,10 @@ uint16_t UdpQueue::RxBurst(absl::Span<Packet*> out) {
     for (uint32_t k = 0; more && k < n_bound && got < want; ++k) {
       const Bound& b = bound_[(rx_next_ + k) % n_bound];
       while (got < want) {
-        if (avail == 0) {
-          avail = pool_->GetBurst(absl::MakeSpan(bufs, std::min(kBatch, want - got)));
-          if (avail == 0) {
-            ++counters_.rx_no_buffer;
-            more = false;
-            break;
-          }
-        }
+        // Buffers are taken only for what arrived (SplitPending): an empty
+        // poll, the common case of the default domain's remote device
+        // polled beside shared memory, costs the system call alone. What
+        // is received while the pool is empty waits in the bounce buffer.
         if (!ReceiveGro(b)) break;
         if (!SplitPending(bufs, &avail, out, &got)) {
           more = false;
