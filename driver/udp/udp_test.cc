@@ -515,6 +515,39 @@ TEST_P(UdpOffloadTest, ShortPoolMidSplitLosesNothing) {
   EXPECT_GT(Q(*b_).counters().rx_no_buffer, 0u);
 }
 
+// With GRO a poll receives into the bounce buffer and takes pool buffers
+// only for what arrived: an empty poll costs the system call alone (the
+// default domain polls its kernel UDP device beside shared memory), and
+// rx_no_buffer counts only polls where a frame waited for a buffer.
+TEST_P(UdpOffloadTest, AnEmptyPollTakesNoBufferAndAFrameWaitsForOne) {
+  DeviceOptions small;
+  small.pool_buffers = 16;
+  ASSERT_NO_FATAL_FAILURE(OpenBoth({}, small));
+  QueuePair& rx = b_->queue(0);
+  std::vector<Packet*> held(rx.PoolAvailable());
+  ASSERT_TRUE(rx.AllocBulk(absl::MakeSpan(held)));
+  ASSERT_EQ(rx.PoolAvailable(), 0u);
+  Packet* scratch[8];
+  EXPECT_EQ(rx.RxBurst(scratch), 0);
+  if (GetParam()) {
+    EXPECT_EQ(Q(*b_).counters().rx_no_buffer, 0u) << "nothing waited";
+  }
+  std::vector<Packet*> pkts = Frames(3, 7, [](size_t) -> size_t { return 200; });
+  ASSERT_TRUE(Pump(Budget()).SendAll(a_->queue(0), pkts));
+  // The frames wait (in the socket, or with GRO in the bounce buffer) for
+  // buffers; none is lost.
+  for (int polls = 0; polls < 1'000'000 && Q(*b_).counters().rx_no_buffer < 2; ++polls) {
+    EXPECT_EQ(rx.RxBurst(scratch), 0) << "the pool is empty";
+  }
+  EXPECT_GE(Q(*b_).counters().rx_no_buffer, 1u);
+  rx.FreeBulk(held);
+  std::vector<Packet*> got = Pump(Budget()).Receive(rx, 3);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(TestFrameSeq(got[i]), 7 + i);
+  rx.FreeBulk(got);
+  EXPECT_EQ(rx.stats().rx_dropped, 0u);
+}
+
 TEST_P(UdpOffloadTest, AShortOutputMidSplitLosesNothing) {
   ASSERT_NO_FATAL_FAILURE(OpenBoth());
   std::vector<Packet*> pkts = Frames(30, 0, [](size_t) -> size_t { return 500; });
