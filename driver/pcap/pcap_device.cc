@@ -138,4 +138,13 @@ absl::StatusOr<std::unique_ptr<Device>> WrapWithCapture(std::unique_ptr<Device> 
   return std::unique_ptr<Device>(*std::move(dev));
 }
 
+void CaptureQueue::AppendCounters(NamedCounters* out) const {
+  const CaptureCounters c = file_->counters();  // the file's: every queue capturing into it
+  AppendNamed(out, "pcap_", {{"records", c.records},
+                             {"dropped_full", c.dropped_full},
+                             {"dropped_backlog", c.dropped_backlog},
+                             {"write_errors", c.write_errors}});
+  inner_.AppendCounters(out);
+}
+
 }  // namespace bypass::driver::pcap

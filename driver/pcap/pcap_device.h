@@ -52,6 +52,8 @@ class CaptureQueue final : public QueuePair {
   uint32_t PoolAvailable() const override { return inner_.PoolAvailable(); }
   uint32_t PoolCapacity() const override { return inner_.PoolCapacity(); }
   QueueStats stats() const override { return inner_.stats(); }
+  // The capture file's counters (pcap_), then the inner queue's.
+  void AppendCounters(NamedCounters* out) const override;
   uint16_t id() const override { return inner_.id(); }
   absl::Status BindUdpPort(uint16_t port) override { return inner_.BindUdpPort(port); }
   void UnbindUdpPort(uint16_t port) override { inner_.UnbindUdpPort(port); }
