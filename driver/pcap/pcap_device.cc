@@ -3,10 +3,15 @@
 #include <time.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace bypass::driver::pcap {
 namespace {
@@ -18,6 +23,18 @@ uint64_t UnixNs() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// The device's URI without the capture's own keys (pcap=, pcap_*=): the
+// interface's name in a pcapng file.
+std::string InterfaceName(const std::string& uri) {
+  std::vector<std::string> kept;
+  for (const absl::string_view part : absl::StrSplit(uri, ',')) {
+    if (!absl::StartsWith(part, "pcap=") && !absl::StartsWith(part, "pcap_")) {
+      kept.emplace_back(part);
+    }
+  }
+  return absl::StrJoin(kept, ",");
 }
 
 }  // namespace
@@ -126,9 +143,10 @@ absl::StatusOr<std::unique_ptr<CaptureDevice>> CaptureDevice::Create(
 CaptureDevice::CaptureDevice(std::unique_ptr<Device> inner, std::shared_ptr<CaptureFile> file)
     : inner_(std::move(inner)), file_(std::move(file)) {
   const DeviceInfo& info = inner_->info();
+  const std::string name = InterfaceName(info.uri);
   const uint32_t interface = file_->AddInterface(
-      info.uri, absl::StrCat("bypass device ", info.uri, ", ", info.num_queues, " queue(s), MAC ",
-                             info.mac.ToString(), ", IPv4 ", info.ipv4.ToString()));
+      name, absl::StrCat("bypass device ", name, ", ", info.num_queues, " queue(s), MAC ",
+                         info.mac.ToString(), ", IPv4 ", info.ipv4.ToString()));
   for (uint16_t q = 0; q < info.num_queues; ++q) {
     queues_.push_back(std::make_unique<CaptureQueue>(inner_->queue(q), file_, interface));
   }
