@@ -288,8 +288,8 @@ class Device {
 // Keys `ip=`, `mtu=`, `queues=` (except in dpdk attach) and `ring=` are
 // bypass's own; everything else goes to the backend. On any of them (each
 // part of a composite on its own), `pcap=FILE[,pcap_max_mb=N]
-// [,pcap_snaplen=N]` captures what the device sends and receives
-// (driver/pcap/pcap_device.h).
+// [,pcap_snaplen=N][,pcap_format=pcap|pcapng]` captures what the device
+// sends and receives (driver/pcap/pcap_device.h).
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view uri,
                                                    const DeviceOptions& opts = {});
 

@@ -4,10 +4,13 @@
 // rte_pdump_init lets Debian's dpdk-pdump (a secondary process) capture a
 // port's traffic:
 //
-//   dpdk-pdump --file-prefix=bypass-<pid> -- --pdump
+//   dpdk-pdump --file-prefix=bypass-<pid> --lcores=1@0 -- --pdump
 //       'device_id=net_ring0,queue=*,rx-dev=/tmp/b.pcap,tx-dev=/tmp/b.pcap'
 //
-// An application that owns the EAL calls rte_pdump_init itself.
+// dpdk-pdump must run on an lcore id other than bypass's 0 (--lcores=1@0):
+// the capture's mempool caches per lcore id, and two processes on one id
+// corrupt it. An application that owns the EAL calls rte_pdump_init
+// itself.
 #ifndef BYPASS_DRIVER_DPDK_PDUMP_H_
 #define BYPASS_DRIVER_DPDK_PDUMP_H_
 
@@ -20,8 +23,9 @@ bool PdumpRequested();
 
 // After rte_eal_init with shared configuration: rte_pdump_init, and at
 // exit the removal of the EAL's hugepage files and runtime directory
-// (a primary with shared memory leaves them behind). FailedPrecondition in
-// one line when DPDK refuses.
+// (a primary with shared memory leaves them behind). A process killed
+// before its exit leaves them: the next one removes the files no process
+// holds. FailedPrecondition in one line when DPDK refuses.
 absl::Status StartPdump();
 
 }  // namespace bypass::driver::dpdk
