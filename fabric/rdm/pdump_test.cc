@@ -3,12 +3,15 @@
 // over it; Debian's dpdk-pdump, a secondary process on this process's file
 // prefix, captures the port's traffic into a pcap that tshark decodes with
 // tools/wireshark/bypass.lua. Needs root, 2 MiB hugepages and dpdk-pdump
-// (skipped, saying which, without them).
+// (skipped, saying which, without them). Also: the hugepage files of a
+// killed BYPASS_PDUMP process are removed, those held kept.
 #include <signal.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,8 +75,31 @@ TEST(PdumpTest, DpdkPdumpCapturesBypassPacketsThatTheDissectorDecodes) {
   const std::string tshark = wireshark::FindTshark();
   ASSERT_FALSE(tshark.empty()) << wireshark::kTsharkMissing;
   setenv("BYPASS_PDUMP", "1", 1);
+  // Hugepage files as a killed BYPASS_PDUMP process leaves them (no one
+  // holds them: removed when the EAL starts) and as a live one keeps them
+  // (held with a shared flock, as DPDK holds its own: kept).
+  const std::string stale = "/dev/hugepages/bypass-4000000001map_0";
+  const std::string live = "/dev/hugepages/bypass-4000000002map_0";
+  struct statfs fs{};
+  const bool hugetlbfs = statfs("/dev/hugepages", &fs) == 0 && fs.f_type == 0x958458f6;  // HUGETLBFS_MAGIC
+  int live_fd = -1;
+  if (hugetlbfs) {
+    close(open(stale.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+    live_fd = open(live.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    ASSERT_GE(live_fd, 0);
+    ASSERT_EQ(flock(live_fd, LOCK_SH), 0);
+  }
   absl::StatusOr<std::unique_ptr<driver::Device>> dev =
       driver::OpenDevice("dpdk:net_ring_pd0,ip=10.9.2.1");
+  if (hugetlbfs) {
+    if (dev.ok()) {
+      EXPECT_NE(access(stale.c_str(), F_OK), 0) << "a dead process's hugepage file stayed";
+      EXPECT_EQ(access(live.c_str(), F_OK), 0) << "a held hugepage file was removed";
+    }
+    close(live_fd);
+    unlink(live.c_str());
+    unlink(stale.c_str());
+  }
   if (!dev.ok() && dev.status().message().find("hugepages") != std::string_view::npos) {
     GTEST_SKIP() << dev.status();
   }
