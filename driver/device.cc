@@ -109,4 +109,11 @@ std::string_view PeerLivenessName(PeerLiveness l) {
   return "unknown";
 }
 
+void AppendNamed(NamedCounters* out, std::string_view prefix,
+                 std::initializer_list<std::pair<const char*, uint64_t>> counters) {
+  for (const auto& [name, value] : counters) {
+    out->push_back({absl::StrCat(Sv(prefix), name), value});
+  }
+}
+
 }  // namespace bypass::driver

@@ -6,10 +6,13 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -132,6 +135,17 @@ struct QueueStats {
   uint64_t alloc_failures = 0;   // AllocBulk calls that found too few buffers
 };
 
+// A queue's counter beyond QueueStats, by name (the telemetry of
+// fabric/stats: /bypass/device,ID). Names are letters, digits and '_'.
+struct NamedCounter {
+  std::string name;
+  uint64_t value = 0;
+};
+using NamedCounters = std::vector<NamedCounter>;
+// Appends {name, value} pairs to out, each name prefixed with `prefix`.
+void AppendNamed(NamedCounters* out, std::string_view prefix,
+                 std::initializer_list<std::pair<const char*, uint64_t>> counters);
+
 // One RX ring and one TX ring, owned by one thread. Nothing here allocates,
 // locks or makes a system call.
 // One range of a read of a peer process's memory (QueuePair::ReadPeerMemoryV):
@@ -167,6 +181,11 @@ class QueuePair {
 
   virtual QueueStats stats() const = 0;
   virtual uint16_t id() const = 0;
+  // Cold path, the owner thread (telemetry snapshots): appends what the
+  // backend counts beyond stats() (its drops and errors by kind; a DPDK
+  // port's rte_eth_stats and xstats; a decorator's own and its inner
+  // queue's) to out. Default: nothing.
+  virtual void AppendCounters(NamedCounters* /*out*/) const {}
 
   // The UDP ports this queue receives for (cold path). A NIC queue sees
   // every frame of its port and needs no binding: the default accepts any
@@ -269,8 +288,8 @@ class Device {
 // Keys `ip=`, `mtu=`, `queues=` (except in dpdk attach) and `ring=` are
 // bypass's own; everything else goes to the backend. On any of them (each
 // part of a composite on its own), `pcap=FILE[,pcap_max_mb=N]
-// [,pcap_snaplen=N]` captures what the device sends and receives
-// (driver/pcap/pcap_device.h).
+// [,pcap_snaplen=N][,pcap_format=pcap|pcapng]` captures what the device
+// sends and receives (driver/pcap/pcap_device.h).
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(std::string_view uri,
                                                    const DeviceOptions& opts = {});
 

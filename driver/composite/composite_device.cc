@@ -208,4 +208,18 @@ absl::Status CompositeDevice::SetLinkState(LinkState) {
   return absl::UnimplementedError(absl::StrCat(info_.uri, ": the link of a composite device cannot be toggled"));
 }
 
+void CompositeQueue::AppendCounters(NamedCounters* out) const {
+  AppendNamed(out, "", {{"tx_local", routes_.tx_local},
+                        {"tx_remote", routes_.tx_remote},
+                        {"tx_copied", routes_.tx_copied}});
+  // Each part's own, told apart by a prefix.
+  const auto part = [out](const QueuePair& q, std::string_view prefix) {
+    const size_t from = out->size();
+    q.AppendCounters(out);
+    for (size_t i = from; i < out->size(); ++i) (*out)[i].name.insert(0, prefix);
+  };
+  part(local_, "shm_");
+  part(remote_, "remote_");
+}
+
 }  // namespace bypass::driver::composite

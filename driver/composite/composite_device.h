@@ -94,6 +94,9 @@ class CompositeQueue final : public QueuePair {
     return std::min(local_.PoolCapacity(), remote_.PoolCapacity());
   }
   QueueStats stats() const override;
+  // Its routing counters, then the intra-host queue's (prefixed shm_) and
+  // the remote one's (remote_).
+  void AppendCounters(NamedCounters* out) const override;
   uint16_t id() const override { return 0; }
   // Both devices: the port is this process's on the host and on the wire.
   absl::Status BindUdpPort(uint16_t port) override;

@@ -101,6 +101,7 @@ class AfXdpQueuePair final : public QueuePair {
     return cap > kAfXdpFillReserve ? cap - kAfXdpFillReserve : 0;
   }
   QueueStats stats() const override { return inner_.stats(); }
+  void AppendCounters(NamedCounters* out) const override { inner_.AppendCounters(out); }
   uint16_t id() const override { return inner_.id(); }
   uint16_t hw_queue() const { return hw_queue_; }
 

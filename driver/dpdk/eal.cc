@@ -1,4 +1,5 @@
 #include "driver/dpdk/eal.h"
+#include "driver/dpdk/pdump.h"
 
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -92,7 +93,15 @@ absl::Status EnsureEal(const EalRequest& req) {
   // A unique prefix per process so several bypass processes coexist.
   args.push_back(absl::StrCat("--file-prefix=bypass-", getpid()));
   st.hugepages = Free2MHugepages();
-  if (st.hugepages) {
+  const bool pdump = PdumpRequested();
+  if (pdump && !st.hugepages) {
+    return absl::FailedPreconditionError(
+        "dpdk: BYPASS_PDUMP=1 needs free 2 MiB hugepages (dpdk-pdump maps this process's "
+        "packet memory from its hugepage files): reserve them with tools/setup.sh");
+  }
+  if (pdump) {
+    // Shared configuration and hugepage files, for dpdk-pdump to attach.
+  } else if (st.hugepages) {
     args.push_back("--in-memory");
   } else {
     args.insert(args.end(), {"--no-huge", "-m", "512", "--no-shconf"});
@@ -119,6 +128,7 @@ absl::Status EnsureEal(const EalRequest& req) {
   st.initialized = true;
   st.ours = true;
   st.args = absl::StrJoin(args, " ");
+  if (pdump) return StartPdump();
   return absl::OkStatus();
 }
 

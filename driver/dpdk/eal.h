@@ -28,8 +28,11 @@ struct EalState {
 // hugepages when 2 MiB pages are free, else --no-huge with a one-line notice
 // on stderr; --no-pci unless a PCI address is named; no telemetry unless
 // StatsRequested (then its socket is /var/run/dpdk/bypass-<pid>/
-// dpdk_telemetry.v2, for dpdk-telemetry.py -f bypass-<pid>). Extra
-// arguments may be given in the environment variable BYPASS_EAL_ARGS.
+// dpdk_telemetry.v2, for dpdk-telemetry.py -f bypass-<pid>). With
+// BYPASS_PDUMP set (pdump.h), shared configuration and hugepage files
+// instead of --in-memory, and rte_pdump_init (FailedPrecondition without
+// free 2 MiB hugepages). Extra arguments may be given in the environment
+// variable BYPASS_EAL_ARGS.
 // Thread-compatible: call from one thread at a time (cold path).
 absl::Status EnsureEal(const EalRequest& req);
 

@@ -31,6 +31,8 @@ class DpdkQueuePair final : public QueuePair {
   uint32_t PoolAvailable() const override;
   uint32_t PoolCapacity() const override;
   QueueStats stats() const override { return stats_; }
+  // The port's rte_eth_stats (eth_) and xstats (xstat_): port_stats.cc.
+  void AppendCounters(NamedCounters* out) const override;
   uint16_t id() const override { return id_; }
 
   uint16_t hw_queue() const { return hw_queue_; }

@@ -261,4 +261,19 @@ absl::StatusOr<std::unique_ptr<Device>> WrapWithFaults(std::unique_ptr<Device> i
   return std::unique_ptr<Device>(*std::move(dev));
 }
 
+void FaultQueue::AppendCounters(NamedCounters* out) const {
+  const FaultCounters& c = counters_;
+  AppendNamed(out, "fault_", {{"seen", c.seen},
+                              {"dropped", c.dropped},
+                              {"duplicated", c.duplicated},
+                              {"reordered", c.reordered},
+                              {"delayed", c.delayed},
+                              {"corrupted", c.corrupted},
+                              {"evicted", c.evicted},
+                              {"dup_no_buffer", c.dup_no_buffer},
+                              {"queue_dropped", c.queue_dropped},
+                              {"queue_max", c.queue_max}});
+  inner_.AppendCounters(out);
+}
+
 }  // namespace bypass::driver::fault

@@ -43,6 +43,8 @@ class FaultQueue final : public QueuePair {
   // The inner queue's stats, with rx_packets/rx_bytes counting what this
   // queue returned.
   QueueStats stats() const override;
+  // Its fault counters (fault_), then the inner queue's.
+  void AppendCounters(NamedCounters* out) const override;
   uint16_t id() const override { return inner_.id(); }
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override {
     return inner_.ReadPeerMemory(pid, addr, dst, len);

@@ -214,4 +214,14 @@ void LoopbackQueue::RemoveIncoming(const PortShared* src) {
   rx_next_ = 0;
 }
 
+void LoopbackQueue::AppendCounters(NamedCounters* out) const {
+  const LoopbackCounters& c = counters_;
+  AppendNamed(out, "", {{"tx_unknown_unicast", c.tx_unknown_unicast},
+                        {"tx_link_down", c.tx_link_down},
+                        {"tx_peer_link_down", c.tx_peer_link_down},
+                        {"tx_bad_length", c.tx_bad_length},
+                        {"rx_link_down", c.rx_link_down},
+                        {"rx_no_buffer", c.rx_no_buffer}});
+}
+
 }  // namespace bypass::driver::loopback

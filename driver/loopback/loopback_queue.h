@@ -73,6 +73,7 @@ class LoopbackQueue final : public QueuePair {
   uint32_t PoolAvailable() const override { return pool_->available(); }
   uint32_t PoolCapacity() const override { return pool_->capacity(); }
   QueueStats stats() const override { return stats_; }
+  void AppendCounters(NamedCounters* out) const override;
   uint16_t id() const override { return id_; }
   // With same_host=1: process_vm_readv; else -ENOSYS.
   int64_t ReadPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) override;

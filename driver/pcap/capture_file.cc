@@ -42,6 +42,72 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == kRecordHeaderBytes);
 
+// pcapng (draft-ietf-opsawg-pcapng), in this host's byte order (the
+// section header's byte-order magic tells readers).
+constexpr uint32_t kShbType = 0x0A0D0D0A;
+constexpr uint32_t kIdbType = 1;
+constexpr uint32_t kEpbType = 6;
+constexpr uint32_t kByteOrderMagic = 0x1A2B3C4D;
+constexpr uint16_t kOptEnd = 0;
+constexpr uint16_t kOptComment = 1;
+constexpr uint16_t kShbUserAppl = 4;
+constexpr uint16_t kIfName = 2;
+constexpr uint16_t kIfDescription = 3;
+constexpr uint16_t kIfTsresol = 9;
+constexpr uint16_t kEpbFlags = 2;
+constexpr uint32_t kEpbInbound = 1;  // epb_flags bits 0-1: the direction
+constexpr uint32_t kEpbOutbound = 2;
+
+uint32_t Pad4(uint32_t n) { return (n + 3) & ~3u; }
+
+void Put(std::vector<uint8_t>& b, const void* p, size_t n) {
+  const auto* u = static_cast<const uint8_t*>(p);
+  b.insert(b.end(), u, u + n);
+}
+void Put32(std::vector<uint8_t>& b, uint32_t v) { Put(b, &v, 4); }
+void Put16(std::vector<uint8_t>& b, uint16_t v) { Put(b, &v, 2); }
+void PadTo4(std::vector<uint8_t>& b) { b.resize(b.size() + (Pad4(b.size()) - b.size()), 0); }
+
+void PutOption(std::vector<uint8_t>& b, uint16_t code, std::string_view value) {
+  Put16(b, code);
+  Put16(b, static_cast<uint16_t>(value.size()));
+  Put(b, value.data(), value.size());
+  PadTo4(b);
+}
+
+// Starts a block at the end of b (its length filled in by EndBlock).
+size_t BeginBlock(std::vector<uint8_t>& b, uint32_t type) {
+  const size_t at = b.size();
+  Put32(b, type);
+  Put32(b, 0);
+  return at;
+}
+void EndBlock(std::vector<uint8_t>& b, size_t at) {
+  Put16(b, kOptEnd);
+  Put16(b, 0);
+  const uint32_t len = static_cast<uint32_t>(b.size() - at + 4);
+  std::memcpy(b.data() + at + 4, &len, 4);
+  Put32(b, len);
+}
+
+std::vector<uint8_t> SectionHeader() {
+  std::vector<uint8_t> b;
+  const size_t at = BeginBlock(b, kShbType);
+  Put32(b, kByteOrderMagic);
+  Put16(b, 1);  // version 1.0
+  Put16(b, 0);
+  const int64_t unknown_length = -1;
+  Put(b, &unknown_length, 8);
+  PutOption(b, kShbUserAppl, "bypass");
+  EndBlock(b, at);
+  return b;
+}
+
+// "bypass rx queue 3": the direction as the engine saw it.
+std::string DirectionComment(Direction dir, uint16_t queue) {
+  return absl::StrCat("bypass ", dir == Direction::kRx ? "rx" : "tx", " queue ", queue);
+}
+
 std::mutex g_files_mu;
 // path -> the process's open of it.
 std::map<std::string, std::weak_ptr<CaptureFile>>& Files() {
@@ -93,9 +159,25 @@ absl::Status SetOption(std::string_view prefix, std::string_view key, std::strin
     o.snaplen = static_cast<uint32_t>(n);
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("capture option '", Sv(prefix), Sv(key), "=",
-                                                 Sv(value), "': unknown (known: ", Sv(prefix),
-                                                 "max_mb, ", Sv(prefix), "snaplen)"));
+  if (key == "format") {
+    if (value != "pcap" && value != "pcapng") {
+      return absl::InvalidArgumentError(absl::StrCat(Sv(prefix), "format=", Sv(value),
+                                                     ": expected pcap or pcapng"));
+    }
+    o.format = value == "pcapng" ? CaptureFormat::kPcapng : CaptureFormat::kPcap;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "capture option '", Sv(prefix), Sv(key), "=", Sv(value), "': unknown (known: ", Sv(prefix),
+      "max_mb, ", Sv(prefix), "snaplen, ", Sv(prefix), "format)"));
+}
+
+// The format a file name implies: pcapng for *.pcapng.
+CaptureFormat FormatOf(std::string_view path) {
+  constexpr std::string_view kExt = ".pcapng";
+  return path.size() >= kExt.size() && path.substr(path.size() - kExt.size()) == kExt
+             ? CaptureFormat::kPcapng
+             : CaptureFormat::kPcap;
 }
 
 }  // namespace
@@ -104,10 +186,11 @@ absl::StatusOr<std::optional<CaptureOptions>> TakeCaptureOptions(DeviceUri& uri)
   std::optional<std::string> path = uri.Take("pcap");
   std::optional<std::string> max_mb = uri.Take("pcap_max_mb");
   std::optional<std::string> snaplen = uri.Take("pcap_snaplen");
+  std::optional<std::string> format = uri.Take("pcap_format");
   if (!path) {
-    if (max_mb || snaplen) {
+    if (max_mb || snaplen || format) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "device '", uri.text, "': pcap_max_mb= and pcap_snaplen= need pcap=FILE"));
+          "device '", uri.text, "': pcap_max_mb=, pcap_snaplen= and pcap_format= need pcap=FILE"));
     }
     return std::nullopt;
   }
@@ -117,6 +200,10 @@ absl::StatusOr<std::optional<CaptureOptions>> TakeCaptureOptions(DeviceUri& uri)
   }
   CaptureOptions o;
   o.path = *path;
+  o.format = FormatOf(o.path);
+  if (format) {
+    if (absl::Status s = SetOption("pcap_", "format", *format, o); !s.ok()) return s;
+  }
   if (max_mb) {
     if (absl::Status s = SetOption("pcap_", "max_mb", *max_mb, o); !s.ok()) return s;
   }
@@ -130,9 +217,11 @@ absl::StatusOr<CaptureOptions> ParseCaptureSpec(std::string_view spec) {
   const size_t comma = spec.find(',');
   CaptureOptions o;
   o.path = std::string(spec.substr(0, comma));
+  o.format = FormatOf(o.path);
   if (o.path.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("capture spec '", Sv(spec), "': expected FILE[,max_mb=N][,snaplen=N]"));
+        absl::StrCat("capture spec '", Sv(spec),
+                     "': expected FILE[,max_mb=N][,snaplen=N][,format=pcap|pcapng]"));
   }
   size_t pos = comma;
   while (pos != std::string_view::npos) {
@@ -163,8 +252,15 @@ absl::StatusOr<std::shared_ptr<CaptureFile>> CaptureFile::Open(const CaptureOpti
         absl::StrCat("pcap=", path, ": cannot open for writing: ", std::strerror(errno)));
   }
   std::shared_ptr<CaptureFile> f(new CaptureFile(path, fd, opts));
-  const FileHeader h{kMagicNs, 2, 4, 0, 0, f->snaplen_, kLinktypeEthernet};
-  if (!f->WriteAll(reinterpret_cast<const uint8_t*>(&h), sizeof(h))) {
+  std::vector<uint8_t> header;
+  if (opts.format == CaptureFormat::kPcapng) {
+    header = SectionHeader();
+  } else {
+    const FileHeader h{kMagicNs, 2, 4, 0, 0, f->snaplen_, kLinktypeEthernet};
+    Put(header, &h, sizeof(h));
+  }
+  f->reserved_ = header.size();
+  if (!f->WriteAll(header.data(), header.size())) {
     return absl::FailedPreconditionError(
         absl::StrCat("pcap=", path, ": cannot write: ", std::strerror(errno)));
   }
@@ -177,6 +273,7 @@ CaptureFile::CaptureFile(std::string path, int fd, const CaptureOptions& opts)
       fd_(fd),
       max_bytes_(opts.max_bytes),
       snaplen_(opts.snaplen),
+      format_(opts.format),
       writer_([this] { WriterLoop(); }) {}
 
 CaptureFile::~CaptureFile() {
@@ -249,6 +346,26 @@ std::vector<uint8_t> CaptureFile::Submit(std::vector<uint8_t> buf, uint64_t reco
   return next;
 }
 
+uint32_t CaptureFile::AddInterface(const std::string& name, const std::string& description) {
+  if (format_ != CaptureFormat::kPcapng) return 0;
+  std::vector<uint8_t> b;
+  const size_t at = BeginBlock(b, kIdbType);
+  Put16(b, static_cast<uint16_t>(kLinktypeEthernet));
+  Put16(b, 0);
+  Put32(b, snaplen_);
+  PutOption(b, kIfName, std::string_view(name).substr(0, 256));
+  PutOption(b, kIfDescription, std::string_view(description).substr(0, 256));
+  const char nanoseconds = 9;  // if_tsresol: 10^-9 s
+  PutOption(b, kIfTsresol, std::string_view(&nanoseconds, 1));
+  EndBlock(b, at);
+  std::lock_guard<std::mutex> l(mu_);
+  const uint32_t id = interfaces_++;
+  reserved_.fetch_add(b.size(), std::memory_order_relaxed);
+  pending_.push_back(std::move(b));
+  cv_.notify_all();
+  return id;
+}
+
 void CaptureFile::Drain() {
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait(l, [&] { return pending_.empty() && !writing_; });
@@ -263,14 +380,37 @@ CaptureCounters CaptureFile::counters() const {
   return c;
 }
 
-void AppendRecord(std::vector<uint8_t>& buf, uint64_t unix_ns, const uint8_t* frame,
-                  uint32_t len, uint32_t snaplen) {
-  const uint32_t caplen = len < snaplen ? len : snaplen;
-  const RecordHeader h{static_cast<uint32_t>(unix_ns / 1'000'000'000),
-                       static_cast<uint32_t>(unix_ns % 1'000'000'000), caplen, len};
-  const auto* hp = reinterpret_cast<const uint8_t*>(&h);
-  buf.insert(buf.end(), hp, hp + sizeof(h));
-  buf.insert(buf.end(), frame, frame + caplen);
+uint32_t RecordBytes(const RecordFormat& f, Direction dir, uint32_t len) {
+  const uint32_t caplen = len < f.snaplen ? len : f.snaplen;
+  if (f.format == CaptureFormat::kPcap) return kRecordHeaderBytes + caplen;
+  // Block header (8), EPB fields (20), the frame padded, epb_flags (8), the
+  // comment padded (4 + text), end of options (4), trailing length (4).
+  const uint32_t comment = static_cast<uint32_t>(DirectionComment(dir, f.queue).size());
+  return 8 + 20 + Pad4(caplen) + 8 + 4 + Pad4(comment) + 4 + 4;
+}
+
+void AppendRecord(std::vector<uint8_t>& buf, const RecordFormat& f, Direction dir,
+                  uint64_t unix_ns, const uint8_t* frame, uint32_t len) {
+  const uint32_t caplen = len < f.snaplen ? len : f.snaplen;
+  if (f.format == CaptureFormat::kPcap) {
+    const RecordHeader h{static_cast<uint32_t>(unix_ns / 1'000'000'000),
+                         static_cast<uint32_t>(unix_ns % 1'000'000'000), caplen, len};
+    Put(buf, &h, sizeof(h));
+    Put(buf, frame, caplen);
+    return;
+  }
+  const size_t at = BeginBlock(buf, kEpbType);
+  Put32(buf, f.interface);
+  Put32(buf, static_cast<uint32_t>(unix_ns >> 32));  // in if_tsresol units: ns
+  Put32(buf, static_cast<uint32_t>(unix_ns));
+  Put32(buf, caplen);
+  Put32(buf, len);
+  Put(buf, frame, caplen);
+  PadTo4(buf);
+  const uint32_t flags = dir == Direction::kRx ? kEpbInbound : kEpbOutbound;
+  PutOption(buf, kEpbFlags, std::string_view(reinterpret_cast<const char*>(&flags), 4));
+  PutOption(buf, kOptComment, DirectionComment(dir, f.queue));
+  EndBlock(buf, at);
 }
 
 }  // namespace bypass::driver::pcap

@@ -17,9 +17,12 @@ namespace {
 
 void BM_Burst(benchmark::State& state) {
   const size_t payload = static_cast<size_t>(state.range(0));
-  const bool capture = state.range(1) != 0;
+  // 0: no capture; 1: classic pcap; 2: pcapng.
+  const int64_t capture = state.range(1);
   static int segment = 0;
-  const std::string keys = capture ? ",pcap=/dev/null,pcap_max_mb=1048576" : "";
+  const std::string keys = capture == 0   ? ""
+                           : capture == 1 ? ",pcap=/dev/null,pcap_max_mb=1048576"
+                                          : ",pcap=/dev/null,pcap_max_mb=1048576,pcap_format=pcapng";
   const std::string seg = absl::StrCat("pcap-bench-", segment++);
   std::unique_ptr<Device> a = *OpenDevice(absl::StrCat("loopback:", seg, keys));
   std::unique_ptr<Device> b = *OpenDevice(absl::StrCat("loopback:", seg, keys));
@@ -46,7 +49,7 @@ void BM_Burst(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kBurst));
 }
-BENCHMARK(BM_Burst)->ArgsProduct({{22, 1458}, {0, 1}});
+BENCHMARK(BM_Burst)->ArgsProduct({{22, 1458}, {0, 1, 2}});
 
 }  // namespace
 }  // namespace bypass::driver

@@ -3,9 +3,15 @@
 #include <time.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace bypass::driver::pcap {
 namespace {
@@ -19,10 +25,24 @@ uint64_t UnixNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// The device's URI without the capture's own keys (pcap=, pcap_*=): the
+// interface's name in a pcapng file.
+std::string InterfaceName(const std::string& uri) {
+  std::vector<std::string> kept;
+  for (const absl::string_view part : absl::StrSplit(uri, ',')) {
+    if (!absl::StartsWith(part, "pcap=") && !absl::StartsWith(part, "pcap_")) {
+      kept.emplace_back(part);
+    }
+  }
+  return absl::StrJoin(kept, ",");
+}
+
 }  // namespace
 
-CaptureQueue::CaptureQueue(QueuePair& inner, std::shared_ptr<CaptureFile> file)
-    : inner_(inner), file_(std::move(file)), snaplen_(file_->snaplen()) {
+CaptureQueue::CaptureQueue(QueuePair& inner, std::shared_ptr<CaptureFile> file, uint32_t interface)
+    : inner_(inner),
+      file_(std::move(file)),
+      format_{file_->format(), interface, inner.id(), file_->snaplen()} {
   buf_.reserve(CaptureFile::kBufferBytes);
 }
 
@@ -38,8 +58,8 @@ void CaptureQueue::FlushIfOld(uint64_t now) {
   if (buf_records_ > 0 && now - first_ns_ >= kFlushAfterNs) Flush();
 }
 
-bool CaptureQueue::Claim(uint32_t len) {
-  if (!full_ && file_->Reserve(RecordBytes(len, snaplen_))) return true;
+bool CaptureQueue::Claim(Direction dir, uint32_t len) {
+  if (!full_ && file_->Reserve(RecordBytes(format_, dir, len))) return true;
   full_ = true;
   file_->CountFull(1);
   return false;
@@ -61,10 +81,12 @@ uint16_t CaptureQueue::RxBurst(absl::Span<Packet*> out) {
   const uint64_t now = UnixNs();
   for (uint16_t i = 0; i < n; ++i) {
     const Packet& p = *out[i];
-    if (!Claim(p.len)) continue;
-    if (buf_.size() + RecordBytes(p.len, snaplen_) > CaptureFile::kBufferBytes) Flush();
+    if (!Claim(Direction::kRx, p.len)) continue;
+    if (buf_.size() + RecordBytes(format_, Direction::kRx, p.len) > CaptureFile::kBufferBytes) {
+      Flush();
+    }
     if (buf_records_++ == 0) first_ns_ = now;
-    AppendRecord(buf_, now, p.data, p.len, snaplen_);
+    AppendRecord(buf_, format_, Direction::kRx, now, p.data, p.len);
   }
   FlushIfOld(now);
   return n;
@@ -82,25 +104,24 @@ uint16_t CaptureQueue::TxBurst(absl::Span<Packet* const> pkts) {
   const uint64_t now = UnixNs();
   size_t done = 0;
   while (done < pkts.size()) {
-    if (buf_.size() + RecordBytes(pkts[done]->len, snaplen_) > CaptureFile::kBufferBytes) Flush();
+    if (buf_.size() + TxBytes(pkts[done]->len) > CaptureFile::kBufferBytes) Flush();
     const size_t mark = buf_.size();
     size_t fit = 0;
     while (done + fit < pkts.size() &&
-           buf_.size() + RecordBytes(pkts[done + fit]->len, snaplen_) <=
-               CaptureFile::kBufferBytes) {
+           buf_.size() + TxBytes(pkts[done + fit]->len) <= CaptureFile::kBufferBytes) {
       const Packet& p = *pkts[done + fit];
-      AppendRecord(buf_, now, p.data, p.len, snaplen_);
+      AppendRecord(buf_, format_, Direction::kTx, now, p.data, p.len);
       ++fit;
     }
     const uint16_t taken = inner_.TxBurst(pkts.subspan(done, fit));
     size_t end = mark;
     for (uint16_t i = 0; i < taken; ++i) {
       const uint32_t len = pkts[done + i]->len;
-      if (!Claim(len)) {
+      if (!Claim(Direction::kTx, len)) {
         file_->CountFull(taken - i - 1u);
         break;
       }
-      end += RecordBytes(len, snaplen_);
+      end += TxBytes(len);
       if (buf_records_++ == 0) first_ns_ = now;
     }
     buf_.resize(end);
@@ -121,8 +142,13 @@ absl::StatusOr<std::unique_ptr<CaptureDevice>> CaptureDevice::Create(
 
 CaptureDevice::CaptureDevice(std::unique_ptr<Device> inner, std::shared_ptr<CaptureFile> file)
     : inner_(std::move(inner)), file_(std::move(file)) {
-  for (uint16_t q = 0; q < inner_->info().num_queues; ++q) {
-    queues_.push_back(std::make_unique<CaptureQueue>(inner_->queue(q), file_));
+  const DeviceInfo& info = inner_->info();
+  const std::string name = InterfaceName(info.uri);
+  const uint32_t interface = file_->AddInterface(
+      name, absl::StrCat("bypass device ", name, ", ", info.num_queues, " queue(s), MAC ",
+                         info.mac.ToString(), ", IPv4 ", info.ipv4.ToString()));
+  for (uint16_t q = 0; q < info.num_queues; ++q) {
+    queues_.push_back(std::make_unique<CaptureQueue>(inner_->queue(q), file_, interface));
   }
 }
 
@@ -136,6 +162,15 @@ absl::StatusOr<std::unique_ptr<Device>> WrapWithCapture(std::unique_ptr<Device> 
       CaptureDevice::Create(std::move(inner), opts);
   if (!dev.ok()) return dev.status();
   return std::unique_ptr<Device>(*std::move(dev));
+}
+
+void CaptureQueue::AppendCounters(NamedCounters* out) const {
+  const CaptureCounters c = file_->counters();  // the file's: every queue capturing into it
+  AppendNamed(out, "pcap_", {{"records", c.records},
+                             {"dropped_full", c.dropped_full},
+                             {"dropped_backlog", c.dropped_backlog},
+                             {"write_errors", c.write_errors}});
+  inner_.AppendCounters(out);
 }
 
 }  // namespace bypass::driver::pcap

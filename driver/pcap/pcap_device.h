@@ -1,5 +1,6 @@
 // A decorator that captures what any device sends and receives into a pcap
-// file (capture_file.h): `pcap=FILE` on a device URI (driver/open.cc), or
+// or pcapng file (capture_file.h; pcapng: an interface per device, each
+// record's direction): `pcap=FILE` on a device URI (driver/open.cc), or
 // WrapWithCapture in code.
 //
 // Every device here hands the layers above whole Ethernet/IPv4/UDP frames,
@@ -38,8 +39,9 @@ class CaptureQueue final : public QueuePair {
  public:
   static constexpr uint64_t kFlushAfterNs = 200'000'000;
 
-  // REQUIRES: inner outlives this queue.
-  CaptureQueue(QueuePair& inner, std::shared_ptr<CaptureFile> file);
+  // REQUIRES: inner outlives this queue. `interface`: its device's in the
+  // file (CaptureFile::AddInterface).
+  CaptureQueue(QueuePair& inner, std::shared_ptr<CaptureFile> file, uint32_t interface);
   CaptureQueue(const CaptureQueue&) = delete;
   CaptureQueue& operator=(const CaptureQueue&) = delete;
   // Hands the last records to the file.
@@ -52,6 +54,8 @@ class CaptureQueue final : public QueuePair {
   uint32_t PoolAvailable() const override { return inner_.PoolAvailable(); }
   uint32_t PoolCapacity() const override { return inner_.PoolCapacity(); }
   QueueStats stats() const override { return inner_.stats(); }
+  // The capture file's counters (pcap_), then the inner queue's.
+  void AppendCounters(NamedCounters* out) const override;
   uint16_t id() const override { return inner_.id(); }
   absl::Status BindUdpPort(uint16_t port) override { return inner_.BindUdpPort(port); }
   void UnbindUdpPort(uint16_t port) override { inner_.UnbindUdpPort(port); }
@@ -75,13 +79,14 @@ class CaptureQueue final : public QueuePair {
  private:
   // Claims the file's budget for a record of `len` bytes' frame; false
   // (counted, and from then on every frame) once it is spent.
-  bool Claim(uint32_t len);
+  bool Claim(Direction dir, uint32_t len);
+  uint32_t TxBytes(uint32_t len) const { return RecordBytes(format_, Direction::kTx, len); }
   // Hands the buffer over if its first record is old enough.
   void FlushIfOld(uint64_t now);
 
   QueuePair& inner_;
   std::shared_ptr<CaptureFile> file_;
-  const uint32_t snaplen_;
+  const RecordFormat format_;
   std::vector<uint8_t> buf_;
   uint64_t buf_records_ = 0;
   uint64_t first_ns_ = 0;    // of the buffer's first record

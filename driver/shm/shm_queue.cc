@@ -458,4 +458,19 @@ uint16_t ShmQueue::RxBurst(absl::Span<Packet*> out) {
   return static_cast<uint16_t>(got);
 }
 
+void ShmQueue::AppendCounters(NamedCounters* out) const {
+  const ShmCounters& c = counters_;
+  AppendNamed(out, "", {{"tx_unknown_dest", c.tx_unknown_dest},
+                        {"tx_not_udp", c.tx_not_udp},
+                        {"tx_no_lane", c.tx_no_lane},
+                        {"tx_no_memory", c.tx_no_memory},
+                        {"tx_lane_stuck", c.tx_lane_stuck},
+                        {"tx_too_long", c.tx_too_long},
+                        {"tx_dead_peer", c.tx_dead_peer},
+                        {"tx_bad_peer", c.tx_bad_peer},
+                        {"rx_bad_lane", c.rx_bad_lane},
+                        {"rx_bad_length", c.rx_bad_length},
+                        {"rx_no_buffer", c.rx_no_buffer}});
+}
+
 }  // namespace bypass::driver::shm

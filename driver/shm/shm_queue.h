@@ -56,6 +56,7 @@ class ShmQueue final : public QueuePair {
   uint32_t PoolAvailable() const override { return pool_->available(); }
   uint32_t PoolCapacity() const override { return pool_->capacity(); }
   QueueStats stats() const override { return stats_; }
+  void AppendCounters(NamedCounters* out) const override;
   uint16_t id() const override { return 0; }
   absl::Status BindUdpPort(uint16_t port) override;
   void UnbindUdpPort(uint16_t port) override;

@@ -658,4 +658,19 @@ uint16_t UdpQueue::TxBurst(absl::Span<Packet* const> pkts) {
   return static_cast<uint16_t>(taken);
 }
 
+void UdpQueue::AppendCounters(NamedCounters* out) const {
+  const UdpCounters& c = counters_;
+  AppendNamed(out, "", {{"tx_not_udp", c.tx_not_udp},
+                        {"tx_unbound_port", c.tx_unbound_port},
+                        {"tx_send_errors", c.tx_send_errors},
+                        {"rx_truncated", c.rx_truncated},
+                        {"rx_no_buffer", c.rx_no_buffer},
+                        {"rx_errors", c.rx_errors},
+                        {"rx_port_unreachable", c.rx_port_unreachable},
+                        {"tx_gso_refused", c.tx_gso_refused},
+                        {"rx_gro_refused", c.rx_gro_refused},
+                        {"tx_gso_messages", c.tx_gso_messages},
+                        {"rx_gro_messages", c.rx_gro_messages}});
+}
+
 }  // namespace bypass::driver::udp

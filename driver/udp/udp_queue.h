@@ -90,6 +90,7 @@ class UdpQueue final : public QueuePair {
   uint32_t PoolAvailable() const override { return pool_->available(); }
   uint32_t PoolCapacity() const override { return pool_->capacity(); }
   QueueStats stats() const override { return stats_; }
+  void AppendCounters(NamedCounters* out) const override;
   uint16_t id() const override { return 0; }
 
   // A non-blocking socket bound to (device IPv4, port). AlreadyExists when

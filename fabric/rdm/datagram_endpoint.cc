@@ -14,6 +14,7 @@
 #include "fabric/rdm/inbox.h"
 #include "fabric/rdm/peer_table.h"
 #include "fabric/rdm/rdm.h"
+#include "fabric/rdm/stats_registry.h"
 
 namespace bypass::rdm {
 
@@ -96,9 +97,12 @@ absl::StatusOr<std::unique_ptr<DatagramEndpoint>> DatagramEndpoint::Create(
 }
 
 DatagramEndpoint::DatagramEndpoint(Port& port, std::unique_ptr<DatagramPath> path)
-    : port_(port), path_(std::move(path)) {}
+    : port_(port), path_(std::move(path)), stats_(RegisterEndpoint()) {
+  PublishStats();
+}
 
 DatagramEndpoint::~DatagramEndpoint() {
+  UnregisterEndpoint(stats_->id());
   for (const DatagramPath::Group& g : path_->groups) port_.LeaveGroup(g.ip, g.udp_port, &path_->inbox);
   if (path_->attached) port_.Detach(path_->config.udp_port);  // frees what its inbox holds
 }
@@ -302,7 +306,26 @@ size_t DatagramEndpoint::Progress() {
     }
   }
   if (n > 0) port_.qp().FreeBulk({pkts, n});
+  if (stats_->wanted()) PublishStats();
   return n;
+}
+
+uint32_t DatagramEndpoint::stats_id() const { return stats_->id(); }
+
+void DatagramEndpoint::PublishStats() {
+  stats_->Publish([this](EndpointSnapshot& s) {
+    const DatagramPath& p = *path_;
+    s.datagram = true;
+    s.address = address();
+    s.port_id = port_.id();
+    s.port = port_.counters();
+    port_.SnapshotQueue(&s.device);
+    s.datagram_counters = p.counters;
+    s.datagram_peers.clear();
+    for (uint32_t i = 0; i < p.peers.size(); ++i) {
+      if (p.peers.in_use(i)) s.datagram_peers.push_back(p.peers.address(i));
+    }
+  });
 }
 
 size_t DatagramEndpoint::PollCompletions(absl::Span<Completion> out) {

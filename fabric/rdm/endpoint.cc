@@ -155,6 +155,7 @@ void Endpoint::PublishStats() {
     s.address = engine_->address();
     s.port_id = port_.id();
     s.port = port_.counters();
+    port_.SnapshotQueue(&s.device);
     s.counters = engine_->counters();
     engine_->SnapshotPeers(&s.peers);
   });

@@ -68,6 +68,14 @@ void Port::Poll(uint16_t burst) {
   if (dropped > 0) qp_.FreeBulk({drop, dropped});
 }
 
+void Port::SnapshotQueue(QueueSnapshot* out) const {
+  out->uri = info_.uri;
+  out->queue = qp_.id();
+  out->stats = qp_.stats();
+  out->counters.clear();
+  qp_.AppendCounters(&out->counters);
+}
+
 Inbox* Port::Find(const driver::Packet* p) const {
   const std::optional<uint16_t> port = PeekUdpDstPort(p->data, p->len);
   if (!port) return nullptr;

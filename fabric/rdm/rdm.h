@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +37,7 @@ class Inbox;
 class StatsSlot;
 class DatagramPath;
 class SharedMatch;
+struct QueueSnapshot;
 
 // What a Port dropped, plain counters of its thread.
 struct PortCounters {
@@ -95,6 +97,9 @@ class Port {
   // sender too, if it joined).
   void LoopToGroup(const driver::Packet& frame);
   uint32_t group_members() const { return member_count_; }
+  // The owner thread (telemetry): its device queue's counters into out
+  // (out's vectors keep their capacity).
+  void SnapshotQueue(QueueSnapshot* out) const;
 
  private:
   struct GroupMember {
@@ -251,12 +256,27 @@ class Endpoint {
 // Progress: a reader never touches the engine), so a snapshot is exact as
 // of one pass.
 
+// The device queue a Port polls, as the Port's owner read it.
+struct QueueSnapshot {
+  std::string uri;                 // the device's (DeviceInfo::uri)
+  uint16_t queue = 0;              // QueuePair::id()
+  driver::QueueStats stats;        // QueuePair::stats()
+  driver::NamedCounters counters;  // QueuePair::AppendCounters (a DPDK port's too)
+};
+
 // One endpoint, as its owner published it.
 struct EndpointSnapshot {
   uint32_t id = 0;
   Address address;
   uint32_t port_id = 0;   // its Port's id (endpoints of one Port share it)
   PortCounters port;      // that Port's counters
+  QueueSnapshot device;   // that Port's device queue
+  // A DatagramEndpoint (FI_EP_DGRAM): its counters are datagram_counters,
+  // `counters` stays zero and `peers` empty (datagrams keep no per-peer state
+  // but addresses: datagram_peers).
+  bool datagram = false;
+  DatagramCounters datagram_counters;
+  std::vector<Address> datagram_peers;
   Counters counters;
   std::vector<PeerSnapshot> peers;  // every peer it has, in slot order
   uint64_t published = 0;  // how many times it was published (from 1)
@@ -376,12 +396,18 @@ class DatagramEndpoint {
   size_t PollCompletions(absl::Span<Completion> out);
   size_t PollErrors(absl::Span<ErrorCompletion> out);
   const DatagramCounters& counters() const;
+  // Telemetry, as Endpoint's: listed among the process's endpoints
+  // (ListEndpoints; EndpointSnapshot::datagram), published at the Progress
+  // after a reader asked, or now.
+  uint32_t stats_id() const;
+  void PublishStats();
 
  private:
   explicit DatagramEndpoint(Port& port, std::unique_ptr<DatagramPath> path);
 
   Port& port_;
   std::unique_ptr<DatagramPath> path_;
+  std::shared_ptr<StatsSlot> stats_;
 };
 
 // The atomic op table applied to local memory, for reductions the caller

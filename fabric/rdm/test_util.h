@@ -42,6 +42,7 @@ class TapQueue final : public driver::QueuePair {
   uint32_t PoolAvailable() const override { return inner_.PoolAvailable(); }
   uint32_t PoolCapacity() const override { return inner_.PoolCapacity(); }
   driver::QueueStats stats() const override { return inner_.stats(); }
+  void AppendCounters(driver::NamedCounters* out) const override { inner_.AppendCounters(out); }
   uint16_t id() const override { return inner_.id(); }
   uint64_t dropped() const { return dropped_; }
   uint64_t alloc_calls() const { return alloc_calls_; }

@@ -1,5 +1,6 @@
 // The /bypass/ commands: engine snapshots as telemetry dicts.
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -90,6 +91,36 @@ constexpr CounterField kCounterFields[] = {
 static_assert(sizeof(rdm::Counters) == sizeof(kCounterFields) / sizeof(CounterField) * 8,
               "a field of rdm::Counters is missing from kCounterFields");
 
+// Every field of rdm::DatagramCounters, in its order.
+constexpr DatagramField kDatagramFields[] = {
+    {"sent", &rdm::DatagramCounters::sent},
+    {"received", &rdm::DatagramCounters::received},
+    {"truncated", &rdm::DatagramCounters::truncated},
+    {"no_receive_dropped", &rdm::DatagramCounters::no_receive_dropped},
+    {"not_for_us_dropped", &rdm::DatagramCounters::not_for_us_dropped},
+    {"tx_no_buffer", &rdm::DatagramCounters::tx_no_buffer},
+    {"tx_ring_full", &rdm::DatagramCounters::tx_ring_full},
+};
+static_assert(sizeof(rdm::DatagramCounters) == sizeof(kDatagramFields) / sizeof(DatagramField) * 8,
+              "a field of rdm::DatagramCounters is missing from kDatagramFields");
+
+// Every field of driver::QueueStats, in its order.
+constexpr QueueField kQueueFields[] = {
+    {"rx_packets", &driver::QueueStats::rx_packets},
+    {"rx_bytes", &driver::QueueStats::rx_bytes},
+    {"tx_packets", &driver::QueueStats::tx_packets},
+    {"tx_bytes", &driver::QueueStats::tx_bytes},
+    {"tx_ring_full", &driver::QueueStats::tx_ring_full},
+    {"rx_dropped", &driver::QueueStats::rx_dropped},
+    {"alloc_failures", &driver::QueueStats::alloc_failures},
+};
+static_assert(sizeof(driver::QueueStats) == sizeof(kQueueFields) / sizeof(QueueField) * 8,
+              "a field of driver::QueueStats is missing from kQueueFields");
+
+// A device answer's entries beyond the fixed ones stop here: DPDK 22.11's
+// dicts hold 256 (RTE_TEL_MAX_DICT_ENTRIES).
+constexpr size_t kMaxDictEntries = 256;
+
 // A few sums named as the issue names them, beside the fields.
 void AddDerived(const rdm::Counters& c, TelemetryDict* d) {
   d->Add("retransmits", c.retransmits_fast + c.retransmits_timeout);
@@ -112,21 +143,46 @@ absl::StatusOr<rdm::EndpointSnapshot> One(std::string_view params) {
   return std::move(s[0]);
 }
 
-// /bypass/engines: the ids, and every counter summed over them.
+std::vector<rdm::EndpointSnapshot> All() {
+  return rdm::SnapshotEndpoints(rdm::ListEndpoints(), kWaitNs);
+}
+
+void AddDatagramCounters(const rdm::DatagramCounters& c, TelemetryDict* d) {
+  for (const DatagramField& f : kDatagramFields) d->Add(absl::StrCat("dgram_", f.name), c.*f.member);
+}
+
+void AddPortCounters(const rdm::EndpointSnapshot& s, TelemetryDict* d) {
+  d->Add("port_id", s.port_id);
+  d->Add("port_rx_packets", s.port.rx_packets);
+  d->Add("port_no_endpoint", s.port.no_endpoint);
+  d->Add("port_inbox_full", s.port.inbox_full);
+  d->Add("port_group_copies", s.port.group_copies);
+}
+
+// /bypass/engines: the ids (RDM endpoints, then datagram endpoints), and
+// every counter summed over them.
 absl::Status Engines(std::string_view, TelemetryDict* d) {
-  const std::vector<uint32_t> ids = rdm::ListEndpoints();
-  const std::vector<rdm::EndpointSnapshot> all = rdm::SnapshotEndpoints(ids, kWaitNs);
-  std::vector<uint64_t> listed;
+  std::vector<uint64_t> listed, datagram;
   rdm::Counters total;
+  rdm::DatagramCounters dgram_total;
   uint64_t peers = 0;
-  for (const rdm::EndpointSnapshot& s : all) {
+  for (const rdm::EndpointSnapshot& s : All()) {
+    if (s.datagram) {
+      datagram.push_back(s.id);
+      for (const DatagramField& f : kDatagramFields) {
+        dgram_total.*f.member += s.datagram_counters.*f.member;
+      }
+      continue;
+    }
     listed.push_back(s.id);
     for (const CounterField& f : kCounterFields) total.*f.member += s.counters.*f.member;
     peers += s.peers.size();
   }
   d->Add("engines", std::move(listed));
+  d->Add("datagram_endpoints", std::move(datagram));
   d->Add("peers", peers);
   AddCounters(total, d);
+  AddDatagramCounters(dgram_total, d);
   return absl::OkStatus();
 }
 
@@ -135,16 +191,18 @@ absl::Status Engine(std::string_view params, TelemetryDict* d) {
   absl::StatusOr<rdm::EndpointSnapshot> s = One(params);
   if (!s.ok()) return s.status();
   d->Add("id", s->id);
+  d->Add("type", s->datagram ? "dgram" : "rdm");
   d->Add("address", s->address.ToString());
   d->Add("fresh", uint64_t{s->fresh});
   d->Add("published", s->published);
-  d->Add("peers", s->peers.size());
-  AddCounters(s->counters, d);
-  d->Add("port_id", s->port_id);
-  d->Add("port_rx_packets", s->port.rx_packets);
-  d->Add("port_no_endpoint", s->port.no_endpoint);
-  d->Add("port_inbox_full", s->port.inbox_full);
-  d->Add("port_group_copies", s->port.group_copies);
+  if (s->datagram) {
+    d->Add("peers", s->datagram_peers.size());
+    for (const DatagramField& f : kDatagramFields) d->Add(f.name, s->datagram_counters.*f.member);
+  } else {
+    d->Add("peers", s->peers.size());
+    AddCounters(s->counters, d);
+  }
+  AddPortCounters(*s, d);
   return absl::OkStatus();
 }
 
@@ -183,9 +241,14 @@ absl::Status Peers(std::string_view params, TelemetryDict* d) {
       {"held_packets",
        [](const rdm::PeerSnapshot& p) -> uint64_t { return p.stats.held_packets; }},
   };
-  for (const rdm::PeerSnapshot& p : s->peers) address.push_back(p.address.ToString());
   d->Add("engine", s->id);
   d->Add("fresh", uint64_t{s->fresh});
+  if (s->datagram) {  // datagram peers are addresses only
+    for (const rdm::Address& a : s->datagram_peers) address.push_back(a.ToString());
+    d->Add("address", std::move(address));
+    return absl::OkStatus();
+  }
+  for (const rdm::PeerSnapshot& p : s->peers) address.push_back(p.address.ToString());
   d->Add("address", std::move(address));
   for (const Column& c : kColumns) {
     std::vector<uint64_t> v;
@@ -193,6 +256,69 @@ absl::Status Peers(std::string_view params, TelemetryDict* d) {
     for (const rdm::PeerSnapshot& p : s->peers) v.push_back(c.get(p));
     d->Add(c.name, std::move(v));
   }
+  return absl::OkStatus();
+}
+
+// The endpoints' snapshots grouped by Port (one device queue each), in
+// port id order; each port's first snapshot stands for it (they are one
+// thread's: any fresh one is as recent).
+std::map<uint32_t, std::vector<rdm::EndpointSnapshot>> ByPort() {
+  std::map<uint32_t, std::vector<rdm::EndpointSnapshot>> out;
+  for (rdm::EndpointSnapshot& s : All()) out[s.port_id].push_back(std::move(s));
+  return out;
+}
+
+// /bypass/devices: a table of the device queues the endpoints poll.
+absl::Status Devices(std::string_view, TelemetryDict* d) {
+  std::vector<uint64_t> id, queue, endpoints, rx, tx;
+  std::vector<std::string> uri;
+  for (const auto& [port, snaps] : ByPort()) {
+    const rdm::QueueSnapshot& q = snaps[0].device;
+    id.push_back(port);
+    uri.push_back(q.uri.substr(0, 120));  // telemetry strings are under 128 bytes
+    queue.push_back(q.queue);
+    endpoints.push_back(snaps.size());
+    rx.push_back(q.stats.rx_packets);
+    tx.push_back(q.stats.tx_packets);
+  }
+  d->Add("id", std::move(id));
+  d->Add("uri", std::move(uri));
+  d->Add("queue", std::move(queue));
+  d->Add("endpoints", std::move(endpoints));
+  d->Add("rx_packets", std::move(rx));
+  d->Add("tx_packets", std::move(tx));
+  return absl::OkStatus();
+}
+
+// /bypass/device,<port id>: one device queue's counters, its backend's
+// (for a DPDK port, the port's rte_eth_stats and xstats) and its Port's.
+absl::Status Device(std::string_view params, TelemetryDict* d) {
+  uint32_t id = 0;
+  if (!absl::SimpleAtoi(absl::string_view(params.data(), params.size()), &id)) {
+    return absl::InvalidArgumentError("expects a device id: /bypass/devices lists them");
+  }
+  std::map<uint32_t, std::vector<rdm::EndpointSnapshot>> ports = ByPort();
+  auto it = ports.find(id);
+  if (it == ports.end()) return absl::NotFoundError(absl::StrCat("no device ", id));
+  const rdm::EndpointSnapshot& s = it->second[0];
+  std::vector<uint64_t> endpoints;
+  for (const rdm::EndpointSnapshot& e : it->second) endpoints.push_back(e.id);
+  d->Add("id", id);
+  d->Add("uri", s.device.uri.substr(0, 120));
+  d->Add("queue", s.device.queue);
+  d->Add("fresh", uint64_t{s.fresh});
+  d->Add("endpoints", std::move(endpoints));
+  for (const QueueField& f : kQueueFields) d->Add(f.name, s.device.stats.*f.member);
+  AddPortCounters(s, d);
+  uint64_t left_out = 0;
+  for (const driver::NamedCounter& c : s.device.counters) {
+    if (d->entries().size() + 1 >= kMaxDictEntries) {
+      ++left_out;
+    } else {
+      d->Add(c.name, c.value);
+    }
+  }
+  d->Add("counters_left_out", left_out);
   return absl::OkStatus();
 }
 
@@ -209,6 +335,10 @@ constexpr Command kCommands[] = {
     {"/bypass/peers",
      "bypass: one engine's peers, an array per counter, one entry per peer. Parameter: engine id",
      Peers},
+    {"/bypass/devices", "bypass: the device queues the engines poll, a table", Devices},
+    {"/bypass/device",
+     "bypass: one device queue's counters, its backend's and its port's. Parameter: device id",
+     Device},
 };
 
 // Registers the commands once; the status of that.
@@ -226,6 +356,8 @@ const absl::Status& Registered() {
 }  // namespace
 
 absl::Span<const CounterField> CounterFields() { return kCounterFields; }
+absl::Span<const DatagramField> DatagramFields() { return kDatagramFields; }
+absl::Span<const QueueField> QueueFields() { return kQueueFields; }
 
 std::string Answer(const std::string& cmd) {
   const absl::Status& registered = Registered();

@@ -68,6 +68,18 @@ struct CounterField {
   uint64_t rdm::Counters::*member;
 };
 absl::Span<const CounterField> CounterFields();
+// The same for rdm::DatagramCounters (a datagram endpoint's answer) and
+// driver::QueueStats (a device's).
+struct DatagramField {
+  const char* name;
+  uint64_t rdm::DatagramCounters::*member;
+};
+absl::Span<const DatagramField> DatagramFields();
+struct QueueField {
+  const char* name;
+  uint64_t driver::QueueStats::*member;
+};
+absl::Span<const QueueField> QueueFields();
 
 // The answer to cmd ("/bypass/engine,1"): the JSON the sockets send.
 std::string Answer(const std::string& cmd);

@@ -23,7 +23,8 @@ rdm::testing::NetOptions Lossy() {
 
 LossyPair::LossyPair() : net_(Lossy()) {}
 
-void LossyPair::Run(int messages, const std::function<void()>& reader) {
+void LossyPair::Run(int messages, const std::function<void()>& reader,
+                    const std::function<void()>& each_step) {
   const rdm::PeerId to[2] = {net_.Peer(0, 1), net_.Peer(1, 0)};
   std::vector<std::vector<uint8_t>> out(2 * messages), in(2 * messages);
   for (int i = 0; i < 2 * messages; ++i) {
@@ -62,6 +63,7 @@ void LossyPair::Run(int messages, const std::function<void()>& reader) {
       rdm::ErrorCompletion err[4];
       ASSERT_EQ(net_.ep(e).PollErrors(err), 0u) << err[0].message;
     }
+    if (each_step) each_step();
     net_.Step();
   }
   t.join();
@@ -170,6 +172,41 @@ void ExpectAtMost(const std::string& json, const rdm::Endpoint& ep) {
     ASSERT_TRUE(got.count(f.name)) << f.name << " missing in " << json;
     EXPECT_LE(got.at(f.name), ep.counters().*f.member) << f.name;
   }
+}
+
+namespace {
+
+// got[name] against want: equal, or at most want.
+void ExpectField(const std::map<std::string, uint64_t>& got, const std::string& name,
+                 uint64_t want, bool exact, const std::string& json) {
+  ASSERT_TRUE(got.count(name)) << name << " missing in " << json;
+  if (exact) {
+    EXPECT_EQ(got.at(name), want) << name;
+  } else {
+    EXPECT_LE(got.at(name), want) << name;
+  }
+}
+
+}  // namespace
+
+void ExpectDatagramMatches(const std::string& json, const rdm::DatagramEndpoint& ep, bool exact) {
+  const std::map<std::string, uint64_t> got = JsonNumbers(json);
+  EXPECT_NE(json.find("\"type\": \"dgram\""), std::string::npos) << json;
+  EXPECT_EQ(got.at("id"), ep.stats_id());
+  for (const DatagramField& f : DatagramFields()) {
+    ExpectField(got, f.name, ep.counters().*f.member, exact, json);
+  }
+}
+
+void ExpectDeviceMatches(const std::string& json, const rdm::Port& port, bool exact) {
+  const std::map<std::string, uint64_t> got = JsonNumbers(json);
+  rdm::QueueSnapshot now;
+  port.SnapshotQueue(&now);
+  EXPECT_EQ(got.at("id"), port.id());
+  for (const QueueField& f : QueueFields()) ExpectField(got, f.name, now.stats.*f.member, exact, json);
+  ExpectField(got, "port_rx_packets", port.counters().rx_packets, exact, json);
+  ASSERT_FALSE(now.counters.empty()) << "the backend names counters of its own";
+  for (const driver::NamedCounter& c : now.counters) ExpectField(got, c.name, c.value, exact, json);
 }
 
 }  // namespace bypass::stats::testing

@@ -22,8 +22,10 @@ class LossyPair {
   // Sends `messages` messages (1 B to 20 KB) each way, half of the
   // receives posted late, stepping until every one completed, while
   // `reader` runs on another thread (the steps go on until it returns).
-  // Checks with gtest that every message arrived.
-  void Run(int messages, const std::function<void()>& reader);
+  // Checks with gtest that every message arrived. `each_step`, if set,
+  // runs on this thread once per step (more traffic on the same ports).
+  void Run(int messages, const std::function<void()>& reader,
+           const std::function<void()>& each_step = nullptr);
   // Publishes both endpoints' state; nothing progresses them afterwards.
   void Publish();
 
@@ -48,6 +50,14 @@ void ExpectPeersMatch(const std::string& json, const rdm::Endpoint& ep, rdm::Pee
 // A /bypass/engine answer read during the run: every counter at most the
 // final one (they only grow).
 void ExpectAtMost(const std::string& json, const rdm::Endpoint& ep);
+
+// A /bypass/engine answer for a datagram endpoint: its counters, equal
+// (exact) or at most (read during the run) ep's now.
+void ExpectDatagramMatches(const std::string& json, const rdm::DatagramEndpoint& ep, bool exact);
+// A /bypass/device answer for port: its queue's QueueStats and
+// AppendCounters, read directly now, equal (exact) or at least what the
+// answer says (read during the run).
+void ExpectDeviceMatches(const std::string& json, const rdm::Port& port, bool exact);
 
 }  // namespace bypass::stats::testing
 

@@ -3,7 +3,8 @@
 //
 //   bypass-stat                          every process: its socket and /bypass/engines
 //   bypass-stat PID [CMD...]             CMD: /bypass/engines (default),
-//                                        /bypass/engine,ID, /bypass/peers,ID, /
+//                                        /bypass/engine,ID, /bypass/peers,ID,
+//                                        /bypass/devices, /bypass/device,ID, /
 //   bypass-stat --socket=PATH [CMD...]   e.g. /var/run/dpdk/PREFIX/dpdk_telemetry.v2
 //
 // Prints one JSON answer per line, as the socket sent it.
@@ -23,7 +24,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: bypass-stat [PID | --socket=PATH] [CMD...]\n"
     "  no PID: every process serving stats under $BYPASS_STATS_DIR or /run/bypass/stats.u<uid>\n"
-    "  CMD: /bypass/engines (default), /bypass/engine,ID, /bypass/peers,ID, / (the commands)\n"
+    "  CMD: /bypass/engines (default), /bypass/engine,ID, /bypass/peers,ID,\n"
+    "       /bypass/devices, /bypass/device,ID, / (the commands)\n"
     "  processes serve their stats when run with BYPASS_STATS=1\n";
 
 // Queries cmds at path; false if one failed (said on stderr).
