@@ -37,8 +37,8 @@ for f in "$@"; do
     # DPDK applications embedding bypass own their EAL: examples/ and the
     # tests that stand for such an application.
     if [[ "$inc" =~ ^rte_ ]] && [[ "$f" != driver/dpdk/* ]] && [[ "$f" != tools/bare/* ]] &&
-       [[ "$f" != examples/* ]] && ! [[ "$f" == *_test.cc && "$inc" =~ ^rte_(eal|errno)\.h$ ]]; then
-      why="only driver/dpdk (the bare DPDK baseline, examples/ and an application's EAL in a test) include DPDK headers"
+       [[ "$f" != examples/* ]] && ! [[ "$f" == *_test.cc && "$inc" =~ ^rte_(eal|errno|ethdev)\.h$ ]]; then
+      why="only driver/dpdk (the bare DPDK baseline, examples/, and an application's EAL or port in a test) include DPDK headers"
     fi
     if [[ "$inc" == infiniband/* ]] && [[ "$f" != driver/mlx5/* ]]; then
       why="only driver/mlx5 includes rdma-core headers"
