@@ -27,11 +27,7 @@ namespace {
 
 using testing::LossyPair;
 
-std::string RunTool(const std::string& args) {
-  const char* srcdir = getenv("TEST_SRCDIR");
-  return testing::RunCommand(
-      absl::StrCat(srcdir ? srcdir : ".", "/bypass/tools/stat/bypass-stat ", args));
-}
+using testing::RunStatTool;
 
 // One datagram endpoint's side of a stream: sends one datagram per call
 // while the peer takes them, and keeps receives posted.
@@ -83,8 +79,8 @@ TEST(DevicesTest, DatagramEndpointsAndDeviceQueuesDuringALossyRun) {
       200,
       [&] {
         for (int i = 0; i < 3; ++i) {
-          dgram_during.push_back(RunTool(absl::StrCat(pid, " /bypass/engine,", a.ep->stats_id())));
-          device_during.push_back(RunTool(absl::StrCat(pid, " /bypass/device,", port0)));
+          dgram_during.push_back(RunStatTool(absl::StrCat(pid, " /bypass/engine,", a.ep->stats_id())));
+          device_during.push_back(RunStatTool(absl::StrCat(pid, " /bypass/device,", port0)));
         }
       },
       [&] {
@@ -105,31 +101,31 @@ TEST(DevicesTest, DatagramEndpointsAndDeviceQueuesDuringALossyRun) {
   // After the run: exactly what the endpoints and the queues count.
   EXPECT_GT(a.ep->counters().sent, 100u);
   EXPECT_GT(b.ep->counters().received, 50u);
-  testing::ExpectDatagramMatches(RunTool(absl::StrCat(pid, " /bypass/engine,", a.ep->stats_id())),
+  testing::ExpectDatagramMatches(RunStatTool(absl::StrCat(pid, " /bypass/engine,", a.ep->stats_id())),
                                  *a.ep, /*exact=*/true);
-  testing::ExpectDatagramMatches(RunTool(absl::StrCat(pid, " /bypass/engine,", b.ep->stats_id())),
+  testing::ExpectDatagramMatches(RunStatTool(absl::StrCat(pid, " /bypass/engine,", b.ep->stats_id())),
                                  *b.ep, /*exact=*/true);
   for (int i = 0; i < 2; ++i) {
-    const std::string j = RunTool(absl::StrCat(pid, " /bypass/device,", pair.net().port(i).id()));
+    const std::string j = RunStatTool(absl::StrCat(pid, " /bypass/device,", pair.net().port(i).id()));
     testing::ExpectDeviceMatches(j, pair.net().port(i), /*exact=*/true);
     EXPECT_GT(testing::JsonNumbers(j)["fault_dropped"], 0u) << "5% drop: " << j;
     EXPECT_NE(j.find("\"uri\": \"loopback:"), std::string::npos) << j;
   }
   // The lists: the datagram endpoints beside the engines, their totals,
   // and both device queues with their endpoints.
-  const std::string engines = RunTool(pid);
+  const std::string engines = RunStatTool(pid);
   EXPECT_EQ(testing::JsonArray(engines, "datagram_endpoints"),
             (std::vector<uint64_t>{a.ep->stats_id(), b.ep->stats_id()}));
   EXPECT_EQ(testing::JsonNumbers(engines)["dgram_sent"], a.ep->counters().sent);
   EXPECT_EQ(testing::JsonNumbers(engines)["dgram_received"], b.ep->counters().received);
-  const std::string devices = RunTool(absl::StrCat(pid, " /bypass/devices"));
+  const std::string devices = RunStatTool(absl::StrCat(pid, " /bypass/devices"));
   EXPECT_EQ(testing::JsonArray(devices, "id"),
             (std::vector<uint64_t>{port0, pair.net().port(1).id()}));
   EXPECT_EQ(testing::JsonArray(devices, "endpoints"), (std::vector<uint64_t>{2, 2}));
   // A datagram endpoint's peers: addresses.
-  const std::string peers = RunTool(absl::StrCat(pid, " /bypass/peers,", a.ep->stats_id()));
+  const std::string peers = RunStatTool(absl::StrCat(pid, " /bypass/peers,", a.ep->stats_id()));
   EXPECT_NE(peers.find(b.ep->address().ToString()), std::string::npos) << peers;
-  EXPECT_EQ(RunTool(absl::StrCat(pid, " /bypass/device,999")), "{\"/bypass/device\": null}\n");
+  EXPECT_EQ(RunStatTool(absl::StrCat(pid, " /bypass/device,999")), "{\"/bypass/device\": null}\n");
 }
 
 // A DPDK port in bypass's own EAL: net_ring, whose TX ring is its RX ring,

@@ -16,12 +16,7 @@ namespace {
 
 using testing::LossyPair;
 
-// Runs bypass-stat with args; its standard output.
-std::string RunTool(const std::string& args) {
-  const char* srcdir = getenv("TEST_SRCDIR");
-  return testing::RunCommand(
-      absl::StrCat(srcdir ? srcdir : ".", "/bypass/tools/stat/bypass-stat ", args));
-}
+using testing::RunStatTool;
 
 TEST(StatToolTest, ReadsTheCountersOfALossyRun) {
   // A short directory: TEST_TMPDIR is too long for a unix socket's path.
@@ -40,7 +35,7 @@ TEST(StatToolTest, ReadsTheCountersOfALossyRun) {
   const std::string pid = std::to_string(getpid());
   std::vector<std::string> during;
   pair.Run(200, [&] {
-    for (int i = 0; i < 3; ++i) during.push_back(RunTool(absl::StrCat(pid, " /bypass/engine,", id0)));
+    for (int i = 0; i < 3; ++i) during.push_back(RunStatTool(absl::StrCat(pid, " /bypass/engine,", id0)));
   });
   pair.Publish();
   for (const std::string& j : during) {
@@ -48,23 +43,23 @@ TEST(StatToolTest, ReadsTheCountersOfALossyRun) {
     testing::ExpectAtMost(j, pair.net().ep(0));
   }
   // After the run: exactly the engines' counters.
-  const std::string e0 = RunTool(absl::StrCat(pid, " /bypass/engine,", id0));
+  const std::string e0 = RunStatTool(absl::StrCat(pid, " /bypass/engine,", id0));
   testing::ExpectEngineMatches(e0, pair.net().ep(0), pair.net().port(0));
   const rdm::Counters& c0 = pair.net().ep(0).counters();
   EXPECT_GT(c0.retransmits_fast + c0.retransmits_timeout, 0u) << "5% drop makes retransmissions";
-  testing::ExpectEngineMatches(RunTool(absl::StrCat(pid, " /bypass/engine,", id1)),
+  testing::ExpectEngineMatches(RunStatTool(absl::StrCat(pid, " /bypass/engine,", id1)),
                                pair.net().ep(1), pair.net().port(1));
-  testing::ExpectPeersMatch(RunTool(absl::StrCat(pid, " /bypass/peers,", id1)), pair.net().ep(1),
+  testing::ExpectPeersMatch(RunStatTool(absl::StrCat(pid, " /bypass/peers,", id1)), pair.net().ep(1),
                             pair.net().Peer(1, 0));
   // Totals: the sum over both engines (this process has no others).
-  const auto total = testing::JsonNumbers(RunTool(pid));
+  const auto total = testing::JsonNumbers(RunStatTool(pid));
   EXPECT_EQ(total.at("tx_packets"),
             c0.tx_packets + pair.net().ep(1).counters().tx_packets);
   EXPECT_EQ(total.at("peers"), 2u);
   // Every process serving: the same, under a heading per socket.
-  EXPECT_NE(RunTool("").find(absl::StrCat(pid, ".sock")), std::string::npos);
+  EXPECT_NE(RunStatTool("").find(absl::StrCat(pid, ".sock")), std::string::npos);
   // An engine that is not there answers null.
-  EXPECT_EQ(RunTool(absl::StrCat(pid, " /bypass/engine,999")), "{\"/bypass/engine\": null}\n");
+  EXPECT_EQ(RunStatTool(absl::StrCat(pid, " /bypass/engine,999")), "{\"/bypass/engine\": null}\n");
 }
 
 }  // namespace

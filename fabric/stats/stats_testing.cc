@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -86,6 +88,11 @@ std::string RunCommand(const std::string& cmd) {
   while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
   EXPECT_EQ(pclose(f), 0) << cmd;
   return out;
+}
+
+std::string RunStatTool(const std::string& args) {
+  const char* srcdir = getenv("TEST_SRCDIR");
+  return RunCommand(std::string(srcdir ? srcdir : ".") + "/bypass/tools/stat/bypass-stat " + args);
 }
 
 // (A scanner, not std::regex: gcc 12's regex trips -Wmaybe-uninitialized

@@ -36,6 +36,9 @@ class LossyPair {
 // Runs a shell command; its standard output. Checks with gtest that it
 // exited 0.
 std::string RunCommand(const std::string& cmd);
+// Runs the test's bypass-stat (a data dependency, under TEST_SRCDIR) with
+// args; its standard output.
+std::string RunStatTool(const std::string& args);
 
 // The numbers of a JSON answer: "name": 123 (top level or nested).
 std::map<std::string, uint64_t> JsonNumbers(const std::string& json);
