@@ -1,8 +1,9 @@
 // The RDM engine over in-process loopback ports, both ends in one thread:
 // 64-byte ping-pong round trips (on the virtual-per-burst QueuePair and on
 // the concrete loopback queue) beside the raw driver's frame ping-pong
-// measured in the same run, one-way bandwidth at 64 KiB and 1 MiB, and the
-// time of a first contact (the handshake).
+// measured in the same run, the 64 B message rate beside raw bursts (BM_RawRate,
+// BM_RdmRate), one-way bandwidth at 64 KiB and 1 MiB, and the time of a
+// first contact (the handshake).
 //   bazel run --config=opt //fabric/rdm:engine_benchmark
 // Each round trip is one out-of-line call (RawRoundTrip, RdmRoundTrip), so
 // that callgrind counts its instructions alone, the same on a loaded machine
@@ -275,6 +276,77 @@ void BM_RdmStream(benchmark::State& state) {
       static_cast<double>(p.ea->counters().retransmits_fast + p.ea->counters().retransmits_timeout);
 }
 BENCHMARK(BM_RdmStream)->Arg(64 << 10)->Arg(1 << 20);
+
+// The 64 B message rate: a window of kRateWindow messages one way, each
+// window one out-of-line call (RawRateWindow, RdmRateWindow), so callgrind
+// counts the instructions per message (a window's count / kRateWindow) the
+// same on any load: the in-process counterpart of the bench's rate table
+// (`pingpong --mode=rate`, issue 22's ">= 0.5x bare memif's packet rate").
+// Raw frames go as one burst of kRateWindow; the engine's sends ask for
+// their ACK as the pingpong tool's rate mode does (completions on the
+// peer's acknowledgement), or are injected.
+constexpr size_t kRateWindow = 32;
+
+__attribute__((noinline)) void RawRateWindow(LoopbackDevice& a, LoopbackDevice& b,
+                                             const driver::UdpFlow& flow) {
+  uint8_t payload[64] = {};
+  driver::Packet* p[kRateWindow];
+  a.queue(0).AllocBulk(p);
+  for (driver::Packet* f : p) {
+    f->len = static_cast<uint32_t>(driver::BuildUdpFrame(flow, payload, {f->data, f->capacity},
+                                                         driver::UdpChecksumFill::kNone));
+  }
+  a.queue(0).TxBurst(p);
+  for (size_t got = 0; got < kRateWindow;) {
+    got += b.queue(0).RxBurst({p + got, kRateWindow - got});
+  }
+  b.queue(0).FreeBulk(p);
+}
+
+void BM_RawRate(benchmark::State& state) {
+  const std::string seg = Segment();
+  auto a = OpenPort(seg);
+  auto b = OpenPort(seg);
+  const driver::UdpFlow flow{a->info().mac, b->info().mac, a->info().ipv4, b->info().ipv4, 1, 2, 0};
+  for (auto _ : state) RawRateWindow(*a, *b, flow);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kRateWindow));
+}
+BENCHMARK(BM_RawRate);
+
+__attribute__((noinline)) void RdmRateWindow(Pair& p, uint8_t (*out)[64], uint8_t (*in)[64],
+                                             uint32_t flags) {
+  for (size_t i = 0; i < kRateWindow; ++i) p.eb->PostRecv({.buf = in[i], .len = 64});
+  Completion c[kRateWindow];
+  // Injected sends complete with no completion entry.
+  const size_t completions = (flags & kSendInject) != 0 ? 0 : kRateWindow;
+  size_t posted = 0, received = 0, sent = 0;
+  while (posted < kRateWindow || received < kRateWindow || sent < completions) {
+    while (posted < kRateWindow &&
+           p.ea->Send({.dest = p.to_b, .buf = out[posted], .len = 64, .flags = flags}) ==
+               Result::kOk) {
+      ++posted;
+    }
+    p.ea->Progress();
+    p.eb->Progress();
+    received += p.eb->PollCompletions(c);
+    sent += p.ea->PollCompletions(c);
+  }
+}
+
+// arg 0: the send flags (0: completion on the peer's ACK, as the pingpong
+// tool's rate mode; 1: kSendInject).
+void BM_RdmRate(benchmark::State& state) {
+  Pair p;
+  const uint32_t flags = state.range(0) != 0 ? kSendInject : 0;
+  uint8_t out[kRateWindow][64] = {}, in[kRateWindow][64];
+  // The handshake first, outside what callgrind counts.
+  RdmRoundTrip<64>(p, out[0], in[0], in[1]);
+  for (auto _ : state) RdmRateWindow(p, out, in, flags);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kRateWindow));
+  const double msgs = static_cast<double>(state.iterations() * kRateWindow);
+  state.counters["tx_acks_per_msg"] = static_cast<double>(p.eb->counters().tx_acks) / msgs;
+}
+BENCHMARK(BM_RdmRate)->Arg(0)->Arg(1);
 
 // Eager against rendezvous at one size: arg 0 the size, arg 1 the protocol
 // (0 eager, 1 rendezvous), arg 2 messages outstanding (1: each message's
