@@ -84,6 +84,14 @@ class ShmTest : public ::testing::Test {
   }
 
   // Everything q has now (payload first bytes), freed.
+  // Devices at kIpA and kIpB, a's `port` bound (b sends to it).
+  void OpenBound(uint16_t port, std::unique_ptr<ShmDevice>* a, std::unique_ptr<ShmDevice>* b) {
+    *a = OpenAt(kIpA);
+    *b = OpenAt(kIpB);
+    ASSERT_TRUE(*a && *b);
+    ASSERT_TRUE((*a)->queue(0).BindUdpPort(port).ok());
+  }
+
   std::vector<uint8_t> Drain(QueuePair& q) {
     std::vector<uint8_t> got;
     Packet* out[64];
@@ -372,10 +380,8 @@ TEST_F(ShmTest, UnknownDestinationsAreDroppedAndCounted) {
 // refuse (an unknown destination, not a UDP frame) stops the burst, is not
 // counted as a drop, and stays the caller's; what it reaches is copied.
 TEST_F(ShmTest, SendRoutedStopsAtWhatItDoesNotReach) {
-  auto a = OpenAt(kIpA);
-  auto b = OpenAt(kIpB);
-  ASSERT_TRUE(a && b);
-  ASSERT_TRUE(a->queue(0).BindUdpPort(8000).ok());
+  std::unique_ptr<ShmDevice> a, b;
+  ASSERT_NO_FATAL_FAILURE(OpenBound(8000, &a, &b));
   ShmQueue& bq = b->shm_queue();
   std::vector<Packet*> pkts = Frames(*b, kIpA, 8000, 2, 50);
   std::vector<Packet*> away = Frames(*b, kIpA, 9999, 1);
@@ -495,10 +501,8 @@ struct FailReservations {
 };
 
 TEST_F(ShmTest, ALaneThatCannotBeReservedIsNoLaneUntilItCan) {
-  auto a = OpenAt(kIpA);
-  auto b = OpenAt(kIpB);
-  ASSERT_TRUE(a && b);
-  ASSERT_TRUE(a->queue(0).BindUdpPort(8300).ok());
+  std::unique_ptr<ShmDevice> a, b;
+  ASSERT_NO_FATAL_FAILURE(OpenBound(8300, &a, &b));
   ShmQueue& bq = b->shm_queue();
   {
     FailReservations full;
