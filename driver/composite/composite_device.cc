@@ -98,26 +98,22 @@ uint16_t CompositeQueue::SendRemote(absl::Span<Packet* const> run) {
 
 uint16_t CompositeQueue::TxBurst(absl::Span<Packet* const> pkts) {
   size_t i = 0;
-  // Each frame's route is looked up once: the frame that ends a run starts
-  // the next.
-  bool local = !pkts.empty() && Local(pkts[0]);
   while (i < pkts.size()) {
-    size_t j = i + 1;
-    bool next = local;
-    while (j < pkts.size() && (next = Local(pkts[j])) == local) ++j;
-    const absl::Span<Packet* const> run = pkts.subspan(i, j - i);
-    uint16_t took;
-    if (local) {
-      // Copied into the peer's lane; the buffers stay ours to free.
-      took = local_.Send(run);
-      routes_.tx_local += took;
-      FreeBulk(run.subspan(0, took));
-    } else {
-      took = SendRemote(run);
-    }
+    // The intra-host device copies into the peers' lanes what it reaches
+    // (the buffers stay ours to free) and stops at the first frame it does
+    // not: one route lookup per frame.
+    bool unrouted = false;
+    const uint16_t took = local_.SendRouted(pkts.subspan(i), &unrouted);
+    routes_.tx_local += took;
+    FreeBulk(pkts.subspan(i, took));
     i += took;
-    if (took < run.size()) break;
-    local = next;
+    if (!unrouted) break;  // all sent, or a full lane: the caller keeps the rest
+    // That frame, and those after it for other hosts, go the remote way.
+    size_t j = i + 1;
+    while (j < pkts.size() && !Local(pkts[j])) ++j;
+    const uint16_t sent = SendRemote(pkts.subspan(i, j - i));
+    i += sent;
+    if (i < j) break;
   }
   return static_cast<uint16_t>(i);
 }

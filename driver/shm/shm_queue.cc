@@ -256,27 +256,33 @@ void ShmQueue::PublishTouched() {
   touched_.clear();
 }
 
-uint16_t ShmQueue::Send(absl::Span<Packet* const> pkts) {
+uint16_t ShmQueue::SendFrames(absl::Span<Packet* const> pkts, bool* unrouted) {
   pkts = pkts.first(std::min<size_t>(pkts.size(), UINT16_MAX));  // the count is 16 bits
   Revalidate();
   size_t done = 0;
   for (; done < pkts.size(); ++done) {
     const Packet& pkt = *pkts[done];
     const uint8_t* f = pkt.data;
+    // No route (Reaches' refusals): the drop's counter.
+    uint64_t* refused = nullptr;
+    Peer* p = nullptr;
     // The frame is the caller's and untrusted: lengths before offsets.
     if (pkt.len < kUdpFrameHeaderBytes || pkt.len > max_frame_ ||
         Load16(f + offsetof(EthernetHeader, ether_type)) != kEtherTypeIpv4 ||
         f[kEth] != 0x45 || f[kEth + offsetof(Ipv4Header, protocol)] != kIpProtoUdp) {
-      ++counters_.tx_not_udp;
-      continue;
+      refused = &counters_.tx_not_udp;
+    } else if (p = Resolve(Load32(f + kDstIpAt), Load16(f + kUdpDstPortAt));
+               p == nullptr || p->dead) {
+      refused = &counters_.tx_unknown_dest;
+    } else if (!HasLane(*p)) {
+      refused = p->no_memory ? &counters_.tx_no_memory : &counters_.tx_no_lane;
     }
-    Peer* p = Resolve(Load32(f + kDstIpAt), Load16(f + kUdpDstPortAt));
-    if (p == nullptr || p->dead) {
-      ++counters_.tx_unknown_dest;
-      continue;
-    }
-    if (!HasLane(*p)) {
-      ++(p->no_memory ? counters_.tx_no_memory : counters_.tx_no_lane);
+    if (refused != nullptr) {
+      if (unrouted != nullptr) {  // the caller's to send another way
+        *unrouted = true;
+        break;
+      }
+      ++*refused;
       continue;
     }
     if (pkt.len > p->layout.slot_bytes) {
@@ -333,7 +339,7 @@ uint16_t ShmQueue::Send(absl::Span<Packet* const> pkts) {
     stats_.tx_bytes += pkt.len;
   }
   PublishTouched();
-  stats_.tx_ring_full += pkts.size() - done;
+  if (unrouted == nullptr || !*unrouted) stats_.tx_ring_full += pkts.size() - done;
   return static_cast<uint16_t>(done);
 }
 

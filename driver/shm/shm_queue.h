@@ -84,7 +84,17 @@ class ShmQueue final : public QueuePair {
   bool Reaches(Ipv4Address ip, uint16_t udp_port);
   // As TxBurst, but copies without taking ownership: the caller frees the
   // packets counted in the result (delivered or dropped), keeps the rest.
-  uint16_t Send(absl::Span<Packet* const> pkts);
+  uint16_t Send(absl::Span<Packet* const> pkts) { return SendFrames(pkts, nullptr); }
+  // As Send, for a composite device, which sends what this device cannot
+  // reach another way: stops at the first frame Reaches would refuse (not
+  // an IPv4/UDP frame this device carries, no live binding of its
+  // destination, or no lane in it), sets *unrouted and leaves that frame
+  // and the rest to the caller. One route lookup per frame, not two
+  // (Reaches, then Send's own).
+  uint16_t SendRouted(absl::Span<Packet* const> pkts, bool* unrouted) {
+    *unrouted = false;
+    return SendFrames(pkts, unrouted);
+  }
   // True for packets this queue's RxBurst or AllocBulk handed out.
   bool Owns(const Packet* p) const { return pool_->Owns(p); }
 
@@ -141,6 +151,8 @@ class ShmQueue final : public QueuePair {
   // Whether p has a lane, retrying the claim now and then while it has none.
   bool HasLane(Peer& p);
   bool CanStage(Peer& p, bool* corrupt);
+  // Send, and SendRouted when unrouted is not null.
+  uint16_t SendFrames(absl::Span<Packet* const> pkts, bool* unrouted);
   void ReleaseLane(Peer& p);
   void PublishTouched();
 

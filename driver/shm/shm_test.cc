@@ -84,6 +84,14 @@ class ShmTest : public ::testing::Test {
   }
 
   // Everything q has now (payload first bytes), freed.
+  // Devices at kIpA and kIpB, a's `port` bound (b sends to it).
+  void OpenBound(uint16_t port, std::unique_ptr<ShmDevice>* a, std::unique_ptr<ShmDevice>* b) {
+    *a = OpenAt(kIpA);
+    *b = OpenAt(kIpB);
+    ASSERT_TRUE(*a && *b);
+    ASSERT_TRUE((*a)->queue(0).BindUdpPort(port).ok());
+  }
+
   std::vector<uint8_t> Drain(QueuePair& q) {
     std::vector<uint8_t> got;
     Packet* out[64];
@@ -368,6 +376,33 @@ TEST_F(ShmTest, UnknownDestinationsAreDroppedAndCounted) {
   EXPECT_EQ(b->queue(0).PoolAvailable(), level);
 }
 
+// SendRouted (the composite's one lookup per frame): what Reaches would
+// refuse (an unknown destination, not a UDP frame) stops the burst, is not
+// counted as a drop, and stays the caller's; what it reaches is copied.
+TEST_F(ShmTest, SendRoutedStopsAtWhatItDoesNotReach) {
+  std::unique_ptr<ShmDevice> a, b;
+  ASSERT_NO_FATAL_FAILURE(OpenBound(8000, &a, &b));
+  ShmQueue& bq = b->shm_queue();
+  std::vector<Packet*> pkts = Frames(*b, kIpA, 8000, 2, 50);
+  std::vector<Packet*> away = Frames(*b, kIpA, 9999, 1);
+  std::vector<Packet*> junk = Frames(*b, kIpA, 8000, 1);
+  junk[0]->len = 20;
+  pkts.push_back(away[0]);
+  pkts.push_back(junk[0]);
+  bool unrouted = false;
+  EXPECT_EQ(bq.SendRouted(pkts, &unrouted), 2);
+  EXPECT_TRUE(unrouted);
+  EXPECT_EQ(bq.SendRouted(absl::MakeConstSpan(pkts).subspan(3), &unrouted), 0);
+  EXPECT_TRUE(unrouted);
+  EXPECT_EQ(bq.counters().tx_unknown_dest, 0u);
+  EXPECT_EQ(bq.counters().tx_not_udp, 0u);
+  EXPECT_EQ(bq.stats().tx_ring_full, 0u) << "a frame for another route is no full lane";
+  EXPECT_EQ(bq.SendRouted(absl::MakeConstSpan(pkts).first(1), &unrouted), 1);
+  EXPECT_FALSE(unrouted);
+  EXPECT_EQ(Drain(a->queue(0)), (std::vector<uint8_t>{50, 51, 50}));
+  b->queue(0).FreeBulk(pkts);
+}
+
 TEST_F(ShmTest, FullLaneBackPressuresThenDrains) {
   auto a = OpenAt(kIpA, ",slots=4");
   auto b = OpenAt(kIpB);
@@ -466,10 +501,8 @@ struct FailReservations {
 };
 
 TEST_F(ShmTest, ALaneThatCannotBeReservedIsNoLaneUntilItCan) {
-  auto a = OpenAt(kIpA);
-  auto b = OpenAt(kIpB);
-  ASSERT_TRUE(a && b);
-  ASSERT_TRUE(a->queue(0).BindUdpPort(8300).ok());
+  std::unique_ptr<ShmDevice> a, b;
+  ASSERT_NO_FATAL_FAILURE(OpenBound(8300, &a, &b));
   ShmQueue& bq = b->shm_queue();
   {
     FailReservations full;
