@@ -181,7 +181,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   rdm::SendRequest r;
   fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
   if (int ret = MsgDest(ep, &dest); ret != 0) return ret;
-  if (ReservesTopTag(ep) && a.tagged && (a.tag & kCmTagBit)) return -FI_EINVAL;  // cm.h, coll.h
+  if (a.tagged && (a.tag & kCmTagBit) && ReservesTopTag(ep)) return -FI_EINVAL;  // cm.h, coll.h
   if (!FindPeer(ep, dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;

@@ -165,7 +165,8 @@ bool ReportUnknownSource(Ep* ep, Cq* cq, const fi_cq_tagged_entry& entry, rdm::P
 void Deliver(Ep* ep, const rdm::Completion& c) {
   if (ep->coll != nullptr && CollCompletion(ep, c)) return;  // a collective's transfer
   if (ep->msg != nullptr && MsgCompletion(ep, c)) return;  // the connection manager's
-  if (BufferedCompletion(ep, c)) return;  // a buffered receive's peek or landing
+  // A buffered receive's peek or landing.
+  if (ep->buffered != nullptr && BufferedCompletion(ep, c)) return;
   bool suppress = false;
   void* user;
   if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
