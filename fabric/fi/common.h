@@ -12,7 +12,10 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include <linux/futex.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -67,8 +70,8 @@ int BadFid(const void* fid, size_t fclass);
 // The mutex of a DomainLock, reentrant (a progress pass takes the
 // domain's lock, then each endpoint's, which may be the same lane's): the
 // owner's nested acquisitions only count depth. Uncontended, taking and
-// releasing it is one exchange each (a waiter sleeps on the word: C++20
-// atomic wait, a futex), where std::recursive_mutex costs about 50
+// releasing it is one exchange each (a waiter sleeps on the word, a
+// futex), where std::recursive_mutex costs about 50
 // instructions a pair in glibc (fabric/fi/README.md, "Cost of the
 // facade"): every call takes one once a progress thread (a blocking
 // wait's, or the ACK watch) shares the domain.
@@ -84,7 +87,7 @@ class DomainMutex {
     // 0 free, 1 held, 2 held and maybe waited for (Drepper, "Futexes Are
     // Tricky", mutex 2).
     if (state_.exchange(1, std::memory_order_acquire) != 0) {
-      while (state_.exchange(2, std::memory_order_acquire) != 0) state_.wait(2);
+      while (state_.exchange(2, std::memory_order_acquire) != 0) Futex(FUTEX_WAIT_PRIVATE, 2);
     }
     owner_.store(me, std::memory_order_relaxed);
     depth_ = 1;
@@ -104,13 +107,19 @@ class DomainMutex {
   void unlock() {
     if (--depth_ > 0) return;
     owner_.store(0, std::memory_order_relaxed);
-    if (state_.exchange(0, std::memory_order_release) == 2) state_.notify_one();
+    if (state_.exchange(0, std::memory_order_release) == 2) Futex(FUTEX_WAKE_PRIVATE, 1);
   }
 
  private:
+  // The futex call itself (not std::atomic::wait, whose notify in
+  // libstdc++ 12 goes through a shared waiter pool of its own).
+  void Futex(int op, uint32_t val) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&state_), op, val, nullptr, nullptr, 0);
+  }
   static uintptr_t Self() { return static_cast<uintptr_t>(pthread_self()); }
 
   std::atomic<uint32_t> state_{0};
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   std::atomic<uintptr_t> owner_{0};
   uint32_t depth_ = 0;  // the owner's
 };
