@@ -379,7 +379,8 @@ size_t ProgressEp(Ep* ep) {
 
 void ProgressAll(const std::vector<Ep*>& eps) {
   if (eps.empty()) return;
-  if (ProgressThread* t = eps.front()->domain->progress.get()) t->NoteAppPass();
+  Domain* d = eps.front()->domain;
+  if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
   for (Ep* ep : eps) ProgressEp(ep);
 }
 
