@@ -12,6 +12,11 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -62,6 +67,63 @@ T* As(const void* fid, size_t fclass) {
 // -FI_EINVAL for a null or foreign fid, -FI_EBADF for a closed one.
 int BadFid(const void* fid, size_t fclass);
 
+// The mutex of a DomainLock, reentrant (a progress pass takes the
+// domain's lock, then each endpoint's, which may be the same lane's): the
+// owner's nested acquisitions only count depth. Uncontended, taking and
+// releasing it is one exchange each (a waiter sleeps on the word, a
+// futex), where std::recursive_mutex costs about 50
+// instructions a pair in glibc (fabric/fi/README.md, "Cost of the
+// facade"): every call takes one once a progress thread (a blocking
+// wait's, or the ACK watch) shares the domain.
+class DomainMutex {
+ public:
+  void lock() {
+    const uintptr_t me = Self();
+    // Only this thread ever stores `me`, and clears it before releasing.
+    if (owner_.load(std::memory_order_relaxed) == me) {
+      ++depth_;
+      return;
+    }
+    // 0 free, 1 held, 2 held and maybe waited for (Drepper, "Futexes Are
+    // Tricky", mutex 2).
+    if (state_.exchange(1, std::memory_order_acquire) != 0) {
+      while (state_.exchange(2, std::memory_order_acquire) != 0) Futex(FUTEX_WAIT_PRIVATE, 2);
+    }
+    owner_.store(me, std::memory_order_relaxed);
+    depth_ = 1;
+  }
+  bool try_lock() {
+    const uintptr_t me = Self();
+    if (owner_.load(std::memory_order_relaxed) == me) {
+      ++depth_;
+      return true;
+    }
+    uint32_t free = 0;
+    if (!state_.compare_exchange_strong(free, 1, std::memory_order_acquire)) return false;
+    owner_.store(me, std::memory_order_relaxed);
+    depth_ = 1;
+    return true;
+  }
+  void unlock() {
+    if (--depth_ > 0) return;
+    owner_.store(0, std::memory_order_relaxed);
+    if (state_.exchange(0, std::memory_order_release) == 2) Futex(FUTEX_WAKE_PRIVATE, 1);
+  }
+
+ private:
+  // The futex call itself (not std::atomic::wait, whose notify in
+  // libstdc++ 12 goes through a shared waiter pool of its own).
+  void Futex(int op, uint32_t val) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&state_), op, val, nullptr, nullptr, 0);
+  }
+  static uintptr_t Self() { return static_cast<uintptr_t>(pthread_self()); }
+
+  std::atomic<uint32_t> state_{0};
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  std::atomic<uintptr_t> owner_{0};
+  uint32_t depth_ = 0;  // the owner's
+};
+
 // A domain's lock. FI_THREAD_SAFE (and FID/ENDPOINT) take it in every call
 // (DomainGuard); other threading levels take nothing. The lock of one
 // device queue (fabric/fi/lane.h): a domain's is its queue's (`shared`,
@@ -69,7 +131,7 @@ int BadFid(const void* fid, size_t fclass);
 // endpoint on its own queue has that queue's.
 struct DomainLock {
   bool thread_safe = false;
-  std::recursive_mutex mu;
+  DomainMutex mu;
   DomainLock* shared = nullptr;  // when set, the lock this one stands for
 
   // The lock a guard of this one takes.
@@ -91,7 +153,7 @@ class DomainGuard {
   DomainGuard& operator=(const DomainGuard&) = delete;
 
  private:
-  std::recursive_mutex* mu_;
+  DomainMutex* mu_;
 };
 
 // A FIFO on a power-of-two ring that grows on demand (callers bound it): an

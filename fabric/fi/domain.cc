@@ -41,6 +41,7 @@ int DomainClose(fid* f) {
   Domain* d = AsDomain(f);
   if (d == nullptr) return BadFid(f, FI_CLASS_DOMAIN);
   if (d->obj.refs.load() > 0) return -FI_EBUSY;
+  d->progress_running.store(nullptr, std::memory_order_release);
   d->progress.reset();  // no endpoint left to progress; joined before the port goes
   if (d->eq != nullptr) d->eq->obj.refs.fetch_sub(1);
   // Frames still in a shared-memory ring (memif) vanish when the link goes:
@@ -234,6 +235,7 @@ int OpenDomainOf(fid_fabric* fabric, fi_info* info, fid_domain** dom, void* cont
     LockEveryQueue(d.get());
     try {
       d->progress = std::make_unique<ProgressThread>(d.get(), true);
+      d->progress_running.store(d->progress.get(), std::memory_order_release);
     } catch (const std::system_error& e) {
       BYPASS_FI_WARN(FI_LOG_DOMAIN, "FI_PROGRESS_AUTO: cannot start the progress thread: %s\n",
                      e.what());

@@ -69,6 +69,10 @@ struct Domain {
   // FI_PROGRESS_AUTO (started at fi_domain), or a blocking wait's progress
   // (started at the first one: EnsureProgressThread). Stopped first at close.
   std::unique_ptr<ProgressThread> progress;
+  // The same thread for readers that hold only a context's lock (a
+  // scalable endpoint's context on a queue of its own: ProgressAll), set
+  // once it is running: `progress` is written under the domain's lock.
+  std::atomic<ProgressThread*> progress_running{nullptr};
   // An endpoint deferred an ACK to the application's next call (progress.h,
   // AckWatch): the progress thread is wanted, and then watches (started in
   // demand mode and kept in demand until close) so that the ACK leaves even

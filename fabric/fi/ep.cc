@@ -18,6 +18,7 @@
 #include "fabric/fi/cq.h"
 #include "fabric/fi/dgram.h"
 #include "fabric/fi/domain.h"
+#include "fabric/fi/engine_clock.h"
 #include "fabric/fi/eq.h"
 #include "fabric/fi/fabric.h"
 #include "fabric/fi/info/info.h"
@@ -365,7 +366,7 @@ absl::Status CreateOnPort(Ep* ep) {
     return r.status();
   }
   absl::StatusOr<std::unique_ptr<rdm::Endpoint>> r =
-      rdm::Endpoint::Create(*ep->lane->port, driver::SteadyClock::Get(), ep->config);
+      rdm::Endpoint::Create(*ep->lane->port, EngineClock(), ep->config);
   if (r.ok()) ep->rdm = *std::move(r);
   return r.status();
 }
@@ -1073,5 +1074,15 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   *out = &ep.release()->fid;
   return 0;
 }
+
+namespace {
+const driver::Clock* g_engine_clock = nullptr;
+}  // namespace
+
+const driver::Clock& EngineClock() {
+  return g_engine_clock != nullptr ? *g_engine_clock : driver::SteadyClock::Get();
+}
+
+void SetEngineClockForBenchmark(const driver::Clock* clock) { g_engine_clock = clock; }
 
 }  // namespace bypass::fi

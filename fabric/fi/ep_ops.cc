@@ -104,6 +104,11 @@ Target ResolveRx(fid_ep* f) {
 // An iov the engine can take: at most iov_limit buffers (fi_endpoint(3)),
 // none null with bytes, and a total that does not overflow (*len).
 bool ValidIov(const iovec* iov, size_t count, size_t* len) {
+  if (count == 1 && iov != nullptr) {  // fi_send, fi_recv, fi_inject: one buffer
+    if (iov->iov_base == nullptr && iov->iov_len > 0) return false;
+    *len = iov->iov_len;
+    return true;
+  }
   if (count > kMsgIovLimit || (count > 0 && iov == nullptr)) return false;
   size_t n = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -176,7 +181,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   rdm::SendRequest r;
   fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
   if (int ret = MsgDest(ep, &dest); ret != 0) return ret;
-  if (ReservesTopTag(ep) && a.tagged && (a.tag & kCmTagBit)) return -FI_EINVAL;  // cm.h, coll.h
+  if (a.tagged && (a.tag & kCmTagBit) && ReservesTopTag(ep)) return -FI_EINVAL;  // cm.h, coll.h
   if (!FindPeer(ep, dest, &r.dest)) return -FI_EINVAL;
   if (TakeLateError(ep, dest)) return -FI_EIO;
   if ((a.flags & FI_FENCE) && FenceHolds(ep, r.dest)) return -FI_EAGAIN;

@@ -8,12 +8,28 @@
 // loop, as latency and as a rate with a window: the counters give the
 // atomic / write ratios.
 //   bazel run --config=opt //fabric/fi:fi_benchmark
+// Each ping-pong round trip is one out-of-line call (FiRoundTrip), so that
+// callgrind counts its instructions alone, as engine_benchmark's
+// RdmRoundTrip (fabric/fi/README.md, "Cost of the facade"):
+//   BYPASS_BENCH_STEP_NS=250 valgrind --tool=callgrind --collect-atstart=no
+//     --toggle-collect='*FiRoundTrip*' bazel-bin/fabric/fi/fi_benchmark
+//     --benchmark_filter='BM_FiPingPong/inject:1' --benchmark_min_time=0.05
+// (one command line): instructions per round trip are callgrind's total
+// over the "FiRoundTrip calls" printed at exit. BYPASS_BENCH_STEP_NS=N gives the engine endpoints a
+// clock that moves N ns at every reading, as engine_benchmark does, so
+// that the count is that of a native round trip (under callgrind the
+// engine's 5 us delayed ACK and tail-loss probe fall due on every one).
 #include <rdma/fi_atomic.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "benchmark/benchmark.h"
+#include "driver/clock.h"
+#include "fabric/fi/engine_clock.h"
 #include "fabric/fi/fi_test_util.h"
 
 namespace bypass::fi {
@@ -39,32 +55,64 @@ void BM_FiIdleCqRead(benchmark::State& state) {
 }
 BENCHMARK(BM_FiIdleCqRead);
 
-// a -> b -> a with 64-byte messages; state.range(0): 1 = fi_inject (no send
-// completion), 0 = fi_send and its completion awaited.
+// A clock that moves step_ns at every reading (BYPASS_BENCH_STEP_NS; see
+// the top). Atomic: a domain's progress thread (the ACK watch) may read it
+// beside the benchmark's thread.
+class SteppingClock final : public driver::Clock {
+ public:
+  explicit SteppingClock(uint64_t step_ns) : step_ns_(step_ns) {}
+  uint64_t NowNs() const override {
+    return now_.fetch_add(step_ns_, std::memory_order_relaxed) + step_ns_;
+  }
+
+ private:
+  const uint64_t step_ns_;
+  mutable std::atomic<uint64_t> now_{1'000'000'000};
+};
+
+// a -> b -> a with 64-byte messages; inject: fi_inject (no send
+// completion), else fi_send and its completion awaited.
+inline void RoundTrip(Pair& p, bool inject, uint8_t* out, uint8_t* in_a, uint8_t* in_b,
+                      fi_context2* ctx) {
+  fi_recv(p.b.ep, in_b, 64, nullptr, FI_ADDR_UNSPEC, &ctx[0]);
+  fi_recv(p.a.ep, in_a, 64, nullptr, FI_ADDR_UNSPEC, &ctx[1]);
+  if (inject) {
+    fi_inject(p.a.ep, out, 64, p.a.peer);
+  } else {
+    fi_send(p.a.ep, out, 64, nullptr, p.a.peer, &ctx[2]);
+  }
+  WaitOne(p, p.b.rxcq);
+  if (inject) {
+    fi_inject(p.b.ep, in_b, 64, p.b.peer);
+  } else {
+    fi_send(p.b.ep, in_b, 64, nullptr, p.b.peer, &ctx[3]);
+    WaitOne(p, p.a.txcq);
+  }
+  WaitOne(p, p.a.rxcq);
+  if (!inject) WaitOne(p, p.b.txcq);
+}
+
+// Calls of FiRoundTrip in the whole run (google benchmark runs a case
+// several times to size it): printed at exit, the divisor of callgrind's
+// total.
+uint64_t g_round_trips = 0;
+
+// One round trip out of line (see the top).
+__attribute__((noinline)) void FiRoundTrip(Pair& p, bool inject, uint8_t* out, uint8_t* in_a,
+                                           uint8_t* in_b, fi_context2* ctx) {
+  RoundTrip(p, inject, out, in_a, in_b, ctx);
+  ++g_round_trips;
+}
+
+// state.range(0): 1 = fi_inject, 0 = fi_send (FiRoundTrip).
 void BM_FiPingPong(benchmark::State& state) {
   const bool inject = state.range(0) == 1;
   Pair p;
   p.Open(testing::RdmHints(FI_MSG));
   uint8_t out[64] = {}, in_a[64], in_b[64];
   fi_context2 ctx[4];
-  for (auto _ : state) {
-    fi_recv(p.b.ep, in_b, sizeof(in_b), nullptr, FI_ADDR_UNSPEC, &ctx[0]);
-    fi_recv(p.a.ep, in_a, sizeof(in_a), nullptr, FI_ADDR_UNSPEC, &ctx[1]);
-    if (inject) {
-      fi_inject(p.a.ep, out, sizeof(out), p.a.peer);
-    } else {
-      fi_send(p.a.ep, out, sizeof(out), nullptr, p.a.peer, &ctx[2]);
-    }
-    WaitOne(p, p.b.rxcq);
-    if (inject) {
-      fi_inject(p.b.ep, in_b, sizeof(in_b), p.b.peer);
-    } else {
-      fi_send(p.b.ep, in_b, sizeof(in_b), nullptr, p.b.peer, &ctx[3]);
-      WaitOne(p, p.a.txcq);
-    }
-    WaitOne(p, p.a.rxcq);
-    if (!inject) WaitOne(p, p.b.txcq);
-  }
+  RoundTrip(p, inject, out, in_a, in_b, ctx);  // the handshake, not counted by callgrind
+  for (auto _ : state) FiRoundTrip(p, inject, out, in_a, in_b, ctx);
   p.Close();
 }
 BENCHMARK(BM_FiPingPong)->Arg(1)->Arg(0)->ArgName("inject");
@@ -172,4 +220,19 @@ BENCHMARK(BM_FiAtomicRateVsWrite)->Arg(0)->Arg(1)->ArgName("form");
 }  // namespace
 }  // namespace bypass::fi
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // The stepping clock for every engine endpoint (see the top).
+  if (const char* step = std::getenv("BYPASS_BENCH_STEP_NS"); step != nullptr && std::atoll(step) > 0) {
+    static bypass::fi::SteppingClock clock(static_cast<uint64_t>(std::atoll(step)));
+    bypass::fi::SetEngineClockForBenchmark(&clock);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (bypass::fi::g_round_trips > 0) {
+    std::fprintf(stderr, "FiRoundTrip calls: %llu\n",
+                 static_cast<unsigned long long>(bypass::fi::g_round_trips));
+  }
+  return 0;
+}

@@ -8,6 +8,7 @@
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -35,22 +36,45 @@
 namespace bypass::fi {
 namespace {
 
+// The FI_* flags of an engine completion's flags, by table: two lookups
+// of 7 bits each instead of a test per flag on every completion.
+constexpr uint64_t FiFlagOfBit(int bit) {
+  switch (uint64_t{1} << bit) {
+    case rdm::kCompSend: return FI_SEND;
+    case rdm::kCompRecv: return FI_RECV;
+    case rdm::kCompMsg: return FI_MSG;
+    case rdm::kCompTagged: return FI_TAGGED;
+    case rdm::kCompRemoteData: return FI_REMOTE_CQ_DATA;
+    case rdm::kCompRma: return FI_RMA;
+    case rdm::kCompAtomic: return FI_ATOMIC;
+    case rdm::kCompRead: return FI_READ;
+    case rdm::kCompWrite: return FI_WRITE;
+    case rdm::kCompRemoteWrite: return FI_REMOTE_WRITE;
+    case rdm::kCompRemoteRead: return FI_REMOTE_READ;
+    case rdm::kCompMultiRecv: return FI_MULTI_RECV;
+    case rdm::kCompMulticast: return FI_MULTICAST;
+    default: return 0;  // kCompAfterCompletion: the engine's own
+  }
+}
+constexpr int kFlagTableBits = 7;
+using FlagTable = std::array<uint64_t, 1u << kFlagTableBits>;
+constexpr FlagTable MakeFlagTable(int first_bit) {
+  FlagTable t{};
+  for (uint32_t v = 0; v < t.size(); ++v) {
+    for (int b = 0; b < kFlagTableBits; ++b) {
+      if (v & (1u << b)) t[v] |= FiFlagOfBit(first_bit + b);
+    }
+  }
+  return t;
+}
+constexpr FlagTable kLowFlags = MakeFlagTable(0);
+constexpr FlagTable kHighFlags = MakeFlagTable(kFlagTableBits);
+static_assert(rdm::kCompAtomic < (uint64_t{1} << (2 * kFlagTableBits)),
+              "an engine completion flag beyond the tables");
+
 uint64_t FiFlags(uint64_t f) {
-  uint64_t out = 0;
-  if (f & rdm::kCompSend) out |= FI_SEND;
-  if (f & rdm::kCompRecv) out |= FI_RECV;
-  if (f & rdm::kCompMsg) out |= FI_MSG;
-  if (f & rdm::kCompTagged) out |= FI_TAGGED;
-  if (f & rdm::kCompRemoteData) out |= FI_REMOTE_CQ_DATA;
-  if (f & rdm::kCompRma) out |= FI_RMA;
-  if (f & rdm::kCompAtomic) out |= FI_ATOMIC;
-  if (f & rdm::kCompRead) out |= FI_READ;
-  if (f & rdm::kCompWrite) out |= FI_WRITE;
-  if (f & rdm::kCompRemoteWrite) out |= FI_REMOTE_WRITE;
-  if (f & rdm::kCompRemoteRead) out |= FI_REMOTE_READ;
-  if (f & rdm::kCompMultiRecv) out |= FI_MULTI_RECV;
-  if (f & rdm::kCompMulticast) out |= FI_MULTICAST;
-  return out;
+  constexpr uint64_t kMask = (1u << kFlagTableBits) - 1;
+  return kLowFlags[f & kMask] | kHighFlags[(f >> kFlagTableBits) & kMask];
 }
 
 bool TxSide(uint64_t f) { return (f & (rdm::kCompSend | rdm::kCompRead | rdm::kCompWrite)) != 0; }
@@ -80,14 +104,27 @@ void* Resolve(Ep* ep, const rdm::Completion& c, bool* suppress, size_t* len) {
   return user;
 }
 
-void CountCompletion(Ep* ep, uint64_t f, bool error) {
-  auto count = error ? CountErrorEvent : CountEvent;
-  if (f & rdm::kCompSend) count(ep->cntrs.send);
-  if (f & rdm::kCompRecv) count(ep->cntrs.recv);
-  if (f & rdm::kCompRead) count(ep->cntrs.read);
-  if (f & rdm::kCompWrite) count(ep->cntrs.write);
-  if (f & rdm::kCompRemoteWrite) count(ep->cntrs.remote_write);
-  if (f & rdm::kCompRemoteRead) count(ep->cntrs.remote_read);
+// The counters of a completion's class (fi_cntr(3)); none bound, nothing:
+// direct calls, no counter looked at for a class the completion is not.
+template <bool kError>
+void CountCompletion(Ep* ep, uint64_t f) {
+  const auto count = [](Cntr* c) {
+    if constexpr (kError) {
+      CountErrorEvent(c);
+    } else {
+      CountEvent(c);
+    }
+  };
+  const EpCntrs& c = ep->cntrs;
+  if ((f & rdm::kCompSend) && c.send != nullptr) count(c.send);
+  if ((f & rdm::kCompRecv) && c.recv != nullptr) count(c.recv);
+  if ((f & (rdm::kCompRead | rdm::kCompWrite | rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) == 0) {
+    return;
+  }
+  if (f & rdm::kCompRead) count(c.read);
+  if (f & rdm::kCompWrite) count(c.write);
+  if (f & rdm::kCompRemoteWrite) count(c.remote_write);
+  if (f & rdm::kCompRemoteRead) count(c.remote_read);
 }
 
 // FI_SOURCE_ERR (fi_cq(3)): a message received from a sender not in the AV
@@ -128,7 +165,8 @@ bool ReportUnknownSource(Ep* ep, Cq* cq, const fi_cq_tagged_entry& entry, rdm::P
 void Deliver(Ep* ep, const rdm::Completion& c) {
   if (ep->coll != nullptr && CollCompletion(ep, c)) return;  // a collective's transfer
   if (ep->msg != nullptr && MsgCompletion(ep, c)) return;  // the connection manager's
-  if (BufferedCompletion(ep, c)) return;  // a buffered receive's peek or landing
+  // A buffered receive's peek or landing.
+  if (ep->buffered != nullptr && BufferedCompletion(ep, c)) return;
   bool suppress = false;
   void* user;
   if (c.flags & (rdm::kCompRemoteWrite | rdm::kCompRemoteRead)) {
@@ -143,7 +181,7 @@ void Deliver(Ep* ep, const rdm::Completion& c) {
       if (!report) return;
     }
   }
-  CountCompletion(ep, c.flags, false);
+  CountCompletion<false>(ep, c.flags);
   const bool tx = TxSide(c.flags);
   if (tx) StxGive(ep);
   Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
@@ -219,7 +257,7 @@ void DeliverError(Ep* ep, const rdm::ErrorCompletion& ec) {
     user = FinishDeferred(ep, user, true, &report);
     if (!report) return;
   }
-  CountCompletion(ep, ec.op.flags, true);
+  CountCompletion<true>(ep, ec.op.flags);
   const bool tx = TxSide(ec.op.flags);
   if (tx) StxGive(ep);
   Cq* cq = tx ? ep->cqs.tx : ep->cqs.rx;
@@ -250,6 +288,7 @@ size_t RoomFor(const Cq* cq, bool errors) {
 // and on a listening endpoint those of the connections sharing its port.
 size_t Room(const Ep* ep, bool errors) {
   size_t r = std::min(RoomFor(ep->cqs.tx, errors), RoomFor(ep->cqs.rx, errors));
+  if (ep->port_share == nullptr) return r;  // not a listener sharing its port (msg_ep.h)
   if (const std::vector<Ep*>* members = SharedMembers(ep)) {
     for (const Ep* c : *members) {
       r = std::min(r, std::min(RoomFor(c->cqs.tx, errors), RoomFor(c->cqs.rx, errors)));
@@ -340,7 +379,8 @@ size_t ProgressEp(Ep* ep) {
 
 void ProgressAll(const std::vector<Ep*>& eps) {
   if (eps.empty()) return;
-  if (ProgressThread* t = eps.front()->domain->progress.get()) t->NoteAppPass();
+  Domain* d = eps.front()->domain;
+  if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
   for (Ep* ep : eps) ProgressEp(ep);
 }
 

@@ -147,6 +147,7 @@ ProgressThread* EnsureProgressThread(Domain* d) {
   if (d->progress == nullptr) {
     try {
       d->progress = std::make_unique<ProgressThread>(d, false);
+      d->progress_running.store(d->progress.get(), std::memory_order_release);
     } catch (const std::system_error& e) {
       BYPASS_FI_WARN(FI_LOG_DOMAIN, "cannot start a progress thread (%s): waits poll instead\n",
                      e.what());

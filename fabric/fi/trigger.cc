@@ -121,7 +121,7 @@ class IssueLock {
 
  private:
   bool held_ = false;
-  std::recursive_mutex* mu_ = nullptr;
+  DomainMutex* mu_ = nullptr;
 };
 
 // A CQ error entry for w on its endpoint (the CQ of its side) and one on
