@@ -212,9 +212,11 @@ void Endpoint::FreeReleased() {
 
 // Builds and transmits up to tx_bursts_per_pass bursts; what the TX ring
 // does not take waits in the backlog, in order, for the next call.
-void Endpoint::Flush() {
-  // Most calls (every progress pass) have nothing to send: one compare each.
-  if (backlog_n_ == 0 && !engine_->HasTxWork()) return;
+inline void Endpoint::Flush() {
+  if (backlog_n_ > 0 || engine_->HasTxWork()) SendBursts();
+}
+
+void Endpoint::SendBursts() {
   const EndpointConfig& c = engine_->config();
   const uint32_t burst = std::min<uint32_t>(c.tx_burst, Port::kMaxBurst);
   driver::QueuePair& qp = port_.qp();
