@@ -191,9 +191,12 @@ size_t Endpoint::Progress() {
 // saving a pool free and a pool allocation per message; the rest go back to
 // the pool. Only packets as large as the queue's own TX buffers are kept (a
 // received packet may be transmitted).
-void Endpoint::FreeReleased() {
+inline void Endpoint::FreeReleased() {
+  if (!engine_->released().empty()) GiveBack();
+}
+
+void Endpoint::GiveBack() {
   const absl::Span<driver::Packet* const> r = engine_->released();
-  if (r.empty()) return;
   const uint32_t burst = std::min<uint32_t>(engine_->config().tx_burst, Port::kMaxBurst);
   size_t i = 0;
   for (; i < r.size() && spare_n_ < burst && r[i]->capacity >= tx_capacity_; ++i) {

@@ -228,7 +228,10 @@ class Endpoint {
 
  private:
   Endpoint(Port& port, const driver::Clock& clock, std::unique_ptr<Engine> engine);
+  // Gives back what the engine released (GiveBack); most calls find
+  // nothing and return after one compare.
   void FreeReleased();
+  void GiveBack();
   // Transmits what is owed (SendBursts); most calls (every progress pass)
   // find nothing and return after one compare, without SendBursts' frame.
   void Flush();
