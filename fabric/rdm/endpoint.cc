@@ -191,9 +191,12 @@ size_t Endpoint::Progress() {
 // saving a pool free and a pool allocation per message; the rest go back to
 // the pool. Only packets as large as the queue's own TX buffers are kept (a
 // received packet may be transmitted).
-void Endpoint::FreeReleased() {
+inline void Endpoint::FreeReleased() {
+  if (!engine_->released().empty()) GiveBack();
+}
+
+void Endpoint::GiveBack() {
   const absl::Span<driver::Packet* const> r = engine_->released();
-  if (r.empty()) return;
   const uint32_t burst = std::min<uint32_t>(engine_->config().tx_burst, Port::kMaxBurst);
   size_t i = 0;
   for (; i < r.size() && spare_n_ < burst && r[i]->capacity >= tx_capacity_; ++i) {
@@ -212,7 +215,11 @@ void Endpoint::FreeReleased() {
 
 // Builds and transmits up to tx_bursts_per_pass bursts; what the TX ring
 // does not take waits in the backlog, in order, for the next call.
-void Endpoint::Flush() {
+inline void Endpoint::Flush() {
+  if (backlog_n_ > 0 || engine_->HasTxWork()) SendBursts();
+}
+
+void Endpoint::SendBursts() {
   const EndpointConfig& c = engine_->config();
   const uint32_t burst = std::min<uint32_t>(c.tx_burst, Port::kMaxBurst);
   driver::QueuePair& qp = port_.qp();

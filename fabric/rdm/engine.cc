@@ -546,9 +546,7 @@ bool Engine::Busy(uint32_t pi) const {
          session[pi].hello_wanted || (session[pi].established() && messaging.AwaitsFrom(pi));
 }
 
-void Engine::RunTimers() {
-  // An idle pass ends here: no peer's timer is due.
-  if (ctx.now < ctx.next_timer_ns) return;
+void Engine::RunDueTimers() {
   ctx.timers().Expire(ctx.now, [&](uint32_t pi) { RunPeerTimers(pi); });
   ctx.next_timer_ns = ctx.timers().next_ns();
   AfterFreeing();

@@ -78,8 +78,11 @@ class Engine : private Stages {
   // Takes the packets; those it does not hold go to released().
   void HandleRx(absl::Span<driver::Packet* const> pkts);
   // Delayed ACKs, retransmit timers, RNR retries, handshake retries, probes
-  // and peer timeouts.
-  void RunTimers();
+  // and peer timeouts. Inline: a pass with nothing due (most) ends at the
+  // compare, without RunDueTimers' frame.
+  void RunTimers() {
+    if (ctx.now >= ctx.next_timer_ns) RunDueTimers();
+  }
   bool HasTxWork() const { return ctx.queued_peers() > 0 || session.HasResets(); }
   // ACKs deferred to the owner's next call (defer_requested_acks): due now.
   bool HasDeferredAcks() const { return reliability.HasDeferredAcks(); }
@@ -142,6 +145,7 @@ class Engine : private Stages {
   // Peer pi's timer fired: its delayed ACK, RNR retry, pacing, tail-loss
   // probe, RTO, HELLO retry, liveness probe and timeout, each if due; its
   // timer is armed again at the earliest still ahead.
+  void RunDueTimers();
   void RunPeerTimers(uint32_t pi);
   // Something of ours to or from pi is unfinished (its silence times it out).
   bool Busy(uint32_t pi) const;

@@ -228,8 +228,14 @@ class Endpoint {
 
  private:
   Endpoint(Port& port, const driver::Clock& clock, std::unique_ptr<Engine> engine);
+  // Gives back what the engine released (GiveBack); most calls find
+  // nothing and return after one compare.
   void FreeReleased();
+  void GiveBack();
+  // Transmits what is owed (SendBursts); most calls (every progress pass)
+  // find nothing and return after one compare, without SendBursts' frame.
   void Flush();
+  void SendBursts();
   // After a send, write, read or atomic was posted (res): ACKs deferred to
   // this call are due (a packet to their peer carries its own), then Flush.
   Result AfterPost(Result res);

@@ -188,19 +188,6 @@ void Reliability::NoteAckSent(uint32_t pi, bool standalone) {
   }
 }
 
-bool Reliability::HasWork(uint32_t pi) const {
-  const SessionPeer& s = session_[pi];
-  const RxStream& r = rx_[pi];
-  if (s.rx_known && (r.ack_now || r.ack_standalone || r.rnr_owed)) return true;
-  if (!s.tx_ready) return false;
-  const TxStream& t = tx_[pi];
-  if (t.retx_queued == 0 && (t.rnr.waiting || t.cursor_op == kNone || !WindowOpen(t) ||
-                             !CwndOpen(pi, t) || CursorHeld(t))) {
-    return false;
-  }
-  return !t.pace_wait;  // waiting for its pacing time: the timer queues it then
-}
-
 size_t Reliability::Build(uint32_t pi, bool* probe_owed,
                          absl::Span<driver::Packet* const> bufs) {
   size_t n = 0;
@@ -291,10 +278,7 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
     t.cursor_op = op.next;
     t.cursor_offset = 0;
   }
-  if (t.rto_deadline == 0 && !t.rnr.waiting) {
-    ArmRto(pi);
-    ArmTailProbe(pi);
-  }
+  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmFlight(pi);
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
@@ -398,10 +382,12 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
     t.backoff = 0;
     t.rnr = RnrState{};
     CompleteAcked(pi);
-    t.rto_deadline = t.inflight() > 0 ? now + t.rtt.rto() : 0;
-    if (t.rto_deadline != 0) ctx_.ArmTimer(pi, t.rto_deadline);
-    ArmTailProbe(pi);
-    if (t.inflight() == 0 && t.ring != nullptr) GiveTxRing(pi);
+    if (t.inflight() > 0) {
+      ArmFlight(pi);
+    } else {
+      t.rto_deadline = t.tlp_deadline = 0;
+      if (t.ring != nullptr) GiveTxRing(pi);
+    }
   }
   t.window_end = ack + c.credit;
   if (c.flags & wire::kFlagRnr) {
@@ -792,16 +778,21 @@ void Reliability::ArmRto(uint32_t pi) {
 // loss costs about one round trip more, not the RTO floor. A peer that was
 // only slow costs one duplicate; the RTO (with its floor and backoff)
 // stays the backstop.
-void Reliability::ArmTailProbe(uint32_t pi) {
-  TxStream& t = tx_[pi];
-  t.tlp_deadline = 0;
-  if (t.inflight() == 0 || !t.rtt.has_sample() || t.backoff != 0 || t.rnr.waiting) return;
+uint64_t Reliability::TailProbeAt(const TxStream& t) const {
+  if (t.inflight() == 0 || !t.rtt.has_sample() || t.backoff != 0 || t.rnr.waiting) return 0;
   const uint64_t srtt = t.rtt.srtt();
   const uint64_t at = ctx_.now + std::max(2 * srtt, srtt + 4 * t.rtt.rttvar()) +
                       (t.acks_on_data ? 0 : ctx_.config.ack_delay_ns);
-  if (t.rto_deadline != 0 && at >= t.rto_deadline) return;
-  t.tlp_deadline = at;
-  ctx_.ArmTimer(pi, at);
+  return t.rto_deadline != 0 && at >= t.rto_deadline ? 0 : at;
+}
+
+// The probe comes before the RTO whenever it is armed, so the peer's timer
+// is armed once, at the earlier of the two (it may be armed earlier still).
+void Reliability::ArmFlight(uint32_t pi) {
+  TxStream& t = tx_[pi];
+  t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
+  t.tlp_deadline = TailProbeAt(t);
+  ctx_.ArmTimer(pi, t.tlp_deadline != 0 ? t.tlp_deadline : t.rto_deadline);
 }
 
 void Reliability::OnTailProbe(uint32_t pi) {

@@ -238,7 +238,19 @@ class Reliability {
   // An acknowledgement of pi's stream left (piggy-backed unless standalone).
   void NoteAckSent(uint32_t pi, bool standalone);
   // Packets are owed to pi (acknowledgements, retransmissions, new data).
-  bool HasWork(uint32_t pi) const;
+  // Inline: asked after every packet received and every turn built.
+  bool HasWork(uint32_t pi) const {
+    const SessionPeer& s = session_[pi];
+    const RxStream& r = rx_[pi];
+    if (s.rx_known && (r.ack_now || r.ack_standalone || r.rnr_owed)) return true;
+    if (!s.tx_ready) return false;
+    const TxStream& t = tx_[pi];
+    if (t.retx_queued == 0 && (t.rnr.waiting || t.cursor_op == kNone || !WindowOpen(t) ||
+                               !CwndOpen(pi, t) || CursorHeld(t))) {
+      return false;
+    }
+    return !t.pace_wait;  // waiting for its pacing time: the timer queues it then
+  }
   // Builds retransmissions, then new packets, then an ACK into bufs;
   // returns how many. An ACK goes if one is owed or *probe_owed (the
   // session's liveness probe: it asks for one back, and is then cleared).
@@ -342,7 +354,12 @@ class Reliability {
   bool GiveUpRefused(uint32_t pi);
   void MarkRetx(TxStream& t, Psn psn, bool fast);
   void ArmRto(uint32_t pi);
-  void ArmTailProbe(uint32_t pi);
+  // A flight starts (or an ACK moved it on): the RTO from now and the
+  // tail-loss probe, the peer's timer armed once.
+  void ArmFlight(uint32_t pi);
+  // When the tail-loss probe of t's flight is due from now; 0: none (nothing
+  // in flight, no RTT sample yet, backing off, refused, or not before the RTO).
+  uint64_t TailProbeAt(const TxStream& t) const;
   void OnTailProbe(uint32_t pi);
   void OnRto(uint32_t pi);
   Arrival Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt);

@@ -13,19 +13,10 @@ TimerWheel::TimerWheel(uint32_t n)
   for (uint32_t s = n; s <= firing_; ++s) nodes_[s].prev = nodes_[s].next = s;
 }
 
-uint64_t TimerWheel::ArmAtMost(uint32_t i, uint64_t when_ns) {
-  // Rounded up to a tick, so that it never fires early.
-  const uint64_t tick = when_ns >= (UINT64_MAX << kTickShift)
-                            ? UINT64_MAX >> kTickShift
-                            : (when_ns + (1u << kTickShift) - 1) >> kTickShift;
-  Node& node = nodes_[i];
-  if (armed(i)) {
-    if (node.tick <= tick) return node.tick << kTickShift;
-    Unlink(i);
-  }
-  node.tick = tick;
+void TimerWheel::Rearm(uint32_t i, uint64_t tick) {
+  if (armed(i)) Unlink(i);
+  nodes_[i].tick = tick;
   Insert(i);
-  return tick << kTickShift;
 }
 
 void TimerWheel::Insert(uint32_t i) {

@@ -44,8 +44,19 @@ class TimerWheel {
 
   // Timer i fires at `when_ns` or earlier if it is armed earlier already
   // (a peer's timer is the earliest of its deadlines). Returns the time it
-  // fires at now (rounded up to a tick).
-  uint64_t ArmAtMost(uint32_t i, uint64_t when_ns);
+  // fires at now (rounded up to a tick). Inline: most calls find the timer
+  // armed as early already (a deadline later than the peer's earliest) and
+  // return after one compare.
+  uint64_t ArmAtMost(uint32_t i, uint64_t when_ns) {
+    // Rounded up to a tick, so that it never fires early.
+    const uint64_t tick = when_ns >= (UINT64_MAX << kTickShift)
+                              ? UINT64_MAX >> kTickShift
+                              : (when_ns + (1u << kTickShift) - 1) >> kTickShift;
+    const Node& node = nodes_[i];
+    if (node.prev != kUnlinked && node.tick <= tick) return node.tick << kTickShift;
+    Rearm(i, tick);
+    return tick << kTickShift;
+  }
   void Cancel(uint32_t i) {
     if (armed(i)) Unlink(i);
   }
@@ -95,6 +106,8 @@ class TimerWheel {
     bitmap_[level] &= ~(uint64_t{1} << slot);
     if (bitmap_[level] == 0) levels_ &= ~(1u << level);
   }
+  // Timer i (armed later than tick, or not armed) at tick.
+  void Rearm(uint32_t i, uint64_t tick);
   // Timer i into the list its tick belongs to now.
   void Insert(uint32_t i);
   void Unlink(uint32_t i);
