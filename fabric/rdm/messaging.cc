@@ -459,10 +459,10 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
     p.rx_skip = true;
     return true;
   }
-  // A message of one segment starts and ends here, in `single`; one of
-  // several takes a record from the pool until its last segment.
-  RxMessage single;
-  RxMessage* r;
+  // The message, in a local while this segment lands: one of a single
+  // segment starts and ends here and never needs a record; one of several
+  // keeps it in the pool between its segments.
+  RxMessage r;
   if (!active) {
     if (m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
       ++ctx_.counters.protocol_errors;
@@ -498,52 +498,51 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
       ++ctx_.counters.unexpected_msgs;
       NoteUnexpectedDepth();
     }
-    r = &single;
-    if (payload.size() != m.total_length) {
-      p.rx = rx_.Take();
-      r = &rx_[p.rx];
-    }
-    r->msg_id = m.msg_id;
-    r->total = m.total_length;
-    r->received = 0;
-    r->msg_flags = m.msg_flags;
-    r->tag = m.tag;
-    r->data = m.data;
-    r->sink = sink;
-    r->index = index;
-    r->base = base;
+    r.msg_id = m.msg_id;
+    r.total = m.total_length;
+    r.received = 0;
+    r.msg_flags = m.msg_flags;
+    r.tag = m.tag;
+    r.data = m.data;
+    r.sink = sink;
+    r.index = index;
+    r.base = base;
     p.rx_skip = false;
   } else {
-    r = &rx_[p.rx];
-    if (m.msg_id != r->msg_id || m.offset != r->received || m.total_length != r->total) {
+    r = rx_[p.rx];
+    if (m.msg_id != r.msg_id || m.offset != r.received || m.total_length != r.total) {
       ++ctx_.counters.protocol_errors;
       AbortReceive(pi, EPROTO, "broke its message framing; receive aborted");
       return ConsumeData(pi, m, payload);  // perhaps the next message: as one
     }
   }
-  if (r->sink == RxSink::kPosted) {
-    const RecvRequest& q = matcher_.recv(r->index);
+  if (r.sink == RxSink::kPosted) {
+    const RecvRequest& q = matcher_.recv(r.index);
     // A multi-receive handed this message exactly its length.
-    const uint64_t cap = (q.flags & kRecvMulti) ? r->total : q.len;
-    if (r->received < cap && !payload.empty()) {
-      const uint64_t n = std::min<uint64_t>(payload.size(), cap - r->received);
-      std::memcpy(static_cast<uint8_t*>(q.buf) + r->base + r->received, payload.data(), n);
+    const uint64_t cap = (q.flags & kRecvMulti) ? r.total : q.len;
+    if (r.received < cap && !payload.empty()) {
+      const uint64_t n = std::min<uint64_t>(payload.size(), cap - r.received);
+      std::memcpy(static_cast<uint8_t*>(q.buf) + r.base + r.received, payload.data(), n);
     }
-  } else if (r->sink == RxSink::kUnexpected) {
-    matcher_.Append(r->index, payload);
+  } else if (r.sink == RxSink::kUnexpected) {
+    matcher_.Append(r.index, payload);
   }
-  r->received += payload.size();
-  if (r->received == r->total) {
-    if (r->sink == RxSink::kPosted) {
+  r.received += payload.size();
+  if (r.received == r.total) {
+    if (r.sink == RxSink::kPosted) {
       uint64_t flags = 0;
-      const RecvRequest q = EndRecvSlot(r->index, r->total, r->base, &flags);
-      completions_.Received(src, q, InfoOf(r->total, r->msg_flags, r->tag, r->data), flags);
-    } else if (r->sink == RxSink::kUnexpected) {
-      matcher_.unexpected(r->index).complete = true;
+      const RecvRequest q = EndRecvSlot(r.index, r.total, r.base, &flags);
+      completions_.Received(src, q, InfoOf(r.total, r.msg_flags, r.tag, r.data), flags);
+    } else if (r.sink == RxSink::kUnexpected) {
+      matcher_.unexpected(r.index).complete = true;
     }
-    EndRx(p);
+    if (p.rx != kNone) [[unlikely]] EndRx(p);
     ++p.rx_next_msg_id;
+    return true;
   }
+  // More segments to come: the message keeps its record, or takes one.
+  if (p.rx == kNone) p.rx = rx_.Take();
+  rx_[p.rx] = r;
   return true;
 }
 

@@ -7,11 +7,13 @@
 //
 // `reserve` records are made with the pool: while at most that many are
 // taken at once nothing allocates. Beyond them the pool grows (its arrays
-// double, amortized) and keeps what it grew: a sender never waits for a
-// record, for the reason a send ring is never waited for (PROTOCOL.md,
-// "Memory per peer": waiting would make one peer depend on others'
-// progress). Taking a record may move the others: a reference into the
-// pool is good until the next Take.
+// double, amortized): a peer never waits for a record, for the reason a
+// send ring is never waited for (PROTOCOL.md, "Memory per peer": waiting
+// would make one peer depend on others' progress). When the last record of
+// such a burst comes back the pool shrinks to its reserve again, so that
+// what idle peers cost does not depend on how many were busy at once
+// before. Taking a record may move the others: a reference into the pool
+// is good until the next Take.
 #ifndef BYPASS_FABRIC_RDM_RECORD_POOL_H_
 #define BYPASS_FABRIC_RDM_RECORD_POOL_H_
 
@@ -23,7 +25,7 @@ namespace bypass::rdm {
 template <class T>
 class RecordPool {
  public:
-  explicit RecordPool(uint32_t reserve) {
+  explicit RecordPool(uint32_t reserve) : reserve_(reserve) {
     records_.reserve(reserve);
     free_.reserve(reserve);
   }
@@ -48,7 +50,7 @@ class RecordPool {
   // REQUIRES: i was taken and not given back since.
   void Give(uint32_t i) {
     free_.push_back(i);
-    --taken_;
+    if (--taken_ == 0 && records_.capacity() > reserve_) Shrink();
   }
   T& operator[](uint32_t i) { return records_[i]; }
   const T& operator[](uint32_t i) const { return records_[i]; }
@@ -57,6 +59,15 @@ class RecordPool {
   uint32_t made() const { return static_cast<uint32_t>(records_.size()); }
 
  private:
+  // Back to the reserve (only when it grew beyond it and all came back).
+  void Shrink() {
+    std::vector<T>().swap(records_);
+    std::vector<uint32_t>().swap(free_);
+    records_.reserve(reserve_);
+    free_.reserve(reserve_);
+  }
+
+  const uint32_t reserve_;
   std::vector<T> records_;
   std::vector<uint32_t> free_;
   uint32_t taken_ = 0;
