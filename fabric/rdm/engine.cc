@@ -324,7 +324,7 @@ void Engine::OnHandshake(uint32_t pi, const wire::View& v, bool same_host) {
 
 void Engine::OnHello(uint32_t pi, const wire::View& v, bool same_host) {
   if (!session.Authentic(v, same_host)) return;
-  if (pi != kNone && session[pi].IsRetired(v.common.src_incarnation)) {
+  if (pi != kNone && session.IsRetired(pi, v.common.src_incarnation)) {
     ++ctx.counters.stale_dropped;
     return;
   }
@@ -332,8 +332,7 @@ void Engine::OnHello(uint32_t pi, const wire::View& v, bool same_host) {
     // A copy of the current session's HELLO (its HELLO_ACK was lost):
     // answered, echoing its nonce; it changes nothing, not even liveness,
     // since anyone could have sent it.
-    session[pi].peer_nonce = v.hello.nonce;
-    session[pi].hello_ack_owed = true;
+    session.OweHelloAck(pi, v.hello.nonce);
     ctx.Enqueue(pi);
     return;
   }
@@ -348,8 +347,7 @@ void Engine::OnHello(uint32_t pi, const wire::View& v, bool same_host) {
     if (pi == kNone) return;
   }
   if (!TakeHandshake(pi, v)) return;
-  session[pi].peer_nonce = v.hello.nonce;
-  session[pi].hello_ack_owed = true;
+  session.OweHelloAck(pi, v.hello.nonce);
   ctx.Enqueue(pi);
 }
 
@@ -635,7 +633,7 @@ size_t Engine::BuildForPeer(uint32_t pi, absl::Span<driver::Packet* const> bufs)
   size_t n = 0;
   if (session.HandshakeOwed(pi)) {
     const wire::Common c = reliability.Header(pi, wire::PacketType::kHello, 0);
-    const uint64_t retry = reliability.tx(pi).rtt.rto(session[pi].hello_tries);
+    const uint64_t retry = reliability.tx(pi).rtt.rto(session.hello_tries(pi));
     n = session.BuildHandshake(pi, c, reliability.Grant(pi), retry, bufs);
     if (n > 0) reliability.NoteAckSent(pi, /*standalone=*/false);
   }

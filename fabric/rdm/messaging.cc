@@ -32,7 +32,8 @@ Messaging::Messaging(Context& ctx, Session& session, OpTable& ops, Completions& 
                                    PoolOf(ctx.config.unexpected_pool))),
       shared_(shared),
       matcher_(shared != nullptr ? shared->queues() : *own_),
-      peers_(new MsgPeer[ctx.config.max_peers]) {
+      peers_(new MsgPeer[ctx.config.max_peers]),
+      rx_(ctx.config.ActivePeers()) {
   if (shared_ != nullptr) {
     owner_ = shared_->Join(this);
   } else {
@@ -45,8 +46,9 @@ Messaging::~Messaging() {
   // The shared receives it was landing messages in (arriving, or pulled)
   // go back to the pool: their messages will never end here.
   for (uint32_t pi = 0; pi < ctx_.config.max_peers; ++pi) {
-    const RxMessage& rx = peers_[pi].rx;
-    if (rx.active && rx.sink == RxSink::kPosted) matcher_.FreeRecv(rx.index);
+    if (peers_[pi].rx == kNone) continue;
+    const RxMessage& rx = rx_[peers_[pi].rx];
+    if (rx.sink == RxSink::kPosted) matcher_.FreeRecv(rx.index);
   }
   for (uint32_t o = 0; o < ops_.capacity(); ++o) {
     if (ops_[o].kind == OpKind::kPull && ops_[o].state != OpState::kIdle && !ops_[o].delivered) {
@@ -333,7 +335,7 @@ void Messaging::BindArriving(uint32_t e, uint32_t slot, uint64_t base) {
   const RecvRequest& r = matcher_.recv(slot);
   const uint64_t cap = (r.flags & kRecvMulti) ? m.total : r.len;
   matcher_.CopyOut(e, static_cast<uint8_t*>(r.buf) + base, cap);
-  RxMessage& rx = peers_[m.source.slot()].rx;
+  RxMessage& rx = rx_[peers_[m.source.slot()].rx];  // arriving: it has a record
   rx.sink = RxSink::kPosted;
   rx.index = slot;
   rx.base = base;
@@ -361,7 +363,7 @@ Result Messaging::DiscardMessage(uint32_t e, void* context) {
 void Messaging::DropUnexpected(uint32_t e) {
   const UnexpectedMsg& m = matcher_.unexpected(e);
   if (!m.complete) {
-    RxMessage& rx = peers_[m.source.slot()].rx;
+    RxMessage& rx = rx_[peers_[m.source.slot()].rx];  // arriving: it has a record
     rx.sink = RxSink::kDiscard;
     rx.index = kNone;
   }
@@ -434,13 +436,13 @@ size_t Messaging::CancelRecvs(PeerId only) {
 bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
                             absl::Span<const uint8_t> payload) {
   MsgPeer& p = peers_[pi];
-  RxMessage& r = p.rx;
   const PeerId src = session_.peers().Id(pi);
-  if (!r.active && p.rx_skip && m.msg_id == p.rx_next_msg_id - 1) {
+  const bool active = p.rx != kNone;
+  if (!active && p.rx_skip && m.msg_id == p.rx_next_msg_id - 1) {
     return true;  // the rest of a message its sender abandoned
   }
   if (m.msg_flags & wire::kMsgAbandoned) {
-    if (r.active && m.msg_id == r.msg_id) {
+    if (active && m.msg_id == rx_[p.rx].msg_id) {
       // We took an older copy of its first segment after its sender gave it
       // up: the rest never comes. The message number is spent.
       AbortReceive(pi, ECANCELED, "gave the message up (refused too long); receive aborted");
@@ -449,7 +451,7 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
     }
     // Its sender gave it up before we took its first segment: nothing to
     // deliver, but the message number is spent.
-    if (r.active || m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
+    if (active || m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
       ++ctx_.counters.protocol_errors;
       return true;
     }
@@ -457,7 +459,11 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
     p.rx_skip = true;
     return true;
   }
-  if (!r.active) {
+  // The message, in a local while this segment lands: one of a single
+  // segment starts and ends here and never needs a record; one of several
+  // keeps it in the pool between its segments.
+  RxMessage r;
+  if (!active) {
     if (m.offset != 0 || m.msg_id != p.rx_next_msg_id) {
       ++ctx_.counters.protocol_errors;
       return true;  // acknowledged and dropped: it can never fit
@@ -492,7 +498,6 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
       ++ctx_.counters.unexpected_msgs;
       NoteUnexpectedDepth();
     }
-    r.active = true;
     r.msg_id = m.msg_id;
     r.total = m.total_length;
     r.received = 0;
@@ -503,10 +508,13 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
     r.index = index;
     r.base = base;
     p.rx_skip = false;
-  } else if (m.msg_id != r.msg_id || m.offset != r.received || m.total_length != r.total) {
-    ++ctx_.counters.protocol_errors;
-    AbortReceive(pi, EPROTO, "broke its message framing; receive aborted");
-    return ConsumeData(pi, m, payload);  // perhaps the next message: as one
+  } else {
+    r = rx_[p.rx];
+    if (m.msg_id != r.msg_id || m.offset != r.received || m.total_length != r.total) {
+      ++ctx_.counters.protocol_errors;
+      AbortReceive(pi, EPROTO, "broke its message framing; receive aborted");
+      return ConsumeData(pi, m, payload);  // perhaps the next message: as one
+    }
   }
   if (r.sink == RxSink::kPosted) {
     const RecvRequest& q = matcher_.recv(r.index);
@@ -528,16 +536,20 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
     } else if (r.sink == RxSink::kUnexpected) {
       matcher_.unexpected(r.index).complete = true;
     }
-    r.active = false;
+    if (p.rx != kNone) [[unlikely]] EndRx(p);
     ++p.rx_next_msg_id;
+    return true;
   }
+  // More segments to come: the message keeps its record, or takes one.
+  if (p.rx == kNone) p.rx = rx_.Take();
+  rx_[p.rx] = r;
   return true;
 }
 
 void Messaging::AbortReceive(uint32_t pi, int err, const char* why) {
   MsgPeer& p = peers_[pi];
-  RxMessage& r = p.rx;
-  if (!r.active) return;
+  if (p.rx == kNone) return;
+  const RxMessage& r = rx_[p.rx];
   if (r.sink == RxSink::kPosted) {
     uint64_t flags = 0;
     const RecvRequest q = EndRecvSlot(r.index, r.total, r.base, &flags);
@@ -552,7 +564,7 @@ void Messaging::AbortReceive(uint32_t pi, int err, const char* why) {
     NoteUnexpectedDepth();
     NoteFreed();
   }
-  r.active = false;
+  EndRx(p);
   ++p.rx_next_msg_id;
 }
 

@@ -17,6 +17,7 @@
 #include "fabric/rdm/context.h"
 #include "fabric/rdm/matching.h"
 #include "fabric/rdm/ops.h"
+#include "fabric/rdm/record_pool.h"
 #include "fabric/rdm/reliability.h"
 #include "fabric/rdm/session.h"
 #include "fabric/rdm/shared_recv.h"
@@ -29,9 +30,9 @@ namespace bypass::rdm {
 // or claim with kRecvDiscard while it was still arriving).
 enum class RxSink : uint8_t { kPosted, kUnexpected, kDiscard };
 
-// The message between its first and last segment.
+// A message of several segments between its first and last (one of a
+// single segment needs none: it starts and ends in one ConsumeData).
 struct RxMessage {
-  bool active = false;
   uint32_t msg_id = 0;
   uint64_t total = 0;
   uint64_t received = 0;
@@ -43,17 +44,20 @@ struct RxMessage {
   uint64_t base = 0;       // where in a multi-receive buffer it lands
 };
 
-// One peer's messages, as the Messaging stage keeps them.
+// One peer's messages, as the Messaging stage keeps them (20 B: what an
+// idle peer costs the stage).
 struct MsgPeer {
   uint32_t next_msg_id = 0;     // of our next message to it
   uint32_t rx_next_msg_id = 0;  // of its next message to us
-  RxMessage rx;
-  // The sender abandoned message rx_next_msg_id - 1: its other segments are
-  // acknowledged and dropped.
-  bool rx_skip = false;
+  // The message it is sending us, in Messaging's pool, while one of
+  // several segments is arriving; kNone: none.
+  uint32_t rx = kNone;
   // What receives match its messages by: its PeerId, or in a shared queue
   // the queue's id for its address (SharedMatch::IdOf).
   PeerId match_source;
+  // The sender abandoned message rx_next_msg_id - 1: its other segments are
+  // acknowledged and dropped.
+  bool rx_skip = false;
 };
 
 // Sends, receives, matching and rendezvous of one endpoint.
@@ -70,6 +74,7 @@ class Messaging {
   ~Messaging();
 
   void AddPeer(uint32_t pi) {
+    EndRx(peers_[pi]);
     peers_[pi] = MsgPeer{};
     peers_[pi].match_source =
         shared_ != nullptr ? shared_->IdOf(session_.address(pi)) : session_.peers().Id(pi);
@@ -107,7 +112,7 @@ class Messaging {
   // (RESPONSE with kRmaFlagMessage).
   void ConsumePullResponse(uint32_t pi, const wire::RmaFields& r);
   // A message from pi is between its first and last segment.
-  bool Receiving(uint32_t pi) const { return peers_[pi].rx.active; }
+  bool Receiving(uint32_t pi) const { return peers_[pi].rx != kNone; }
   // A posted receive is directed to pi (FI_DIRECTED_RECV): pi is awaited.
   bool AwaitsFrom(uint32_t pi) const { return matcher_.HasPostedFrom(peers_[pi].match_source); }
   // Ends the message from pi being received (err, why) and spends its number.
@@ -129,6 +134,12 @@ class Messaging {
   void FailDirected(uint32_t pi, int err, const char* why);
 
  private:
+  // Its message of several segments ended: the record goes back.
+  void EndRx(MsgPeer& p) {
+    if (p.rx == kNone) return;
+    rx_.Give(p.rx);
+    p.rx = kNone;
+  }
   // Receive resources were freed: refused peers (of every endpoint sharing
   // the queue) retry.
   void NoteFreed() {
@@ -201,6 +212,9 @@ class Messaging {
   uint32_t owner_ = 0;  // its member number in shared_ (UnexpectedMsg::owner)
   MatchQueues& matcher_;  // *own_ or the shared queue's
   std::unique_ptr<MsgPeer[]> peers_;
+  // The messages of several segments arriving now, one per peer at most
+  // (MsgPeer::rx): max_active_peers made up front.
+  RecordPool<RxMessage> rx_;
 };
 
 }  // namespace bypass::rdm

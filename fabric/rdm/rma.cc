@@ -74,8 +74,10 @@ Rma::Rma(Context& ctx, Session& session, OpTable& ops, Completions& completions,
       region_index_(new uint32_t[std::bit_ceil(2 * uint64_t{ctx.config.max_regions})]),
       region_index_mask_(
           static_cast<uint32_t>(std::bit_ceil(2 * uint64_t{ctx.config.max_regions}) - 1)),
-      rx_(new RxRma[ctx.config.max_peers]) {
+      rx_(new uint32_t[ctx.config.max_peers]),
+      writes_(ctx.config.ActivePeers()) {
   std::fill_n(region_index_.get(), region_index_mask_ + 1, kNone);
+  std::fill_n(rx_.get(), ctx.config.max_peers, kNone);
 }
 
 // ---- Regions.
@@ -261,11 +263,24 @@ Result Rma::PostRead(const RmaRequest& r) {
 // ---- Target.
 
 bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload) {
-  RxRma& w = rx_[pi];
+  // A write of one segment starts and ends here, in `single`; one of
+  // several takes a record from the pool until its last segment.
+  RxRma single;
+  RxRma* wp = &single;
   if (r.offset == 0) {
-    if (w.active) ++ctx_.counters.protocol_errors;  // the last one never ended
-    w = RxRma{};
-    w.active = true;
+    if (rx_[pi] != kNone) {
+      ++ctx_.counters.protocol_errors;  // the last one never ended
+      EndWrite(pi);
+    }
+    if (payload.size() != r.total_length) {
+      rx_[pi] = writes_.Take();
+      wp = &writes_[rx_[pi]];
+    }
+  } else if (rx_[pi] != kNone) {
+    wp = &writes_[rx_[pi]];
+  }
+  RxRma& w = *wp;
+  if (r.offset == 0) {
     w.rma_id = r.rma_id;
     w.key = r.key;
     w.addr = r.addr;
@@ -275,7 +290,7 @@ bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const u
     // The whole range is checked before any byte lands.
     w.status = CheckAccess(r.key, r.addr, r.total_length, kAccessRemoteWrite, &w.region);
     if (w.status == wire::RmaStatus::kOk) w.region_generation = regions_[w.region].generation;
-  } else if (!w.active || r.rma_id != w.rma_id || r.offset != w.received ||
+  } else if (rx_[pi] == kNone || r.rma_id != w.rma_id || r.offset != w.received ||
              r.total_length != w.total || r.key != w.key || r.addr != w.addr) {
     ++ctx_.counters.protocol_errors;
     return true;  // acknowledged and dropped
@@ -296,7 +311,7 @@ bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const u
     if (resp == kNone || (target_completion && !completions_.Reserve())) {
       if (resp != kNone) ops_.Free(resp);
       ++ctx_.counters.rma_no_slot;
-      if (r.offset == 0) w.active = false;
+      if (r.offset == 0) EndWrite(pi);
       return false;
     }
   }
@@ -306,7 +321,6 @@ bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const u
   }
   w.received += payload.size();
   if (!last) return true;
-  w.active = false;
   if (ok) {
     ++ctx_.counters.rma_served;
     if (target_completion) {
@@ -317,6 +331,7 @@ bool Rma::ConsumeWrite(uint32_t pi, const wire::RmaFields& r, absl::Span<const u
     ++ctx_.counters.rma_refused;
   }
   MakeResponse(ops_[resp], 0, w.status, w.rma_id, w.key, w.addr, w.total);
+  EndWrite(pi);
   reliability_.Queue(pi, resp);
   return true;
 }

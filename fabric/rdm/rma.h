@@ -18,6 +18,7 @@
 #include "fabric/rdm/context.h"
 #include "fabric/rdm/index_list.h"
 #include "fabric/rdm/ops.h"
+#include "fabric/rdm/record_pool.h"
 #include "fabric/rdm/reliability.h"
 #include "fabric/rdm/session.h"
 #include "fabric/rdm/types.h"
@@ -25,9 +26,10 @@
 
 namespace bypass::rdm {
 
-// The RMA write a peer is applying to us, between its first and last segment.
+// The RMA write a peer is applying to us, between its first and last
+// segment (one of a single segment needs none: ConsumeWrite starts and ends
+// it at once).
 struct RxRma {
-  bool active = false;
   uint32_t rma_id = 0;
   uint64_t key = 0;
   uint64_t addr = 0;
@@ -48,7 +50,7 @@ class Rma {
   Rma(const Rma&) = delete;
   Rma& operator=(const Rma&) = delete;
 
-  void AddPeer(uint32_t pi) { rx_[pi] = RxRma{}; }
+  void AddPeer(uint32_t pi) { EndWrite(pi); }
 
   // Regions peers may read and write; the key is the one to give them.
   absl::StatusOr<uint64_t> RegisterRegion(const RegionRequest& r);
@@ -71,9 +73,9 @@ class Rma {
   bool ConsumeAtomic(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload);
   void ConsumeAtomicResp(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload);
   // A write from pi is between its first and last segment.
-  bool Receiving(uint32_t pi) const { return rx_[pi].active; }
+  bool Receiving(uint32_t pi) const { return rx_[pi] != kNone; }
   // Peer pi's session ended: a write it was applying is forgotten.
-  void EndSession(uint32_t pi) { rx_[pi] = RxRma{}; }
+  void EndSession(uint32_t pi) { EndWrite(pi); }
 
  private:
   // A region peers may access.
@@ -89,6 +91,12 @@ class Rma {
     uint32_t reads = 0;  // READ_DATA answers streaming from it (their ops hold it)
   };
 
+  // Its write of several segments ended (or never began): the record goes back.
+  void EndWrite(uint32_t pi) {
+    if (rx_[pi] == kNone) return;
+    writes_.Give(rx_[pi]);
+    rx_[pi] = kNone;
+  }
   // A peer's access to region g as a completion here (its room reserved).
   void PushTargetEvent(uint32_t pi, const Region& g, uint64_t flags, uint64_t len, uint8_t* buf,
                        uint64_t data);
@@ -113,7 +121,10 @@ class Rma {
   // a few, not a scan of max_regions.
   std::unique_ptr<uint32_t[]> region_index_;
   uint32_t region_index_mask_;
-  std::unique_ptr<RxRma[]> rx_;
+  // The write of several segments each peer is applying to us, in
+  // writes_ (kNone: none): 4 B per peer, the record only while one arrives.
+  std::unique_ptr<uint32_t[]> rx_;
+  RecordPool<RxRma> writes_;
 };
 
 }  // namespace bypass::rdm

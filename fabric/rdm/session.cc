@@ -16,6 +16,7 @@ Session::Session(Context& ctx, uint32_t max_peers)
     : ctx_(ctx),
       peers_(max_peers),
       state_(new SessionPeer[max_peers]),
+      handshakes_(ctx.config.ActivePeers()),
       learned_limit_(std::max<uint32_t>(1, max_peers / 4)) {
   // Engine::Create has checked that libsodium initializes; the stage
   // tests build a Session on its own.
@@ -35,8 +36,32 @@ uint64_t Session::NewNonce() {
   return n;
 }
 
+Handshake& Session::Record(uint32_t pi) {
+  SessionPeer& s = state_[pi];
+  if (s.hs == kNone) {
+    s.hs = handshakes_.Take();
+    handshakes_[s.hs].nonce = NewNonce();
+  }
+  return handshakes_[s.hs];
+}
+
+void Session::Settle(uint32_t pi) {
+  const SessionPeer& s = state_[pi];
+  if (s.hs == kNone || HelloPending(s) || s.hello_ack_owed || s.probing) return;
+  if (handshakes_[s.hs].retired[0] != 0) return;  // retired fill from 0
+  DropRecord(pi);
+}
+
+void Session::DropRecord(uint32_t pi) {
+  SessionPeer& s = state_[pi];
+  if (s.hs == kNone) return;
+  handshakes_.Give(s.hs);
+  s.hs = kNone;
+}
+
 void Session::Init(uint32_t pi, const Address& addr) {
   SessionPeer& s = state_[pi];
+  DropRecord(pi);
   s = SessionPeer{};
   // Without a MAC the HELLO goes to every host on the segment; the peer's
   // answer teaches its MAC (Heard).
@@ -49,7 +74,7 @@ void Session::Init(uint32_t pi, const Address& addr) {
                            addr.udp_port,
                            ctx_.dscp};
   NewTxIsn(pi);
-  s.nonce = NewNonce();
+  // Its nonce is drawn with its handshake record, when a handshake starts.
   s.born = ++born_;
 }
 
@@ -93,6 +118,7 @@ uint32_t Session::OldestLearned(absl::FunctionRef<bool(uint32_t)> pred) const {
 void Session::Remove(uint32_t pi) {
   if (!state_[pi].inserted) --learned_;
   peers_.Remove(pi);
+  DropRecord(pi);
   state_[pi] = SessionPeer{};
   ctx_.CancelTimer(pi);
 }
@@ -184,14 +210,15 @@ void Session::QueueCookie(uint32_t pi, const wire::View& v, bool same_host) {
 }
 
 bool Session::EchoesNonce(uint32_t pi, const wire::View& v) {
-  if (v.hello.echo == state_[pi].nonce) return true;
+  // Without a record no HELLO of ours awaits an answer: nothing echoes.
+  if (state_[pi].hs != kNone && v.hello.echo == handshakes_[state_[pi].hs].nonce) return true;
   ++ctx_.counters.handshake_unproven;
   return false;
 }
 
 SessionEvent Session::ClassifyIncarnation(uint32_t pi, uint32_t src) {
   const uint32_t current = peers_.address(pi).incarnation;
-  if (state_[pi].IsRetired(src)) {
+  if (IsRetired(pi, src)) {
     ++ctx_.counters.stale_dropped;
     return SessionEvent::kStale;
   }
@@ -218,8 +245,9 @@ SessionEvent Session::ClassifyCookie(uint32_t pi, const wire::View& v) {
 void Session::TakeCookie(uint32_t pi, const wire::View& v) {
   SessionPeer& s = state_[pi];
   if (!HelloPending(s)) return;
-  s.cookie = v.hello.cookie;
-  s.hello_due_ns = ctx_.now;
+  Handshake& h = handshakes_[s.hs];
+  h.cookie = v.hello.cookie;
+  h.hello_due_ns = ctx_.now;
   ctx_.Enqueue(pi);
 }
 
@@ -229,11 +257,12 @@ void Session::Probe(uint32_t pi) {
   // neither multiply probes nor keep the real answer from matching.
   if (s.probing) return;
   s.probing = true;
-  s.nonce = NewNonce();
-  s.cookie = {};
+  Handshake& h = Record(pi);
+  h.nonce = NewNonce();
+  h.cookie = {};
   s.hello_wanted = true;
-  s.hello_due_ns = ctx_.now;
-  s.hello_tries = 0;
+  h.hello_due_ns = ctx_.now;
+  h.hello_tries = 0;
   ctx_.Enqueue(pi);
 }
 
@@ -262,9 +291,9 @@ void Session::LearnMac(uint32_t pi, const wire::View& v) {
 }
 
 void Session::Retire(uint32_t pi, uint32_t incarnation) {
-  SessionPeer& s = state_[pi];
-  s.retired[s.retired_next] = incarnation;
-  s.retired_next = static_cast<uint8_t>((s.retired_next + 1) % s.retired.size());
+  Handshake& h = Record(pi);
+  h.retired[h.retired_next] = incarnation;
+  h.retired_next = static_cast<uint8_t>((h.retired_next + 1) % h.retired.size());
 }
 
 bool Session::Accept(uint32_t pi, const wire::View& v) {
@@ -275,7 +304,7 @@ bool Session::Accept(uint32_t pi, const wire::View& v) {
   s.rx_isn = v.common.psn;
   s.max_datagram = v.hello.max_datagram;
   s.sends_unchecked = (v.hello.capabilities & wire::kCapUnchecked) != 0;
-  MaybeEstablished(s);
+  MaybeEstablished(pi);
   return true;
 }
 
@@ -283,25 +312,27 @@ void Session::TxReady(uint32_t pi) {
   SessionPeer& s = state_[pi];
   s.tx_ready = true;
   s.hello_wanted = false;
-  s.hello_tries = 0;
-  MaybeEstablished(s);
+  if (s.hs != kNone) handshakes_[s.hs].hello_tries = 0;
+  MaybeEstablished(pi);
 }
 
-void Session::MaybeEstablished(SessionPeer& s) {
+void Session::MaybeEstablished(uint32_t pi) {
+  SessionPeer& s = state_[pi];
   if (s.established() && !s.counted_established) {
     s.counted_established = true;
     ++ctx_.counters.handshakes;
     // The handshake's answers have come: a copy of one replayed later
-    // proves nothing.
-    s.nonce = NewNonce();
+    // proves nothing (its nonce goes with the record, or is drawn anew).
+    if (s.hs != kNone) handshakes_[s.hs].nonce = NewNonce();
   }
+  Settle(pi);
 }
 
 SessionEvent Session::ClassifyReset(uint32_t pi, const wire::View& v, bool in_session) {
   const SessionPeer& s = state_[pi];
   const uint32_t src = v.common.src_incarnation;
   const uint32_t current = peers_.address(pi).incarnation;
-  if (s.IsRetired(src) || current == 0) {
+  if (IsRetired(pi, src) || current == 0) {
     ++ctx_.counters.stale_dropped;
     return SessionEvent::kStale;
   }
@@ -327,13 +358,17 @@ void Session::EndSession(uint32_t pi, bool more_to_send) {
   s.rx_known = false;
   s.counted_established = false;
   s.hello_ack_owed = false;
-  s.hello_tries = 0;
   s.hello_wanted = more_to_send;
-  s.hello_due_ns = ctx_.now;
   s.probe_owed = false;  // a probe asks about the session that ended
   s.probing = false;
-  s.nonce = NewNonce();
-  s.cookie = {};
+  if (s.hs != kNone || more_to_send) {
+    Handshake& h = Record(pi);
+    h.hello_tries = 0;
+    h.hello_due_ns = ctx_.now;
+    h.nonce = NewNonce();
+    h.cookie = {};
+  }
+  Settle(pi);
   if (more_to_send) {
     s.activity_ns = ctx_.now;
     ctx_.ArmTimer(pi, ctx_.now + ctx_.config.peer_timeout_ns);
@@ -348,9 +383,12 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
   // window whether or not the peer's direction is known yet.
   c.psn = s.tx_isn;
   c.credit = credit;
+  // A HELLO pending or a HELLO_ACK owed has a record: without one nothing is owed.
+  if (s.hs == kNone) return 0;
+  Handshake& hs = handshakes_[s.hs];
   wire::HelloFields h;
   h.max_datagram = static_cast<uint16_t>(ctx_.max_datagram);
-  h.nonce = s.nonce;
+  h.nonce = hs.nonce;
   const bool local = Local(pi);
   // Its frames reach us through memory only: it may skip the CRC.
   if (ctx_.dev.integrity || local) h.capabilities = wire::kCapUnchecked;
@@ -363,25 +401,26 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
         static_cast<uint32_t>(wire::BuildHello(s.flow, c, h, key, {pkt->data, pkt->capacity}));
     ++ctx_.counters.tx_packets;
   };
-  if (HelloPending(s) && s.hello_due_ns <= ctx_.now && n < bufs.size()) {
+  if (HelloPending(s) && hs.hello_due_ns <= ctx_.now && n < bufs.size()) {
     // A probe names no incarnation of the peer: a restarted one answers it
     // (with a COOKIE) instead of another RESET.
     const uint32_t dst = c.dst_incarnation;
     if (s.probing) c.dst_incarnation = 0;
-    h.cookie = s.cookie;
+    h.cookie = hs.cookie;
     build(wire::PacketType::kHello);
     c.dst_incarnation = dst;
     h.cookie = {};
     // Repeated after the RTO, doubling each time (the initial RTO before
     // any round trip was measured).
-    s.hello_due_ns = ctx_.now + retry_ns;
-    ++s.hello_tries;
-    ctx_.ArmTimer(pi, s.hello_due_ns);
+    hs.hello_due_ns = ctx_.now + retry_ns;
+    ++hs.hello_tries;
+    ctx_.ArmTimer(pi, hs.hello_due_ns);
   }
   if (s.hello_ack_owed && n < bufs.size()) {
-    h.echo = s.peer_nonce;
+    h.echo = hs.peer_nonce;
     build(wire::PacketType::kHelloAck);
     s.hello_ack_owed = false;
+    Settle(pi);
   }
   return n;
 }
@@ -390,8 +429,9 @@ void Session::RunDueTimers(uint32_t pi, bool probe, uint64_t* next) {
   SessionPeer& s = state_[pi];
   const uint64_t now = ctx_.now;
   if (HelloPending(s)) {
-    if (s.hello_due_ns <= now) ctx_.Enqueue(pi);
-    *next = std::min(*next, std::max(s.hello_due_ns, now));
+    const uint64_t due = handshakes_[s.hs].hello_due_ns;
+    if (due <= now) ctx_.Enqueue(pi);
+    *next = std::min(*next, std::max(due, now));
   }
   // Only waiting (a pull not asked for yet, an answer not sent yet), nothing
   // in flight to time out: ask the peer for an ACK now and then, so that a

@@ -16,9 +16,37 @@
 #include "fabric/rdm/context.h"
 #include "fabric/rdm/peer_table.h"
 #include "fabric/rdm/psn.h"
+#include "fabric/rdm/record_pool.h"
 #include "fabric/rdm/wire.h"
 
 namespace bypass::rdm {
+
+// What only a handshake in progress needs (our HELLO unanswered, a
+// HELLO_ACK owed, a probe), and a restarted peer's previous incarnations:
+// in Session's pool (RecordPool), taken when one starts and given back when
+// the handshake is over and nothing is retired (Session::Settle), so an
+// established idle peer holds none. A peer that restarted keeps its record
+// (its retired incarnations) until it is removed.
+struct Handshake {
+  // The proofs of a handshake (PROTOCOL.md, "Sessions"): our fresh nonce
+  // (a HELLO_ACK or COOKIE counts only if it echoes it; drawn anew for
+  // each record, session and probe), the nonce of the peer's HELLO our
+  // HELLO_ACK echoes, and the cookie the peer gave us for our HELLO.
+  uint64_t nonce = 0;
+  uint64_t peer_nonce = 0;
+  wire::Cookie cookie{};
+  uint64_t hello_due_ns = 0;  // when the next HELLO goes
+  uint32_t hello_tries = 0;
+  std::array<uint32_t, 4> retired{};  // the peer's previous incarnations
+  uint8_t retired_next = 0;
+
+  bool IsRetired(uint32_t inc) const {
+    for (uint32_t r : retired) {
+      if (r != 0 && r == inc) return true;
+    }
+    return false;
+  }
+};
 
 // One peer's session, as the Session stage keeps it.
 struct SessionPeer {
@@ -27,8 +55,8 @@ struct SessionPeer {
   driver::UdpFlow flow;       // our packets to it
   bool mac_unknown = false;   // inserted without a MAC: broadcast until learned
   uint16_t max_datagram = 0;  // its receive limit (from its HELLO)
-  std::array<uint32_t, 4> retired{};  // its previous incarnations
-  uint8_t retired_next = 0;
+  // Its handshake record in Session's pool, kNone: none (Handshake).
+  uint32_t hs = kNone;
 
   // The two directions' initial PSNs: ours (tx_isn), and its, once known.
   Psn tx_isn;
@@ -38,18 +66,11 @@ struct SessionPeer {
   bool counted_established = false;
 
   // Handshake packets owed.
+  // (hello_wanted && (!tx_ready || probing), or hello_ack_owed, or
+  // probing: the peer has a Handshake record.)
   bool hello_wanted = false;  // we have something to send and no session
-  uint64_t hello_due_ns = 0;  // when the next HELLO goes
-  uint32_t hello_tries = 0;
   bool hello_ack_owed = false;
 
-  // The proofs of a handshake (PROTOCOL.md, "Sessions"): our fresh nonce
-  // (a HELLO_ACK or COOKIE counts only if it echoes it; drawn anew for
-  // each session and each probe), the nonce of the peer's HELLO our
-  // HELLO_ACK echoes, and the cookie the peer gave us for our HELLO.
-  uint64_t nonce = 0;
-  uint64_t peer_nonce = 0;
-  wire::Cookie cookie{};
   // A RESET said our session is gone: a HELLO (dst 0, our session's ISN)
   // asks whether it is; its proven answer decides, the RESET never does.
   bool probing = false;
@@ -79,12 +100,6 @@ struct SessionPeer {
   bool sends_unchecked = false;
 
   bool established() const { return rx_known && tx_ready; }
-  bool IsRetired(uint32_t inc) const {
-    for (uint32_t r : retired) {
-      if (r != 0 && r == inc) return true;
-    }
-    return false;
-  }
 };
 
 // What a HELLO, HELLO_ACK or RESET means for the session with its sender.
@@ -105,6 +120,25 @@ class Session {
   PeerTable& peers() { return peers_; }
   const PeerTable& peers() const { return peers_; }
   SessionPeer& operator[](uint32_t pi) { return state_[pi]; }
+  // Peer pi's handshake record, or null while it has none (tests, tools).
+  const Handshake* handshake(uint32_t pi) const {
+    return state_[pi].hs == kNone ? nullptr : &handshakes_[state_[pi].hs];
+  }
+  // Handshake records taken now (an idle established peer holds none).
+  uint32_t handshakes_taken() const { return handshakes_.taken(); }
+  // Its HELLOs sent without an answer (the retry's backoff), 0 without a record.
+  uint32_t hello_tries(uint32_t pi) const {
+    return state_[pi].hs == kNone ? 0 : handshakes_[state_[pi].hs].hello_tries;
+  }
+  // inc is one of pi's retired incarnations: its packets are stale.
+  bool IsRetired(uint32_t pi, uint32_t inc) const {
+    return state_[pi].hs != kNone && handshakes_[state_[pi].hs].IsRetired(inc);
+  }
+  // A HELLO of pi's (its nonce) is answered by a HELLO_ACK echoing it.
+  void OweHelloAck(uint32_t pi, uint64_t nonce) {
+    Record(pi).peer_nonce = nonce;
+    state_[pi].hello_ack_owed = true;
+  }
   // A frame from pi came with kRxSameHost.
   void NoteSameHost(uint32_t pi) {
     state_[pi].same_host = !state_[pi].in_place_refused;
@@ -173,6 +207,7 @@ class Session {
     if (!s.probing) return;
     s.probing = false;
     if (s.tx_ready) s.hello_wanted = false;
+    Settle(pi);
   }
   // A fresh initial PSN for our direction (a new session, or after a failure).
   void NewTxIsn(uint32_t pi) { state_[pi].tx_isn = Psn(static_cast<uint32_t>(ctx_.Random())); }
@@ -199,8 +234,9 @@ class Session {
     if (s.probing) return;  // the probe's HELLO is on its way
     if (s.tx_ready || s.hello_wanted) return;
     s.hello_wanted = true;
-    s.hello_due_ns = ctx_.now;
-    s.hello_tries = 0;
+    Handshake& h = Record(pi);
+    h.hello_due_ns = ctx_.now;
+    h.hello_tries = 0;
   }
   // What a RESET from peer pi would mean; in_session: its psn is one we
   // sent and it has not acknowledged. The engine probes on a restart or
@@ -213,7 +249,7 @@ class Session {
   // A HELLO or HELLO_ACK is owed to pi now.
   bool HandshakeOwed(uint32_t pi) const {
     const SessionPeer& s = state_[pi];
-    return (HelloPending(s) && s.hello_due_ns <= ctx_.now) || s.hello_ack_owed;
+    return (HelloPending(s) && handshakes_[s.hs].hello_due_ns <= ctx_.now) || s.hello_ack_owed;
   }
   // ... or a probe (in an ACK).
   bool HasWork(uint32_t pi) const {
@@ -275,12 +311,19 @@ class Session {
   PendingReset* NextPending();
   uint64_t NewNonce();
   void LearnMac(uint32_t pi, const wire::View& v);
-  void MaybeEstablished(SessionPeer& s);
+  // Pi's handshake record, taken (with a fresh nonce) if it has none.
+  Handshake& Record(uint32_t pi);
+  // Gives pi's record back once nothing needs it: no HELLO pending, no
+  // HELLO_ACK owed, no probe, no incarnation retired.
+  void Settle(uint32_t pi);
+  void DropRecord(uint32_t pi);
+  void MaybeEstablished(uint32_t pi);
   void RunDueTimers(uint32_t pi, bool probe, uint64_t* next);
 
   Context& ctx_;
   PeerTable peers_;
   std::unique_ptr<SessionPeer[]> state_;
+  RecordPool<Handshake> handshakes_;
   PendingReset resets_[kMaxPendingResets];
   uint32_t reset_head_ = 0;
   uint32_t reset_count_ = 0;

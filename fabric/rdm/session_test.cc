@@ -94,7 +94,7 @@ std::vector<wire::View> BuildHandshakes(StageRig& rig, uint32_t pi, size_t n, ui
 uint32_t AddPeerOwedHelloAndHelloAck(StageRig& rig) {
   const uint32_t pi = rig.AddPeer();
   rig.session.WantHello(pi);
-  rig.session[pi].hello_ack_owed = true;
+  rig.session.OweHelloAck(pi, 0x5555);
   return pi;
 }
 
@@ -323,7 +323,7 @@ TEST(SessionTest, WantHelloBuildsAHelloWithOurInitialPsnAndMaxDatagram) {
   EXPECT_EQ(v.flow.dst_port, 6000);
   EXPECT_EQ(v.flow.src_port, 5000);
   EXPECT_EQ(rig.ctx.counters.tx_packets, 1u);
-  EXPECT_EQ(rig.session[pi].hello_tries, 1u);
+  EXPECT_EQ(rig.session.hello_tries(pi), 1u);
 }
 
 // An unanswered HELLO goes again at its retry time, not before.
@@ -333,7 +333,7 @@ TEST(SessionTest, AnUnansweredHelloGoesAgainAtItsRetryTimeNotBefore) {
   rig.ctx.now = 100;
   rig.session.WantHello(pi);
   ASSERT_EQ(BuildHandshakes(rig, pi, 2).size(), 1u);
-  EXPECT_EQ(rig.session[pi].hello_due_ns, 1100u);
+  EXPECT_EQ(rig.session.handshake(pi)->hello_due_ns, 1100u);
   // The retry is the peer's timer, rounded up to the wheel's tick.
   EXPECT_TRUE(rig.ctx.timers().armed(pi));
   EXPECT_GE(rig.ctx.next_timer_ns, 1100u);
@@ -348,8 +348,8 @@ TEST(SessionTest, AnUnansweredHelloGoesAgainAtItsRetryTimeNotBefore) {
   const std::vector<wire::View> again = BuildHandshakes(rig, pi, 2, 64, 2000);
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].common.type, wire::PacketType::kHello);
-  EXPECT_EQ(rig.session[pi].hello_tries, 2u);
-  EXPECT_EQ(rig.session[pi].hello_due_ns, 3100u);
+  EXPECT_EQ(rig.session.hello_tries(pi), 2u);
+  EXPECT_EQ(rig.session.handshake(pi)->hello_due_ns, 3100u);
 }
 
 // Once our direction is ready no HELLO is wanted.
@@ -363,7 +363,7 @@ TEST(SessionTest, WantHelloDoesNothingOnceOurDirectionIsReady) {
 // A HELLO_ACK goes when one is owed (a HELLO came), once, with our initial PSN.
 TEST(SessionTest, AHelloAckGoesOnceWhenOwed) {
   auto [rig, pi] = RigWithPeer();
-  rig.session[pi].hello_ack_owed = true;  // as the engine sets it for a HELLO
+  rig.session.OweHelloAck(pi, 0x5555);  // as the engine does for a HELLO
   EXPECT_TRUE(rig.session.HandshakeOwed(pi));
   const std::vector<wire::View> sent = BuildHandshakes(rig, pi, 2, 32);
   ASSERT_EQ(sent.size(), 1u);
@@ -659,7 +659,7 @@ TEST(SessionTest, NoProbeIsOwedUnlessAskedFor) {
 TEST(SessionTest, EndSessionForgetsTheHandshakeAndDrawsANewTxIsn) {
   auto [rig, pi] = RigWithPeer();
   DrainQueue(rig);
-  rig.session[pi].hello_ack_owed = true;
+  rig.session.OweHelloAck(pi, 0x5555);
   const Psn old_isn = rig.session[pi].tx_isn;
   rig.session.EndSession(pi, /*more_to_send=*/false);
   const SessionPeer& s = rig.session[pi];
@@ -685,7 +685,7 @@ TEST(SessionTest, EndSessionWithMoreToSendWantsAHelloAtOnce) {
   rig.ctx.now = 5000;
   rig.session.EndSession(pi, /*more_to_send=*/true);
   EXPECT_TRUE(rig.session[pi].hello_wanted);
-  EXPECT_EQ(rig.session[pi].hello_due_ns, 5000u);
+  EXPECT_EQ(rig.session.handshake(pi)->hello_due_ns, 5000u);
   EXPECT_EQ(rig.session[pi].activity_ns, 5000u);
   EXPECT_TRUE(rig.session.HandshakeOwed(pi));
   EXPECT_EQ(rig.ctx.queued_peers(), 1u);
@@ -825,20 +825,30 @@ TEST(SessionProofTest, EveryHelloButACopyOfTheCurrentSessionsNeedsProof) {
 
 // A HELLO_ACK or COOKIE counts only if it echoes our current nonce; a probe
 // draws a new one and keeps it while it lasts (a flood of RESETs cannot
-// change it), and the established session's answer ends the probe.
+// change it), and the established session's answer ends the probe. An
+// established session has no nonce (no handshake record): nothing echoes it.
 TEST(SessionProofTest, AnswersMustEchoOurNonceAndAProbeKeepsItsOwn) {
   StageRig rig;
-  const uint32_t pi = rig.AddEstablishedPeer();
+  const uint32_t pi = rig.AddPeer();
+  rig.session.WantHello(pi);
+  ASSERT_NE(rig.session.handshake(pi), nullptr);
   wire::View ack = Hello(rig, Psn(StageRig::kPeerIsn), wire::PacketType::kHelloAck);
-  ack.hello.echo = rig.session[pi].nonce;
+  ack.hello.echo = rig.session.handshake(pi)->nonce;
   EXPECT_TRUE(rig.session.EchoesNonce(pi, ack));
-  rig.session.Probe(pi);
-  const uint64_t probe = rig.session[pi].nonce;
-  EXPECT_NE(probe, ack.hello.echo);
-  EXPECT_FALSE(rig.session.EchoesNonce(pi, ack)) << "an answer to an older HELLO";
+  ack.hello.max_datagram = StageRig::kMaxDatagram;
+  rig.session.Accept(pi, ack);
+  rig.session.TxReady(pi);
+  ASSERT_TRUE(rig.session[pi].established());
+  EXPECT_EQ(rig.session.handshake(pi), nullptr) << "an idle established peer holds no record";
+  EXPECT_FALSE(rig.session.EchoesNonce(pi, ack)) << "a copy of the handshake's answer";
   EXPECT_EQ(rig.ctx.counters.handshake_unproven, 1u);
   rig.session.Probe(pi);
-  EXPECT_EQ(rig.session[pi].nonce, probe);
+  const uint64_t probe = rig.session.handshake(pi)->nonce;
+  EXPECT_NE(probe, ack.hello.echo);
+  EXPECT_FALSE(rig.session.EchoesNonce(pi, ack)) << "an answer to an older HELLO";
+  EXPECT_EQ(rig.ctx.counters.handshake_unproven, 2u);
+  rig.session.Probe(pi);
+  EXPECT_EQ(rig.session.handshake(pi)->nonce, probe);
   EXPECT_TRUE(rig.session.HandshakeOwed(pi));
   const std::vector<wire::View> out = BuildHandshakes(rig, pi, 2);
   ASSERT_EQ(out.size(), 1u);
@@ -850,6 +860,8 @@ TEST(SessionProofTest, AnswersMustEchoOurNonceAndAProbeKeepsItsOwn) {
   EXPECT_FALSE(rig.session[pi].probing);
   EXPECT_FALSE(rig.session.HandshakeOwed(pi));
   EXPECT_TRUE(rig.session[pi].established()) << "nothing ended";
+  EXPECT_EQ(rig.session.handshake(pi), nullptr) << "the probe's record went back";
+  EXPECT_EQ(rig.session.handshakes_taken(), 0u);
 }
 
 // A COOKIE echoing the probe's nonce proves an established session is gone at the
@@ -876,7 +888,7 @@ TEST(SessionProofTest, WhatACookieProves) {
   first.session.WantHello(fresh);
   cookie.common.src_incarnation = StageRig::kPeerIncarnation;
   first.ctx.now = 50;
-  first.session[fresh].hello_due_ns = 1000;
+  const_cast<Handshake*>(first.session.handshake(fresh))->hello_due_ns = 1000;
   EXPECT_EQ(first.session.ClassifyCookie(fresh, cookie), SessionEvent::kCurrent);
   first.session.TakeCookie(fresh, cookie);
   EXPECT_TRUE(first.session.HandshakeOwed(fresh)) << "at once";
