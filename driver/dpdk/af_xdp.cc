@@ -1,6 +1,7 @@
 #include "driver/dpdk/af_xdp.h"
 
 #include <dirent.h>
+#include <linux/bpf.h>
 #include <rte_errno.h>
 #include <rte_mbuf.h>
 #include <sys/resource.h>
@@ -31,6 +32,12 @@ namespace {
 // failed try in the PMD's queue, and the next fill ring looks full), and a
 // failed setup keeps the kAfXdpFillReserve mbufs it took from the pool.
 constexpr uint64_t kAfXdpQueueBusyMs = 2000;
+
+// An af_xdp pool's flags: no IOVA (AF_XDP copies or maps by address), and no
+// spreading of objects over memory channels, whose padding (a cache line per
+// object when its size is an even number of them) would make a page-sized
+// object, the largest MTU's, take more than a page.
+constexpr unsigned kUmemPoolFlags = RTE_MEMPOOL_F_NO_IOVA_CONTIG | RTE_MEMPOOL_F_NO_SPREAD;
 
 // Whether this process has CAP_IPC_LOCK, with which the kernel does not
 // count AF_XDP packet memory (UMEM) against RLIMIT_MEMLOCK.
@@ -120,15 +127,26 @@ std::optional<ino_t> AfXdpSocketInode(int fd) {
 
 uint32_t PoolObjectBytes(uint32_t data_room) {
   rte_mempool_objsz sz{};
-  return rte_mempool_calc_obj_size(sizeof(rte_mbuf) + data_room, RTE_MEMPOOL_F_NO_IOVA_CONTIG,
-                                   &sz);
+  return rte_mempool_calc_obj_size(sizeof(rte_mbuf) + data_room, kUmemPoolFlags, &sz);
+}
+
+uint32_t AfXdpDataRoom(uint32_t mtu) {
+  return RTE_PKTMBUF_HEADROOM + XDP_PACKET_HEADROOM + std::max<uint32_t>(mtu + 18, 2048);
+}
+
+uint32_t AfXdpMaxMtu() {
+  const uint32_t page = static_cast<uint32_t>(getpagesize());
+  uint32_t mtu = page;  // the first that fits, downwards (objects grow by cache lines)
+  while (mtu > 0 && PoolObjectBytes(AfXdpDataRoom(mtu)) > page) --mtu;
+  return mtu;
 }
 
 absl::Status CheckAfXdpObjectFits(uint32_t mtu, uint32_t data_room) {
   if (PoolObjectBytes(data_room) > static_cast<uint32_t>(getpagesize())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dpdk: af_xdp buffers for MTU ", mtu, " take ", PoolObjectBytes(data_room),
-        " bytes and the kernel takes at most a page (", getpagesize(), "): lower mtu="));
+        " bytes and the kernel takes at most a page (", getpagesize(), "): mtu= up to ",
+        AfXdpMaxMtu()));
   }
   return absl::OkStatus();
 }
@@ -137,7 +155,7 @@ rte_mempool* CreateUmemPool(const std::string& name, uint32_t count, uint16_t da
                             int socket) {
   rte_mempool* mp = rte_mempool_create_empty(name.c_str(), count, sizeof(rte_mbuf) + data_room, 0,
                                              sizeof(rte_pktmbuf_pool_private), socket,
-                                             RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+                                             kUmemPoolFlags);
   if (mp == nullptr) return nullptr;
   rte_pktmbuf_pool_private priv{};
   priv.mbuf_data_room_size = data_room;
@@ -214,8 +232,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenAfXdp(const std::string& devargs,
         ": use e.g. ring_size=", std::bit_floor(std::max<uint32_t>(o.ring_size, 64))));
   }
   const uint32_t wanted = o.pool_buffers != 0 ? o.pool_buffers : 4u * o.ring_size;
-  const uint32_t object =
-      PoolObjectBytes(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(o.mtu + 18, 2048));
+  const uint32_t object = PoolObjectBytes(AfXdpDataRoom(o.mtu));
   auto cap = AfXdpBufferCap(object, wanted, std::min<uint32_t>(wanted, 2u * 64));
   if (!cap.ok()) return cap.status();
   // The PMD keeps kAfXdpFillReserve of the pool in its fill ring: add them,

@@ -48,6 +48,19 @@ inline bool IsAfXdp(const std::string& devargs) { return devargs.rfind("net_af_x
 // The bytes one pool object of `data_room` takes (mempool header included).
 uint32_t PoolObjectBytes(uint32_t data_room);
 
+// The data room of an af_xdp pool's mbufs for `mtu`. The kernel writes a
+// received frame XDP_PACKET_HEADROOM (256) bytes into the UMEM chunk past
+// the headroom the PMD gives it (mempool header, mbuf, RTE_PKTMBUF_HEADROOM)
+// and drops, counting it in XDP_STATISTICS' rx_dropped only, a frame longer
+// than what is left of the chunk: the data room holds that headroom too.
+// Without it, an MTU above about 1770 lost its longest frames silently.
+uint32_t AfXdpDataRoom(uint32_t mtu);
+
+// The largest MTU whose af_xdp pool object (AfXdpDataRoom) fits in a page:
+// 3502 with 4 KiB pages. DPDK 22.11's PMD reports 3542 (it counts the
+// mempool header as 24 bytes; a pool's is cache-line aligned, 64).
+uint32_t AfXdpMaxMtu();
+
 // An error unless one pool object of `data_room` fits in the page the kernel
 // takes as a UMEM chunk at most.
 absl::Status CheckAfXdpObjectFits(uint32_t mtu, uint32_t data_room);
