@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "driver/clock.h"
 #include "driver/dpdk/port.h"
 
@@ -124,6 +127,13 @@ std::optional<ino_t> AfXdpSocketInode(int fd) {
 }
 
 }  // namespace
+
+std::string WithAfXdpDefaults(const std::string& devargs) {
+  for (absl::string_view kv : absl::StrSplit(devargs, ',')) {
+    if (absl::StartsWith(kv, "busy_budget=")) return devargs;
+  }
+  return absl::StrCat(devargs, ",busy_budget=0");
+}
 
 uint32_t PoolObjectBytes(uint32_t data_room) {
   rte_mempool_objsz sz{};
@@ -242,7 +252,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenAfXdp(const std::string& devargs,
   while (o.ring_size > 64 && 2u * o.ring_size > *cap) o.ring_size /= 2;
   const uint64_t deadline = SteadyClock::Get().NowNs() + kAfXdpQueueBusyMs * 1'000'000;
   for (;;) {
-    auto dev = DpdkDevice::OpenOwned(devargs, uri_text, o, -1, iface);
+    auto dev = DpdkDevice::OpenOwned(WithAfXdpDefaults(devargs), uri_text, o, -1, iface);
     if (dev.ok() || !absl::IsAborted(dev.status())) return dev;
     if (SteadyClock::Get().NowNs() >= deadline) {
       const uint64_t memlock = AfXdpMemlockLimit();

@@ -45,6 +45,16 @@ inline constexpr uint32_t kAfXdpFillReserve = 2048;  // XSK_RING_CONS__DEFAULT_N
 // Whether `devargs` (or a device name) is an af_xdp vdev.
 inline bool IsAfXdp(const std::string& devargs) { return devargs.rfind("net_af_xdp", 0) == 0; }
 
+// `devargs` with bypass's defaults for the af_xdp PMD where they name none:
+// busy_budget=0. The PMD's default (64) turns on the kernel's preferred
+// busy polling, for which every RxBurst that finds the ring empty makes a
+// recvfrom: a syscall per empty poll (17 per 64 B round trip across two
+// namespaces over veth), which the kernel needs only where the NIC's
+// interrupts are deferred (napi_defer_hard_irqs, gro_flush_timeout); over
+// veth, and a NIC in its default setting, the frames reach the ring from
+// softirq without it. Giving busy_budget= keeps the PMD's behaviour.
+std::string WithAfXdpDefaults(const std::string& devargs);
+
 // The bytes one pool object of `data_room` takes (mempool header included).
 uint32_t PoolObjectBytes(uint32_t data_room);
 
