@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "driver/clock.h"
 #include "driver/dpdk/port.h"
+#include "driver/uri.h"
 
 namespace bypass::driver::dpdk {
 namespace {
@@ -126,7 +127,25 @@ std::optional<ino_t> AfXdpSocketInode(int fd) {
   return static_cast<ino_t>(ino);
 }
 
+// The MTU of this network namespace's interface `name`, or 0 when it
+// cannot be read.
+uint32_t InterfaceMtu(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return 0;
+  std::FILE* f = std::fopen(absl::StrCat("/sys/class/net/", name, "/mtu").c_str(), "r");
+  if (f == nullptr) return 0;
+  unsigned mtu = 0;
+  const bool read = std::fscanf(f, "%u", &mtu) == 1;
+  std::fclose(f);
+  return read ? mtu : 0;
+}
+
 }  // namespace
+
+uint32_t AfXdpMtuFor(uint32_t link_mtu) {
+  constexpr uint32_t kDefault = DeviceOptions{}.mtu;
+  if (link_mtu <= kDefault) return kDefault;
+  return std::min(link_mtu, AfXdpMaxMtu());
+}
 
 std::string WithAfXdpDefaults(const std::string& devargs) {
   for (absl::string_view kv : absl::StrSplit(devargs, ',')) {
@@ -234,6 +253,9 @@ absl::StatusOr<std::unique_ptr<Device>> OpenAfXdp(const std::string& devargs,
                                                   const DeviceOptions& opts,
                                                   const std::optional<std::string>& iface) {
   DeviceOptions o = opts;
+  absl::StatusOr<DeviceUri> parsed = DeviceUri::Parse(uri_text);
+  const bool mtu_given = !parsed.ok() || parsed->Has("mtu") || o.mtu != DeviceOptions{}.mtu;
+  if (!mtu_given && iface) o.mtu = AfXdpMtuFor(InterfaceMtu(*iface));
   // Its RX and TX rings are AF_XDP rings, which the kernel sizes in powers
   // of two only (EINVAL otherwise).
   if (!std::has_single_bit(static_cast<uint32_t>(o.ring_size))) {

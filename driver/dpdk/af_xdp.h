@@ -55,6 +55,12 @@ inline bool IsAfXdp(const std::string& devargs) { return devargs.rfind("net_af_x
 // softirq without it. Giving busy_budget= keeps the PMD's behaviour.
 std::string WithAfXdpDefaults(const std::string& devargs);
 
+// The MTU of an af_xdp device given no mtu= (nor another MTU than the
+// default in its options) on an interface of MTU `link_mtu` (0: unknown):
+// the link's, from 1500 up to AfXdpMaxMtu(), as the kernel UDP device
+// follows its link; a 9000-byte link gets 3502-byte frames.
+uint32_t AfXdpMtuFor(uint32_t link_mtu);
+
 // The bytes one pool object of `data_room` takes (mempool header included).
 uint32_t PoolObjectBytes(uint32_t data_room);
 
@@ -134,7 +140,8 @@ class AfXdpQueuePair final : public QueuePair {
   uint16_t hw_queue_;
 };
 
-// Opens the af_xdp vdev `devargs` (dpdk:net_af_xdp...): checks its ring
+// Opens the af_xdp vdev `devargs` (dpdk:net_af_xdp...): takes the MTU of
+// interface `iface` where none is given (AfXdpMtuFor), checks its ring
 // size, sizes its pools to RLIMIT_MEMLOCK and the PMD's fill ring, and
 // retries while the kernel still holds the interface queue.
 absl::StatusOr<std::unique_ptr<Device>> OpenAfXdp(const std::string& devargs,

@@ -281,5 +281,13 @@ TEST(AfXdpLargestMtu, FramesOfEveryLengthArriveWhole) {
   EXPECT_EQ(q.PoolAvailable(), before);
 }
 
+// Without mtu= af_xdp takes its interface's MTU (up to the largest it
+// takes), as the kernel UDP device follows its link.
+TEST(AfXdpLargestMtu, WithoutMtuTheLinksIsTaken) {
+  absl::StatusOr<EndpointPair> pair = af_xdp.Open(DeviceOptions{});
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  EXPECT_EQ(pair->a().info().mtu, kAfXdpLargestMtu);
+}
+
 }  // namespace
 }  // namespace bypass::driver
