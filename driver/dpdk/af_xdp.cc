@@ -4,6 +4,8 @@
 #include <linux/bpf.h>
 #include <rte_errno.h>
 #include <rte_mbuf.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,16 +130,18 @@ std::optional<ino_t> AfXdpSocketInode(int fd) {
   return static_cast<ino_t>(ino);
 }
 
-// The MTU of this network namespace's interface `name`, or 0 when it
-// cannot be read.
+// The MTU of interface `name` in this thread's network namespace
+// (SIOCGIFMTU on a socket: /sys/class/net shows the namespace sysfs was
+// mounted in, which a setns does not change), or 0 when it cannot be read.
 uint32_t InterfaceMtu(const std::string& name) {
-  if (name.empty() || name.find('/') != std::string::npos) return 0;
-  std::FILE* f = std::fopen(absl::StrCat("/sys/class/net/", name, "/mtu").c_str(), "r");
-  if (f == nullptr) return 0;
-  unsigned mtu = 0;
-  const bool read = std::fscanf(f, "%u", &mtu) == 1;
-  std::fclose(f);
-  return read ? mtu : 0;
+  if (name.empty() || name.size() >= IFNAMSIZ) return 0;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ifreq req{};
+  std::memcpy(req.ifr_name, name.data(), name.size());
+  const int r = ioctl(fd, SIOCGIFMTU, &req);
+  close(fd);
+  return r == 0 && req.ifr_mtu > 0 ? static_cast<uint32_t>(req.ifr_mtu) : 0;
 }
 
 }  // namespace
