@@ -278,7 +278,9 @@ class Device {
 // Opens a device from a URI:
 //   loopback:NAME[,mac=..][,ip=..]   ports on one in-process L2 segment NAME
 //   memif:SOCKET[,role=server|client|auto][,id=N][,ip=..]
-//   dpdk:DEVARGS[,ip=..]             PCI address or vdev string
+//   dpdk:DEVARGS[,ip=..]             PCI address or vdev string (af_xdp,
+//                                    net_af_xdpN,iface=IF: mtu up to 3502,
+//                                    without mtu= IF's from 1500 up to that)
 //   dpdk:port=N,queues=A-B[,ip=..]   attach to an application's port
 //   mlx5:DEVICE[,port=N][,ip=..]
 //   udp:[IFACE|A.B.C.D][,ip=..][,mtu=..]  kernel UDP sockets (any host;

@@ -8,7 +8,8 @@ alternating repetitions (A B C ... A B C ...) so that the machine's noise
 hits all of them alike. Prints the medians with ratios to the bare baseline
 and to shm, writes JSON and a gnuplot PNG of latency against size. A second
 table does the same across two network namespaces joined by veth pairs:
-bypass over af_xdp (a 1500-byte pair: XDP on veth refuses larger MTUs),
+bypass over af_xdp (a pair at MTU 3502, the largest both af_xdp's
+page-sized buffers and XDP on veth take: --xdp_mtu),
 and bypass's default domain (kernel UDP) against libfabric's tcp over the
 kernel, both on a pair with jumbo frames (--veth_mtu, 9000) (root only).
 
@@ -37,6 +38,9 @@ import time
 
 FI_LIB_TARGET = "//fabric/fi:libbypass-fi.so"
 FI_LIB_MISSING = "n/a (build %s)" % FI_LIB_TARGET
+# The largest MTU of bypass's af_xdp device with 4 KiB pages (AfXdpMaxMtu in
+# driver/dpdk/af_xdp.h), which XDP on veth takes too.
+XDP_MTU = 3502
 KIB = 1024
 MIB = 1024 * 1024
 FI_PP_NO_WINDOW = "fi_pingpong measures no windowed rate"
@@ -322,9 +326,9 @@ def xdp_attached(netns, ifname):
 class Veth:
     """Two network namespaces joined by three veth pairs, removed by close().
 
-    The data pair carries af_xdp (MTU 1500: XDP on veth refuses an MTU
-    above about 3.5 KB, and Debian's DPDK 22.11 af_xdp has no multi-buffer
-    frames). The kernel pair carries what goes through the kernel: the
+    The data pair carries af_xdp at `xdp_mtu` (3502 by default: af_xdp's
+    buffers are a page each and Debian's DPDK 22.11 af_xdp has no
+    multi-buffer frames, and XDP on veth refuses an MTU above about 3.5 KB). The kernel pair carries what goes through the kernel: the
     kernel's TCP for libfabric's tcp and bypass's default domain (kernel
     UDP, whose address is that of the default route's interface: this one),
     with jumbo frames (`mtu`, as a cluster's fabric would have them). The
@@ -333,7 +337,7 @@ class Veth:
     of the interface it binds.
     """
 
-    def __init__(self, mtu=9000):
+    def __init__(self, mtu=9000, xdp_mtu=XDP_MTU):
         tag = "bnch%d_" % (os.getpid() % 10000)
         self.ns = (tag + "a", tag + "b")
         self.ifs = (tag + "0", tag + "1")
@@ -344,8 +348,13 @@ class Veth:
         self.kern_ifs = (tag + "k0", tag + "k1")
         self.kern_ips = ("10.206.%d.1" % net, "10.206.%d.2" % net)
         self.mtu = mtu
+        self.xdp_mtu = xdp_mtu
         self.macs = ("", "")
         self.up = False
+
+    def xdp_uri(self, i):
+        """The af_xdp device of namespace i (0: a, 1: b), at the pair's MTU."""
+        return "dpdk:net_af_xdp_bench%s,iface=%s,mtu=%d" % ("ab"[i], self.ifs[i], self.xdp_mtu)
 
     def _ip(self, *args):
         try:
@@ -371,6 +380,7 @@ class Veth:
                 self._ip("netns", "exec", ns, "sh", "-c",
                          "echo 1 > /proc/sys/net/ipv6/conf/%s/disable_ipv6" % knob)
             self._ip("-n", ns, "link", "set", "dev", self.kern_ifs[i], "mtu", str(self.mtu))
+            self._ip("-n", ns, "link", "set", "dev", self.ifs[i], "mtu", str(self.xdp_mtu))
             for ifname, ip in ((self.ifs[i], self.ips[i]), (self.ctrl_ifs[i], self.ctrl_ips[i]),
                                (self.kern_ifs[i], self.kern_ips[i])):
                 self._ip("-n", ns, "addr", "add", ip + "/24", "dev", ifname)
@@ -552,7 +562,7 @@ class Bench:
     def netns_pair(self, col, binary, common, client_only, tool, timeout=None):
         """A server in namespace b and a client in a: af_xdp for bypass, the kernel for tcp."""
         v = self.veth
-        uris = ("dpdk:net_af_xdp_bencha,iface=" + v.ifs[0], "dpdk:net_af_xdp_benchb,iface=" + v.ifs[1])
+        uris = (v.xdp_uri(0), v.xdp_uri(1))
         ns_a = ["ip", "netns", "exec", v.ns[0], binary]
         ns_b = ["ip", "netns", "exec", v.ns[1], binary]
         if col.layer == "fi":
@@ -597,8 +607,8 @@ class Bench:
             ctrl = v.ctrl_ips[1] if col.provider == "bypass" else v.kern_ips[1]
             client = ["ip", "netns", "exec", v.ns[0]] + base + ["-P", str(port), ctrl]
             if col.provider == "bypass":
-                env_s = self.env(col, "dpdk:net_af_xdp_benchb,iface=" + v.ifs[1])
-                env_c = self.env(col, "dpdk:net_af_xdp_bencha,iface=" + v.ifs[0])
+                env_s = self.env(col, v.xdp_uri(1))
+                env_c = self.env(col, v.xdp_uri(0))
             else:
                 env_s = self.env(col, tcp_iface=v.kern_ifs[1])
                 env_c = self.env(col, tcp_iface=v.kern_ifs[0])
@@ -1170,7 +1180,10 @@ def parse_args(argv):
     p.add_argument("--no_netns", action="store_true", help="skip the two-namespace table")
     p.add_argument("--veth_mtu", type=int, default=9000,
                    help="MTU of the namespaces' kernel pair (bypass's kernel UDP, libfabric tcp); "
-                        "af_xdp's pair stays at 1500")
+                        "af_xdp's pair has --xdp_mtu")
+    p.add_argument("--xdp_mtu", type=int, default=XDP_MTU,
+                   help="MTU of the namespaces' af_xdp pair and of bypass's af_xdp device (the "
+                        "largest its page-sized buffers take: %d; 1500 was the default before)" % XDP_MTU)
     p.add_argument("--no_scale", action="store_true",
                    help="skip the scale table (peers vs latency and memory, about 40 s)")
     p.add_argument("--skip", default="", help="comma-separated columns to leave out (%s)"
@@ -1204,6 +1217,8 @@ def parse_args(argv):
              "--window 1..1024")
     if not 1280 <= a.veth_mtu <= 65535:
         fail("--veth_mtu=%d: give 1280 .. 65535 (veth's largest)" % a.veth_mtu)
+    if not 1280 <= a.xdp_mtu <= XDP_MTU:
+        fail("--xdp_mtu=%d: give 1280 .. %d (af_xdp's page-sized buffers)" % (a.xdp_mtu, XDP_MTU))
     known = set(COLUMN_KEYS)
     a.skip = {s for s in a.skip.split(",") if s}
     if a.skip - known:
@@ -1370,8 +1385,8 @@ def main(argv):
     local["title"] = ("two processes on this host (memif, and bypass's default domain: shared memory; "
                       "shm and tcp over loopback)")
     netns = b.new_section("netns", NETNS_COLUMNS, None, "tcp")
-    netns["title"] = ("two network namespaces over veth pairs (af_xdp at MTU 1500; bypass's default "
-                      "domain, kernel UDP, and tcp through the kernel at MTU %d)" % a.veth_mtu)
+    netns["title"] = ("two network namespaces over veth pairs (af_xdp at MTU %d; bypass's default "
+                      "domain, kernel UDP, and tcp through the kernel at MTU %d)" % (a.xdp_mtu, a.veth_mtu))
     b.check_columns(local)
     b.check_columns(netns)
     if a.no_netns:
@@ -1407,7 +1422,7 @@ def main(argv):
     load_before = loadavg()
     try:
         if not netns["skipped"]:
-            b.veth = Veth(a.veth_mtu)
+            b.veth = Veth(a.veth_mtu, a.xdp_mtu)
             try:
                 b.veth.create()
             except RuntimeError as e:

@@ -1,8 +1,11 @@
 #include "driver/dpdk/af_xdp.h"
 
 #include <dirent.h>
+#include <linux/bpf.h>
 #include <rte_errno.h>
 #include <rte_mbuf.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,14 +13,19 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "driver/clock.h"
 #include "driver/dpdk/port.h"
+#include "driver/uri.h"
 
 namespace bypass::driver::dpdk {
 namespace {
@@ -31,6 +39,12 @@ namespace {
 // failed try in the PMD's queue, and the next fill ring looks full), and a
 // failed setup keeps the kAfXdpFillReserve mbufs it took from the pool.
 constexpr uint64_t kAfXdpQueueBusyMs = 2000;
+
+// An af_xdp pool's flags: no IOVA (AF_XDP copies or maps by address), and no
+// spreading of objects over memory channels, whose padding (a cache line per
+// object when its size is an even number of them) would make a page-sized
+// object, the largest MTU's, take more than a page.
+constexpr unsigned kUmemPoolFlags = RTE_MEMPOOL_F_NO_IOVA_CONTIG | RTE_MEMPOOL_F_NO_SPREAD;
 
 // Whether this process has CAP_IPC_LOCK, with which the kernel does not
 // count AF_XDP packet memory (UMEM) against RLIMIT_MEMLOCK.
@@ -116,19 +130,57 @@ std::optional<ino_t> AfXdpSocketInode(int fd) {
   return static_cast<ino_t>(ino);
 }
 
+// The MTU of interface `name` in this thread's network namespace
+// (SIOCGIFMTU on a socket: /sys/class/net shows the namespace sysfs was
+// mounted in, which a setns does not change), or 0 when it cannot be read.
+uint32_t InterfaceMtu(const std::string& name) {
+  if (name.empty() || name.size() >= IFNAMSIZ) return 0;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ifreq req{};
+  std::memcpy(req.ifr_name, name.data(), name.size());
+  const int r = ioctl(fd, SIOCGIFMTU, &req);
+  close(fd);
+  return r == 0 && req.ifr_mtu > 0 ? static_cast<uint32_t>(req.ifr_mtu) : 0;
+}
+
 }  // namespace
+
+uint32_t AfXdpMtuFor(uint32_t link_mtu) {
+  constexpr uint32_t kDefault = DeviceOptions{}.mtu;
+  if (link_mtu <= kDefault) return kDefault;
+  return std::min(link_mtu, AfXdpMaxMtu());
+}
+
+std::string WithAfXdpDefaults(const std::string& devargs) {
+  for (absl::string_view kv : absl::StrSplit(devargs, ',')) {
+    if (absl::StartsWith(kv, "busy_budget=")) return devargs;
+  }
+  return absl::StrCat(devargs, ",busy_budget=0");
+}
 
 uint32_t PoolObjectBytes(uint32_t data_room) {
   rte_mempool_objsz sz{};
-  return rte_mempool_calc_obj_size(sizeof(rte_mbuf) + data_room, RTE_MEMPOOL_F_NO_IOVA_CONTIG,
-                                   &sz);
+  return rte_mempool_calc_obj_size(sizeof(rte_mbuf) + data_room, kUmemPoolFlags, &sz);
+}
+
+uint32_t AfXdpDataRoom(uint32_t mtu) {
+  return RTE_PKTMBUF_HEADROOM + XDP_PACKET_HEADROOM + std::max<uint32_t>(mtu + 18, 2048);
+}
+
+uint32_t AfXdpMaxMtu() {
+  const uint32_t page = static_cast<uint32_t>(getpagesize());
+  uint32_t mtu = page;  // the first that fits, downwards (objects grow by cache lines)
+  while (mtu > 0 && PoolObjectBytes(AfXdpDataRoom(mtu)) > page) --mtu;
+  return mtu;
 }
 
 absl::Status CheckAfXdpObjectFits(uint32_t mtu, uint32_t data_room) {
   if (PoolObjectBytes(data_room) > static_cast<uint32_t>(getpagesize())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dpdk: af_xdp buffers for MTU ", mtu, " take ", PoolObjectBytes(data_room),
-        " bytes and the kernel takes at most a page (", getpagesize(), "): lower mtu="));
+        " bytes and the kernel takes at most a page (", getpagesize(), "): mtu= up to ",
+        AfXdpMaxMtu()));
   }
   return absl::OkStatus();
 }
@@ -137,7 +189,7 @@ rte_mempool* CreateUmemPool(const std::string& name, uint32_t count, uint16_t da
                             int socket) {
   rte_mempool* mp = rte_mempool_create_empty(name.c_str(), count, sizeof(rte_mbuf) + data_room, 0,
                                              sizeof(rte_pktmbuf_pool_private), socket,
-                                             RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+                                             kUmemPoolFlags);
   if (mp == nullptr) return nullptr;
   rte_pktmbuf_pool_private priv{};
   priv.mbuf_data_room_size = data_room;
@@ -206,6 +258,9 @@ absl::StatusOr<std::unique_ptr<Device>> OpenAfXdp(const std::string& devargs,
                                                   const DeviceOptions& opts,
                                                   const std::optional<std::string>& iface) {
   DeviceOptions o = opts;
+  absl::StatusOr<DeviceUri> parsed = DeviceUri::Parse(uri_text);
+  const bool mtu_given = !parsed.ok() || parsed->Has("mtu") || o.mtu != DeviceOptions{}.mtu;
+  if (!mtu_given && iface) o.mtu = AfXdpMtuFor(InterfaceMtu(*iface));
   // Its RX and TX rings are AF_XDP rings, which the kernel sizes in powers
   // of two only (EINVAL otherwise).
   if (!std::has_single_bit(static_cast<uint32_t>(o.ring_size))) {
@@ -214,8 +269,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenAfXdp(const std::string& devargs,
         ": use e.g. ring_size=", std::bit_floor(std::max<uint32_t>(o.ring_size, 64))));
   }
   const uint32_t wanted = o.pool_buffers != 0 ? o.pool_buffers : 4u * o.ring_size;
-  const uint32_t object =
-      PoolObjectBytes(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(o.mtu + 18, 2048));
+  const uint32_t object = PoolObjectBytes(AfXdpDataRoom(o.mtu));
   auto cap = AfXdpBufferCap(object, wanted, std::min<uint32_t>(wanted, 2u * 64));
   if (!cap.ok()) return cap.status();
   // The PMD keeps kAfXdpFillReserve of the pool in its fill ring: add them,
@@ -225,7 +279,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenAfXdp(const std::string& devargs,
   while (o.ring_size > 64 && 2u * o.ring_size > *cap) o.ring_size /= 2;
   const uint64_t deadline = SteadyClock::Get().NowNs() + kAfXdpQueueBusyMs * 1'000'000;
   for (;;) {
-    auto dev = DpdkDevice::OpenOwned(devargs, uri_text, o, -1, iface);
+    auto dev = DpdkDevice::OpenOwned(WithAfXdpDefaults(devargs), uri_text, o, -1, iface);
     if (dev.ok() || !absl::IsAborted(dev.status())) return dev;
     if (SteadyClock::Get().NowNs() >= deadline) {
       const uint64_t memlock = AfXdpMemlockLimit();

@@ -45,8 +45,37 @@ inline constexpr uint32_t kAfXdpFillReserve = 2048;  // XSK_RING_CONS__DEFAULT_N
 // Whether `devargs` (or a device name) is an af_xdp vdev.
 inline bool IsAfXdp(const std::string& devargs) { return devargs.rfind("net_af_xdp", 0) == 0; }
 
+// `devargs` with bypass's defaults for the af_xdp PMD where they name none:
+// busy_budget=0. The PMD's default (64) turns on the kernel's preferred
+// busy polling, for which every RxBurst that finds the ring empty makes a
+// recvfrom: a syscall per empty poll (17 per 64 B round trip across two
+// namespaces over veth), which the kernel needs only where the NIC's
+// interrupts are deferred (napi_defer_hard_irqs, gro_flush_timeout); over
+// veth, and a NIC in its default setting, the frames reach the ring from
+// softirq without it. Giving busy_budget= keeps the PMD's behaviour.
+std::string WithAfXdpDefaults(const std::string& devargs);
+
+// The MTU of an af_xdp device given no mtu= (nor another MTU than the
+// default in its options) on an interface of MTU `link_mtu` (0: unknown):
+// the link's, from 1500 up to AfXdpMaxMtu(), as the kernel UDP device
+// follows its link; a 9000-byte link gets 3502-byte frames.
+uint32_t AfXdpMtuFor(uint32_t link_mtu);
+
 // The bytes one pool object of `data_room` takes (mempool header included).
 uint32_t PoolObjectBytes(uint32_t data_room);
+
+// The data room of an af_xdp pool's mbufs for `mtu`. The kernel writes a
+// received frame XDP_PACKET_HEADROOM (256) bytes into the UMEM chunk past
+// the headroom the PMD gives it (mempool header, mbuf, RTE_PKTMBUF_HEADROOM)
+// and drops, counting it in XDP_STATISTICS' rx_dropped only, a frame longer
+// than what is left of the chunk: the data room holds that headroom too.
+// Without it, an MTU above about 1770 lost its longest frames silently.
+uint32_t AfXdpDataRoom(uint32_t mtu);
+
+// The largest MTU whose af_xdp pool object (AfXdpDataRoom) fits in a page:
+// 3502 with 4 KiB pages. DPDK 22.11's PMD reports 3542 (it counts the
+// mempool header as 24 bytes; a pool's is cache-line aligned, 64).
+uint32_t AfXdpMaxMtu();
 
 // An error unless one pool object of `data_room` fits in the page the kernel
 // takes as a UMEM chunk at most.
@@ -111,7 +140,8 @@ class AfXdpQueuePair final : public QueuePair {
   uint16_t hw_queue_;
 };
 
-// Opens the af_xdp vdev `devargs` (dpdk:net_af_xdp...): checks its ring
+// Opens the af_xdp vdev `devargs` (dpdk:net_af_xdp...): takes the MTU of
+// interface `iface` where none is given (AfXdpMtuFor), checks its ring
 // size, sizes its pools to RLIMIT_MEMLOCK and the PMD's fill ring, and
 // retries while the kernel still holds the interface queue.
 absl::StatusOr<std::unique_ptr<Device>> OpenAfXdp(const std::string& devargs,

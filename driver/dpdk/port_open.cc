@@ -113,8 +113,9 @@ absl::StatusOr<std::unique_ptr<Device>> DpdkDevice::OpenOwned(const std::string&
   dev->info_.ring_size = nb_rxd;
   const int socket = rte_eth_dev_socket_id(port) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(port);
   const uint32_t frame = opts.mtu + 14 + 4;
-  const uint32_t data_room = RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(frame, 2048);
   const bool af_xdp = IsAfXdp(name);
+  const uint32_t data_room =
+      af_xdp ? AfXdpDataRoom(opts.mtu) : RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(frame, 2048);
   if (af_xdp) {
     if (absl::Status s = CheckAfXdpObjectFits(opts.mtu, data_room); !s.ok()) return s;
   }
