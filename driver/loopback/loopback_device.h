@@ -38,10 +38,10 @@ absl::StatusOr<std::unique_ptr<LoopbackDevice>> Open(DeviceUri uri, const Device
 // TxBurst take fewer.
 //
 // Threading: each queue pair belongs to one thread. Opening or destroying a
-// port rewires the rings of every port on its segment, so it REQUIRES that
-// no queue of the segment's other ports is inside a burst call meanwhile
-// (open all ports, then start the threads). SteerUdpPort and SetLinkState
-// may be called from any thread at any time.
+// port rewires the rings of every port on its segment; the other ports'
+// threads may keep polling meanwhile (each queue's burst calls and its
+// rewiring take the queue's own lock). SteerUdpPort and SetLinkState may be
+// called from any thread at any time.
 class LoopbackDevice final : public Device {
  public:
   static constexpr uint16_t kMaxQueues = 8;

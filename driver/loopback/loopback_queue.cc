@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -69,6 +70,7 @@ SpscRing* LoopbackQueue::RingFor(const Route& r, const Packet& p) const {
 
 uint16_t LoopbackQueue::TxBurst(absl::Span<Packet* const> pkts) {
   pkts = pkts.first(std::min<size_t>(pkts.size(), UINT16_MAX));  // the count is 16 bits
+  std::lock_guard<std::mutex> wiring(wiring_mu_);
   const bool up = self_->link_up.load(std::memory_order_relaxed);
   size_t taken = 0;
   for (; taken < pkts.size(); ++taken) {
@@ -149,6 +151,7 @@ void LoopbackQueue::DrainWhileDown() {
 
 uint16_t LoopbackQueue::RxBurst(absl::Span<Packet*> out) {
   out = out.first(std::min<size_t>(out.size(), UINT16_MAX));  // the count is 16 bits
+  std::lock_guard<std::mutex> wiring(wiring_mu_);
   if (!self_->link_up.load(std::memory_order_relaxed)) {
     DrainWhileDown();
     return 0;
@@ -197,19 +200,23 @@ int64_t LoopbackQueue::ReadPeerMemoryV(uint32_t pid, absl::Span<const PeerRange>
 }
 
 void LoopbackQueue::AddRoute(const PortShared* dst, std::vector<SpscRing*> rings) {
+  std::lock_guard<std::mutex> wiring(wiring_mu_);
   routes_.push_back(Route{dst, std::move(rings)});
   targets_.resize(routes_.size());
 }
 
 void LoopbackQueue::RemoveRoute(const PortShared* dst) {
+  std::lock_guard<std::mutex> wiring(wiring_mu_);
   std::erase_if(routes_, [dst](const Route& r) { return r.dst == dst; });
 }
 
 void LoopbackQueue::AddIncoming(const PortShared* src, std::unique_ptr<SpscRing> ring) {
+  std::lock_guard<std::mutex> wiring(wiring_mu_);
   incoming_.push_back(Incoming{src, std::move(ring)});
 }
 
 void LoopbackQueue::RemoveIncoming(const PortShared* src) {
+  std::lock_guard<std::mutex> wiring(wiring_mu_);
   std::erase_if(incoming_, [src](const Incoming& in) { return in.src == src; });
   rx_next_ = 0;
 }

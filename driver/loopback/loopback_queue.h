@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -86,8 +87,8 @@ class LoopbackQueue final : public QueuePair {
 
   const LoopbackCounters& counters() const { return counters_; }
 
-  // Wiring, by the segment registry under its lock. REQUIRES: no burst call
-  // is in flight on this queue (see LoopbackDevice).
+  // Wiring, by the segment registry under its lock, while this queue's
+  // thread may be inside a burst call (wiring_mu_ keeps them apart).
   // `rings[rq]` carries frames from this queue to queue rq of `dst`.
   void AddRoute(const PortShared* dst, std::vector<SpscRing*> rings);
   void RemoveRoute(const PortShared* dst);
@@ -119,6 +120,12 @@ class LoopbackQueue final : public QueuePair {
   std::vector<Incoming> incoming_;
   std::vector<SpscRing*> targets_;  // scratch for multicast, sized by AddRoute
   size_t rx_next_ = 0;              // the incoming ring RxBurst starts at
+  // Held by every burst call and by the wiring above: a port opened or
+  // closed on the segment rewires the queues of its other ports, whose
+  // threads may be polling (a libfabric domain's progress thread polls its
+  // port while the application opens or closes another domain). Taken by
+  // one thread but for a rewiring, so uncontended on the data path.
+  std::mutex wiring_mu_;
   QueueStats stats_;
   LoopbackCounters counters_;
 };

@@ -1,6 +1,7 @@
 // Loopback-specific behaviour: segments of several ports, delivery by MAC,
 // drops and their counters, and a two-thread race check. The conformance
 // suite runs in loopback_conformance_test.cc.
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -141,6 +142,40 @@ TEST(LoopbackTest, LeavingPortBecomesUnknownAndItsIndexIsReused) {
   EXPECT_EQ(b2->port_index(), 1);
   EXPECT_EQ(b2->info().mac, b_mac) << "the same open sequence gives the same addresses";
   EXPECT_EQ(Drain(*b2), 0u) << "frames to the old port are gone";
+}
+
+// A port's thread keeps polling while other ports of its segment open and
+// close (each rewires its queues): a libfabric domain's progress thread
+// does that while the application opens or closes another domain. Before
+// the queues took a lock for it, ASan saw a null ring here (the incoming
+// list reallocated under RxBurst, fi_errors_test's progress thread).
+TEST(LoopbackTest, PortsOpenAndCloseWhileAnotherPortsThreadPolls) {
+  auto a = MustOpen("loopback:rewire");
+  const uint32_t pool_before = a->queue(0).PoolAvailable();
+  const UdpFlow to_self = Flow(*a, a->info().mac, a->info().ipv4, 7);
+  std::atomic<bool> stop{false};
+  uint64_t sent = 0, received = 0;
+  std::thread poller([&] {
+    while (!stop.load()) {
+      sent += SendOne(*a, to_self);
+      received += Drain(*a);
+    }
+    received += Drain(*a);
+  });
+  for (int i = 0; i < 200; ++i) {
+    auto b = MustOpen("loopback:rewire");
+    auto c = MustOpen("loopback:rewire");
+    ASSERT_NE(b, nullptr);
+    ASSERT_NE(c, nullptr);
+    // Traffic toward a from the new ports too: its incoming rings are in use.
+    SendOne(*b, Flow(*b, a->info().mac, a->info().ipv4, 7));
+    SendOne(*c, Flow(*c, kBroadcastMac, Ipv4Address{0xffffffff}, 7));
+  }
+  stop.store(true);
+  poller.join();
+  EXPECT_GT(sent, 0u);
+  EXPECT_GE(received, sent) << "a frame a sent itself was lost while the segment was rewired";
+  EXPECT_EQ(a->queue(0).PoolAvailable(), pool_before);
 }
 
 TEST(LoopbackTest, ExplicitAddressesAndTheirErrors) {
