@@ -6,6 +6,9 @@
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 
@@ -126,6 +129,17 @@ unsigned long PidNamespaceId() {
   struct stat st;
   if (stat("/proc/self/ns/pid", &st) != 0) return 0;
   return static_cast<unsigned long>(st.st_ino);
+}
+
+uint32_t InterfaceMtu(std::string_view name) {
+  if (name.empty() || name.size() >= IFNAMSIZ) return 0;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ifreq req{};
+  std::memcpy(req.ifr_name, name.data(), name.size());
+  const int r = ioctl(fd, SIOCGIFMTU, &req);
+  close(fd);
+  return r == 0 && req.ifr_mtu > 0 ? static_cast<uint32_t>(req.ifr_mtu) : 0;
 }
 
 }  // namespace bypass::driver

@@ -35,6 +35,11 @@ Ipv4Address PrimaryIpv4();
 // The interface named `name`; NotFound with the names there are.
 absl::StatusOr<HostInterface> FindInterface(std::string_view name);
 
+// The MTU of interface `name` in this thread's network namespace
+// (SIOCGIFMTU on a socket: /sys/class/net shows the namespace sysfs was
+// mounted in, which a setns does not change), or 0 when it cannot be read.
+uint32_t InterfaceMtu(std::string_view name);
+
 // True for 127.0.0.0/8 and for every address of HostInterfaces().
 bool IsLocalIpv4(Ipv4Address ip);
 

@@ -4,8 +4,6 @@
 #include <linux/bpf.h>
 #include <rte_errno.h>
 #include <rte_mbuf.h>
-#include <net/if.h>
-#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "driver/clock.h"
 #include "driver/dpdk/port.h"
+#include "driver/host.h"
 #include "driver/uri.h"
 
 namespace bypass::driver::dpdk {
@@ -128,20 +127,6 @@ std::optional<ino_t> AfXdpSocketInode(int fd) {
     return std::nullopt;
   }
   return static_cast<ino_t>(ino);
-}
-
-// The MTU of interface `name` in this thread's network namespace
-// (SIOCGIFMTU on a socket: /sys/class/net shows the namespace sysfs was
-// mounted in, which a setns does not change), or 0 when it cannot be read.
-uint32_t InterfaceMtu(const std::string& name) {
-  if (name.empty() || name.size() >= IFNAMSIZ) return 0;
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ifreq req{};
-  std::memcpy(req.ifr_name, name.data(), name.size());
-  const int r = ioctl(fd, SIOCGIFMTU, &req);
-  close(fd);
-  return r == 0 && req.ifr_mtu > 0 ? static_cast<uint32_t>(req.ifr_mtu) : 0;
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "driver/udp/udp_device.h"
 
-#include <net/if.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,18 +26,6 @@ std::optional<HostInterface> InterfaceWith(Ipv4Address ip) {
     if (h.ipv4 == ip) return std::move(h);
   }
   return std::nullopt;
-}
-
-// The MTU of interface `name` (SIOCGIFMTU), or 0 when it cannot be read.
-uint32_t LinkMtu(const std::string& name) {
-  if (name.empty() || name.size() >= IFNAMSIZ) return 0;
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ifreq req{};
-  std::memcpy(req.ifr_name, name.data(), name.size());
-  const int r = ioctl(fd, SIOCGIFMTU, &req);
-  close(fd);
-  return r == 0 && req.ifr_mtu > 0 ? static_cast<uint32_t>(req.ifr_mtu) : 0;
 }
 
 }  // namespace
@@ -130,7 +116,7 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
 
   // Not lo's 65536: no link's, and what reaches this host's peers there
   // (tests; the default domain's shm carries them) keeps 1500.
-  if (mtu_from_link && iface && !iface->loopback) opts.mtu = LinkMtuFor(LinkMtu(iface->name));
+  if (mtu_from_link && iface && !iface->loopback) opts.mtu = LinkMtuFor(InterfaceMtu(iface->name));
 
   std::unique_ptr<UdpDevice> dev(new UdpDevice());
   DeviceInfo& info = dev->info_;
