@@ -4,6 +4,7 @@
 #ifndef BYPASS_FABRIC_RDM_CONTEXT_H_
 #define BYPASS_FABRIC_RDM_CONTEXT_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -68,10 +69,13 @@ class Context {
         rng_state_(seed),
         peer_counters_(new PeerCounters[c.max_peers]),
         timers_(c.max_peers),
+        timer_floor_(new uint64_t[c.max_peers]),
         work_(new uint32_t[c.max_peers]),
         queued_(new bool[c.max_peers]()),
         released_(new driver::Packet*[released_capacity]),
-        released_capacity_(released_capacity) {}
+        released_capacity_(released_capacity) {
+    std::fill(timer_floor_.get(), timer_floor_.get() + c.max_peers, UINT64_MAX);
+  }
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
@@ -94,11 +98,49 @@ class Context {
   // Timers: one per peer in a wheel (timer_wheel.h), at the earliest of the
   // peer's deadlines; the engine runs a peer's timers when its fires. Every
   // deadline a stage sets is armed here, with the peer it is of.
+  //
+  // Reliability keeps three of a peer's deadlines exactly (the delayed ACK,
+  // the tail-loss probe and the RTO: RxStream::ack_deadline and TxStream's
+  // deadlines, 0 when none) and arms them with ArmExactTimer; every other
+  // deadline (RNR retry, pacing, HELLO retry, liveness, silence) is armed
+  // with ArmTimer, which also lowers the peer's floor: no deadline of those
+  // is before it. So when a flight starts, Reliability can move the timer
+  // later (MoveTimer), off a probe deadline an ACK made moot, to the
+  // earliest of its exact deadlines and the floor, and the moot deadline
+  // costs no fire (PROTOCOL.md, "Fourth pass").
   void ArmTimer(uint32_t pi, uint64_t when) {
+    if (when < timer_floor_[pi]) timer_floor_[pi] = when;
+    ArmExactTimer(pi, when);
+  }
+  void ArmExactTimer(uint32_t pi, uint64_t when) {
     const uint64_t at = timers_.ArmAtMost(pi, when);
     next_timer_ns = at < next_timer_ns ? at : next_timer_ns;
   }
-  void CancelTimer(uint32_t pi) { timers_.Cancel(pi); }
+  // The peer's timer at the earlier of `when` and its floor, later as well
+  // as earlier than it is armed. REQUIRES: `when` is at or before each of
+  // the peer's exact deadlines (none of them may be lost).
+  void MoveTimer(uint32_t pi, uint64_t when) {
+    if (timer_floor_[pi] < when) when = timer_floor_[pi];
+    const uint64_t was = timers_.armed(pi) ? timers_.at_ns(pi) : UINT64_MAX;
+    const uint64_t at = timers_.Move(pi, when);
+    if (at <= next_timer_ns) {
+      next_timer_ns = at;
+    } else if (was == next_timer_ns) {
+      // It was the earliest, and moved later: a pass need not look before
+      // the new earliest (this timer's, when it is the only one armed).
+      next_timer_ns = timers_.armed_count() == 1 ? at : timers_.next_ns();
+    }
+  }
+  // The engine runs the peer's timers (RunPeerTimers): what is armed from
+  // now on, and the deadlines it finds ahead (SetTimerFloor), make the floor.
+  void ClearTimerFloor(uint32_t pi) { timer_floor_[pi] = UINT64_MAX; }
+  void SetTimerFloor(uint32_t pi, uint64_t floor) {
+    if (floor < timer_floor_[pi]) timer_floor_[pi] = floor;
+  }
+  void CancelTimer(uint32_t pi) {
+    timers_.Cancel(pi);
+    timer_floor_[pi] = UINT64_MAX;
+  }
   TimerWheel& timers() { return timers_; }
   // No timer fires before this: a pass finds nothing due in one compare.
   uint64_t next_timer_ns = UINT64_MAX;
@@ -146,6 +188,7 @@ class Context {
   uint64_t rng_state_;
   std::unique_ptr<PeerCounters[]> peer_counters_;
   TimerWheel timers_;
+  std::unique_ptr<uint64_t[]> timer_floor_;  // per peer: ArmTimer's deadlines are not before it
   std::unique_ptr<uint32_t[]> work_;
   std::unique_ptr<bool[]> queued_;
   uint32_t work_head_ = 0;

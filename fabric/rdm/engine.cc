@@ -552,17 +552,23 @@ void Engine::RunDueTimers() {
 
 void Engine::RunPeerTimers(uint32_t pi) {
   if (!session.peers().in_use(pi)) return;
-  uint64_t next = UINT64_MAX;
-  reliability.RunTimers(pi, &next);
+  // The floor is made again: what the stages arm from now on, and what
+  // this pass finds ahead but Reliability's exact deadlines.
+  ctx.ClearTimerFloor(pi);
+  uint64_t next = UINT64_MAX, floor = UINT64_MAX;
+  reliability.RunTimers(pi, &next, &floor);
   // Probed while only answers or its messages are awaited (nothing of
   // ours in flight would time a dead peer out).
   const bool awaited = reliability.OnlyWaiting(pi) ||
                        (messaging.AwaitsFrom(pi) && reliability.tx(pi).inflight() == 0);
-  session.RunTimers(pi, awaited && session[pi].established(), &next);
-  if (Busy(pi)) CheckSilence(pi, &next);
+  session.RunTimers(pi, awaited && session[pi].established(), &floor);
+  if (Busy(pi)) CheckSilence(pi, &floor);
   // Its next deadline (the stages may have armed an earlier one meanwhile),
   // unless CheckSilence found it gone.
-  if (next != UINT64_MAX && session.peers().in_use(pi)) ctx.ArmTimer(pi, next);
+  if (!session.peers().in_use(pi)) return;
+  ctx.SetTimerFloor(pi, floor);
+  next = std::min(next, floor);
+  if (next != UINT64_MAX) ctx.ArmExactTimer(pi, next);
 }
 
 uint64_t Engine::LivenessInterval() const {

@@ -278,7 +278,7 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
     t.cursor_op = op.next;
     t.cursor_offset = 0;
   }
-  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmFlight(pi);
+  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmFlight(pi, /*start=*/true);
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
@@ -383,7 +383,7 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
     t.rnr = RnrState{};
     CompleteAcked(pi);
     if (t.inflight() > 0) {
-      ArmFlight(pi);
+      ArmFlight(pi, /*start=*/false);
     } else {
       t.rto_deadline = t.tlp_deadline = 0;
       if (t.ring != nullptr) GiveTxRing(pi);
@@ -669,7 +669,7 @@ void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
     ctx_.Enqueue(pi);
   } else if (r.unacked > 0 && r.ack_deadline == 0) {
     r.ack_deadline = ctx_.now + ctx_.config.ack_delay_ns;
-    ctx_.ArmTimer(pi, r.ack_deadline);
+    ctx_.ArmExactTimer(pi, r.ack_deadline);
   }
 }
 
@@ -699,18 +699,21 @@ void Reliability::ReleaseDeferredAcks() {
 
 // ---- Timers.
 
-void Reliability::RunTimers(uint32_t pi, uint64_t* next) {
+void Reliability::RunTimers(uint32_t pi, uint64_t* next, uint64_t* floor) {
   const uint64_t now = ctx_.now;
   const auto due = [&](uint64_t when) {
     if (when > now) {
       *next = std::min(*next, when);
+      *floor = std::min(*floor, when);
       return false;
     }
     return true;
   };
   RxStream& r = rx_[pi];
   TxStream& t = tx_[pi];
-  if (r.ack_deadline != 0 && due(r.ack_deadline)) {
+  if (r.ack_deadline > now) {
+    *next = std::min(*next, r.ack_deadline);
+  } else if (r.ack_deadline != 0) {
     r.ack_deadline = 0;
     if (r.unacked > 0) {
       r.ack_now = true;
@@ -731,9 +734,9 @@ void Reliability::RunTimers(uint32_t pi, uint64_t* next) {
     t.pace_wait = false;
     ctx_.Enqueue(pi);
   }
-  if (t.tlp_deadline != 0 && due(t.tlp_deadline)) OnTailProbe(pi);
+  if (t.tlp_deadline != 0 && t.tlp_deadline <= now) OnTailProbe(pi);
   if (t.tlp_deadline != 0) *next = std::min(*next, t.tlp_deadline);
-  if (t.rto_deadline != 0 && due(t.rto_deadline)) OnRto(pi);
+  if (t.rto_deadline != 0 && t.rto_deadline <= now) OnRto(pi);
   if (t.rto_deadline != 0) *next = std::min(*next, t.rto_deadline);
 }
 
@@ -767,7 +770,7 @@ void Reliability::CcLoss(uint32_t pi) {
 void Reliability::ArmRto(uint32_t pi) {
   TxStream& t = tx_[pi];
   t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
-  ctx_.ArmTimer(pi, t.rto_deadline);
+  ctx_.ArmExactTimer(pi, t.rto_deadline);
 }
 
 // A lost tail (or, in a ping-pong, the only packet in flight) has nothing
@@ -788,11 +791,22 @@ uint64_t Reliability::TailProbeAt(const TxStream& t) const {
 
 // The probe comes before the RTO whenever it is armed, so the peer's timer
 // is armed once, at the earlier of the two (it may be armed earlier still).
-void Reliability::ArmFlight(uint32_t pi) {
+// A flight that starts moves the timer, later too: it may be armed at the
+// probe deadline of the last flight, which its ACK made moot (in a
+// ping-pong, always), and a fire there would only find nothing due. The
+// delayed ACK is the other deadline Reliability keeps exactly; the rest
+// are not before the peer's timer floor (Context::MoveTimer).
+void Reliability::ArmFlight(uint32_t pi, bool start) {
   TxStream& t = tx_[pi];
   t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
   t.tlp_deadline = TailProbeAt(t);
-  ctx_.ArmTimer(pi, t.tlp_deadline != 0 ? t.tlp_deadline : t.rto_deadline);
+  const uint64_t at = t.tlp_deadline != 0 ? t.tlp_deadline : t.rto_deadline;
+  if (start) {
+    const uint64_t ack = rx_[pi].ack_deadline;
+    ctx_.MoveTimer(pi, ack != 0 && ack < at ? ack : at);
+  } else {
+    ctx_.ArmExactTimer(pi, at);
+  }
 }
 
 void Reliability::OnTailProbe(uint32_t pi) {

@@ -297,8 +297,14 @@ class Reliability {
   void ReleaseDeferredAcks();
 
   // Delayed ACKs, RNR retries, tail-loss probes and the RTO of peer pi;
-  // *next: the earliest of its deadlines still ahead.
-  void RunTimers(uint32_t pi, uint64_t* next);
+  // *next: the earliest of its deadlines still ahead; *floor: of those but
+  // the three kept exactly (the delayed ACK, the probe, the RTO: Context's
+  // timer floor).
+  void RunTimers(uint32_t pi, uint64_t* next, uint64_t* floor);
+  void RunTimers(uint32_t pi, uint64_t* next) {
+    uint64_t floor = UINT64_MAX;
+    RunTimers(pi, next, &floor);
+  }
   // Gives every held packet back (closing).
   void ReleaseAll();
 
@@ -354,9 +360,10 @@ class Reliability {
   bool GiveUpRefused(uint32_t pi);
   void MarkRetx(TxStream& t, Psn psn, bool fast);
   void ArmRto(uint32_t pi);
-  // A flight starts (or an ACK moved it on): the RTO from now and the
-  // tail-loss probe, the peer's timer armed once.
-  void ArmFlight(uint32_t pi);
+  // A flight starts (or, not start, an ACK moved it on): the RTO from now
+  // and the tail-loss probe, the peer's timer armed once (at a start, moved
+  // later too: Context::MoveTimer).
+  void ArmFlight(uint32_t pi, bool start);
   // When the tail-loss probe of t's flight is due from now; 0: none (nothing
   // in flight, no RTT sample yet, backing off, refused, or not before the RTO).
   uint64_t TailProbeAt(const TxStream& t) const;

@@ -13,6 +13,7 @@
 #include "driver/packet.h"
 #include "fabric/rdm/ops.h"
 #include "fabric/rdm/stage_rig.h"
+#include "fabric/rdm/timer_wheel.h"
 #include "fabric/rdm/types.h"
 #include "fabric/rdm/wire.h"
 #include "gtest/gtest.h"
@@ -540,6 +541,40 @@ TEST(ReliabilitySackTest, ARetransmittedHoleIsLostAgainOnlyWhenALaterPacketArriv
 }
 
 // ---- Timers.
+
+// A flight that starts moves the peer's timer off the probe deadline of the
+// last flight, which its ACK made moot (so a ping-pong's timer never fires
+// for nothing), but never past a deadline armed elsewhere (the timer's
+// floor) or the delayed ACK.
+TEST(ReliabilityTimerTest, AStartingFlightMovesTheTimerOffAMootProbe) {
+  auto [rig, pi] = RigWithPeer();
+  const Psn isn = rig.session[pi].tx_isn;
+  const std::vector<uint8_t> a = Bytes(10);
+  const TxStream& t = rig.reliability.tx(pi);
+  const auto tick = [](uint64_t ns) {
+    constexpr uint64_t k = uint64_t{1} << TimerWheel::kTickShift;
+    return (ns + k - 1) / k * k;
+  };
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 1u);
+  AckAt(rig, pi, 11'000, rig.PeerAck(isn + 1, 64));  // an RTT sample; the flight ends
+  ASSERT_EQ(SendAt(rig, pi, 11'000, a, 8), 1u);
+  const uint64_t moot = t.tlp_deadline;
+  ASSERT_NE(moot, 0u);
+  EXPECT_EQ(rig.ctx.timers().at_ns(pi), tick(moot));
+  AckAt(rig, pi, 20'000, rig.PeerAck(isn + 2, 64));  // before the probe: moot
+  ASSERT_EQ(SendAt(rig, pi, 20'000, a, 8), 1u);
+  ASSERT_GT(t.tlp_deadline, moot);
+  EXPECT_EQ(rig.ctx.timers().at_ns(pi), tick(t.tlp_deadline)) << "moved later";
+  EXPECT_EQ(rig.ctx.next_timer_ns, tick(t.tlp_deadline));
+  // A deadline armed elsewhere (a HELLO retry, a liveness probe...) holds it.
+  const uint64_t other = t.tlp_deadline + 1'000;
+  rig.ctx.ArmTimer(pi, other);
+  AckAt(rig, pi, 30'000, rig.PeerAck(isn + 3, 64));
+  ASSERT_EQ(SendAt(rig, pi, 30'000, a, 8), 1u);
+  ASSERT_GT(t.tlp_deadline, other);
+  EXPECT_EQ(rig.ctx.timers().at_ns(pi), tick(other)) << "not past the other deadline";
+  EXPECT_EQ(rig.ctx.next_timer_ns, tick(other));
+}
 
 // With an RTT measured, the tail-loss probe resends the newest packet before the RTO fires.
 TEST(ReliabilityTimerTest, TheTailLossProbeGoesBeforeTheRto) {

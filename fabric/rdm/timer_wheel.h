@@ -48,15 +48,24 @@ class TimerWheel {
   // armed as early already (a deadline later than the peer's earliest) and
   // return after one compare.
   uint64_t ArmAtMost(uint32_t i, uint64_t when_ns) {
-    // Rounded up to a tick, so that it never fires early.
-    const uint64_t tick = when_ns >= (UINT64_MAX << kTickShift)
-                              ? UINT64_MAX >> kTickShift
-                              : (when_ns + (1u << kTickShift) - 1) >> kTickShift;
+    const uint64_t tick = TickOf(when_ns);
     const Node& node = nodes_[i];
     if (node.prev != kUnlinked && node.tick <= tick) return node.tick << kTickShift;
     Rearm(i, tick);
     return tick << kTickShift;
   }
+  // Timer i fires at `when_ns` (rounded up to a tick), later as well as
+  // earlier than it was armed: for a caller that knows no deadline of the
+  // timer's is before when_ns (a moot one left it early). Returns the time
+  // it fires at now.
+  uint64_t Move(uint32_t i, uint64_t when_ns) {
+    const uint64_t tick = TickOf(when_ns);
+    const Node& node = nodes_[i];
+    if (node.prev == kUnlinked || node.tick != tick) Rearm(i, tick);
+    return tick << kTickShift;
+  }
+  // When timer i fires (ns). REQUIRES: armed(i).
+  uint64_t at_ns(uint32_t i) const { return nodes_[i].tick << kTickShift; }
   void Cancel(uint32_t i) {
     if (armed(i)) Unlink(i);
   }
@@ -92,6 +101,11 @@ class TimerWheel {
   static_assert(sizeof(Node) == kBytesPerTimer);
   static constexpr uint32_t kUnlinked = UINT32_MAX;
 
+  // Rounded up to a tick, so that a timer never fires early.
+  static uint64_t TickOf(uint64_t when_ns) {
+    return when_ns >= (UINT64_MAX << kTickShift) ? UINT64_MAX >> kTickShift
+                                                 : (when_ns + (1u << kTickShift) - 1) >> kTickShift;
+  }
   static int LevelOf(uint64_t tick, uint64_t current) {
     return (63 - std::countl_zero(tick ^ current)) / kSlotBits;
   }
@@ -106,7 +120,7 @@ class TimerWheel {
     bitmap_[level] &= ~(uint64_t{1} << slot);
     if (bitmap_[level] == 0) levels_ &= ~(1u << level);
   }
-  // Timer i (armed later than tick, or not armed) at tick.
+  // Timer i (armed elsewhere, or not armed) at tick.
   void Rearm(uint32_t i, uint64_t tick);
   // Timer i into the list its tick belongs to now.
   void Insert(uint32_t i);

@@ -39,6 +39,23 @@ TEST(TimerWheelTest, KeepsTheEarliestDeadlineOfATimer) {
   EXPECT_EQ(fired, 1u);
 }
 
+TEST(TimerWheelTest, AMovedTimerFiresAtItsNewDeadlineOnly) {
+  TimerWheel w(2);
+  w.ArmAtMost(0, 2'000);
+  EXPECT_EQ(w.Move(0, 9'000), RoundUp(9'000));  // later
+  EXPECT_EQ(w.armed_count(), 1u);
+  EXPECT_EQ(w.next_ns(), RoundUp(9'000));
+  uint32_t fired = 0;
+  const auto fire = [&](uint32_t) { ++fired; };
+  EXPECT_EQ(w.Expire(8'000, fire), 0u) << "not at the old deadline";
+  EXPECT_EQ(w.Expire(RoundUp(9'000), fire), 1u);
+  EXPECT_EQ(w.Move(1, 5'000'000), RoundUp(5'000'000));  // not armed: armed
+  EXPECT_EQ(w.Move(1, 20'000), RoundUp(20'000));        // earlier
+  EXPECT_EQ(w.Expire(RoundUp(20'000), fire), 1u);
+  EXPECT_EQ(fired, 2u);
+  EXPECT_EQ(w.armed_count(), 0u);
+}
+
 TEST(TimerWheelTest, ATimerArmedForNowWhileFiringWaitsForTheNextCall) {
   TimerWheel w(2);
   w.ArmAtMost(0, 100);
@@ -79,13 +96,20 @@ TEST(TimerWheelTest, MatchesAModel) {
         break;
       case 1:
       case 2:
-      case 3: {
+      case 3:
+      case 4: {
         // Deadlines from the past to hours ahead, log-uniform.
         const int bits = static_cast<int>(rng() % 44);
         const uint64_t d = rng() & ((uint64_t{1} << bits) - 1);
         const uint64_t when = rng() % 16 == 0 ? now - std::min(now, d) : now + d;
-        w.ArmAtMost(i, when);
-        model[i] = std::min(model[i], RoundUp(when));
+        if (step % 4 == 0) {  // moved, later as well as earlier
+          EXPECT_EQ(w.Move(i, when), RoundUp(when));
+          model[i] = RoundUp(when);
+        } else {
+          w.ArmAtMost(i, when);
+          model[i] = std::min(model[i], RoundUp(when));
+        }
+        ASSERT_EQ(w.at_ns(i), model[i]);
         break;
       }
       default: {
