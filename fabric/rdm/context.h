@@ -5,10 +5,13 @@
 #define BYPASS_FABRIC_RDM_CONTEXT_H_
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <unordered_map>
 
 #include "driver/device.h"
 #include "driver/packet.h"
@@ -57,6 +60,30 @@ inline uint64_t SplitMix64(uint64_t* state) {
   return z ^ (z >> 31);
 }
 
+// One peer's counters (PeerCounters), as they are counted.
+enum class PeerCount : uint8_t {
+  kTxPackets,
+  kRxPackets,
+  kRetransmits,
+  kDuplicates,
+  kOutOfOrder,
+  kRnrSent,
+  kRnrReceived,
+  kCreditStalls,
+  kHandshakeFailures,
+};
+inline constexpr size_t kPeerCounts = 9;
+
+// ... as a peer's slot keeps them: 24 B, where PeerCounters takes 48. The
+// packet counts in 32 bits, the rare ones in 16; what a count carries out
+// of them goes to a table of the few peers whose counts wrapped
+// (Context::Carry), so that PeerCounters still reports 64-bit packet
+// counts and 32-bit rare ones (PROTOCOL.md, "Memory per peer").
+struct PeerCountSlot {
+  uint32_t packets[2] = {};  // kTxPackets, kRxPackets
+  uint16_t rare[kPeerCounts - 2] = {};  // kRetransmits.. in PeerCount's order
+};
+
 // The stages' shared surroundings. Single-threaded, like the engine.
 class Context {
  public:
@@ -67,7 +94,7 @@ class Context {
         max_datagram(max_datagram_bytes),
         incarnation(own_incarnation),
         rng_state_(seed),
-        peer_counters_(new PeerCounters[c.max_peers]),
+        peer_counts_(new PeerCountSlot[c.max_peers]),
         timers_(c.max_peers),
         timer_floor_(new uint64_t[c.max_peers]),
         work_(new uint32_t[c.max_peers]),
@@ -86,9 +113,48 @@ class Context {
   uint64_t now = 0;             // the time for everything until the next SetNow
   uint8_t dscp = 0;             // of every packet built from now on
   Counters counters;
-  // The per-peer counters of slot pi (REQUIRES: pi < config.max_peers).
-  PeerCounters& peer_counters(uint32_t pi) { return peer_counters_[pi]; }
-  const PeerCounters& peer_counters(uint32_t pi) const { return peer_counters_[pi]; }
+  // Counts n events of kind k for slot pi (REQUIRES: pi < config.max_peers).
+  void Count(uint32_t pi, PeerCount k, uint32_t n = 1) {
+    PeerCountSlot& s = peer_counts_[pi];
+    const size_t i = static_cast<size_t>(k);
+    if (i < 2) {
+      const uint32_t was = s.packets[i];
+      s.packets[i] = was + n;
+      if (s.packets[i] < was) [[unlikely]] Carry(pi, i, uint64_t{1} << 32);
+    } else {
+      const uint32_t sum = uint32_t{s.rare[i - 2]} + n;
+      s.rare[i - 2] = static_cast<uint16_t>(sum);
+      if (sum >> 16 != 0) [[unlikely]] Carry(pi, i, uint64_t{sum >> 16} << 16);
+    }
+  }
+  // The per-peer counters of slot pi.
+  PeerCounters peer_counters(uint32_t pi) const {
+    const PeerCountSlot& s = peer_counts_[pi];
+    uint64_t v[kPeerCounts];
+    for (size_t i = 0; i < 2; ++i) v[i] = s.packets[i];
+    for (size_t i = 2; i < kPeerCounts; ++i) v[i] = s.rare[i - 2];
+    if (const auto it = carries_.find(pi); it != carries_.end()) {
+      for (size_t i = 0; i < kPeerCounts; ++i) v[i] += it->second[i];
+    }
+    PeerCounters c;
+    c.tx_packets = v[0];
+    c.rx_packets = v[1];
+    c.retransmits = static_cast<uint32_t>(v[2]);  // wrap at 32 bits, as documented
+    c.duplicates = static_cast<uint32_t>(v[3]);
+    c.out_of_order = static_cast<uint32_t>(v[4]);
+    c.rnr_sent = static_cast<uint32_t>(v[5]);
+    c.rnr_received = static_cast<uint32_t>(v[6]);
+    c.credit_stalls = static_cast<uint32_t>(v[7]);
+    c.handshake_failures = static_cast<uint32_t>(v[8]);
+    return c;
+  }
+  // Slot pi's counters start again from 0 (a new peer in it).
+  void ResetPeerCounts(uint32_t pi) {
+    peer_counts_[pi] = PeerCountSlot{};
+    carries_.erase(pi);
+  }
+  // Peers with a count that wrapped its slot's field (tests).
+  size_t carried_peers() const { return carries_.size(); }
 
   // Initial PSNs: from the kernel's CSPRNG (RandomRegionKey's source), so
   // that PSNs seen do not predict the next session's (an off-path attacker
@@ -185,8 +251,13 @@ class Context {
   }
 
  private:
+  // What slot pi's count i carried out of its field (rare: once per 2^32
+  // packets or 2^16 rare events of one peer); kept until the slot's next peer.
+  void Carry(uint32_t pi, size_t i, uint64_t amount) { carries_[pi][i] += amount; }
+
   uint64_t rng_state_;
-  std::unique_ptr<PeerCounters[]> peer_counters_;
+  std::unique_ptr<PeerCountSlot[]> peer_counts_;
+  std::unordered_map<uint32_t, std::array<uint64_t, kPeerCounts>> carries_;
   TimerWheel timers_;
   std::unique_ptr<uint64_t[]> timer_floor_;  // per peer: ArmTimer's deadlines are not before it
   std::unique_ptr<uint32_t[]> work_;

@@ -183,8 +183,7 @@ absl::Status Engine::SetDscp(uint8_t dscp) {
     return absl::InvalidArgumentError(
         absl::StrCat("SetDscp(", dscp, "): a DSCP is 6 bits; use 0..63 (e.g. 46 for EF)"));
   }
-  ctx.dscp = dscp;
-  for (uint32_t pi = 0; pi < session.peers().size(); ++pi) session[pi].flow.dscp = dscp;
+  ctx.dscp = dscp;  // every packet built from now on (Session::Flow)
   return absl::OkStatus();
 }
 
@@ -274,7 +273,7 @@ void Engine::HandleFrame(driver::Packet* pkt) {
   }
   const uint32_t pi = session.peers().Find(v.flow.src_ip.value, v.flow.src_port);
   if (pi != kNone) {
-    ++ctx.peer_counters(pi).rx_packets;
+    ctx.Count(pi, PeerCount::kRxPackets);
     if (same_host) session.NoteSameHost(pi);
   }
   bool held = false;
@@ -319,7 +318,9 @@ void Engine::OnHandshake(uint32_t pi, const wire::View& v, bool same_host) {
   const uint64_t failed =
       c.handshake_auth_failed + c.handshake_unproven + c.cookie_rejected - failed_before;
   // A stranger's failures have no slot (a failed HELLO adds no peer).
-  if (failed > 0 && pi != kNone) ctx.peer_counters(pi).handshake_failures += static_cast<uint32_t>(failed);
+  if (failed > 0 && pi != kNone) {
+    ctx.Count(pi, PeerCount::kHandshakeFailures, static_cast<uint32_t>(failed));
+  }
 }
 
 void Engine::OnHello(uint32_t pi, const wire::View& v, bool same_host) {

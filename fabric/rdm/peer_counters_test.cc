@@ -1,7 +1,11 @@
 // Per-peer counters (PeerCounters): with one peer, each is the share of the
 // endpoint's totals that concerns it, under loss, duplication and
 // reordering; a peer inserted again starts from zero.
+#include <cstdint>
+
+#include "fabric/rdm/context.h"
 #include "fabric/rdm/rdm.h"
+#include "fabric/rdm/stage_rig.h"
 #include "fabric/rdm/test_util.h"
 #include "gtest/gtest.h"
 
@@ -10,6 +14,35 @@ namespace {
 
 using testing::Net;
 using testing::NetOptions;
+
+// A peer's slot keeps its counts narrower than PeerCounters reports them
+// (PeerCountSlot): what wraps a slot's field carries into a table, so the
+// counts reported stay whole, and a new peer in the slot starts from 0.
+TEST(PeerCountersTest, CountsCarryOutOfTheirSlotsNarrowFields) {
+  const EndpointConfig c = testing::StageRig::DefaultConfig();
+  Context ctx(c, testing::StageRig::Device(), testing::StageRig::kMaxDatagram, 1, 7, 16);
+  for (int i = 0; i < 70'000; ++i) ctx.Count(1, PeerCount::kDuplicates);
+  ctx.Count(1, PeerCount::kHandshakeFailures, 65'535);
+  ctx.Count(1, PeerCount::kHandshakeFailures, 3);
+  ctx.Count(1, PeerCount::kTxPackets, 0xffff'fff0u);
+  ctx.Count(1, PeerCount::kTxPackets, 0x20);
+  ctx.Count(1, PeerCount::kTxPackets, 0xffff'ffffu);
+  ctx.Count(1, PeerCount::kRxPackets, 5);
+  ctx.Count(2, PeerCount::kRetransmits);
+  const PeerCounters p = ctx.peer_counters(1);
+  EXPECT_EQ(p.duplicates, 70'000u);
+  EXPECT_EQ(p.handshake_failures, 65'538u);
+  EXPECT_EQ(p.tx_packets, 0xffff'fff0ull + 0x20 + 0xffff'ffffull);
+  EXPECT_EQ(p.rx_packets, 5u);
+  EXPECT_EQ(p.retransmits, 0u);
+  EXPECT_EQ(ctx.peer_counters(2).retransmits, 1u);
+  EXPECT_EQ(ctx.peer_counters(2).duplicates, 0u);
+  EXPECT_EQ(ctx.carried_peers(), 1u) << "only the peer whose counts wrapped";
+  ctx.ResetPeerCounts(1);
+  EXPECT_EQ(ctx.peer_counters(1).tx_packets, 0u);
+  EXPECT_EQ(ctx.peer_counters(1).duplicates, 0u);
+  EXPECT_EQ(ctx.carried_peers(), 0u);
+}
 
 TEST(PeerCountersTest, OnePeerHoldsTheEndpointsTotals) {
   NetOptions o;

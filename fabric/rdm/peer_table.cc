@@ -12,19 +12,24 @@ PeerTable::PeerTable(uint32_t max_peers)
       addrs_(new Address[max_peers]),
       free_(new uint32_t[max_peers]),
       index_mask_(std::bit_ceil(2 * max_peers) - 1),
-      index_keys_(new uint64_t[index_mask_ + 1]()),
-      index_vals_(new uint32_t[index_mask_ + 1]) {
-  for (uint32_t i = 0; i <= index_mask_; ++i) index_vals_[i] = kNone;
+      index_(new uint32_t[index_mask_ + 1]) {
+  static_assert(PeerId::kSlotBits + 11 < 32, "an entry's tag and slot are never kNone");
+  for (uint32_t i = 0; i <= index_mask_; ++i) index_[i] = kNone;
 }
 
 uint32_t PeerTable::Slot(uint64_t key) const {
-  uint32_t s = Home(key);
-  while (index_vals_[s] != kNone && index_keys_[s] != key) s = (s + 1) & index_mask_;
+  const uint64_t h = Hash(key);
+  const uint32_t tag = Tag(h);
+  uint32_t s = Home(h);
+  for (uint32_t e; (e = index_[s]) != kNone; s = (s + 1) & index_mask_) {
+    if (e >> PeerId::kSlotBits == tag && KeyOf(e & PeerId::kSlotMask) == key) break;
+  }
   return s;
 }
 
 uint32_t PeerTable::Find(uint32_t ip, uint16_t port) const {
-  return index_vals_[Slot(Key(ip, port))];
+  const uint32_t e = index_[Slot(Key(ip, port))];
+  return e == kNone ? kNone : e & PeerId::kSlotMask;
 }
 
 uint32_t PeerTable::Add(const Address& addr) {
@@ -32,8 +37,7 @@ uint32_t PeerTable::Add(const Address& addr) {
   const uint64_t key = Key(addr.ip.value, addr.udp_port);
   const uint32_t s = Slot(key);
   const uint32_t i = free_count_ > 0 ? free_[--free_count_] : count_++;
-  index_keys_[s] = key;
-  index_vals_[s] = i;
+  index_[s] = Tag(Hash(key)) << PeerId::kSlotBits | i;
   in_use_[i] = true;
   addrs_[i] = addr;
   return i;
@@ -43,15 +47,14 @@ void PeerTable::Remove(uint32_t i) {
   // Backward-shift deletion keeps every probe chain unbroken without
   // tombstones: entries after the hole move into it when their home slot
   // does not lie cyclically in (hole, their position].
-  uint32_t hole = Slot(Key(addrs_[i].ip.value, addrs_[i].udp_port));
-  index_vals_[hole] = kNone;
-  for (uint32_t s = (hole + 1) & index_mask_; index_vals_[s] != kNone; s = (s + 1) & index_mask_) {
-    const uint32_t home = Home(index_keys_[s]);
+  uint32_t hole = Slot(KeyOf(i));
+  index_[hole] = kNone;
+  for (uint32_t s = (hole + 1) & index_mask_; index_[s] != kNone; s = (s + 1) & index_mask_) {
+    const uint32_t home = Home(Hash(KeyOf(index_[s] & PeerId::kSlotMask)));
     const bool stays = hole <= s ? (hole < home && home <= s) : (hole < home || home <= s);
     if (stays) continue;
-    index_keys_[hole] = index_keys_[s];
-    index_vals_[hole] = index_vals_[s];
-    index_vals_[s] = kNone;
+    index_[hole] = index_[s];
+    index_[s] = kNone;
     hole = s;
   }
   in_use_[i] = false;

@@ -51,10 +51,16 @@ class PeerTable {
 
  private:
   static uint64_t Key(uint32_t ip, uint16_t port) { return uint64_t{ip} << 16 | port; }
-  // Fibonacci hashing of the 48-bit key: where its probe starts.
-  uint32_t Home(uint64_t key) const {
-    return static_cast<uint32_t>((key * 0x9e3779b97f4a7c15ull) >> 40) & index_mask_;
+  uint64_t KeyOf(uint32_t i) const { return Key(addrs_[i].ip.value, addrs_[i].udp_port); }
+  // Fibonacci hashing of the 48-bit key: where its probe starts (the top
+  // bits), and a tag of 11 bits below them that an index entry keeps, so a
+  // probe compares an address only when the tags match.
+  static uint64_t Hash(uint64_t key) { return key * 0x9e3779b97f4a7c15ull; }
+  uint32_t Home(uint64_t hash) const { return static_cast<uint32_t>(hash >> 40) & index_mask_; }
+  static uint32_t Tag(uint64_t hash) {
+    return static_cast<uint32_t>(hash >> 29) & 0x7ff;
   }
+  // The index position holding key, or the empty one where it would go.
   uint32_t Slot(uint64_t key) const;
 
   uint32_t max_;
@@ -64,10 +70,13 @@ class PeerTable {
   std::unique_ptr<Address[]> addrs_;
   std::unique_ptr<uint32_t[]> free_;  // removed slots, reused first
   uint32_t free_count_ = 0;
-  // Open addressing, linear probing, never more than half full.
+  // Open addressing, linear probing, never more than half full. An entry
+  // is the peer's slot (the low kSlotBits) under its key's tag (11 bits,
+  // so no entry is kNone); the key itself is compared through addrs_: 4 B
+  // an entry, where a copy of the 48-bit key made 12 (PROTOCOL.md, "Memory
+  // per peer").
   uint32_t index_mask_;
-  std::unique_ptr<uint64_t[]> index_keys_;
-  std::unique_ptr<uint32_t[]> index_vals_;  // kNone: empty
+  std::unique_ptr<uint32_t[]> index_;  // kNone: empty
 };
 
 }  // namespace bypass::rdm

@@ -1,6 +1,9 @@
 #include "fabric/rdm/peer_table.h"
 
 #include <cstdint>
+#include <map>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -47,6 +50,43 @@ TEST(PeerTableTest, ARemovedIdNeverNamesThePeerReusingItsSlot) {
   EXPECT_FALSE(t.Valid(kAnyPeer));
   EXPECT_EQ(t.Find(10, 1), kNone);
   EXPECT_EQ(t.Find(11, 2), b);
+}
+
+// Adds and removals in random order, many keys sharing an IPv4 or a port
+// (so their hashes and tags collide now and then), every lookup checked
+// against a map: the index's entries compare through the address array, and
+// its backward-shift deletion must keep every other peer findable.
+TEST(PeerTableTest, ChurnAgreesWithAMap) {
+  constexpr uint32_t kMax = 1000;
+  PeerTable t(kMax);
+  std::map<std::pair<uint32_t, uint16_t>, uint32_t> want;
+  std::mt19937 rng(22);
+  const auto key = [&] {
+    return std::pair<uint32_t, uint16_t>{0x0a000000 + rng() % 40,
+                                         static_cast<uint16_t>(7000 + rng() % 64)};
+  };
+  for (int step = 0; step < 20000; ++step) {
+    const auto k = key();
+    const auto it = want.find(k);
+    if (it != want.end()) {
+      ASSERT_EQ(t.Find(k.first, k.second), it->second);
+      if (rng() % 2 == 0) {
+        t.Remove(it->second);
+        want.erase(it);
+      }
+    } else {
+      ASSERT_EQ(t.Find(k.first, k.second), kNone);
+      const uint32_t i = t.Add(At(k.first, k.second));
+      if (want.size() == kMax) {
+        ASSERT_EQ(i, kNone);
+      } else {
+        ASSERT_NE(i, kNone);
+        want[k] = i;
+      }
+    }
+  }
+  for (const auto& [k, i] : want) EXPECT_EQ(t.Find(k.first, k.second), i);
+  EXPECT_GT(want.size(), kMax / 2);
 }
 
 }  // namespace

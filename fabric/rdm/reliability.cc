@@ -208,7 +208,7 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
     const bool stalled = t.cursor_op != kNone && !WindowOpen(t);
     if (stalled && !t.window_stalled) {
       ++ctx_.counters.window_stalls;
-      ++ctx_.peer_counters(pi).credit_stalls;
+      ctx_.Count(pi, PeerCount::kCreditStalls);
     }
     t.window_stalled = stalled;
     if (CcOn(pi)) NoteCongestionLimits(pi);
@@ -235,10 +235,10 @@ void Reliability::BuildAck(uint32_t pi, bool probe, driver::Packet* pkt) {
     }
   }
   pkt->len = static_cast<uint32_t>(
-      wire::BuildAck(session_[pi].flow, c, a, {pkt->data, pkt->capacity}));
+      wire::BuildAck(session_.Flow(pi), c, a, {pkt->data, pkt->capacity}));
   NoteAckSent(pi, true);
   ++ctx_.counters.tx_packets;
-  ++ctx_.peer_counters(pi).tx_packets;
+  ctx_.Count(pi, PeerCount::kTxPackets);
   ++ctx_.counters.tx_acks;
 }
 
@@ -290,7 +290,7 @@ void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
   } else {
     ++ctx_.counters.retransmits_timeout;
   }
-  ++ctx_.peer_counters(pi).retransmits;
+  ctx_.Count(pi, PeerCount::kRetransmits);
   WritePacket(pi, psn, e, wire::kFlagRetransmit | wire::kFlagAckReq, pkt);
   e.last_sent_ns = ctx_.now;
   e.state =
@@ -307,7 +307,7 @@ void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t f
   c.psn = psn;
   absl::Span<const uint8_t> payload =
       e.len > 0 ? absl::Span<const uint8_t>(op.src + e.offset, e.len) : absl::Span<const uint8_t>();
-  const driver::UdpFlow& flow = session_[pi].flow;
+  const driver::UdpFlow flow = session_.Flow(pi);
   const absl::Span<uint8_t> frame(pkt->data, pkt->capacity);
   if (op.type == wire::PacketType::kData) {
     if (op.msg.offer_pid != 0 && !session_[pi].same_host) {
@@ -333,7 +333,7 @@ void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t f
   }
   NoteAckSent(pi, false);
   ++ctx_.counters.tx_packets;
-  ++ctx_.peer_counters(pi).tx_packets;
+  ctx_.Count(pi, PeerCount::kTxPackets);
   ++ctx_.counters.tx_data_packets;
 }
 
@@ -396,7 +396,7 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
       // forever while the receiver answers, unless the opt-in
       // rnr_give_up_ns has passed since the first refusal.
       ++ctx_.counters.rnr_received;
-      ++ctx_.peer_counters(pi).rnr_received;
+      ctx_.Count(pi, PeerCount::kRnrReceived);
       if (t.rnr.since == 0) t.rnr.since = now;
       const uint64_t give_up = ctx_.config.rnr_give_up_ns;
       if (give_up != 0 && now - t.rnr.since >= give_up && GiveUpRefused(pi)) return;
@@ -548,7 +548,7 @@ Arrival Reliability::Arrive(uint32_t pi, const wire::View& v, driver::Packet* pk
   if (d < 0) {
     // A retransmission of something we have: our ACK was lost or late.
     ++ctx_.counters.duplicates_dropped;
-    ++ctx_.peer_counters(pi).duplicates;
+    ctx_.Count(pi, PeerCount::kDuplicates);
     r.ack_now = true;
     ctx_.Enqueue(pi);
     return Arrival::kDropped;
@@ -578,7 +578,7 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
   HeldPacket& h = held_at(r, psn);
   if (h.pkt != nullptr) {
     ++ctx_.counters.duplicates_dropped;
-    ++ctx_.peer_counters(pi).duplicates;
+    ctx_.Count(pi, PeerCount::kDuplicates);
     r.ack_now = true;
     r.ack_standalone = true;
     ctx_.Enqueue(pi);
@@ -589,7 +589,7 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
     return Arrival::kDropped;
   }
   ++ctx_.counters.out_of_order_held;
-  ++ctx_.peer_counters(pi).out_of_order;
+  ctx_.Count(pi, PeerCount::kOutOfOrder);
   h.pkt = pkt;
   h.type = v.common.type;
   h.msg = v.msg;
@@ -625,7 +625,7 @@ void Reliability::Consumed(uint32_t pi) {
 void Reliability::Refused(uint32_t pi) {
   RxStream& r = rx_[pi];
   ++ctx_.counters.rnr_sent;
-  ++ctx_.peer_counters(pi).rnr_sent;
+  ctx_.Count(pi, PeerCount::kRnrSent);
   r.rnr_owed = true;
   if (!r.refused) {
     r.refused = true;

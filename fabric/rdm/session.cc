@@ -66,13 +66,6 @@ void Session::Init(uint32_t pi, const Address& addr) {
   // Without a MAC the HELLO goes to every host on the segment; the peer's
   // answer teaches its MAC (Heard).
   s.mac_unknown = addr.mac == driver::MacAddress{};
-  s.flow = driver::UdpFlow{ctx_.dev.mac,
-                           s.mac_unknown ? driver::kBroadcastMac : addr.mac,
-                           ctx_.dev.ip,
-                           addr.ip,
-                           ctx_.config.udp_port,
-                           addr.udp_port,
-                           ctx_.dscp};
   NewTxIsn(pi);
   // Its nonce is drawn with its handshake record, when a handshake starts.
   s.born = ++born_;
@@ -197,7 +190,7 @@ void Session::QueueCookie(uint32_t pi, const wire::View& v, bool same_host) {
   // To a peer's own address (its inserted MAC, or broadcast while unknown):
   // a forged frame claiming its IPv4 and port never has its cookie sent to
   // the forger's MAC.
-  r->flow = pi != kNone ? state_[pi].flow
+  r->flow = pi != kNone ? Flow(pi)
                         : driver::UdpFlow{ctx_.dev.mac,          v.flow.src_mac, ctx_.dev.ip,
                                           v.flow.src_ip,         ctx_.config.udp_port,
                                           v.flow.src_port,       ctx_.dscp};
@@ -287,7 +280,6 @@ void Session::LearnMac(uint32_t pi, const wire::View& v) {
   SessionPeer& s = state_[pi];
   s.mac_unknown = false;
   peers_.address(pi).mac = v.flow.src_mac;
-  s.flow.dst_mac = v.flow.src_mac;
 }
 
 void Session::Retire(uint32_t pi, uint32_t incarnation) {
@@ -398,7 +390,7 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
     c.type = type;
     driver::Packet* pkt = bufs[n++];
     pkt->len =
-        static_cast<uint32_t>(wire::BuildHello(s.flow, c, h, key, {pkt->data, pkt->capacity}));
+        static_cast<uint32_t>(wire::BuildHello(Flow(pi), c, h, key, {pkt->data, pkt->capacity}));
     ++ctx_.counters.tx_packets;
   };
   if (HelloPending(s) && hs.hello_due_ns <= ctx_.now && n < bufs.size()) {

@@ -48,56 +48,60 @@ struct Handshake {
   }
 };
 
-// One peer's session, as the Session stage keeps it.
+// One peer's session, as the Session stage keeps it: 48 B in its slot,
+// widest fields first, the flags as bits (PROTOCOL.md, "Memory per peer").
+// Our packets' flow to it is not kept: Session::Flow builds it from its
+// address and ours.
 struct SessionPeer {
-  bool inserted = false;      // by InsertPeer (else learned from a HELLO)
-  uint64_t born = 0;          // creation order: learned peers are evicted oldest first
-  driver::UdpFlow flow;       // our packets to it
-  bool mac_unknown = false;   // inserted without a MAC: broadcast until learned
-  uint16_t max_datagram = 0;  // its receive limit (from its HELLO)
-  // Its handshake record in Session's pool, kNone: none (Handshake).
-  uint32_t hs = kNone;
-
-  // The two directions' initial PSNs: ours (tx_isn), and its, once known.
-  Psn tx_isn;
-  Psn rx_isn;
-  bool rx_known = false;  // we know its incarnation and initial PSN
-  bool tx_ready = false;  // it acknowledged our initial PSN
-  bool counted_established = false;
-
-  // Handshake packets owed.
-  // (hello_wanted && (!tx_ready || probing), or hello_ack_owed, or
-  // probing: the peer has a Handshake record.)
-  bool hello_wanted = false;  // we have something to send and no session
-  bool hello_ack_owed = false;
-
-  // A RESET said our session is gone: a HELLO (dst 0, our session's ISN)
-  // asks whether it is; its proven answer decides, the RESET never does.
-  bool probing = false;
-  // Its frames came with kRxSameHost (or the device reaches it through
-  // this host's shared memory): the intra-host key authenticates it.
-  bool local = false;
+  uint64_t born = 0;  // creation order: learned peers are evicted oldest first
 
   // Liveness.
   uint64_t activity_ns = 0;   // last heard from, or when work began
   uint64_t probe_due_ns = 0;  // next liveness probe while only waiting
-  bool probe_owed = false;    // the next ACK asks for one back (kFlagAckReq)
   // The device's last answer about its process (Engine::CheckSilence), and
   // when it was asked: an answer older than activity_ns is of an earlier
   // silence and counts for nothing.
   uint64_t liveness_at_ns = 0;
+
+  // Its handshake record in Session's pool, kNone: none (Handshake).
+  uint32_t hs = kNone;
+  // The two directions' initial PSNs: ours (tx_isn), and its, once known.
+  Psn tx_isn;
+  Psn rx_isn;
+
+  uint16_t max_datagram = 0;  // its receive limit (from its HELLO)
   driver::PeerLiveness liveness = driver::PeerLiveness::kUnknown;
+  bool probe_owed = false;  // the next ACK asks for one back (kFlagAckReq)
+
+  bool inserted : 1 = false;     // by InsertPeer (else learned from a HELLO)
+  bool mac_unknown : 1 = false;  // inserted without a MAC: broadcast until learned
+  bool rx_known : 1 = false;     // we know its incarnation and initial PSN
+  bool tx_ready : 1 = false;     // it acknowledged our initial PSN
+  bool counted_established : 1 = false;
+
+  // Handshake packets owed.
+  // (hello_wanted && (!tx_ready || probing), or hello_ack_owed, or
+  // probing: the peer has a Handshake record.)
+  bool hello_wanted : 1 = false;  // we have something to send and no session
+  bool hello_ack_owed : 1 = false;
+
+  // A RESET said our session is gone: a HELLO (dst 0, our session's ISN)
+  // asks whether it is; its proven answer decides, the RESET never does.
+  bool probing : 1 = false;
+  // Its frames came with kRxSameHost (or the device reaches it through
+  // this host's shared memory): the intra-host key authenticates it.
+  bool local : 1 = false;
 
   // Where it is: its frames came through memory this host's processes
   // share (kRxSameHost), so our rendezvous requests offer to be read in
   // place and messages above in_place_threshold go by rendezvous; unless
   // it pulled a message we offered (it cannot read us: ptrace rules,
   // another pid namespace), for the rest of the session.
-  bool same_host = false;
-  bool in_place_refused = false;
+  bool same_host : 1 = false;
+  bool in_place_refused : 1 = false;
   // Its handshake said our frames reach it through memory only
   // (wire::kCapUnchecked): our DATA, RMA and ACKs go without a CRC.
-  bool sends_unchecked = false;
+  bool sends_unchecked : 1 = false;
 
   bool established() const { return rx_known && tx_ready; }
 };
@@ -146,6 +150,19 @@ class Session {
   }
   const SessionPeer& operator[](uint32_t pi) const { return state_[pi]; }
   const Address& address(uint32_t pi) const { return peers_.address(pi); }
+  // Our packets to pi: to its address (the MAC it was inserted with or its
+  // HELLO taught; broadcast while unknown) from ours, at the endpoint's DSCP.
+  // Built per packet rather than kept: 28 B less in each peer's slot.
+  driver::UdpFlow Flow(uint32_t pi) const {
+    const Address& a = peers_.address(pi);
+    return driver::UdpFlow{ctx_.dev.mac,
+                           state_[pi].mac_unknown ? driver::kBroadcastMac : a.mac,
+                           ctx_.dev.ip,
+                           a.ip,
+                           ctx_.config.udp_port,
+                           a.udp_port,
+                           ctx_.dscp};
+  }
 
   // A slot for a peer the application names (marked inserted); kNone when
   // the table is full (the engine then evicts a learned peer and tries

@@ -125,7 +125,7 @@ TEST(SessionTest, InsertMarksThePeerInsertedAndFindsItAgainByIpAndPort) {
   EXPECT_FALSE(added);
   EXPECT_TRUE(rig.session[pi].established()) << "inserting it again keeps its session";
   EXPECT_EQ(rig.session[pi].tx_isn.value(), isn.value());
-  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.Flow(pi).dst_mac, StageRig::PeerAddress().mac);
 
   Address other = StageRig::PeerAddress();
   other.udp_port = 6001;
@@ -146,7 +146,7 @@ TEST(SessionTest, APeerLearnedFromAHelloBecomesInsertedWhenTheApplicationInserts
   EXPECT_EQ(rig.session.address(pi).ip, StageRig::PeerAddress().ip);
   EXPECT_EQ(rig.session.address(pi).udp_port, 6000);
   EXPECT_EQ(rig.session.address(pi).mac, StageRig::PeerAddress().mac);
-  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.Flow(pi).dst_mac, StageRig::PeerAddress().mac);
   EXPECT_EQ(rig.session.address(pi).incarnation, 0u) << "known once Accept takes it";
   EXPECT_EQ(rig.session.Insert(StageRig::PeerAddress(), &added), pi);
   EXPECT_FALSE(added);
@@ -160,12 +160,12 @@ TEST(SessionTest, APeerInsertedWithoutAMacIsBroadcastToUntilAHelloTeachesIt) {
   const uint32_t pi = InsertWithoutMac(rig);
   ASSERT_NE(pi, kNone);
   EXPECT_TRUE(rig.session[pi].mac_unknown);
-  EXPECT_EQ(rig.session[pi].flow.dst_mac, driver::kBroadcastMac);
+  EXPECT_EQ(rig.session.Flow(pi).dst_mac, driver::kBroadcastMac);
 
   rig.ctx.now = 10;
   rig.session.Heard(pi, rig.FromPeer(wire::PacketType::kData, Psn(5)));
   EXPECT_EQ(rig.session[pi].activity_ns, 10u) << "DATA counts for liveness";
-  EXPECT_EQ(rig.session[pi].flow.dst_mac, driver::kBroadcastMac) << "but teaches no MAC";
+  EXPECT_EQ(rig.session.Flow(pi).dst_mac, driver::kBroadcastMac) << "but teaches no MAC";
   EXPECT_TRUE(rig.session[pi].mac_unknown);
 
   rig.ctx.now = 20;
@@ -173,7 +173,7 @@ TEST(SessionTest, APeerInsertedWithoutAMacIsBroadcastToUntilAHelloTeachesIt) {
   EXPECT_TRUE(rig.session[pi].mac_unknown) << "an unproven HELLO teaches nothing";
   rig.session.Proven(pi, Hello(rig, Psn(5)));
   EXPECT_FALSE(rig.session[pi].mac_unknown);
-  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.Flow(pi).dst_mac, StageRig::PeerAddress().mac);
   EXPECT_EQ(rig.session.address(pi).mac, StageRig::PeerAddress().mac);
   EXPECT_EQ(rig.session[pi].activity_ns, 20u);
 }
@@ -183,12 +183,12 @@ TEST(SessionTest, AHelloAckTeachesTheMacToo) {
   StageRig rig;
   const uint32_t pi = InsertWithoutMac(rig);
   rig.session.Proven(pi, Hello(rig, Psn(5), wire::PacketType::kHelloAck));
-  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.Flow(pi).dst_mac, StageRig::PeerAddress().mac);
   // Once: a later proven HELLO from another MAC moves nothing.
   wire::View v = Hello(rig, Psn(5));
   v.flow.src_mac = driver::MacAddress{{{2, 0, 0, 0, 0, 0x66}}};
   rig.session.Proven(pi, v);
-  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.Flow(pi).dst_mac, StageRig::PeerAddress().mac);
 }
 
 // A peer inserted with a MAC keeps it whatever MAC its HELLOs come from.
@@ -198,7 +198,7 @@ TEST(SessionTest, APeerInsertedWithAMacKeepsIt) {
   wire::View v = Hello(rig, Psn(5));
   v.flow.src_mac = driver::MacAddress{{{2, 0, 0, 0, 0, 0x77}}};
   rig.session.Proven(pi, v);
-  EXPECT_EQ(rig.session[pi].flow.dst_mac, StageRig::PeerAddress().mac);
+  EXPECT_EQ(rig.session.Flow(pi).dst_mac, StageRig::PeerAddress().mac);
   EXPECT_EQ(rig.session.address(pi).mac, StageRig::PeerAddress().mac);
 }
 

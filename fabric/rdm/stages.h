@@ -38,7 +38,7 @@ struct Stages {
   // A new peer in slot pi (Session made it): every stage's state for it
   // starts fresh.
   void AddPeer(uint32_t pi) {
-    ctx.peer_counters(pi) = PeerCounters{};
+    ctx.ResetPeerCounts(pi);
     reliability.AddPeer(pi);
     messaging.AddPeer(pi);
     rma.AddPeer(pi);

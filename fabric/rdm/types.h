@@ -378,9 +378,10 @@ struct DatagramCounters {
 
 // What one peer's traffic did (Endpoint::peer_counters; the telemetry of
 // fabric/stats): plain counters of the owning thread, kept from the peer's
-// InsertPeer (or its learning from a HELLO) until RemovePeer, a slot of 48
-// bytes beside the engine's state for it (not in it, so the per-peer state
-// stays as the engine lays it out). The rare ones are 32-bit (they wrap).
+// InsertPeer (or its learning from a HELLO) until RemovePeer, in 24 bytes
+// beside the engine's state for it (PeerCountSlot in context.h: narrower
+// fields whose carries go to a table of the few peers that wrapped one).
+// The rare ones are 32-bit (they wrap).
 // The endpoint's Counters hold the totals, including what no peer is known
 // for (a stranger's HELLO, a frame from an unknown source).
 struct PeerCounters {
