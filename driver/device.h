@@ -89,6 +89,12 @@ struct DeviceInfo {
   // kRxIntact (the intra-host device, memif, loopback): a peer may send us
   // its packets without their checksum.
   bool integrity = false;
+  // The MTU toward peers of this host (QueuePair::ReachesSameHost), where
+  // it is larger than `mtu` (0: `mtu`). The composite's: its intra-host
+  // device's, bounded by what its TX buffers hold (fabric/rdm/PROTOCOL.md,
+  // "The same-host path"). The engine announces the larger receive limit
+  // only to such peers; every other peer is told and sent `mtu`.
+  uint32_t same_host_mtu = 0;
 
   uint32_t max_frame() const { return mtu + 14; }
 };
@@ -101,6 +107,11 @@ struct DeviceOptions {
   uint32_t mtu = 1500;         // 9000 for jumbo frames where supported
   std::optional<Ipv4Address> ipv4;  // for devices with no kernel address
   int numa_node = -1;
+  // Bytes each pool buffer holds, when more than a frame (mtu + 14): the
+  // kernel UDP device's, as the remote part of a composite whose TX buffers
+  // also carry the intra-host device's larger frames. 0: mtu + 14. Others
+  // ignore it.
+  uint32_t buffer_frame = 0;
 };
 
 // What a device can tell of the process behind a peer's address

@@ -1,5 +1,7 @@
 // OpenDevice: parses the URI, takes bypass's own keys into DeviceOptions and
 // hands the rest to the backend named by the scheme.
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -7,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "driver/composite/composite_device.h"
@@ -55,18 +58,28 @@ absl::StatusOr<std::unique_ptr<Device>> OpenComposite(std::string_view text, siz
   absl::StatusOr<std::string> remote_text =
       TakePartCapture(text, text.substr(plus + 1), &capture);
   if (!remote_text.ok()) return remote_text.status();
-  absl::StatusOr<std::unique_ptr<Device>> remote = OpenDevice(*remote_text, defaults);
+  // The intra-host device's MTU: its own mtu=, else kCompositeShmMtu or
+  // the remote's if larger (a UDP device's follows its link: jumbo frames
+  // across hosts). The remote device's buffers are made as large (its MTU
+  // unchanged), as the engine's TX buffers come from its pool: frames to
+  // peers of this host are that large (DeviceInfo::same_host_mtu).
+  absl::StatusOr<DeviceUri> local_uri = DeviceUri::Parse(*local_text);
+  const bool local_names_mtu = local_uri.ok() && local_uri->Has("mtu");
+  uint32_t local_mtu = shm::kCompositeShmMtu;
+  if (local_names_mtu) {
+    uint32_t named = 0;
+    if (absl::SimpleAtoi(*local_uri->Get("mtu"), &named)) local_mtu = named;
+  }
+  DeviceOptions remote_opts = defaults;
+  if (local_mtu <= shm::kMaxShmMtu) remote_opts.buffer_frame = local_mtu + 14;
+  absl::StatusOr<std::unique_ptr<Device>> remote = OpenDevice(*remote_text, remote_opts);
   if (!remote.ok()) return remote.status();
   DeviceOptions local_opts = defaults;
   local_opts.ipv4 = (*remote)->info().ipv4;
-  // The engine sizes its frames by the composite's MTU, the smaller of
-  // both: an intra-host device that names no MTU of its own takes the
-  // remote's (a UDP device's follows its link: jumbo frames across hosts),
-  // in as many buffers as the remote's pool has (their memory bounded as
+  // In as many buffers as the remote's pool has (their count bounded as
   // the remote's is).
-  if (absl::StatusOr<DeviceUri> l = DeviceUri::Parse(*local_text);
-      l.ok() && !l->Has("mtu") && (*remote)->info().mtu > local_opts.mtu) {
-    local_opts.mtu = (*remote)->info().mtu;
+  if (!local_names_mtu) {
+    local_opts.mtu = std::max(local_mtu, (*remote)->info().mtu);
     if (local_opts.pool_buffers == 0) local_opts.pool_buffers = (*remote)->queue(0).PoolCapacity();
   }
   absl::StatusOr<std::unique_ptr<Device>> local = OpenDevice(*local_text, local_opts);

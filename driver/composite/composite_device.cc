@@ -64,8 +64,17 @@ uint16_t CompositeQueue::SendRemote(absl::Span<Packet* const> run) {
   uint16_t sent = 0;
   while (sent < run.size()) {
     if (!local_.Owns(run[sent])) {
+      if (run[sent]->len > remote_max_frame_) {
+        // A frame sized for a peer of this host whose address is now
+        // reached the remote way (it left, another took its port): never
+        // sent beyond this host. Dropped, as a lost frame.
+        remote_.FreeBulk({&run[sent], 1});
+        ++routes_.tx_too_long;
+        ++sent;
+        continue;
+      }
       size_t j = sent;
-      while (j < run.size() && !local_.Owns(run[j])) ++j;
+      while (j < run.size() && !local_.Owns(run[j]) && run[j]->len <= remote_max_frame_) ++j;
       const uint16_t took = remote_.TxBurst(run.subspan(sent, j - sent));
       routes_.tx_remote += took;
       sent = static_cast<uint16_t>(sent + took);
@@ -75,7 +84,8 @@ uint16_t CompositeQueue::SendRemote(absl::Span<Packet* const> run) {
     Packet* copy = nullptr;
     if (!remote_.AllocBulk({&copy, 1})) return sent;
     Packet* orig = run[sent];
-    if (orig->len > copy->capacity) {  // cannot be sent by the remote device: dropped
+    if (orig->len > copy->capacity || orig->len > remote_max_frame_) {  // dropped
+      ++routes_.tx_too_long;
       remote_.FreeBulk({&copy, 1});
       local_.FreeBulk({&orig, 1});
       ++sent;
@@ -184,12 +194,23 @@ absl::StatusOr<std::unique_ptr<CompositeDevice>> CompositeDevice::Create(
   d->info_.uri = std::string(uri);
   d->info_.driver = absl::StrCat(local->info().driver, "+", remote->info().driver);
   d->info_.mtu = std::min(local->info().mtu, remote->info().mtu);
+  // Toward peers of this host, the intra-host device's frames, as far as
+  // the TX buffers (the remote device's) hold them.
+  uint32_t tx_frame = remote->info().max_frame();
+  if (Packet* probe = nullptr; remote->queue(0).AllocBulk({&probe, 1})) {
+    tx_frame = probe->capacity;
+    remote->queue(0).FreeBulk({&probe, 1});
+  }
+  const uint32_t same_host_mtu =
+      std::min(local->info().mtu, tx_frame > 14 ? tx_frame - 14 : 0);
+  d->info_.same_host_mtu = same_host_mtu > d->info_.mtu ? same_host_mtu : 0;
   d->info_.host_address = remote->info().host_address || IsLocalIpv4(remote->info().ipv4);
   d->info_.same_host_key = local->info().same_host_key;
   // Per peer: frames through the intra-host device say kRxIntact, the
   // remote device's only if it is such a device too.
   d->info_.integrity = local->info().integrity && remote->info().integrity;
-  d->queue_ = std::make_unique<CompositeQueue>(*shm_queue, remote->queue(0));
+  d->queue_ = std::make_unique<CompositeQueue>(*shm_queue, remote->queue(0),
+                                               remote->info().max_frame());
   d->local_ = std::move(local);
   d->remote_ = std::move(remote);
   return d;
@@ -207,7 +228,8 @@ absl::Status CompositeDevice::SetLinkState(LinkState) {
 void CompositeQueue::AppendCounters(NamedCounters* out) const {
   AppendNamed(out, "", {{"tx_local", routes_.tx_local},
                         {"tx_remote", routes_.tx_remote},
-                        {"tx_copied", routes_.tx_copied}});
+                        {"tx_copied", routes_.tx_copied},
+                        {"tx_too_long", routes_.tx_too_long}});
   // Each part's own, told apart by a prefix.
   const auto part = [out](const QueuePair& q, std::string_view prefix) {
     const size_t from = out->size();

@@ -25,6 +25,10 @@ struct RouteCounters {
   uint64_t tx_local = 0;     // frames sent through the intra-host device
   uint64_t tx_remote = 0;    // frames sent through the remote device
   uint64_t tx_copied = 0;    // intra-host buffers copied into remote ones to be sent
+  // Frames longer than the remote device's MTU allows, dropped rather than
+  // sent the remote way (sized for a peer of this host that is no longer
+  // reached through shared memory).
+  uint64_t tx_too_long = 0;
   uint64_t rx_remote_polls = 0;  // RxBurst calls that asked the remote device (RemotePacer)
 };
 
@@ -78,7 +82,10 @@ class RemotePacer {
 
 class CompositeQueue final : public QueuePair {
  public:
-  CompositeQueue(shm::ShmQueue& local, QueuePair& remote) : local_(local), remote_(remote) {}
+  // remote_max_frame: the longest frame sent the remote way (its MTU + 14;
+  // its buffers may be larger, DeviceInfo::same_host_mtu).
+  CompositeQueue(shm::ShmQueue& local, QueuePair& remote, uint32_t remote_max_frame)
+      : local_(local), remote_(remote), remote_max_frame_(remote_max_frame) {}
 
   uint16_t RxBurst(absl::Span<Packet*> out) override;
   uint16_t TxBurst(absl::Span<Packet* const> pkts) override;
@@ -139,6 +146,7 @@ class CompositeQueue final : public QueuePair {
 
   shm::ShmQueue& local_;
   QueuePair& remote_;
+  const uint32_t remote_max_frame_;
   bool local_first_ = true;
   RemotePacer pacer_;
   RouteCounters routes_;

@@ -18,6 +18,7 @@
 #include "driver/clock.h"
 #include "driver/device.h"
 #include "driver/net_headers.h"
+#include "driver/shm/shm_device.h"
 #include "driver/testing/conformance.h"
 #include "driver/testing/conformance_util.h"
 #include "fabric/rdm/rdm.h"
@@ -161,13 +162,64 @@ TEST(CompositeTest, RoutesPerFrame) {
   EXPECT_EQ(q.routes().tx_remote, 2u);
 }
 
+// Toward peers of this host the composite's frames are the intra-host
+// device's (kCompositeShmMtu, its TX buffers as large), while its MTU, what
+// remote peers are told, stays the remote device's; a frame that long for
+// a peer reached the remote way is dropped, never sent beyond this host.
+TEST(CompositeTest, FramesToThisHostAreLargerThanTheRemoteMtu) {
+  const std::string dir = TempDir();
+  absl::StatusOr<std::unique_ptr<Device>> a = OpenSmall(CompositeUri(dir, 1));
+  absl::StatusOr<std::unique_ptr<Device>> b = OpenSmall(CompositeUri(dir, 2));
+  absl::StatusOr<std::unique_ptr<Device>> c = OpenSmall(absl::StrCat("udp:lo,ip=", LocalIp(3)));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ((*a)->info().mtu, 1500u);
+  EXPECT_EQ((*a)->info().same_host_mtu, shm::kCompositeShmMtu);
+  constexpr uint16_t kPort = 43100;
+  for (Device* d : {a->get(), b->get(), c->get()}) ASSERT_TRUE(d->queue(0).BindUdpPort(kPort).ok());
+  auto& q = static_cast<CompositeQueue&>((*a)->queue(0));
+  testing::Pump pump(factory.Features());
+  constexpr size_t kPayload = 4096 + 76;  // a 4 KiB message and the engine's headers
+  auto frame = [&](Device& to) {
+    Packet* p = nullptr;
+    EXPECT_TRUE(q.AllocBulk({&p, 1}));
+    EXPECT_GE(p->capacity, shm::kCompositeShmMtu + 14);
+    UdpFlow flow = testing::FlowBetween(**a, to, kPort);
+    flow.src_port = kPort;
+    EXPECT_TRUE(testing::WriteTestFrame(p, flow, 1, kPayload));
+    return p;
+  };
+  Packet* p = frame(**b);
+  const uint32_t len = p->len;
+  ASSERT_TRUE(pump.SendAll(q, {&p, 1}));
+  std::vector<Packet*> got = pump.Receive((*b)->queue(0), 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]->len, len);
+  (*b)->queue(0).FreeBulk({got.data(), got.size()});
+  p = frame(**c);
+  EXPECT_EQ(q.TxBurst({&p, 1}), 1u);  // taken, and dropped
+  EXPECT_EQ(q.routes().tx_too_long, 1u);
+  EXPECT_EQ(q.routes().tx_remote, 0u);
+
+  // An intra-host part that names its MTU keeps it, for both kinds of peer.
+  absl::StatusOr<std::unique_ptr<Device>> d =
+      OpenSmall(absl::StrCat("shm:", dir, ",mtu=1500+udp:lo,ip=", LocalIp(4)));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->info().mtu, 1500u);
+  EXPECT_EQ((*d)->info().same_host_mtu, 0u);
+}
+
 // The engine over a composite device: one peer of this host (shared
 // memory) and one only the kernel reaches, at once, every byte checked.
 TEST(CompositeTest, EngineReachesLocalAndRemotePeers) {
   const std::string dir = TempDir();
   std::vector<std::unique_ptr<Device>> devs;
+  // 2 is a composite too, of another registry: to 0 and 1 a process of
+  // another host, its own limit as large as theirs. Were it told 0's
+  // same-host limit, its frames to 0 would be too long for the kernel UDP
+  // device and dropped (tx_too_long), and its messages would never arrive.
+  const std::string other_dir = TempDir();
   for (const std::string& uri :
-       {CompositeUri(dir, 1), CompositeUri(dir, 2), absl::StrCat("udp:lo,ip=", LocalIp(3))}) {
+       {CompositeUri(dir, 1), CompositeUri(dir, 2), CompositeUri(other_dir, 3)}) {
     absl::StatusOr<std::unique_ptr<Device>> d = OpenSmall(uri);
     ASSERT_TRUE(d.ok()) << d.status();
     devs.push_back(*std::move(d));
@@ -184,42 +236,63 @@ TEST(CompositeTest, EngineReachesLocalAndRemotePeers) {
   }
   // 0 sends to 1 (this host) and 2 (kernel UDP only); both answer.
   constexpr int kMsgs = 200;
-  constexpr size_t kLen = 3000;  // two packets each
+  constexpr size_t kLen = 3000;  // one packet each to this host's peer, two to the remote one
   std::vector<rdm::PeerId> to(3);
   for (int i = 1; i < 3; ++i) to[i] = *eps[0]->InsertPeer(eps[i]->address());
   std::vector<std::vector<uint8_t>> rx(3, std::vector<uint8_t>(kLen * kMsgs));
   for (int i = 1; i < 3; ++i) {
-    (void)*eps[i]->InsertPeer(eps[0]->address());
+    if (i == 1) (void)*eps[i]->InsertPeer(eps[0]->address());
     for (int m = 0; m < kMsgs; ++m) {
       ASSERT_EQ(eps[i]->PostRecv({.buf = rx[i].data() + m * kLen, .len = kLen}), rdm::Result::kOk);
     }
+  }
+  // And 2 sends as many to 0.
+  const rdm::PeerId from2 = *eps[2]->InsertPeer(eps[0]->address());
+  for (int m = 0; m < kMsgs; ++m) {
+    ASSERT_EQ(eps[0]->PostRecv({.buf = rx[0].data() + m * kLen, .len = kLen}), rdm::Result::kOk);
   }
   std::vector<uint8_t> tx(kLen * kMsgs);
   for (size_t k = 0; k < tx.size(); ++k) tx[k] = static_cast<uint8_t>(k * 7 + 3);
   int sent[3] = {0, 0, 0};
   int received[3] = {0, 0, 0};
-  for (int spin = 0; spin < 50'000'000 && (received[1] < kMsgs || received[2] < kMsgs); ++spin) {
+  int sent_back = 0;
+  for (int spin = 0; spin < 50'000'000 &&
+                     (received[1] < kMsgs || received[2] < kMsgs || received[0] < kMsgs);
+       ++spin) {
     for (int i = 1; i < 3; ++i) {
       if (sent[i] < kMsgs &&
           eps[0]->Send({.dest = to[i], .buf = tx.data() + sent[i] * kLen, .len = kLen}) == rdm::Result::kOk) {
         ++sent[i];
       }
     }
-    for (auto& ep : eps) ep->Progress();
-    for (int i = 1; i < 3; ++i) {
-      rdm::Completion c[16];
-      received[i] += static_cast<int>(eps[i]->PollCompletions(c));
+    if (sent_back < kMsgs &&
+        eps[2]->Send({.dest = from2, .buf = tx.data() + sent_back * kLen, .len = kLen}) ==
+            rdm::Result::kOk) {
+      ++sent_back;
     }
-    rdm::Completion c[16];
-    (void)eps[0]->PollCompletions(c);
+    for (auto& ep : eps) ep->Progress();
+    for (int i = 0; i < 3; ++i) {
+      rdm::Completion c[16];
+      const size_t n = eps[i]->PollCompletions(c);
+      for (size_t k = 0; k < n; ++k) {
+        if ((c[k].flags & rdm::kCompRecv) != 0) ++received[i];
+      }
+    }
   }
   ASSERT_EQ(received[1], kMsgs);
   ASSERT_EQ(received[2], kMsgs);
+  ASSERT_EQ(received[0], kMsgs);
   EXPECT_EQ(rx[1], tx);
   EXPECT_EQ(rx[2], tx);
+  EXPECT_EQ(rx[0], tx);
+  EXPECT_EQ(static_cast<CompositeQueue&>(devs[2]->queue(0)).routes().tx_too_long, 0u);
   auto& q = static_cast<CompositeQueue&>(devs[0]->queue(0));
-  EXPECT_GE(q.routes().tx_local, 2u * kMsgs);
+  // One frame per message to the peer of this host (its HELLO announced
+  // the intra-host device's limit), two to the remote one (1500).
+  EXPECT_GE(q.routes().tx_local, 1u * kMsgs);
+  EXPECT_LT(q.routes().tx_local, 2u * kMsgs);
   EXPECT_GE(q.routes().tx_remote, 2u * kMsgs);
+  EXPECT_EQ(q.routes().tx_too_long, 0u);
 }
 
 // The pacer of remote polls, on a TSC the test hands it (no clock read): at

@@ -23,6 +23,15 @@ namespace bypass::driver::shm {
 inline constexpr uint32_t kDefaultLanes = 128;
 inline constexpr uint32_t kDefaultSlots = 32;
 inline constexpr uint32_t kMaxShmMtu = 65000;
+// The MTU of a composite's intra-host part that names none (shm:+udp:, the
+// default domain): a 4 KiB message and the engine's headers in one frame
+// (4096 + 76 + 28 = 4200 bytes of IP packet), so messages up to 4 KiB go
+// in one frame to a peer of this host (fabric/rdm/PROTOCOL.md, "The
+// same-host path"). A slot is then 4672 bytes (mtu + 14, to 64): a lane of
+// 32 slots reserves 152 KiB of /dev/shm per active sender instead of 52 KiB
+// at 1500 (64 processes all-to-all: about 600 MB instead of 200 MB). Give
+// mtu= to the shm part for another size (shm:,mtu=1500+udp:).
+inline constexpr uint32_t kCompositeShmMtu = 4608;
 
 class ShmDevice;
 

@@ -133,9 +133,11 @@ absl::StatusOr<std::unique_ptr<Device>> Open(DeviceUri uri, const DeviceOptions&
   info.can_steer = false;
   info.owns_port = true;
 
+  // As many buffers as frames of the MTU would have, each as large as
+  // buffer_frame asks (a composite's remote part: DeviceOptions).
   const uint32_t pool_buffers = PoolBuffersFor(opts, opts.mtu + 14);
   absl::StatusOr<std::unique_ptr<UdpQueue>> queue =
-      UdpQueue::Create(dev->info_, pool_buffers, opts.numa_node, offloads);
+      UdpQueue::Create(dev->info_, pool_buffers, opts.numa_node, offloads, opts.buffer_frame);
   if (!queue.ok()) {
     return absl::Status(queue.status().code(),
                         absl::StrCat("device '", uri.text, "': ", queue.status().message()));

@@ -45,9 +45,12 @@ void RaiseBuffer(int fd, int force_opt, int opt) {
 
 absl::StatusOr<std::unique_ptr<UdpQueue>> UdpQueue::Create(const DeviceInfo& info,
                                                            uint32_t pool_buffers, int numa_node,
-                                                           UdpOffloads offloads) {
+                                                           UdpOffloads offloads,
+                                                           uint32_t buffer_frame) {
   PacketPool::Options po;
-  po.max_frame = info.max_frame();
+  // Larger buffers than frames (a composite's TX buffers): frames stay
+  // bounded by the MTU (max_frame_) both ways.
+  po.max_frame = std::max(info.max_frame(), buffer_frame);
   po.buffers = pool_buffers;
   po.numa_node = numa_node;
   po.region_name = "bypass-udp";

@@ -78,7 +78,8 @@ class UdpQueue final : public QueuePair {
 
   static absl::StatusOr<std::unique_ptr<UdpQueue>> Create(const DeviceInfo& info,
                                                           uint32_t pool_buffers, int numa_node,
-                                                          UdpOffloads offloads = {});
+                                                          UdpOffloads offloads = {},
+                                                          uint32_t buffer_frame = 0);
   UdpQueue(const UdpQueue&) = delete;
   UdpQueue& operator=(const UdpQueue&) = delete;
   ~UdpQueue() override;  // closes the sockets

@@ -28,6 +28,9 @@ struct DeviceParams {
   driver::Ipv4Address ip;
   uint32_t mtu = 1500;
   uint32_t frame_capacity = 0;  // bytes a TX buffer holds; 0: mtu + 14
+  // DeviceInfo::same_host_mtu: toward peers of this host (ReachesSameHost),
+  // when larger than mtu (0: mtu); TX buffers hold its frames.
+  uint32_t same_host_mtu = 0;
   uint32_t pool_capacity = 0;   // buffers of the queue's pool (bounds held packets)
   // Reading in place (QueuePair::ReadPeerMemory), when the device can: this
   // process's id, offered in our requests to send (0: none offered), and
@@ -92,6 +95,7 @@ class Context {
       : config(c),
         dev(d),
         max_datagram(max_datagram_bytes),
+        same_host_max_datagram(max_datagram_bytes),
         incarnation(own_incarnation),
         rng_state_(seed),
         peer_counts_(new PeerCountSlot[c.max_peers]),
@@ -109,6 +113,10 @@ class Context {
   const EndpointConfig config;
   const DeviceParams dev;
   const uint32_t max_datagram;  // the largest UDP payload this end sends or takes
+  // The same toward peers of this host, >= max_datagram (Engine::Create
+  // sets it from DeviceParams::same_host_mtu): announced in the HELLOs to
+  // those peers only (Session), the bound of every session's limit.
+  uint32_t same_host_max_datagram;
   const uint32_t incarnation;   // this endpoint's
   uint64_t now = 0;             // the time for everything until the next SetNow
   uint8_t dscp = 0;             // of every packet built from now on

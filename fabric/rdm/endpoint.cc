@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(Port& port, const dri
   dev.mac = port.info().mac;
   dev.ip = port.info().ipv4;
   dev.mtu = port.info().mtu;
+  dev.same_host_mtu = port.info().same_host_mtu;
   dev.pool_capacity = port.qp().PoolCapacity();
   if (config.read_in_place) {
     // The device reads in place if it can read a byte of ours (the same

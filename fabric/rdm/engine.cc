@@ -52,8 +52,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const DeviceParams& dev,
   uint32_t inc = config.incarnation.value_or(0);
   while (inc == 0) inc = static_cast<uint32_t>(SplitMix64(&state));
   const uint32_t ring = std::bit_ceil(config.window_packets);
-  return std::unique_ptr<Engine>(
+  std::unique_ptr<Engine> engine(
       new Engine(dev, config, max_datagram, ring, held_budget, state, inc, shared));
+  // Toward peers of this host: the larger frames of the intra-host device,
+  // which the TX buffers hold (DeviceInfo::same_host_mtu).
+  if (dev.same_host_mtu > dev.mtu) {
+    const uint32_t same_host = static_cast<uint32_t>(std::min<uint64_t>(
+        {uint64_t{dev.same_host_mtu} - wire::kIpUdpBytes, uint64_t{driver::kMaxUdpPayloadBytes},
+         dev.frame_capacity != 0 ? uint64_t{dev.frame_capacity} - wire::kUdpHeadersBytes
+                                 : uint64_t{UINT32_MAX}}));
+    engine->ctx.same_host_max_datagram = std::max(max_datagram, same_host);
+  }
+  return engine;
 }
 
 Engine::Engine(const DeviceParams& dev, const EndpointConfig& config, uint32_t max_datagram,

@@ -247,7 +247,8 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
   const uint32_t o = t.cursor_op;
   SendOp& op = ops_[o];
   op.started = true;
-  const uint32_t dg = std::min<uint32_t>(ctx_.max_datagram, session_[pi].max_datagram);
+  // The peer's limit, within ours toward it (Session::Accept).
+  const uint32_t dg = std::min<uint32_t>(ctx_.same_host_max_datagram, session_[pi].max_datagram);
   const uint32_t max_seg = op.type == wire::PacketType::kData ? wire::MaxDataPayload(dg)
                                                               : wire::MaxRmaPayload(dg);
   const uint64_t seg = std::min<uint64_t>(max_seg, op.wire_len - t.cursor_offset);

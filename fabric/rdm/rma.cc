@@ -453,7 +453,8 @@ Result Rma::PostAtomic(const AtomicRequest& r) {
   // The request is one packet, in both ends' datagrams (the peer's, once
   // its HELLO told it).
   const uint32_t peer_dg = session_[r.dest.slot()].max_datagram;
-  const uint32_t dg = peer_dg == 0 ? ctx_.max_datagram : std::min(ctx_.max_datagram, peer_dg);
+  const uint32_t dg =
+      peer_dg == 0 ? ctx_.max_datagram : std::min(ctx_.same_host_max_datagram, peer_dg);
   if (r.count > AtomicMaxCount(r.op, r.type, dg)) return Result::kTooLong;
   if (ops_.user_free() == 0) return Result::kAgain;
   if (!inject && !completions_.Reserve()) return Result::kAgain;

@@ -129,6 +129,12 @@ bool Session::Local(uint32_t pi) const {
          ctx_.dev.reaches_same_host(ctx_.dev.reaches_same_host_arg, a.ip, a.udp_port);
 }
 
+uint32_t Session::OwnLimit(uint32_t pi) const {
+  return ctx_.same_host_max_datagram > ctx_.max_datagram && Local(pi)
+             ? ctx_.same_host_max_datagram
+             : ctx_.max_datagram;
+}
+
 bool Session::Authentic(const wire::View& v, bool same_host) {
   if (wire::VerifyMac(v, KeyFor(same_host))) return true;
   ++ctx_.counters.handshake_auth_failed;
@@ -294,7 +300,9 @@ bool Session::Accept(uint32_t pi, const wire::View& v) {
   peers_.address(pi).incarnation = v.common.src_incarnation;
   s.rx_known = true;
   s.rx_isn = v.common.psn;
-  s.max_datagram = v.hello.max_datagram;
+  // What we send it: its receive limit, within ours toward it (the
+  // larger same-host limit only for a peer of this host).
+  s.max_datagram = static_cast<uint16_t>(std::min<uint32_t>(v.hello.max_datagram, OwnLimit(pi)));
   s.sends_unchecked = (v.hello.capabilities & wire::kCapUnchecked) != 0;
   MaybeEstablished(pi);
   return true;
@@ -379,9 +387,11 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
   if (s.hs == kNone) return 0;
   Handshake& hs = handshakes_[s.hs];
   wire::HelloFields h;
-  h.max_datagram = static_cast<uint16_t>(ctx_.max_datagram);
   h.nonce = hs.nonce;
   const bool local = Local(pi);
+  // The larger same-host limit to a peer of this host only: a remote peer
+  // sent frames longer than the remote device's would lose them all.
+  h.max_datagram = static_cast<uint16_t>(local ? ctx_.same_host_max_datagram : ctx_.max_datagram);
   // Its frames reach us through memory only: it may skip the CRC.
   if (ctx_.dev.integrity || local) h.capabilities = wire::kCapUnchecked;
   const wire::MacKey* key = KeyFor(local);
@@ -487,7 +497,8 @@ size_t Session::BuildResets(absl::Span<driver::Packet* const> bufs) {
     driver::Packet* pkt = bufs[n++];
     if (r.type == wire::PacketType::kCookie) {
       wire::HelloFields h;
-      h.max_datagram = static_cast<uint16_t>(ctx_.max_datagram);
+      h.max_datagram =
+          static_cast<uint16_t>(r.same_host ? ctx_.same_host_max_datagram : ctx_.max_datagram);
       h.echo = r.echo;
       h.cookie = r.cookie;
       pkt->len = static_cast<uint32_t>(

@@ -184,6 +184,9 @@ class Session {
   const wire::MacKey* KeyFor(bool same_host) const;
   // Whether pi's packets take the intra-host key.
   bool Local(uint32_t pi) const;
+  // Our receive limit toward pi, the most we announce it and send it: the
+  // same-host one for a peer of this host (Local), else max_datagram.
+  uint32_t OwnLimit(uint32_t pi) const;
   // A HELLO, HELLO_ACK, COOKIE or RESET's MAC is right for the key that
   // applies (counts handshake_auth_failed if not).
   bool Authentic(const wire::View& v, bool same_host);
