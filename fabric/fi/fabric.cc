@@ -165,6 +165,9 @@ Settings ReadSettings() {
   c.max_regions = 1024;
   if (auto v = ParamInt("linger_ms"); v && *v >= 0) s.linger_quiet_ns = static_cast<uint64_t>(*v) * 1'000'000;
   if (auto v = ParamInt("ack_delay_ns")) c.ack_delay_ns = static_cast<uint64_t>(*v);
+  if (auto v = ParamInt("deferred_ack_hold_ns"); v && *v >= 0) {
+    c.deferred_ack_hold_ns = static_cast<uint64_t>(*v);
+  }
   if (auto v = ParamInt("cma", FI_PARAM_BOOL)) c.read_in_place = *v != 0;
   if (auto v = ParamInt("in_place_threshold", FI_PARAM_SIZE_T)) {
     c.in_place_threshold = static_cast<uint64_t>(*v);

@@ -187,6 +187,10 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
               "Delay before a standalone ACK when no packet back carries it, in nanoseconds "
               "(default 5000); the last packet of a send whose completion waits for it is "
               "acknowledged at once");
+  DefineParam("deferred_ack_hold_ns", FI_PARAM_INT,
+              "How long a progress pass holds the ACK a peer's send waits for, so that a reply "
+              "sent within it carries it, in nanoseconds (default 2000; below ack_delay_ns; 0: "
+              "the next call sends it)");
   DefineParam("linger_ms", FI_PARAM_INT,
               "A closing endpoint keeps answering its peers until they have been quiet this "
               "long, in milliseconds, at most 1 s (default 100; 0: only until its own sends "

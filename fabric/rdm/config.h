@@ -147,15 +147,24 @@ struct EndpointConfig {
   uint64_t ack_delay_ns = 5'000;           // delayed ACK when no reply carries it
   uint32_t ack_every_packets = 16;         // or after this many packets
   // An ACK asked for (ACK_REQ: the sender waits for it, kSendAckNow) goes
-  // at once (false), or (true) waits for the owner's next call into the
+  // at once (false), or (true) waits for the owner's next calls into the
   // endpoint: a packet it sends to that peer carries it (a reply: no
-  // standalone ACK), else that call sends it (Progress: at its start;
-  // Send, Write, Read, Atomic: in the same burst). Only for an owner that
-  // is sure to call again, or has something that calls for it when the
-  // application stops (the fi facade's progress thread): a receiver that
-  // never calls again would leave its sender waiting. Not PostRecv (a
-  // receive is posted before the reply it is for).
+  // standalone ACK); Send, Write, Read and Atomic send it in the burst of
+  // what they posted; Progress sends it once it has waited
+  // deferred_ack_hold_ns (an application that reads its transmit queue,
+  // then its receive queue, then replies, as fi_pingpong does, makes two
+  // passes before its reply), and the delayed ACK (ack_delay_ns) bounds
+  // the wait. Only for an owner that is sure to call again, or has
+  // something that calls for it when the application stops (the fi
+  // facade's progress thread): a receiver that never calls again would
+  // leave its sender waiting. Not PostRecv (a receive is posted before the
+  // reply it is for).
   bool defer_requested_acks = false;
+  // How long Progress holds a deferred ACK for a reply to carry it, in
+  // nanoseconds since the oldest was deferred; below ack_delay_ns (at or
+  // above it, the delayed ACK sends it first). 0: Progress sends it at the
+  // next call, whatever that call is.
+  uint64_t deferred_ack_hold_ns = 2'000;
   uint32_t fast_retransmit_threshold = 3;  // SACKed packets past a hole that make it lost
 
   // Congestion control and pacing (PROTOCOL.md, "Congestion control"):

@@ -164,9 +164,6 @@ void Endpoint::PublishStats() {
 
 size_t Endpoint::Progress() {
   const EndpointConfig& c = engine_->config();
-  // ACKs deferred by an earlier call go with this pass's burst (those this
-  // pass defers wait for the next call).
-  engine_->ReleaseDeferredAcks();
   port_.Poll(c.rx_burst);
   driver::Packet* batch[Port::kMaxBurst];
   const uint32_t n = inbox_->Pop({batch, std::min<size_t>(2u * c.rx_burst, Port::kMaxBurst)});
@@ -176,6 +173,9 @@ size_t Endpoint::Progress() {
     engine_->SetNow(clock_.NowNs());
     idle_passes_ = 0;
   }
+  // ACKs deferred by earlier calls that no reply has carried within the
+  // hold go with this pass's burst (those this pass defers wait).
+  engine_->ReleaseHeldDeferredAcks();
   if (n > 0) {
     engine_->HandleRx({batch, n});
     FreeReleased();

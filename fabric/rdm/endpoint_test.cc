@@ -277,9 +277,11 @@ TEST(EndpointTest, AckNowIsAcknowledgedInTheReceivingPass) {
 
 // With defer_requested_acks (the fi facade's setting) the ACK a
 // kSendAckNow send waits for is not sent in the pass that consumed the
-// message: the receiver's reply carries it (no standalone ACK at all), or,
-// when it does not reply, its next call sends it. Delayed ACKs are off (a
-// second), so nothing else could send it.
+// message: the receiver's reply carries it (no standalone ACK at all), also
+// after a pass in between (fi_pingpong reads its transmit queue, then its
+// receive queue, then replies), or, when it does not reply, its first call
+// after deferred_ack_hold_ns sends it. Delayed ACKs are off (a second), so
+// nothing else could send it.
 TEST(EndpointTest, DeferredAckRidesOnTheReplyOrLeavesAtTheNextCall) {
   NetOptions o;
   o.config.ack_delay_ns = 1'000'000'000;
@@ -305,6 +307,9 @@ TEST(EndpointTest, DeferredAckRidesOnTheReplyOrLeavesAtTheNextCall) {
     EXPECT_EQ(net.ep(1).counters().tx_acks - acks_b, 0u) << "not in the receiving pass";
     EXPECT_TRUE(net.ep(1).HasDeferredAcks());
     std::vector<ErrorCompletion> errs;
+    net.ep(1).Progress();  // a pass within the hold: a queue read before the reply
+    EXPECT_EQ(net.ep(1).counters().tx_acks - acks_b, 0u) << "held for a reply";
+    EXPECT_TRUE(net.ep(1).HasDeferredAcks());
     if (reply) {
       ASSERT_EQ(net.ep(1).Send({.dest = to_a, .buf = buf, .len = 8, .flags = kSendAckNow}),
                 Result::kOk);
@@ -315,7 +320,8 @@ TEST(EndpointTest, DeferredAckRidesOnTheReplyOrLeavesAtTheNextCall) {
     } else {
       testing::Drain(net.ep(0), &a, &errs);
       EXPECT_TRUE(a.empty()) << "not acknowledged yet";
-      net.ep(1).Progress();  // b's next call
+      net.clock().Advance(o.config.deferred_ack_hold_ns);
+      net.ep(1).Progress();  // b's next call after the hold
       EXPECT_EQ(net.ep(1).counters().tx_acks - acks_b, 1u);
       EXPECT_FALSE(net.ep(1).HasDeferredAcks());
       ASSERT_TRUE(WaitOk(net, 0, 1, &a)) << "the send's completion";

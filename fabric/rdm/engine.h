@@ -89,6 +89,10 @@ class Engine : private Stages {
   void ReleaseDeferredAcks() {
     if (reliability.HasDeferredAcks()) reliability.ReleaseDeferredAcks();
   }
+  // Those that have waited deferred_ack_hold_ns for a reply (a pass).
+  void ReleaseHeldDeferredAcks() {
+    if (reliability.HasDeferredAcks()) reliability.ReleaseHeldDeferredAcks();
+  }
   // Builds frames into bufs[0, n) (setting their len) and returns n.
   size_t BuildTx(absl::Span<driver::Packet* const> bufs);
   // Packets to give back to the device's pool, then ClearReleased.

@@ -659,6 +659,7 @@ void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
       // one in its next call, carries the ACK; else that call releases it.
       if (!r.ack_deferred) {
         r.ack_deferred = true;
+        if (deferred_.empty()) deferred_since_ = ctx_.now;
         deferred_.push_back(pi);
       }
     } else {

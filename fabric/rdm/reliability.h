@@ -295,6 +295,11 @@ class Reliability {
   // since: due now, they leave with the next Build.
   bool HasDeferredAcks() const { return !deferred_.empty(); }
   void ReleaseDeferredAcks();
+  // From a progress pass: releases them once the oldest has waited
+  // deferred_ack_hold_ns for a reply to carry it.
+  void ReleaseHeldDeferredAcks() {
+    if (ctx_.now - deferred_since_ >= ctx_.config.deferred_ack_hold_ns) ReleaseDeferredAcks();
+  }
 
   // Delayed ACKs, RNR retries, tail-loss probes and the RTO of peer pi;
   // *next: the earliest of its deadlines still ahead; *floor: of those but
@@ -386,6 +391,7 @@ class Reliability {
   // Peers whose ACK is deferred (RxStream::ack_deferred when they went in;
   // a packet that carried it since clears the flag, not the entry).
   std::vector<uint32_t> deferred_;
+  uint64_t deferred_since_ = 0;  // ctx_.now when deferred_ last became non-empty
 };
 
 }  // namespace bypass::rdm
