@@ -177,13 +177,14 @@ std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   s.incarnation = session.address(pi).incarnation;
   s.srtt_ns = t.rtt.srtt();
   s.rttvar_ns = t.rtt.rttvar();
-  s.rto_ns = t.rtt.rto(t.backoff);
+  const TxActive& a = reliability.tx_active(pi);
+  s.rto_ns = t.rtt.rto(a.backoff);
   s.inflight = t.inflight();
   s.send_window = static_cast<uint32_t>(t.window_end - t.snd_una);
   s.cwnd = reliability.CcOn(pi) ? t.cc.cwnd() : 0;
-  s.queued_ops = t.ops.size();
-  s.waiting_ops = t.waiting.size();
-  s.held_packets = reliability.rx(pi).held_count;
+  s.queued_ops = a.ops.size();
+  s.waiting_ops = a.waiting.size();
+  s.held_packets = reliability.rx_active(pi).held_count;
   s.unacked_packets = reliability.rx(pi).unacked;
   return s;
 }
@@ -662,9 +663,9 @@ size_t Engine::BuildForPeer(uint32_t pi, absl::Span<driver::Packet* const> bufs)
 void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
   // Send operations: those that put anything on the wire of this session
   // fail (and the engine's own: answers and pulls belong to the session);
-  // the others wait for the next session if keep_unsent.
-  const TxStream& t = reliability.tx(pi);
-  for (uint32_t o = t.ops.front(); o != kNone;) {
+  // the others wait for the next session if keep_unsent. (The streams'
+  // busy part is read afresh after each change: an idle peer's goes back.)
+  for (uint32_t o = reliability.tx_active(pi).ops.front(); o != kNone;) {
     const uint32_t next = ops[o].next;
     if (!keep_unsent || ops[o].started || !ops.IsUser(o)) {
       reliability.Unqueue(pi, o);
@@ -672,8 +673,8 @@ void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
     }
     o = next;
   }
-  while (!t.waiting.empty()) {  // RMA and rendezvous waiting for its answer
-    const uint32_t o = t.waiting.front();
+  while (!reliability.tx_active(pi).waiting.empty()) {  // RMA and rendezvous waiting for its answer
+    const uint32_t o = reliability.tx_active(pi).waiting.front();
     reliability.Unpark(pi, o);
     FailOp(o, err, why);
   }
@@ -681,7 +682,7 @@ void Engine::FailPeer(uint32_t pi, int err, const char* why, bool keep_unsent) {
   messaging.EndSession(pi, err, why);
   reliability.ResetRx(pi);
   // A fresh session, to be shaken hands again when there is something to send.
-  session.EndSession(pi, /*more_to_send=*/!t.ops.empty());
+  session.EndSession(pi, /*more_to_send=*/!reliability.tx_active(pi).ops.empty());
   reliability.RestartTx(pi);
 }
 

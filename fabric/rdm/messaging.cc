@@ -744,7 +744,7 @@ Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
 }
 
 bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
-  uint32_t o = reliability_.tx(pi).waiting.front();
+  uint32_t o = reliability_.tx_active(pi).waiting.front();
   for (; o != kNone; o = ops_[o].next) {
     const SendOp& op = ops_[o];
     if (op.kind == OpKind::kRndvRequest && op.msg.msg_id == r.key) break;
@@ -898,8 +898,7 @@ void Messaging::EndSession(uint32_t pi, int err, const char* why) {
   session_[pi].in_place_refused = false;
   // The messages still queued (none started) open the next session.
   p.next_msg_id = 0;
-  const TxStream& t = reliability_.tx(pi);
-  for (uint32_t o = t.ops.front(); o != kNone; o = ops_[o].next) {
+  for (uint32_t o = reliability_.tx_active(pi).ops.front(); o != kNone; o = ops_[o].next) {
     if (ops_[o].type == wire::PacketType::kData) ops_[o].msg.msg_id = p.next_msg_id++;
   }
 }

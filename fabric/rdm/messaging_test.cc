@@ -226,7 +226,7 @@ TEST(PostSendTest, RefusesAnUnknownPeerANullBufferAndWhatIsTooLong) {
       Result::kTooLong);
   EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = big.data(), .len = big.size()}),
             Result::kTooLong);
-  EXPECT_TRUE(rig.reliability.tx(pi).ops.empty());
+  EXPECT_TRUE(rig.reliability.tx_active(pi).ops.empty());
   EXPECT_EQ(rig.ops.user_free(), c.max_send_ops);
   // What is allowed: no bytes from no buffer, and exactly the limits.
   EXPECT_EQ(rig.messaging.PostSend({.dest = peer, .buf = nullptr, .len = 0}), Result::kOk);
@@ -355,7 +355,7 @@ TEST(PostSendTest, ABufferedSendCompletesAtOnceAndSendsTheBytesItCopied) {
   EXPECT_EQ(std::vector<uint8_t>(sent[0].payload.begin(), sent[0].payload.end()), original);
   rig.AckAll(pi);
   EXPECT_EQ(rig.completions.ready(), 0u) << "no second completion when acknowledged";
-  EXPECT_TRUE(rig.reliability.tx(pi).ops.empty());
+  EXPECT_TRUE(rig.reliability.tx_active(pi).ops.empty());
   EXPECT_EQ(rig.ops.user_free(), rig.config.max_send_ops);
 }
 
@@ -932,7 +932,7 @@ TEST(RendezvousTest, PulledDataFillsTheReceiveAndCompletesIt) {
   const uint32_t o = QueuedOf(rig, pi, OpKind::kPull);
   ASSERT_NE(o, kNone);
   ASSERT_EQ(rig.SendAndAcknowledge(pi), 1u);
-  ASSERT_EQ(rig.reliability.tx(pi).waiting.front(), o) << "it waits for the bytes";
+  ASSERT_EQ(rig.reliability.tx_active(pi).waiting.front(), o) << "it waits for the bytes";
   const std::vector<uint8_t> m = Bytes(4000, 9);
   // A segment at the wrong offset is a protocol error and lands nowhere.
   wire::RmaFields r = MsgRma(wire::RmaOp::kReadData, rig.ops.RmaId(o), 0, 4000, StageRig::kRmaSeg);
@@ -952,7 +952,7 @@ TEST(RendezvousTest, PulledDataFillsTheReceiveAndCompletesIt) {
   EXPECT_EQ(buf, m);
   EXPECT_EQ(rig.ctx.counters.rendezvous_pulled, 1u);
   EXPECT_EQ(rig.ops.live(OpKind::kPull), 0u);
-  EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
+  EXPECT_TRUE(rig.reliability.tx_active(pi).waiting.empty());
   EXPECT_EQ(rig.messaging.RecvSlotsFree(), rig.config.max_posted_recvs);
   // A pull that ended is not named again.
   rig.messaging.ConsumePulledData(pi, r, {});
@@ -1020,14 +1020,14 @@ TEST(RendezvousTest, APullOfAWaitingRequestStreamsTheMessageAsReadData) {
       Result::kOk);
   const uint32_t o = rig.Queued(pi)[0];
   ASSERT_EQ(rig.SendAndAcknowledge(pi), 1u);
-  ASSERT_EQ(rig.reliability.tx(pi).waiting.front(), o);
+  ASSERT_EQ(rig.reliability.tx_active(pi).waiting.front(), o);
   EXPECT_EQ(rig.ops[o].state, OpState::kWaiting);
   EXPECT_TRUE(rig.reliability.tx(pi).hold) << "later sends wait for the answer";
   ASSERT_EQ(rig.messaging.PostSend({.dest = peer, .buf = m.data(), .len = 10, .context = &later}),
             Result::kOk);
   EXPECT_TRUE(rig.BuildPackets(pi).empty()) << "held";
   ASSERT_TRUE(rig.messaging.ConsumePullRequest(pi, MsgRma(wire::RmaOp::kReadReq, 0x77, 0, 5000)));
-  EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
+  EXPECT_TRUE(rig.reliability.tx_active(pi).waiting.empty());
   EXPECT_FALSE(rig.reliability.tx(pi).hold);
   const std::vector<uint32_t> q = rig.Queued(pi);
   ASSERT_EQ(q.size(), 2u);
@@ -1082,7 +1082,7 @@ TEST(RendezvousTest, APullNamingNoWaitingMessageIsAnsweredNoMessage) {
   pull.total_length = 5001;
   ASSERT_TRUE(rig.messaging.ConsumePullRequest(pi, pull));
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 2u) << "longer than the message";
-  EXPECT_EQ(rig.reliability.tx(pi).waiting.front(), request) << "the request still waits";
+  EXPECT_EQ(rig.reliability.tx_active(pi).waiting.front(), request) << "the request still waits";
   EXPECT_EQ(rig.ops[request].kind, OpKind::kRndvRequest);
 }
 

@@ -10,6 +10,8 @@
 
 namespace bypass::rdm {
 
+const ActiveStreams Reliability::kIdle{};
+
 Reliability::Reliability(Context& ctx, Session& session, OpTable& ops, Completions& completions,
                          uint32_t ring_size, uint32_t held_budget)
     : ctx_(ctx),
@@ -18,54 +20,75 @@ Reliability::Reliability(Context& ctx, Session& session, OpTable& ops, Completio
       completions_(completions),
       ring_mask_(ring_size - 1),
       held_budget_(held_budget),
-      tx_(new TxStream[ctx.config.max_peers]),
-      rx_(new RxStream[ctx.config.max_peers]),
+      peers_(new PeerStreams[ctx.config.max_peers]),
+      active_pool_(ctx.config.ActivePeers()),
       tx_pool_(ctx.config.ActivePeers(), ring_size),
       held_pool_(ctx.config.ActivePeers(), ring_size) {}
 
 Reliability::~Reliability() {
   for (uint32_t pi = 0; pi < ctx_.config.max_peers; ++pi) {
-    if (tx_[pi].ring != nullptr) GiveTxRing(pi);
-    if (rx_[pi].held != nullptr) GiveHeldRing(pi);
+    if (peers_[pi].active == kNone) continue;
+    ActiveStreams& a = active_pool_[peers_[pi].active];
+    if (a.tx.ring != nullptr) GiveTxRing(a.tx);
+    if (a.rx.held != nullptr) GiveHeldRing(a.rx);
   }
+}
+
+bool Reliability::Idle(const ActiveStreams& a) {
+  // As a fresh record (RecordPool::Take makes one), so that giving it back
+  // loses nothing; but for highest_held, which is set whenever the first
+  // packet is held. The first five decide; the rest are so whenever
+  // nothing is queued or in flight, and are checked so that giving back
+  // never depends on it.
+  const TxActive& t = a.tx;
+  return t.ops.empty() && t.waiting.empty() && t.ring == nullptr && a.rx.held == nullptr &&
+         t.rto_deadline == 0 && t.tlp_deadline == 0 && t.cursor_op == kNone &&
+         t.cursor_offset == 0 && t.retx_queued == 0 && t.backoff == 0 && !t.rnr.waiting &&
+         t.rnr.until == 0 && t.rnr.delay == 0 && t.rnr.since == 0 && a.rx.held_count == 0;
 }
 
 // ---- Peers and sessions.
 
 void Reliability::AddPeer(uint32_t pi) {
   const EndpointConfig& c = ctx_.config;
-  TxStream& t = tx_[pi];
-  if (t.ring != nullptr) GiveTxRing(pi);
-  t = TxStream{};
+  PeerStreams& p = peers_[pi];
+  if (p.active != kNone) {
+    ActiveStreams& a = active_pool_[p.active];
+    if (a.tx.ring != nullptr) GiveTxRing(a.tx);
+    if (a.rx.held != nullptr) GiveHeldRing(a.rx);
+    active_pool_.Give(p.active);
+  }
+  p = PeerStreams{};
+  TxStream& t = p.tx;
   t.rtt = RttEstimator(c.rto_initial_ns, c.rto_min_ns, c.rto_max_ns);
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.cc.Reset(c.cc_initial_window, c.window_packets, t.next_psn);
-  RxStream& r = rx_[pi];
-  if (r.held != nullptr) GiveHeldRing(pi);
-  r = RxStream{};
 }
 
-void Reliability::GiveTxRing(uint32_t pi) {
-  tx_pool_.Give(tx_[pi].ring);
-  tx_[pi].ring = nullptr;
+void Reliability::GiveTxRing(TxActive& a) {
+  tx_pool_.Give(a.ring);
+  a.ring = nullptr;
 }
 
-void Reliability::GiveHeldRing(uint32_t pi) {
-  held_pool_.Give(rx_[pi].held);
-  rx_[pi].held = nullptr;
+void Reliability::GiveHeldRing(RxActive& a) {
+  held_pool_.Give(a.held);
+  a.held = nullptr;
 }
 
 void Reliability::RestartTx(uint32_t pi) {
-  TxStream& t = tx_[pi];
-  for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) entry(t, q) = TxEntry{};
-  if (t.ring != nullptr) GiveTxRing(pi);
+  TxStream& t = tx(pi);
+  if (peers_[pi].active != kNone) {
+    TxActive& a = Act(pi).tx;
+    for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) entry(a, q) = TxEntry{};
+    if (a.ring != nullptr) GiveTxRing(a);
+    a.retx_queued = 0;
+    a.backoff = 0;
+    a.rto_deadline = 0;
+    a.tlp_deadline = 0;
+    a.rnr = RnrState{};
+  }
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
-  t.retx_queued = 0;
-  t.backoff = 0;
-  t.rto_deadline = 0;
-  t.tlp_deadline = 0;
   t.acks_on_data = false;
-  t.rnr = RnrState{};
   t.window_stalled = false;
   t.cc.Reset(ctx_.config.cc_initial_window, ctx_.config.window_packets, t.next_psn);
   t.cwnd_stalled = false;
@@ -75,21 +98,29 @@ void Reliability::RestartTx(uint32_t pi) {
 }
 
 void Reliability::Rewind(uint32_t pi) {
-  tx_[pi].cursor_op = tx_[pi].ops.front();
-  tx_[pi].cursor_offset = 0;
+  if (peers_[pi].active == kNone) return;  // nothing queued: the cursor is at none already
+  TxActive& a = Act(pi).tx;
+  a.cursor_op = a.ops.front();
+  a.cursor_offset = 0;
+  Settle(pi);
 }
 
 void Reliability::StartRx(uint32_t pi, uint16_t credit) {
-  RxStream& r = rx_[pi];
-  r.rcv_nxt = r.highest_held = session_[pi].rx_isn;
-  if (!session_[pi].tx_ready) tx_[pi].window_end = tx_[pi].snd_una + credit;
+  rx(pi).rcv_nxt = session_[pi].rx_isn;
+  if (!session_[pi].tx_ready) tx(pi).window_end = tx(pi).snd_una + credit;
+}
+
+void Reliability::DropAllHeld(uint32_t pi) {
+  if (peers_[pi].active == kNone) return;
+  RxActive& a = Act(pi).rx;
+  for (uint32_t k = 0; k <= ring_mask_ && a.held_count > 0; ++k) {
+    if (a.held[k].pkt != nullptr) Unhold(pi, &a.held[k]);
+  }
 }
 
 void Reliability::ResetRx(uint32_t pi) {
-  RxStream& r = rx_[pi];
-  for (uint32_t k = 0; k <= ring_mask_ && r.held_count > 0; ++k) {
-    if (r.held[k].pkt != nullptr) DropHeld(pi, &r.held[k]);
-  }
+  DropAllHeld(pi);
+  RxStream& r = rx(pi);
   if (r.refused) {
     r.refused = false;
     --refused_peers_;
@@ -97,14 +128,13 @@ void Reliability::ResetRx(uint32_t pi) {
   r.unacked = 0;
   r.ack_deadline = 0;
   r.ack_now = r.ack_standalone = r.rnr_owed = r.ack_deferred = false;
+  Settle(pi);
 }
 
 void Reliability::ReleaseAll() {
   for (uint32_t pi = 0; pi < session_.peers().size(); ++pi) {
-    RxStream& r = rx_[pi];
-    for (uint32_t k = 0; k <= ring_mask_ && r.held_count > 0; ++k) {
-      if (r.held[k].pkt != nullptr) DropHeld(pi, &r.held[k]);
-    }
+    DropAllHeld(pi);
+    Settle(pi);
   }
 }
 
@@ -115,12 +145,12 @@ void Reliability::Queue(uint32_t pi, uint32_t o) {
   op.peer = pi;
   op.state = OpState::kQueued;
   op.all_sent = false;
-  TxStream& t = tx_[pi];
   if (!Busy(pi) && !session_[pi].hello_wanted) {
     // Work begins: the peer's silence counts from now.
     session_[pi].activity_ns = ctx_.now;
     ctx_.ArmTimer(pi, ctx_.now + ctx_.config.peer_timeout_ns);
   }
+  TxActive& t = Act(pi).tx;
   if (t.cursor_op == kNone) {
     t.ops.PushBack(ops_.base(), o);
     t.cursor_op = o;
@@ -144,8 +174,8 @@ void Reliability::Queue(uint32_t pi, uint32_t o) {
   ctx_.Enqueue(pi);
 }
 
-bool Reliability::CursorHeld(const TxStream& t) const {
-  return t.hold && ops_.IsUser(t.cursor_op) && !Traits(ops_[t.cursor_op].kind).jumps_queue;
+bool Reliability::CursorHeld(const TxStream& t, const TxActive& a) const {
+  return t.hold && ops_.IsUser(a.cursor_op) && !Traits(ops_[a.cursor_op].kind).jumps_queue;
 }
 
 wire::Common Reliability::Header(uint32_t pi, wire::PacketType type, uint16_t flags) const {
@@ -155,14 +185,14 @@ wire::Common Reliability::Header(uint32_t pi, wire::PacketType type, uint16_t fl
   c.src_incarnation = ctx_.incarnation;
   c.dst_incarnation = session_.address(pi).incarnation;
   c.auth_key = ctx_.config.auth_key;
-  c.psn = tx_[pi].next_psn;
+  c.psn = tx(pi).next_psn;
   // Handshakes (built from this header too) always carry their CRC.
   if (session_[pi].sends_unchecked && type != wire::PacketType::kHello) {
     c.flags |= wire::kFlagUnchecked;
   }
   if (session_[pi].rx_known) {
     c.flags |= wire::kFlagAckValid;
-    c.ack_psn = rx_[pi].rcv_nxt;
+    c.ack_psn = rx(pi).rcv_nxt;
     c.credit = Grant(pi);
   }
   return c;
@@ -171,13 +201,13 @@ wire::Common Reliability::Header(uint32_t pi, wire::PacketType type, uint16_t fl
 uint16_t Reliability::Grant(uint32_t pi) const {
   // rcv_nxt is always welcome (it is consumed at once); beyond it, only what
   // can be held out of order.
-  const uint32_t free_held = held_budget_ - held_total_ + rx_[pi].held_count;
+  const uint32_t free_held = held_budget_ - held_total_ + rx_active(pi).held_count;
   return static_cast<uint16_t>(1 + std::min(ctx_.config.window_packets - 1, free_held));
 }
 
 void Reliability::NoteAckSent(uint32_t pi, bool standalone) {
   if (!session_[pi].rx_known) return;
-  RxStream& r = rx_[pi];
+  RxStream& r = rx(pi);
   r.unacked = 0;
   r.ack_deadline = 0;
   r.ack_now = false;
@@ -191,21 +221,24 @@ void Reliability::NoteAckSent(uint32_t pi, bool standalone) {
 size_t Reliability::Build(uint32_t pi, bool* probe_owed,
                          absl::Span<driver::Packet* const> bufs) {
   size_t n = 0;
-  TxStream& t = tx_[pi];
+  TxStream& t = tx(pi);
   if (session_[pi].tx_ready) {
     if (t.pace_wait && !Paced(pi, t)) t.pace_wait = false;
-    for (Psn q = t.snd_una; t.retx_queued > 0 && q.Before(t.next_psn) && n < bufs.size() &&
+    // Nothing to send has no record to change: a itself changes only if
+    // the peer has one (Build takes none).
+    const TxActive& a = tx_active(pi);
+    for (Psn q = t.snd_una; a.retx_queued > 0 && q.Before(t.next_psn) && n < bufs.size() &&
                             !Paced(pi, t);
          ++q) {
-      if (entry(t, q).state & kTxNeedsRetx) BuildRetransmit(pi, q, bufs[n++]);
+      if (entry(a, q).state & kTxNeedsRetx) BuildRetransmit(pi, q, bufs[n++]);
     }
-    while (!t.rnr.waiting && t.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
-           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t)) {
-      NeedRing(pi);
+    while (!a.rnr.waiting && a.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
+           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t, a)) {
+      NeedRing(Act(pi).tx);
       BuildSegment(pi, bufs[n++]);
     }
     // Data waiting and a closed window: count the stall once per closing.
-    const bool stalled = t.cursor_op != kNone && !WindowOpen(t);
+    const bool stalled = a.cursor_op != kNone && !WindowOpen(t);
     if (stalled && !t.window_stalled) {
       ++ctx_.counters.window_stalls;
       ctx_.Count(pi, PeerCount::kCreditStalls);
@@ -213,7 +246,7 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
     t.window_stalled = stalled;
     if (CcOn(pi)) NoteCongestionLimits(pi);
   }
-  const RxStream& r = rx_[pi];
+  const RxStream& r = rx(pi);
   if (session_[pi].rx_known && (r.ack_standalone || r.rnr_owed || r.ack_now || *probe_owed) &&
       n < bufs.size()) {
     BuildAck(pi, *probe_owed, bufs[n++]);
@@ -223,15 +256,16 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
 }
 
 void Reliability::BuildAck(uint32_t pi, bool probe, driver::Packet* pkt) {
-  RxStream& r = rx_[pi];
+  const RxStream& r = rx(pi);
+  const RxActive& h = rx_active(pi);
   const wire::Common c =
       Header(pi, wire::PacketType::kAck,
              static_cast<uint16_t>((r.rnr_owed ? wire::kFlagRnr : 0) |
                                    (probe ? wire::kFlagAckReq : 0)));
   wire::AckFields a;
-  if (r.held_count > 0) {
+  if (h.held_count > 0) {
     for (uint32_t i = 0; i < wire::kSackBits && i + 1 < ctx_.config.window_packets; ++i) {
-      if (held_at(r, r.rcv_nxt + 1 + i).pkt != nullptr) a.Set(i);
+      if (held_at(h, r.rcv_nxt + 1 + i).pkt != nullptr) a.Set(i);
     }
   }
   pkt->len = static_cast<uint32_t>(
@@ -243,20 +277,21 @@ void Reliability::BuildAck(uint32_t pi, bool probe, driver::Packet* pkt) {
 }
 
 void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
-  TxStream& t = tx_[pi];
-  const uint32_t o = t.cursor_op;
+  TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
+  const uint32_t o = a.cursor_op;
   SendOp& op = ops_[o];
   op.started = true;
   // The peer's limit, within ours toward it (Session::Accept).
   const uint32_t dg = std::min<uint32_t>(ctx_.same_host_max_datagram, session_[pi].max_datagram);
   const uint32_t max_seg = op.type == wire::PacketType::kData ? wire::MaxDataPayload(dg)
                                                               : wire::MaxRmaPayload(dg);
-  const uint64_t seg = std::min<uint64_t>(max_seg, op.wire_len - t.cursor_offset);
+  const uint64_t seg = std::min<uint64_t>(max_seg, op.wire_len - a.cursor_offset);
   const Psn psn = t.next_psn;
-  TxEntry& e = entry(t, psn);
+  TxEntry& e = entry(a, psn);
   e.op = o;
   e.len = static_cast<uint32_t>(seg);
-  e.offset = t.cursor_offset;
+  e.offset = a.cursor_offset;
   e.first_sent_ns = e.last_sent_ns = ctx_.now;
   e.state = 0;
   // Ask for an ACK when this packet fills the window (the sender waits
@@ -264,28 +299,29 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
   // (kSendAckNow).
   const bool fills = !(psn + 1).Before(t.window_end) || t.inflight() + 1 > ring_mask_ ||
                      (CcOn(pi) && t.inflight() + 1 >= t.cc.cwnd());
-  const bool completes = op.ack_now && t.cursor_offset + seg == op.wire_len &&
+  const bool completes = op.ack_now && a.cursor_offset + seg == op.wire_len &&
                          Traits(op.kind).after_ack == AfterAck::kComplete;
   WritePacket(pi, psn, e, fills || completes ? wire::kFlagAckReq : 0, pkt);
   ++t.next_psn;
-  t.cursor_offset += seg;
+  a.cursor_offset += seg;
   if (Traits(op.kind).holds_stream) {
     t.hold = true;
     t.hold_id = op.msg.msg_id;
   }
-  if (t.cursor_offset == op.wire_len) {
+  if (a.cursor_offset == op.wire_len) {
     op.all_sent = true;
     op.last_psn = psn;
-    t.cursor_op = op.next;
-    t.cursor_offset = 0;
+    a.cursor_op = op.next;
+    a.cursor_offset = 0;
   }
-  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmFlight(pi, /*start=*/true);
+  if (a.rto_deadline == 0 && !a.rnr.waiting) ArmFlight(pi, /*start=*/true);
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
 void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
-  TxStream& t = tx_[pi];
-  TxEntry& e = entry(t, psn);
+  TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
+  TxEntry& e = entry(a, psn);
   if (e.state & kTxFast) {
     ++ctx_.counters.retransmits_fast;
   } else {
@@ -296,8 +332,8 @@ void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
   e.last_sent_ns = ctx_.now;
   e.state =
       static_cast<uint8_t>((e.state | kTxRetransmitted) & ~(kTxNeedsRetx | kTxFast | kTxSacked));
-  --t.retx_queued;
-  if (t.rto_deadline == 0 && !t.rnr.waiting) ArmRto(pi);
+  --a.retx_queued;
+  if (a.rto_deadline == 0 && !a.rnr.waiting) ArmRto(pi);
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
@@ -341,13 +377,14 @@ void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t f
 // ---- Acknowledgements.
 
 void Reliability::AckRequested(uint32_t pi) {
-  rx_[pi].ack_now = rx_[pi].ack_standalone = true;
+  rx(pi).ack_now = rx(pi).ack_standalone = true;
   ctx_.Enqueue(pi);
 }
 
-void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckFields* sack) {
+void Reliability::Acknowledged(uint32_t pi, const wire::Common& c,
+                               const wire::AckFields* sack) {
   if ((c.flags & wire::kFlagAckValid) == 0) return;
-  TxStream& t = tx_[pi];
+  TxStream& t = tx(pi);
   const Psn ack = c.ack_psn;
   if (!session_[pi].tx_ready) {
     // The first acknowledgement of our initial PSN: the peer has our session.
@@ -359,17 +396,25 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
     return;
   }
   if (ack.Before(t.snd_una) || ack.After(t.next_psn)) return;  // stale or bogus
+  if (peers_[pi].active == kNone) {
+    // Nothing in flight (packets in flight hold a ring, and so a record):
+    // the ACK brings credit alone.
+    t.window_end = ack + c.credit;
+    if (HasWork(pi)) ctx_.Enqueue(pi);
+    return;
+  }
+  TxActive& a = Act(pi).tx;
   const uint64_t now = ctx_.now;
   if (ack.After(t.snd_una)) {
     bool sampled = false;
     uint64_t sample = 0;
     for (Psn q = t.snd_una; q.Before(ack); ++q) {
-      TxEntry& e = entry(t, q);
+      TxEntry& e = entry(a, q);
       if ((e.state & kTxRetransmitted) == 0) {  // Karn: only packets sent once
         sample = now - e.first_sent_ns;
         sampled = true;
       }
-      if (e.state & kTxNeedsRetx) --t.retx_queued;
+      if (e.state & kTxNeedsRetx) --a.retx_queued;
       e.state = 0;
       e.op = kNone;
     }
@@ -380,14 +425,14 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
       SetPacing(t);
     }
     t.snd_una = ack;
-    t.backoff = 0;
-    t.rnr = RnrState{};
+    a.backoff = 0;
+    a.rnr = RnrState{};
     CompleteAcked(pi);
     if (t.inflight() > 0) {
       ArmFlight(pi, /*start=*/false);
     } else {
-      t.rto_deadline = t.tlp_deadline = 0;
-      if (t.ring != nullptr) GiveTxRing(pi);
+      a.rto_deadline = a.tlp_deadline = 0;
+      if (a.ring != nullptr) GiveTxRing(a);
     }
   }
   t.window_end = ack + c.credit;
@@ -398,31 +443,32 @@ void Reliability::OnAck(uint32_t pi, const wire::Common& c, const wire::AckField
       // rnr_give_up_ns has passed since the first refusal.
       ++ctx_.counters.rnr_received;
       ctx_.Count(pi, PeerCount::kRnrReceived);
-      if (t.rnr.since == 0) t.rnr.since = now;
+      if (a.rnr.since == 0) a.rnr.since = now;
       const uint64_t give_up = ctx_.config.rnr_give_up_ns;
-      if (give_up != 0 && now - t.rnr.since >= give_up && GiveUpRefused(pi)) return;
-      t.rnr.delay = t.rnr.delay == 0
+      if (give_up != 0 && now - a.rnr.since >= give_up && GiveUpRefused(pi)) return;
+      a.rnr.delay = a.rnr.delay == 0
                         ? ctx_.config.rnr_retry_min_ns
-                        : std::min(2 * t.rnr.delay, ctx_.config.rnr_retry_max_ns);
-      t.rnr.waiting = true;
-      t.rnr.until = now + t.rnr.delay;
-      t.rto_deadline = 0;
-      ctx_.ArmTimer(pi, t.rnr.until);
+                        : std::min(2 * a.rnr.delay, ctx_.config.rnr_retry_max_ns);
+      a.rnr.waiting = true;
+      a.rnr.until = now + a.rnr.delay;
+      a.rto_deadline = 0;
+      ctx_.ArmTimer(pi, a.rnr.until);
     }
-  } else if (t.rnr.waiting && c.type == wire::PacketType::kAck) {
+  } else if (a.rnr.waiting && c.type == wire::PacketType::kAck) {
     // A window update: the receiver has room again.
-    t.rnr.waiting = false;
+    a.rnr.waiting = false;
     if (t.inflight() > 0) {
-      MarkRetx(t, t.snd_una, /*fast=*/false);
+      MarkRetx(a, t.snd_una, /*fast=*/false);
       ArmRto(pi);
     }
   }
-  if (sack != nullptr && !t.rnr.waiting) ProcessSack(pi, ack, *sack);
+  if (sack != nullptr && !a.rnr.waiting) ProcessSack(pi, ack, *sack);
   if (HasWork(pi)) ctx_.Enqueue(pi);
 }
 
 void Reliability::ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack) {
-  TxStream& t = tx_[pi];
+  TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
   bool any = false;
   bool lost = false;
   Psn highest;
@@ -431,13 +477,13 @@ void Reliability::ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack)
     const Psn q = ack + 1 + i;
     if (!q.Before(t.next_psn)) break;
     if (!sack.Has(i)) continue;
-    TxEntry& e = entry(t, q);
+    TxEntry& e = entry(a, q);
     latest_sent = std::max(latest_sent, e.last_sent_ns);
     if ((e.state & kTxSacked) == 0) {
       e.state |= kTxSacked;
       if (e.state & kTxNeedsRetx) {
         e.state &= static_cast<uint8_t>(~(kTxNeedsRetx | kTxFast));
-        --t.retx_queued;
+        --a.retx_queued;
       }
     }
     highest = q;
@@ -450,23 +496,24 @@ void Reliability::ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack)
   // retransmission however many SACKs report it.
   for (Psn q = ack; q.Before(highest); ++q) {
     if (static_cast<uint32_t>(highest - q) < ctx_.config.fast_retransmit_threshold) break;
-    TxEntry& e = entry(t, q);
+    TxEntry& e = entry(a, q);
     if (e.state & (kTxSacked | kTxNeedsRetx)) continue;
     if ((e.state & kTxRetransmitted) && latest_sent <= e.last_sent_ns) continue;
-    MarkRetx(t, q, /*fast=*/true);
+    MarkRetx(a, q, /*fast=*/true);
     lost = true;
   }
   if (lost) CcLoss(pi);
-  if (t.retx_queued > 0) ctx_.Enqueue(pi);
+  if (a.retx_queued > 0) ctx_.Enqueue(pi);
 }
 
 void Reliability::CompleteAcked(uint32_t pi) {
-  TxStream& t = tx_[pi];
-  while (!t.ops.empty()) {
-    const uint32_t o = t.ops.front();
+  TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
+  while (!a.ops.empty()) {
+    const uint32_t o = a.ops.front();
     SendOp& op = ops_[o];
     if (!op.all_sent || !op.last_psn.Before(t.snd_una)) break;
-    t.ops.Remove(ops_.base(), o);
+    a.ops.Remove(ops_.base(), o);
     op.state = OpState::kIdle;
     const OpTraits& traits = Traits(op.kind);
     if (op.abandoned) {
@@ -486,7 +533,7 @@ void Reliability::CompleteAcked(uint32_t pi) {
         break;
       case AfterAck::kAwaitAnswer:
         op.state = OpState::kWaiting;
-        t.waiting.PushBack(ops_.base(), o);
+        a.waiting.PushBack(ops_.base(), o);
         // Nothing in flight may be all that is left: the probe keeps the
         // peer's liveness known (Session::RunTimers).
         ctx_.ArmTimer(pi, ctx_.now + std::max<uint64_t>(1, ctx_.config.peer_timeout_ns / 4));
@@ -496,8 +543,9 @@ void Reliability::CompleteAcked(uint32_t pi) {
 }
 
 bool Reliability::GiveUpRefused(uint32_t pi) {
-  TxStream& t = tx_[pi];
-  const TxEntry& e = entry(t, t.snd_una);
+  TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
+  const TxEntry& e = entry(a, t.snd_una);
   if (e.op == kNone || e.offset != 0) return false;  // refusals only happen at an op's start
   const uint32_t o = e.op;
   SendOp& op = ops_[o];
@@ -505,22 +553,22 @@ bool Reliability::GiveUpRefused(uint32_t pi) {
   // (the receiver asked for them), are never refused for long.
   if (op.abandoned || !Traits(op.kind).may_give_up) return false;
   op.abandoned = true;
-  if (t.cursor_op == o) {  // its unsent segments never go
+  if (a.cursor_op == o) {  // its unsent segments never go
     op.all_sent = true;
     op.last_psn = t.next_psn + UINT32_MAX;  // next_psn - 1
-    t.cursor_op = op.next;
-    t.cursor_offset = 0;
+    a.cursor_op = op.next;
+    a.cursor_offset = 0;
   }
   ++ctx_.counters.rnr_give_ups;
   char why[128];
   std::snprintf(why, sizeof(why),
                 "has posted no receive for it for %llu ms (unexpected queue full); send failed",
-                static_cast<unsigned long long>((ctx_.now - t.rnr.since) / 1'000'000));
+                static_cast<unsigned long long>((ctx_.now - a.rnr.since) / 1'000'000));
   completions_.OpFailed(op, ENOSPC, why);
   // What is in flight of it goes again as abandoned, so that the receiver
   // spends its PSNs and message number and goes on with the next message.
-  t.rnr = RnrState{};
-  MarkRetx(t, t.snd_una, /*fast=*/false);
+  a.rnr = RnrState{};
+  MarkRetx(a, t.snd_una, /*fast=*/false);
   ArmRto(pi);
   ctx_.Enqueue(pi);
   return true;
@@ -544,7 +592,7 @@ uint32_t Reliability::LandReadData(uint32_t pi, const wire::RmaFields& r,
 // ---- Receiving.
 
 Arrival Reliability::Arrive(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
-  RxStream& r = rx_[pi];
+  RxStream& r = rx(pi);
   const int32_t d = v.common.psn - r.rcv_nxt;
   if (d < 0) {
     // A retransmission of something we have: our ACK was lost or late.
@@ -565,18 +613,20 @@ Arrival Reliability::Arrive(uint32_t pi, const wire::View& v, driver::Packet* pk
 }
 
 Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt) {
-  RxStream& r = rx_[pi];
+  RxStream& r = rx(pi);
+  RxActive& ha = Act(pi).rx;
   const Psn psn = v.common.psn;
-  if (r.held == nullptr) {
+  if (ha.held == nullptr) {
     // Nothing held yet: a ring from the pool, unless every one is another
     // peer's (the packet comes again).
-    if (held_total_ < held_budget_) r.held = held_pool_.TryTake();
-    if (r.held == nullptr) {
+    if (held_total_ < held_budget_) ha.held = held_pool_.TryTake();
+    if (ha.held == nullptr) {
       ++ctx_.counters.reorder_buffer_full;
+      Settle(pi);
       return Arrival::kDropped;
     }
   }
-  HeldPacket& h = held_at(r, psn);
+  HeldPacket& h = held_at(ha, psn);
   if (h.pkt != nullptr) {
     ++ctx_.counters.duplicates_dropped;
     ctx_.Count(pi, PeerCount::kDuplicates);
@@ -597,16 +647,16 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
   h.rma = v.rma;
   h.payload_offset = static_cast<uint32_t>(v.payload.data() - pkt->data);
   h.payload_len = static_cast<uint32_t>(v.payload.size());
-  ++r.held_count;
+  ++ha.held_count;
   ++held_total_;
-  bool new_hole = r.held_count == 1;
-  if (r.held_count == 1 || psn.After(r.highest_held)) {
-    new_hole = new_hole || (psn - r.highest_held) > 1;
-    r.highest_held = psn;
+  bool new_hole = ha.held_count == 1;
+  if (ha.held_count == 1 || psn.After(ha.highest_held)) {
+    new_hole = new_hole || (psn - ha.highest_held) > 1;
+    ha.highest_held = psn;
   }
   // A gap: SACK at once while the sender may still be short of its
   // fast-retransmit threshold, and whenever a new hole opens.
-  if (new_hole || r.held_count <= ctx_.config.fast_retransmit_threshold) {
+  if (new_hole || ha.held_count <= ctx_.config.fast_retransmit_threshold) {
     r.ack_now = true;
     r.ack_standalone = true;
     ctx_.Enqueue(pi);
@@ -618,13 +668,13 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
 }
 
 void Reliability::Consumed(uint32_t pi) {
-  ++rx_[pi].rcv_nxt;
-  ++rx_[pi].unacked;
+  ++rx(pi).rcv_nxt;
+  ++rx(pi).unacked;
   ++ctx_.counters.rx_data_packets;
 }
 
 void Reliability::Refused(uint32_t pi) {
-  RxStream& r = rx_[pi];
+  RxStream& r = rx(pi);
   ++ctx_.counters.rnr_sent;
   ctx_.Count(pi, PeerCount::kRnrSent);
   r.rnr_owed = true;
@@ -636,25 +686,28 @@ void Reliability::Refused(uint32_t pi) {
 }
 
 HeldPacket* Reliability::NextHeld(uint32_t pi) {
-  RxStream& r = rx_[pi];
-  if (r.held_count == 0) return nullptr;
-  HeldPacket& h = held_at(r, r.rcv_nxt);
+  const RxStream& r = rx(pi);
+  const RxActive& ha = rx_active(pi);
+  if (ha.held_count == 0) return nullptr;
+  HeldPacket& h = held_at(ha, r.rcv_nxt);
   return h.pkt != nullptr ? &h : nullptr;
 }
 
-void Reliability::DropHeld(uint32_t pi, HeldPacket* h) {
+void Reliability::Unhold(uint32_t pi, HeldPacket* h) {
   ctx_.Release(h->pkt);
   h->pkt = nullptr;
   --held_total_;
-  if (--rx_[pi].held_count == 0) GiveHeldRing(pi);
+  RxActive& a = Act(pi).rx;
+  if (--a.held_count == 0) GiveHeldRing(a);
 }
 
 void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
-  RxStream& r = rx_[pi];
+  RxStream& r = rx(pi);
+  const RxActive& ha = rx_active(pi);
   if (r.unacked >= ctx_.config.ack_every_packets) {
     r.ack_now = true;
   } else if ((flags & wire::kFlagAckReq) != 0) {
-    if (ctx_.config.defer_requested_acks && r.held_count == 0) {
+    if (ctx_.config.defer_requested_acks && ha.held_count == 0) {
       // The owner has not seen the message yet: its reply, if it sends
       // one in its next call, carries the ACK; else that call releases it.
       if (!r.ack_deferred) {
@@ -666,7 +719,7 @@ void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
       r.ack_now = true;
     }
   }
-  if (r.ack_now && r.held_count > 0) r.ack_standalone = true;
+  if (r.ack_now && ha.held_count > 0) r.ack_standalone = true;
   if (r.ack_now || r.ack_standalone) {
     ctx_.Enqueue(pi);
   } else if (r.unacked > 0 && r.ack_deadline == 0) {
@@ -679,7 +732,7 @@ void Reliability::RetryRefused() {
   // A receive or unexpected-queue room appeared: tell each peer we refused
   // to retry now rather than after its backoff.
   for (uint32_t pi = 0; pi < session_.peers().size() && refused_peers_ > 0; ++pi) {
-    RxStream& r = rx_[pi];
+    RxStream& r = rx(pi);
     if (!r.refused) continue;
     r.refused = false;
     --refused_peers_;
@@ -690,7 +743,7 @@ void Reliability::RetryRefused() {
 
 void Reliability::ReleaseDeferredAcks() {
   for (const uint32_t pi : deferred_) {
-    RxStream& r = rx_[pi];
+    RxStream& r = rx(pi);
     if (!r.ack_deferred) continue;  // carried since, or the peer was reset
     r.ack_deferred = false;
     r.ack_now = true;
@@ -701,7 +754,7 @@ void Reliability::ReleaseDeferredAcks() {
 
 // ---- Timers.
 
-void Reliability::RunTimers(uint32_t pi, uint64_t* next, uint64_t* floor) {
+void Reliability::RunDeadlines(uint32_t pi, uint64_t* next, uint64_t* floor) {
   const uint64_t now = ctx_.now;
   const auto due = [&](uint64_t when) {
     if (when > now) {
@@ -711,24 +764,15 @@ void Reliability::RunTimers(uint32_t pi, uint64_t* next, uint64_t* floor) {
     }
     return true;
   };
-  RxStream& r = rx_[pi];
-  TxStream& t = tx_[pi];
+  RxStream& r = rx(pi);
+  TxStream& t = tx(pi);
   if (r.ack_deadline > now) {
     *next = std::min(*next, r.ack_deadline);
   } else if (r.ack_deadline != 0) {
     r.ack_deadline = 0;
     if (r.unacked > 0) {
       r.ack_now = true;
-      if (r.held_count > 0) r.ack_standalone = true;
-      ctx_.Enqueue(pi);
-    }
-  }
-  if (t.rnr.waiting && due(t.rnr.until)) {
-    // Try the refused packet again; the RTO guards the try.
-    t.rnr.waiting = false;
-    if (t.inflight() > 0) {
-      MarkRetx(t, t.snd_una, /*fast=*/false);
-      t.rto_deadline = now + t.rtt.rto(t.backoff);
+      if (rx_active(pi).held_count > 0) r.ack_standalone = true;
       ctx_.Enqueue(pi);
     }
   }
@@ -736,26 +780,38 @@ void Reliability::RunTimers(uint32_t pi, uint64_t* next, uint64_t* floor) {
     t.pace_wait = false;
     ctx_.Enqueue(pi);
   }
-  if (t.tlp_deadline != 0 && t.tlp_deadline <= now) OnTailProbe(pi);
-  if (t.tlp_deadline != 0) *next = std::min(*next, t.tlp_deadline);
-  if (t.rto_deadline != 0 && t.rto_deadline <= now) OnRto(pi);
-  if (t.rto_deadline != 0) *next = std::min(*next, t.rto_deadline);
+  if (peers_[pi].active == kNone) return;  // no RNR retry, probe or RTO
+  TxActive& a = Act(pi).tx;
+  if (a.rnr.waiting && due(a.rnr.until)) {
+    // Try the refused packet again; the RTO guards the try.
+    a.rnr.waiting = false;
+    if (t.inflight() > 0) {
+      MarkRetx(a, t.snd_una, /*fast=*/false);
+      a.rto_deadline = now + t.rtt.rto(a.backoff);
+      ctx_.Enqueue(pi);
+    }
+  }
+  if (a.tlp_deadline != 0 && a.tlp_deadline <= now) OnTailProbe(pi);
+  if (a.tlp_deadline != 0) *next = std::min(*next, a.tlp_deadline);
+  if (a.rto_deadline != 0 && a.rto_deadline <= now) OnRto(pi);
+  if (a.rto_deadline != 0) *next = std::min(*next, a.rto_deadline);
 }
 
 // ---- Congestion control (congestion.h; only where CcOn).
 
 void Reliability::NoteCongestionLimits(uint32_t pi) {
-  TxStream& t = tx_[pi];
+  TxStream& t = tx(pi);
+  const TxActive& a = tx_active(pi);
   // New data the credit would let go but the congestion window or pacing
   // holds: the window is in use (it may grow), and a stall is counted once
   // per filling.
-  const bool fresh = !t.rnr.waiting && t.cursor_op != kNone && WindowOpen(t) && !CursorHeld(t);
+  const bool fresh = !a.rnr.waiting && a.cursor_op != kNone && WindowOpen(t) && !CursorHeld(t, a);
   if (fresh && (!CwndOpen(pi, t) || Paced(pi, t))) t.cc.NoteLimited();
   const bool cwnd_full = fresh && !CwndOpen(pi, t);
   if (cwnd_full && !t.cwnd_stalled) ++ctx_.counters.cwnd_stalls;
   t.cwnd_stalled = cwnd_full;
   // Packets held back only by pacing: a timer lets them go.
-  if ((t.retx_queued > 0 || (fresh && CwndOpen(pi, t))) && Paced(pi, t) && !t.pace_wait) {
+  if ((a.retx_queued > 0 || (fresh && CwndOpen(pi, t))) && Paced(pi, t) && !t.pace_wait) {
     t.pace_wait = true;
     ++ctx_.counters.pacing_waits;
     ctx_.ArmTimer(pi, t.cc.next_send_ns());
@@ -763,16 +819,17 @@ void Reliability::NoteCongestionLimits(uint32_t pi) {
 }
 
 void Reliability::CcLoss(uint32_t pi) {
-  TxStream& t = tx_[pi];
+  TxStream& t = tx(pi);
   if (!CcOn(pi) || !t.cc.OnLoss(t.snd_una, t.next_psn)) return;
   ++ctx_.counters.cwnd_reductions;
   SetPacing(t);
 }
 
 void Reliability::ArmRto(uint32_t pi) {
-  TxStream& t = tx_[pi];
-  t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
-  ctx_.ArmExactTimer(pi, t.rto_deadline);
+  const TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
+  a.rto_deadline = ctx_.now + t.rtt.rto(a.backoff);
+  ctx_.ArmExactTimer(pi, a.rto_deadline);
 }
 
 // A lost tail (or, in a ping-pong, the only packet in flight) has nothing
@@ -783,12 +840,12 @@ void Reliability::ArmRto(uint32_t pi) {
 // loss costs about one round trip more, not the RTO floor. A peer that was
 // only slow costs one duplicate; the RTO (with its floor and backoff)
 // stays the backstop.
-uint64_t Reliability::TailProbeAt(const TxStream& t) const {
-  if (t.inflight() == 0 || !t.rtt.has_sample() || t.backoff != 0 || t.rnr.waiting) return 0;
+uint64_t Reliability::TailProbeAt(const TxStream& t, const TxActive& a) const {
+  if (t.inflight() == 0 || !t.rtt.has_sample() || a.backoff != 0 || a.rnr.waiting) return 0;
   const uint64_t srtt = t.rtt.srtt();
   const uint64_t at = ctx_.now + std::max(2 * srtt, srtt + 4 * t.rtt.rttvar()) +
                       (t.acks_on_data ? 0 : ctx_.config.ack_delay_ns);
-  return t.rto_deadline != 0 && at >= t.rto_deadline ? 0 : at;
+  return a.rto_deadline != 0 && at >= a.rto_deadline ? 0 : at;
 }
 
 // The probe comes before the RTO whenever it is armed, so the peer's timer
@@ -799,12 +856,13 @@ uint64_t Reliability::TailProbeAt(const TxStream& t) const {
 // delayed ACK is the other deadline Reliability keeps exactly; the rest
 // are not before the peer's timer floor (Context::MoveTimer).
 void Reliability::ArmFlight(uint32_t pi, bool start) {
-  TxStream& t = tx_[pi];
-  t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
-  t.tlp_deadline = TailProbeAt(t);
-  const uint64_t at = t.tlp_deadline != 0 ? t.tlp_deadline : t.rto_deadline;
+  const TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
+  a.rto_deadline = ctx_.now + t.rtt.rto(a.backoff);
+  a.tlp_deadline = TailProbeAt(t, a);
+  const uint64_t at = a.tlp_deadline != 0 ? a.tlp_deadline : a.rto_deadline;
   if (start) {
-    const uint64_t ack = rx_[pi].ack_deadline;
+    const uint64_t ack = rx(pi).ack_deadline;
     ctx_.MoveTimer(pi, ack != 0 && ack < at ? ack : at);
   } else {
     ctx_.ArmExactTimer(pi, at);
@@ -812,40 +870,42 @@ void Reliability::ArmFlight(uint32_t pi, bool start) {
 }
 
 void Reliability::OnTailProbe(uint32_t pi) {
-  TxStream& t = tx_[pi];
-  t.tlp_deadline = 0;
-  if (t.inflight() == 0 || t.backoff != 0 || t.rnr.waiting) return;
+  TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
+  a.tlp_deadline = 0;
+  if (t.inflight() == 0 || a.backoff != 0 || a.rnr.waiting) return;
   Psn q = t.snd_una + (t.inflight() - 1);  // the newest, unless the peer holds it
-  if (entry(t, q).state & (kTxSacked | kTxNeedsRetx)) q = t.snd_una;
-  if (entry(t, q).state & (kTxSacked | kTxNeedsRetx)) return;  // recovery under way
+  if (entry(a, q).state & (kTxSacked | kTxNeedsRetx)) q = t.snd_una;
+  if (entry(a, q).state & (kTxSacked | kTxNeedsRetx)) return;  // recovery under way
   ++ctx_.counters.tail_probes;
-  MarkRetx(t, q, /*fast=*/false);
+  MarkRetx(a, q, /*fast=*/false);
   ctx_.Enqueue(pi);
 }
 
 void Reliability::OnRto(uint32_t pi) {
-  TxStream& t = tx_[pi];
+  TxStream& t = tx(pi);
+  TxActive& a = Act(pi).tx;
   ++ctx_.counters.rto_expirations;
-  t.tlp_deadline = 0;
+  a.tlp_deadline = 0;
   if (t.inflight() == 0) {
-    t.rto_deadline = 0;
+    a.rto_deadline = 0;
     return;
   }
   // The oldest unacknowledged packet always goes; later ones that were not
   // SACKed and have waited a whole RTO too (a lost tail).
-  const uint64_t rto = t.rtt.rto(t.backoff);
+  const uint64_t rto = t.rtt.rto(a.backoff);
   for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) {
-    TxEntry& e = entry(t, q);
+    TxEntry& e = entry(a, q);
     if (e.state & kTxNeedsRetx) {
       e.state &= static_cast<uint8_t>(~kTxFast);
       continue;
     }
     if (q == t.snd_una || ((e.state & kTxSacked) == 0 && ctx_.now - e.last_sent_ns >= rto)) {
-      MarkRetx(t, q, /*fast=*/false);
+      MarkRetx(a, q, /*fast=*/false);
     }
   }
-  t.backoff = std::min<uint32_t>(t.backoff + 1, 30);
-  t.rto_deadline = ctx_.now + t.rtt.rto(t.backoff);
+  a.backoff = std::min<uint32_t>(a.backoff + 1, 30);
+  a.rto_deadline = ctx_.now + t.rtt.rto(a.backoff);
   if (CcOn(pi)) {
     t.cc.OnRto(t.next_psn);
     SetPacing(t);
@@ -853,9 +913,9 @@ void Reliability::OnRto(uint32_t pi) {
   ctx_.Enqueue(pi);
 }
 
-void Reliability::MarkRetx(TxStream& t, Psn psn, bool fast) {
-  TxEntry& e = entry(t, psn);
-  if ((e.state & kTxNeedsRetx) == 0) ++t.retx_queued;
+void Reliability::MarkRetx(TxActive& a, Psn psn, bool fast) {
+  TxEntry& e = entry(a, psn);
+  if ((e.state & kTxNeedsRetx) == 0) ++a.retx_queued;
   e.state = static_cast<uint8_t>((e.state | kTxNeedsRetx) & ~kTxSacked);
   if (fast) {
     e.state |= kTxFast;

@@ -24,6 +24,7 @@
 #include "fabric/rdm/index_list.h"
 #include "fabric/rdm/ops.h"
 #include "fabric/rdm/psn.h"
+#include "fabric/rdm/record_pool.h"
 #include "fabric/rdm/rtt.h"
 #include "fabric/rdm/session.h"
 #include "fabric/rdm/wire.h"
@@ -120,54 +121,82 @@ class RingPool {
   uint64_t allocated_ = 0;
 };
 
-// Our stream to one peer.
+// A peer's streams are split by what an idle peer needs (PROTOCOL.md,
+// "Memory per peer"): its slot keeps what persists across idle periods
+// (PSNs, the RTT estimate, the congestion window, flags: TxStream and
+// RxStream), and a record lent from a pool while anything is in flight,
+// queued, waiting, held or timed (TxActive and RxActive) holds the rest.
+// An idle peer's record reads as a fresh one (Reliability::tx_active).
+
+// Our stream to one peer: what stays while the peer is idle.
 struct TxStream {
   Psn next_psn;
   Psn snd_una;
   Psn window_end;  // may send PSNs before this
+  // An op with holds_stream went out: the user's later ops wait until the
+  // peer answers hold_id (ReleaseHold).
+  uint32_t hold_id = 0;
+  RttEstimator rtt;
+  // Congestion control (only where CcOn): the window, pacing, and whether
+  // the sender waits for either.
+  CongestionWindow cc;
+  bool acks_on_data : 1 = false;  // the last ACK that advanced came on a packet with data (a reply)
+  bool window_stalled : 1 = false;
+  bool cwnd_stalled : 1 = false;
+  bool pace_wait : 1 = false;  // a timer at cc.next_send_ns() lets it go on
+  bool hold : 1 = false;
+
+  uint32_t inflight() const { return static_cast<uint32_t>(next_psn - snd_una); }
+};
+
+// Our stream to one peer: what it needs while busy.
+struct TxActive {
   TxEntry* ring = nullptr;     // while packets are in flight (RingPool), else null
   IndexList<SendOp> ops;       // oldest first: started or queued
   uint32_t cursor_op = kNone;  // first operation with packets not yet sent
   uint64_t cursor_offset = 0;
   IndexList<SendOp> waiting;   // every packet acknowledged; the peer's answer to come
   uint32_t retx_queued = 0;
-  RttEstimator rtt;
   uint32_t backoff = 0;
   uint64_t rto_deadline = 0;
   // Tail-loss probe: one early retransmission of the newest unacknowledged
   // packet at about two round trips, before the RTO.
   uint64_t tlp_deadline = 0;
-  bool acks_on_data = false;  // the last ACK that advanced came on a packet with data (a reply)
   RnrState rnr;
-  bool window_stalled = false;
-  // Congestion control (only where CcOn): the window, pacing, and whether
-  // the sender waits for either.
-  CongestionWindow cc;
-  bool cwnd_stalled = false;
-  bool pace_wait = false;  // a timer at cc.next_send_ns() lets it go on
-  // An op with holds_stream went out: the user's later ops wait until the
-  // peer answers hold_id (ReleaseHold).
-  bool hold = false;
-  uint32_t hold_id = 0;
-
-  uint32_t inflight() const { return static_cast<uint32_t>(next_psn - snd_una); }
 };
 
-// The peer's stream to us.
+// The peer's stream to us: what stays while the peer is idle. The
+// delayed ACK is here: a ping-pong owes one on every request, and would
+// otherwise take a record for it each round trip.
 struct RxStream {
   Psn rcv_nxt;
-  Psn highest_held;
-  HeldPacket* held = nullptr;  // while packets are held (RingPool), else null
-  uint32_t held_count = 0;
   uint32_t unacked = 0;         // consumed since we last acknowledged
   uint64_t ack_deadline = 0;    // delayed ACK due; 0: none
-  bool ack_now = false;         // acknowledge this pass (a DATA may carry it)
-  bool ack_standalone = false;  // an ACK packet is needed (SACK, window update, probe)
-  bool rnr_owed = false;        // an ACK with kFlagRnr is needed
+  bool ack_now : 1 = false;         // acknowledge this pass (a DATA may carry it)
+  bool ack_standalone : 1 = false;  // an ACK packet is needed (SACK, window update, probe)
+  bool rnr_owed : 1 = false;        // an ACK with kFlagRnr is needed
   // An ACK_REQ waits for the owner's next call (defer_requested_acks):
   // a packet to the peer carries it, else ReleaseDeferredAcks makes it due.
-  bool ack_deferred = false;
-  bool refused = false;         // we refused rcv_nxt; owe a window update
+  bool ack_deferred : 1 = false;
+  bool refused : 1 = false;         // we refused rcv_nxt; owe a window update
+};
+
+// The peer's stream to us: what it needs while packets are held.
+struct RxActive {
+  Psn highest_held;
+  uint32_t held_count = 0;
+  HeldPacket* held = nullptr;  // while packets are held (RingPool), else null
+};
+
+// A peer's slot, and the record it holds while busy.
+struct PeerStreams {
+  TxStream tx;
+  RxStream rx;
+  uint32_t active = kNone;  // its ActiveStreams in the pool; kNone: idle
+};
+struct ActiveStreams {
+  TxActive tx;
+  RxActive rx;
 };
 
 // What became of a sequenced packet that arrived.
@@ -188,9 +217,17 @@ class Reliability {
   Reliability& operator=(const Reliability&) = delete;
   ~Reliability();  // gives back the rings peers still hold (the pools free only theirs)
 
-  TxStream& tx(uint32_t pi) { return tx_[pi]; }
-  const TxStream& tx(uint32_t pi) const { return tx_[pi]; }
-  const RxStream& rx(uint32_t pi) const { return rx_[pi]; }
+  TxStream& tx(uint32_t pi) { return peers_[pi].tx; }
+  const TxStream& tx(uint32_t pi) const { return peers_[pi].tx; }
+  const RxStream& rx(uint32_t pi) const { return peers_[pi].rx; }
+  RxStream& rx(uint32_t pi) { return peers_[pi].rx; }
+  // The peer's busy part: its record, or while it is idle a fresh one
+  // (kIdle). Good until the peer's next call into Reliability: a record
+  // goes back to the pool when the peer is idle again.
+  const TxActive& tx_active(uint32_t pi) const { return Peek(pi).tx; }
+  const RxActive& rx_active(uint32_t pi) const { return Peek(pi).rx; }
+  // Records lent now (peers busy), and made in all (pooled and beyond).
+  uint32_t active_peers() const { return active_pool_.taken(); }
 
   // A new peer in slot pi: fresh streams (our initial PSN is the session's).
   void AddPeer(uint32_t pi);
@@ -210,12 +247,14 @@ class Reliability {
   void Queue(uint32_t pi, uint32_t o);
   // The peer answered the op that holds the stream: the user's ops go on.
   void ReleaseHold(uint32_t pi, uint32_t hold_id) {
-    if (tx_[pi].hold && tx_[pi].hold_id == hold_id) tx_[pi].hold = false;
+    TxStream& t = tx(pi);
+    if (t.hold && t.hold_id == hold_id) t.hold = false;
   }
   // An op in the waiting list got its answer (or its session ended).
   void Unpark(uint32_t pi, uint32_t o) {
-    tx_[pi].waiting.Remove(ops_.base(), o);
+    Act(pi).tx.waiting.Remove(ops_.base(), o);
     ops_[o].state = OpState::kIdle;
+    Settle(pi);
   }
   // READ_DATA r from pi for a waiting op of `kind` (a read, a pull): lands
   // its payload at the op's dst; returns the op once every byte is in
@@ -225,10 +264,11 @@ class Reliability {
                         OpKind kind);
   // Takes op o off the stream (FailPeer). REQUIRES: queued on pi.
   void Unqueue(uint32_t pi, uint32_t o) {
-    tx_[pi].ops.Remove(ops_.base(), o);
+    Act(pi).tx.ops.Remove(ops_.base(), o);
     ops_[o].state = OpState::kIdle;
   }
-  // After FailPeer took what failed off: the cursor restarts at the front.
+  // After FailPeer took what failed off: the cursor restarts at the front
+  // (and a peer left with nothing is idle).
   void Rewind(uint32_t pi);
   // The header of a packet to pi: incarnations, key, next PSN, and the
   // acknowledgement of its stream once it is known.
@@ -241,12 +281,13 @@ class Reliability {
   // Inline: asked after every packet received and every turn built.
   bool HasWork(uint32_t pi) const {
     const SessionPeer& s = session_[pi];
-    const RxStream& r = rx_[pi];
+    const RxStream& r = rx(pi);
     if (s.rx_known && (r.ack_now || r.ack_standalone || r.rnr_owed)) return true;
     if (!s.tx_ready) return false;
-    const TxStream& t = tx_[pi];
-    if (t.retx_queued == 0 && (t.rnr.waiting || t.cursor_op == kNone || !WindowOpen(t) ||
-                               !CwndOpen(pi, t) || CursorHeld(t))) {
+    const TxStream& t = tx(pi);
+    const TxActive& a = tx_active(pi);
+    if (a.retx_queued == 0 && (a.rnr.waiting || a.cursor_op == kNone || !WindowOpen(t) ||
+                               !CwndOpen(pi, t) || CursorHeld(t, a))) {
       return false;
     }
     return !t.pace_wait;  // waiting for its pacing time: the timer queues it then
@@ -259,18 +300,21 @@ class Reliability {
   bool CcOn(uint32_t pi) const { return ctx_.config.congestion_control && !session_[pi].local; }
   // Something of ours to pi is unfinished: queued, unacknowledged, held or waiting.
   bool Busy(uint32_t pi) const {
-    const TxStream& t = tx_[pi];
-    return !t.ops.empty() || !t.waiting.empty() || rx_[pi].held_count > 0;
+    const ActiveStreams& a = Peek(pi);
+    return !a.tx.ops.empty() || !a.tx.waiting.empty() || a.rx.held_count > 0;
   }
   // Only answers are awaited (nothing queued in flight): liveness probes.
   bool OnlyWaiting(uint32_t pi) const {
-    return !tx_[pi].waiting.empty() && tx_[pi].inflight() == 0;
+    return !tx_active(pi).waiting.empty() && tx(pi).inflight() == 0;
   }
 
   // ---- Acknowledgements (of our stream, on any packet from pi; sack on ACKs).
   // Completes what they acknowledge (kOpTraits' after_ack), and on a
   // refusal backs off or, after rnr_give_up_ns, gives the message up.
-  void OnAck(uint32_t pi, const wire::Common& c, const wire::AckFields* sack);
+  void OnAck(uint32_t pi, const wire::Common& c, const wire::AckFields* sack) {
+    Acknowledged(pi, c, sack);
+    Settle(pi);
+  }
   // An ACK asking for one back (a probe): answer at once.
   void AckRequested(uint32_t pi);
 
@@ -283,7 +327,10 @@ class Reliability {
   void Refused(uint32_t pi);
   // The held packet at rcv_nxt, if there is one: consume it, then DropHeld.
   HeldPacket* NextHeld(uint32_t pi);
-  void DropHeld(uint32_t pi, HeldPacket* h);
+  void DropHeld(uint32_t pi, HeldPacket* h) {
+    Unhold(pi, h);
+    Settle(pi);
+  }
   // After a packet was consumed: acknowledge now, after ack_delay_ns, or
   // with the next packet back (flags: the packet's, kFlagAckReq asks: at
   // once, or with defer_requested_acks at the owner's next call).
@@ -305,7 +352,10 @@ class Reliability {
   // *next: the earliest of its deadlines still ahead; *floor: of those but
   // the three kept exactly (the delayed ACK, the probe, the RTO: Context's
   // timer floor).
-  void RunTimers(uint32_t pi, uint64_t* next, uint64_t* floor);
+  void RunTimers(uint32_t pi, uint64_t* next, uint64_t* floor) {
+    RunDeadlines(pi, next, floor);
+    Settle(pi);
+  }
   void RunTimers(uint32_t pi, uint64_t* next) {
     uint64_t floor = UINT64_MAX;
     RunTimers(pi, next, &floor);
@@ -338,23 +388,43 @@ class Reliability {
   void SetPacing(TxStream& t) {
     if (t.rtt.has_sample()) t.cc.SetRtt(std::min(t.rtt.srtt(), 2 * t.rtt.min_rtt()));
   }
-  bool CursorHeld(const TxStream& t) const;
+  bool CursorHeld(const TxStream& t, const TxActive& a) const;
+  // Peer pi's busy part to read: its record, or kIdle.
+  const ActiveStreams& Peek(uint32_t pi) const {
+    const uint32_t i = peers_[pi].active;
+    return i == kNone ? kIdle : active_pool_[i];
+  }
+  // ... to change: its record, taken from the pool if it had none. Good
+  // until the next Act of another peer (the pool may move its records).
+  ActiveStreams& Act(uint32_t pi) {
+    uint32_t& i = peers_[pi].active;
+    if (i == kNone) i = active_pool_.Take();
+    return active_pool_[i];
+  }
+  // The record of a peer that no longer needs it (nothing queued, waiting,
+  // in flight, timed or held) goes back to the pool. Called where a peer
+  // may have become idle, after the call's last use of the record.
+  void Settle(uint32_t pi) {
+    const uint32_t i = peers_[pi].active;
+    if (i != kNone && Idle(active_pool_[i])) {
+      active_pool_.Give(i);
+      peers_[pi].active = kNone;
+    }
+  }
+  static bool Idle(const ActiveStreams& a);
   // New data needs a tx ring: peer pi's, or one from the pool.
-  void NeedRing(uint32_t pi) {
-    if (tx_[pi].ring != nullptr) return;
+  void NeedRing(TxActive& a) {
+    if (a.ring != nullptr) return;
     const uint64_t allocated = tx_pool_.allocated();
-    tx_[pi].ring = tx_pool_.Take();
+    a.ring = tx_pool_.Take();
     ctx_.counters.tx_rings_allocated += tx_pool_.allocated() - allocated;
   }
   // Peer pi is done with its tx ring (nothing in flight) or held ring
   // (nothing held): back to the pool.
-  void GiveTxRing(uint32_t pi);
-  void GiveHeldRing(uint32_t pi);
-  TxEntry& entry(TxStream& t, Psn p) { return t.ring[p.value() & ring_mask_]; }
-  HeldPacket& held_at(RxStream& r, Psn p) { return r.held[p.value() & ring_mask_]; }
-  const HeldPacket& held_at(const RxStream& r, Psn p) const {
-    return r.held[p.value() & ring_mask_];
-  }
+  void GiveTxRing(TxActive& a);
+  void GiveHeldRing(RxActive& a);
+  TxEntry& entry(const TxActive& a, Psn p) { return a.ring[p.value() & ring_mask_]; }
+  HeldPacket& held_at(const RxActive& a, Psn p) const { return a.held[p.value() & ring_mask_]; }
 
   void BuildSegment(uint32_t pi, driver::Packet* pkt);
   void BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt);
@@ -363,7 +433,7 @@ class Reliability {
   void ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack);
   void CompleteAcked(uint32_t pi);
   bool GiveUpRefused(uint32_t pi);
-  void MarkRetx(TxStream& t, Psn psn, bool fast);
+  void MarkRetx(TxActive& a, Psn psn, bool fast);
   void ArmRto(uint32_t pi);
   // A flight starts (or, not start, an ACK moved it on): the RTO from now
   // and the tail-loss probe, the peer's timer armed once (at a start, moved
@@ -371,10 +441,16 @@ class Reliability {
   void ArmFlight(uint32_t pi, bool start);
   // When the tail-loss probe of t's flight is due from now; 0: none (nothing
   // in flight, no RTT sample yet, backing off, refused, or not before the RTO).
-  uint64_t TailProbeAt(const TxStream& t) const;
+  uint64_t TailProbeAt(const TxStream& t, const TxActive& a) const;
   void OnTailProbe(uint32_t pi);
   void OnRto(uint32_t pi);
   Arrival Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt);
+  // OnAck, DropHeld and RunTimers but for settling the record.
+  void Acknowledged(uint32_t pi, const wire::Common& c, const wire::AckFields* sack);
+  void Unhold(uint32_t pi, HeldPacket* h);
+  void RunDeadlines(uint32_t pi, uint64_t* next, uint64_t* floor);
+  // What a held ring holds goes (ResetRx, ReleaseAll).
+  void DropAllHeld(uint32_t pi);
 
   Context& ctx_;
   Session& session_;
@@ -384,8 +460,10 @@ class Reliability {
   const uint32_t held_budget_;
   uint32_t held_total_ = 0;
   uint32_t refused_peers_ = 0;
-  std::unique_ptr<TxStream[]> tx_;
-  std::unique_ptr<RxStream[]> rx_;
+  // What an idle peer's record reads as.
+  static const ActiveStreams kIdle;
+  std::unique_ptr<PeerStreams[]> peers_;
+  RecordPool<ActiveStreams> active_pool_;
   RingPool<TxEntry> tx_pool_;
   RingPool<HeldPacket> held_pool_;
   // Peers whose ACK is deferred (RxStream::ack_deferred when they went in;

@@ -197,9 +197,10 @@ TEST(ReliabilityQueueTest, AnAnswerJumpsTheUsersUnstartedOpsButNotAStartedOne) {
   rig.reliability.Queue(pi, r1);
   const uint32_t r2 = NewResponse(rig, 12);
   rig.reliability.Queue(pi, r2);
-  const TxStream& t = rig.reliability.tx(pi);
+  // Read afresh: the record is the peer's only while it is busy.
+  const auto busy = [&]() -> const TxActive& { return rig.reliability.tx_active(pi); };
   EXPECT_EQ(rig.Queued(pi), (std::vector<uint32_t>{oa, r1, r2, ob}));
-  EXPECT_EQ(t.cursor_op, oa) << "A goes on first";
+  EXPECT_EQ(busy().cursor_op, oa) << "A goes on first";
   const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 5u);
   EXPECT_EQ(sent[0].msg.offset, StageRig::kSeg);
@@ -214,7 +215,7 @@ TEST(ReliabilityQueueTest, AnAnswerJumpsTheUsersUnstartedOpsButNotAStartedOne) {
   rig.reliability.Queue(pi, oc);
   const uint32_t r3 = NewResponse(rig, 13);
   rig.reliability.Queue(pi, r3);
-  EXPECT_EQ(t.cursor_op, r3);
+  EXPECT_EQ(busy().cursor_op, r3);
   EXPECT_EQ(rig.ops[r3].next, oc);
 }
 
@@ -263,7 +264,7 @@ TEST(ReliabilityBuildTest, CutsAnOpIntoSegmentsOfThePeersMaxPayload) {
   EXPECT_EQ(sent[5].payload.size(), 84u);
   EXPECT_TRUE(rig.ops[oa].all_sent);
   EXPECT_EQ(rig.ops[oa].last_psn.value(), (rig.session[pi].tx_isn + 3).value());
-  EXPECT_EQ(rig.reliability.tx(pi).cursor_op, kNone);
+  EXPECT_EQ(rig.reliability.tx_active(pi).cursor_op, kNone);
 }
 
 // Build stops at the credit, asks for an ACK on the packet filling it; an ACK moves it on.
@@ -413,13 +414,15 @@ TEST(ReliabilityAckTest, ACumulativeAckCompletesOpsPerTheirTraits) {
   EXPECT_EQ(done[0].len, a.size());
   EXPECT_EQ(rig.ops.live(OpKind::kMsg), 0u);
   const TxStream& t = rig.reliability.tx(pi);
-  EXPECT_EQ(t.waiting.front(), ow) << "a write waits for its RESPONSE";
-  EXPECT_EQ(t.waiting.size(), 1u);
+  // Read afresh: the record is the peer's only while it is busy.
+  const auto busy = [&]() -> const TxActive& { return rig.reliability.tx_active(pi); };
+  EXPECT_EQ(busy().waiting.front(), ow) << "a write waits for its RESPONSE";
+  EXPECT_EQ(busy().waiting.size(), 1u);
   EXPECT_EQ(rig.ops[ow].state, OpState::kWaiting);
   EXPECT_EQ(rig.ops.live(OpKind::kResponse), 0u) << "an answer is freed";
-  EXPECT_TRUE(t.ops.empty());
+  EXPECT_TRUE(busy().ops.empty());
   EXPECT_EQ(t.inflight(), 0u);
-  EXPECT_EQ(t.rto_deadline, 0u);
+  EXPECT_EQ(busy().rto_deadline, 0u);
   EXPECT_TRUE(rig.reliability.OnlyWaiting(pi));
 }
 
@@ -461,8 +464,10 @@ TEST(ReliabilityAckTest, StaleOrBogusAcksChangeNothing) {
   ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 4u);
   AckAt(rig, pi, 2'000, rig.PeerAck(isn + 2, 64));
   const TxStream& t = rig.reliability.tx(pi);
+  // Read afresh: the record is the peer's only while it is busy.
+  const auto busy = [&]() -> const TxActive& { return rig.reliability.tx_active(pi); };
   const Psn una = t.snd_una, end = t.window_end;
-  const uint64_t srtt = t.rtt.srtt(), rto = t.rto_deadline;
+  const uint64_t srtt = t.rtt.srtt(), rto = busy().rto_deadline;
   rig.ctx.now = 9'000;
   wire::Common bogus[] = {
       rig.PeerAck(isn + 1, 200),                  // stale
@@ -476,12 +481,12 @@ TEST(ReliabilityAckTest, StaleOrBogusAcksChangeNothing) {
     EXPECT_EQ(t.snd_una.value(), una.value());
     EXPECT_EQ(t.window_end.value(), end.value());
     EXPECT_EQ(t.rtt.srtt(), srtt);
-    EXPECT_EQ(t.rto_deadline, rto);
-    EXPECT_FALSE(t.rnr.waiting);
+    EXPECT_EQ(busy().rto_deadline, rto);
+    EXPECT_FALSE(busy().rnr.waiting);
   }
   EXPECT_EQ(rig.ctx.counters.rnr_received, 0u);
   EXPECT_EQ(rig.completions.ready(), 0u);
-  EXPECT_EQ(t.ops.size(), 1u);
+  EXPECT_EQ(busy().ops.size(), 1u);
 }
 
 // ---- SACK.
@@ -496,9 +501,9 @@ TEST(ReliabilitySackTest, AHoleIsFastRetransmittedExactlyOnce) {
   // Held: isn+1 and isn+3. Holes: isn (3 below isn+3) and isn+2 (1 below).
   const wire::AckFields sack = Sack({0, 2});
   AckAt(rig, pi, 2'000, rig.PeerAck(isn, 64), &sack);
-  EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 1u);
+  EXPECT_EQ(rig.reliability.tx_active(pi).retx_queued, 1u);
   rig.reliability.OnAck(pi, rig.PeerAck(isn, 64), &sack);
-  EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 1u) << "the same SACK queues nothing more";
+  EXPECT_EQ(rig.reliability.tx_active(pi).retx_queued, 1u) << "the same SACK queues nothing more";
   rig.ctx.now = 3'000;
   const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u);
@@ -511,7 +516,7 @@ TEST(ReliabilitySackTest, AHoleIsFastRetransmittedExactlyOnce) {
   EXPECT_EQ(rig.ctx.counters.retransmits_timeout, 0u);
   // Reported again after its retransmission went: still not lost again.
   AckAt(rig, pi, 4'000, rig.PeerAck(isn, 64), &sack);
-  EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 0u);
+  EXPECT_EQ(rig.reliability.tx_active(pi).retx_queued, 0u);
   EXPECT_TRUE(rig.BuildPackets(pi, 8).empty());
   EXPECT_EQ(rig.ctx.counters.retransmits_fast, 1u);
 }
@@ -530,10 +535,10 @@ TEST(ReliabilitySackTest, ARetransmittedHoleIsLostAgainOnlyWhenALaterPacketArriv
   rig.reliability.Queue(pi, NewMsg(rig, b, 1));
   ASSERT_EQ(rig.BuildPackets(pi, 8).size(), 1u) << "isn+8, sent after the retransmission";
   AckAt(rig, pi, 5'000, rig.PeerAck(isn, 64), &held7);
-  EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 0u);
+  EXPECT_EQ(rig.reliability.tx_active(pi).retx_queued, 0u);
   const wire::AckFields held8 = Sack({0, 1, 2, 3, 4, 5, 6, 7});
   rig.reliability.OnAck(pi, rig.PeerAck(isn, 64), &held8);
-  EXPECT_EQ(rig.reliability.tx(pi).retx_queued, 1u);
+  EXPECT_EQ(rig.reliability.tx_active(pi).retx_queued, 1u);
   const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
@@ -550,7 +555,8 @@ TEST(ReliabilityTimerTest, AStartingFlightMovesTheTimerOffAMootProbe) {
   auto [rig, pi] = RigWithPeer();
   const Psn isn = rig.session[pi].tx_isn;
   const std::vector<uint8_t> a = Bytes(10);
-  const TxStream& t = rig.reliability.tx(pi);
+  // Read afresh: the record is the peer's only while it is busy.
+  const auto busy = [&]() -> const TxActive& { return rig.reliability.tx_active(pi); };
   const auto tick = [](uint64_t ns) {
     constexpr uint64_t k = uint64_t{1} << TimerWheel::kTickShift;
     return (ns + k - 1) / k * k;
@@ -558,20 +564,20 @@ TEST(ReliabilityTimerTest, AStartingFlightMovesTheTimerOffAMootProbe) {
   ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 1u);
   AckAt(rig, pi, 11'000, rig.PeerAck(isn + 1, 64));  // an RTT sample; the flight ends
   ASSERT_EQ(SendAt(rig, pi, 11'000, a, 8), 1u);
-  const uint64_t moot = t.tlp_deadline;
+  const uint64_t moot = busy().tlp_deadline;
   ASSERT_NE(moot, 0u);
   EXPECT_EQ(rig.ctx.timers().at_ns(pi), tick(moot));
   AckAt(rig, pi, 20'000, rig.PeerAck(isn + 2, 64));  // before the probe: moot
   ASSERT_EQ(SendAt(rig, pi, 20'000, a, 8), 1u);
-  ASSERT_GT(t.tlp_deadline, moot);
-  EXPECT_EQ(rig.ctx.timers().at_ns(pi), tick(t.tlp_deadline)) << "moved later";
-  EXPECT_EQ(rig.ctx.next_timer_ns, tick(t.tlp_deadline));
+  ASSERT_GT(busy().tlp_deadline, moot);
+  EXPECT_EQ(rig.ctx.timers().at_ns(pi), tick(busy().tlp_deadline)) << "moved later";
+  EXPECT_EQ(rig.ctx.next_timer_ns, tick(busy().tlp_deadline));
   // A deadline armed elsewhere (a HELLO retry, a liveness probe...) holds it.
-  const uint64_t other = t.tlp_deadline + 1'000;
+  const uint64_t other = busy().tlp_deadline + 1'000;
   rig.ctx.ArmTimer(pi, other);
   AckAt(rig, pi, 30'000, rig.PeerAck(isn + 3, 64));
   ASSERT_EQ(SendAt(rig, pi, 30'000, a, 8), 1u);
-  ASSERT_GT(t.tlp_deadline, other);
+  ASSERT_GT(busy().tlp_deadline, other);
   EXPECT_EQ(rig.ctx.timers().at_ns(pi), tick(other)) << "not past the other deadline";
   EXPECT_EQ(rig.ctx.next_timer_ns, tick(other));
 }
@@ -585,11 +591,12 @@ TEST(ReliabilityTimerTest, TheTailLossProbeGoesBeforeTheRto) {
   // SRTT 10 us, RTTVAR 5 us: the RTO is its 100 us floor.
   AckAt(rig, pi, 11'000, rig.PeerAck(isn + 1, 64));
   ASSERT_EQ(SendAt(rig, pi, 11'000, b, 8, 1), 2u);
-  const TxStream& t = rig.reliability.tx(pi);
+  // Read afresh: the record is the peer's only while it is busy.
+  const auto busy = [&]() -> const TxActive& { return rig.reliability.tx_active(pi); };
   // The probe: max(2 SRTT, SRTT + 4 RTTVAR) plus the peer's ACK delay.
   const uint64_t tlp = 11'000 + 30'000 + rig.config.ack_delay_ns;
-  EXPECT_EQ(t.tlp_deadline, tlp);
-  EXPECT_EQ(t.rto_deadline, 11'000 + rig.config.rto_min_ns);
+  EXPECT_EQ(busy().tlp_deadline, tlp);
+  EXPECT_EQ(busy().rto_deadline, 11'000 + rig.config.rto_min_ns);
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
   EXPECT_EQ(next, tlp);
@@ -598,13 +605,13 @@ TEST(ReliabilityTimerTest, TheTailLossProbeGoesBeforeTheRto) {
   rig.reliability.RunTimers(pi, &next);
   EXPECT_EQ(rig.ctx.counters.tail_probes, 1u);
   EXPECT_EQ(rig.ctx.counters.rto_expirations, 0u);
-  EXPECT_EQ(next, t.rto_deadline) << "the RTO runs on";
+  EXPECT_EQ(next, busy().rto_deadline) << "the RTO runs on";
   const std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), (isn + 2).value()) << "the newest";
   EXPECT_TRUE(Retransmit(sent[0]));
   EXPECT_TRUE(AckReq(sent[0]));
-  rig.ctx.now = t.rto_deadline;
+  rig.ctx.now = busy().rto_deadline;
   rig.reliability.RunTimers(pi, &next);
   EXPECT_EQ(rig.ctx.counters.rto_expirations, 1u);
   EXPECT_EQ(rig.ctx.counters.tail_probes, 1u) << "one probe per flight";
@@ -618,9 +625,10 @@ TEST(ReliabilityTimerTest, TheRtoResendsTheOldestPacketAndBacksOff) {
   const std::vector<uint8_t> a = Bytes(10), b = Bytes(10);
   ASSERT_EQ(SendAt(rig, pi, 1'000, a, 8), 1u);
   ASSERT_EQ(SendAt(rig, pi, 500'000, b, 8, 1), 1u);
-  const TxStream& t = rig.reliability.tx(pi);
-  EXPECT_EQ(t.tlp_deadline, 0u);
-  EXPECT_EQ(t.rto_deadline, 1'000 + rto);
+  // Read afresh: the record is the peer's only while it is busy.
+  const auto busy = [&]() -> const TxActive& { return rig.reliability.tx_active(pi); };
+  EXPECT_EQ(busy().tlp_deadline, 0u);
+  EXPECT_EQ(busy().rto_deadline, 1'000 + rto);
   rig.ctx.now = 1'000 + rto - 1;
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
@@ -630,25 +638,25 @@ TEST(ReliabilityTimerTest, TheRtoResendsTheOldestPacketAndBacksOff) {
   rig.reliability.RunTimers(pi, &next);
   EXPECT_EQ(rig.ctx.counters.rto_expirations, 1u);
   EXPECT_EQ(rig.ctx.counters.tail_probes, 0u);
-  EXPECT_EQ(t.backoff, 1u);
-  EXPECT_EQ(t.rto_deadline, rig.ctx.now + 2 * rto);
+  EXPECT_EQ(busy().backoff, 1u);
+  EXPECT_EQ(busy().rto_deadline, rig.ctx.now + 2 * rto);
   std::vector<wire::View> sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 1u) << "isn+1 has not waited a whole RTO";
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_TRUE(Retransmit(sent[0]));
   EXPECT_EQ(rig.ctx.counters.retransmits_timeout, 1u);
-  rig.ctx.now = t.rto_deadline;
+  rig.ctx.now = busy().rto_deadline;
   rig.reliability.RunTimers(pi, &next);
   EXPECT_EQ(rig.ctx.counters.rto_expirations, 2u);
-  EXPECT_EQ(t.backoff, 2u);
-  EXPECT_EQ(t.rto_deadline, rig.ctx.now + 4 * rto);
+  EXPECT_EQ(busy().backoff, 2u);
+  EXPECT_EQ(busy().rto_deadline, rig.ctx.now + 4 * rto);
   sent = rig.BuildPackets(pi, 8);
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   // An ACK that advances ends the backoff.
   rig.ctx.now += 1'000;
   rig.reliability.OnAck(pi, rig.PeerAck(isn + 1, 64), nullptr);
-  EXPECT_EQ(t.backoff, 0u);
+  EXPECT_EQ(busy().backoff, 0u);
 }
 
 // A packet consumed without ACK_REQ gets a standalone ACK ack_delay_ns later.
@@ -711,7 +719,7 @@ TEST(ReliabilityReceiveTest, ArriveClassifiesByPsn) {
   const uint32_t window = rig.config.window_packets;
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn)), Arrival::kInOrder);
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn + 3)), Arrival::kHeld);
-  EXPECT_EQ(rig.reliability.rx(pi).held_count, 1u);
+  EXPECT_EQ(rig.reliability.rx_active(pi).held_count, 1u);
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn + window - 1)), Arrival::kHeld);
   EXPECT_EQ(rig.ctx.counters.duplicates_dropped, 0u);
   EXPECT_EQ(rig.BuildPackets(pi, 4).size(), 1u) << "a hole: SACK at once";
@@ -726,7 +734,7 @@ TEST(ReliabilityReceiveTest, ArriveClassifiesByPsn) {
   EXPECT_EQ(Arrive(rig, pi, Psn(kPeerIsn + window)), Arrival::kDropped);
   EXPECT_EQ(rig.ctx.counters.out_of_window_dropped, 1u);
   EXPECT_EQ(rig.ctx.counters.duplicates_dropped, 2u);
-  EXPECT_EQ(rig.reliability.rx(pi).held_count, 2u);
+  EXPECT_EQ(rig.reliability.rx_active(pi).held_count, 2u);
   EXPECT_TRUE(rig.ctx.released().empty()) << "dropped packets are the caller's to free";
 }
 
@@ -755,7 +763,7 @@ TEST(ReliabilityReceiveTest, HeldPacketsAreReleasedInPsnOrder) {
   const absl::Span<driver::Packet* const> released = rig.ctx.released();
   EXPECT_EQ(std::vector<driver::Packet*>(released.begin(), released.end()), order);
   EXPECT_EQ(rig.reliability.rx(pi).rcv_nxt.value(), kPeerIsn + 3);
-  EXPECT_EQ(rig.reliability.rx(pi).held_count, 1u) << "isn+4 waits for isn+3";
+  EXPECT_EQ(rig.reliability.rx_active(pi).held_count, 1u) << "isn+4 waits for isn+3";
 }
 
 // A hole: the ACK names rcv_nxt and, in its SACK bitmap, exactly the held PSNs.
@@ -822,10 +830,11 @@ TEST(ReliabilityRnrTest, AnRnrAckBacksOffThenRetries) {
   const std::vector<uint8_t> a = Bytes(10);
   ASSERT_EQ(SendAt(rig, pi, 1'000, a, 4), 1u);
   AckAt(rig, pi, 2'000, rig.PeerAck(isn, 64, wire::kFlagRnr));
-  const TxStream& t = rig.reliability.tx(pi);
-  EXPECT_TRUE(t.rnr.waiting);
-  EXPECT_EQ(t.rnr.until, 2'000 + retry_min);
-  EXPECT_EQ(t.rto_deadline, 0u) << "a refusal is not a loss";
+  // Read afresh: the record is the peer's only while it is busy.
+  const auto busy = [&]() -> const TxActive& { return rig.reliability.tx_active(pi); };
+  EXPECT_TRUE(busy().rnr.waiting);
+  EXPECT_EQ(busy().rnr.until, 2'000 + retry_min);
+  EXPECT_EQ(busy().rto_deadline, 0u) << "a refusal is not a loss";
   EXPECT_EQ(rig.ctx.counters.rnr_received, 1u);
   EXPECT_FALSE(rig.reliability.HasWork(pi));
   rig.ctx.now = 2'000 + retry_min - 1;
@@ -839,12 +848,12 @@ TEST(ReliabilityRnrTest, AnRnrAckBacksOffThenRetries) {
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
   EXPECT_TRUE(Retransmit(sent[0]));
-  EXPECT_NE(t.rto_deadline, 0u) << "the RTO guards the retry";
+  EXPECT_NE(busy().rto_deadline, 0u) << "the RTO guards the retry";
   rig.ctx.now += 1'000;
   rig.reliability.OnAck(pi, rig.PeerAck(isn, 64, wire::kFlagRnr), nullptr);
-  EXPECT_EQ(t.rnr.delay, 2 * retry_min);
-  EXPECT_EQ(t.rnr.until, rig.ctx.now + 2 * retry_min);
-  EXPECT_EQ(t.rnr.since, 2'000u) << "counted from the first refusal";
+  EXPECT_EQ(busy().rnr.delay, 2 * retry_min);
+  EXPECT_EQ(busy().rnr.until, rig.ctx.now + 2 * retry_min);
+  EXPECT_EQ(busy().rnr.since, 2'000u) << "counted from the first refusal";
   EXPECT_EQ(rig.ctx.counters.rnr_received, 2u);
 }
 
@@ -855,9 +864,9 @@ TEST(ReliabilityRnrTest, AWindowUpdateRetriesAtOnce) {
   const std::vector<uint8_t> a = Bytes(10);
   ASSERT_EQ(SendAt(rig, pi, 1'000, a, 4), 1u);
   AckAt(rig, pi, 2'000, rig.PeerAck(isn, 64, wire::kFlagRnr));
-  ASSERT_TRUE(rig.reliability.tx(pi).rnr.waiting);
+  ASSERT_TRUE(rig.reliability.tx_active(pi).rnr.waiting);
   AckAt(rig, pi, 3'000, rig.PeerAck(isn, 64));
-  EXPECT_FALSE(rig.reliability.tx(pi).rnr.waiting);
+  EXPECT_FALSE(rig.reliability.tx_active(pi).rnr.waiting);
   const std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
@@ -887,7 +896,7 @@ TEST(ReliabilityRnrTest, AMessageRefusedForRnrGiveUpNsIsGivenUp) {
   rig.reliability.RunTimers(pi, &next);
   ASSERT_EQ(rig.BuildPackets(pi, 4).size(), 1u);
   rig.reliability.OnAck(pi, rig.PeerAck(isn, 1, wire::kFlagRnr), nullptr);
-  EXPECT_TRUE(rig.reliability.tx(pi).rnr.waiting);
+  EXPECT_TRUE(rig.reliability.tx_active(pi).rnr.waiting);
   EXPECT_EQ(rig.completions.errors_ready(), 0u);
   EXPECT_FALSE(rig.ops[oa].abandoned);
   // Retried and refused at the limit: given up.
@@ -902,7 +911,7 @@ TEST(ReliabilityRnrTest, AMessageRefusedForRnrGiveUpNsIsGivenUp) {
   EXPECT_EQ(err[0].op.context, &context);
   EXPECT_NE(std::strstr(err[0].message, "has posted no receive"), nullptr) << err[0].message;
   EXPECT_TRUE(rig.ops[oa].abandoned);
-  EXPECT_FALSE(rig.reliability.tx(pi).rnr.waiting);
+  EXPECT_FALSE(rig.reliability.tx_active(pi).rnr.waiting);
   std::vector<wire::View> sent = rig.BuildPackets(pi, 4);
   ASSERT_EQ(sent.size(), 1u) << "the window holds one packet";
   EXPECT_EQ(sent[0].common.psn.value(), isn.value());
@@ -942,7 +951,7 @@ TEST(ReliabilityRnrTest, ByDefaultARefusedMessageIsRetriedWhileTheReceiverAnswer
   uint64_t tries = 1, next = UINT64_MAX;
   const uint64_t until = 600'000'000'000;
   while (rig.ctx.now < until) {
-    const RnrState& r = rig.reliability.tx(pi).rnr;
+    const RnrState& r = rig.reliability.tx_active(pi).rnr;
     ASSERT_TRUE(r.waiting) << rig.ctx.now;
     ASSERT_LE(r.until - rig.ctx.now, rig.config.rnr_retry_max_ns);
     rig.ctx.now = r.until;
@@ -982,7 +991,7 @@ TEST(ReliabilityRnrTest, AWriteIsNeverGivenUp) {
     rig.reliability.RunTimers(pi, &next);
     rig.BuildPackets(pi, 4);
     rig.reliability.OnAck(pi, rig.PeerAck(isn, 64, wire::kFlagRnr), nullptr);
-    EXPECT_TRUE(rig.reliability.tx(pi).rnr.waiting) << at;
+    EXPECT_TRUE(rig.reliability.tx_active(pi).rnr.waiting) << at;
   }
   EXPECT_EQ(rig.ctx.counters.rnr_received, 3u);
   EXPECT_EQ(rig.ctx.counters.rnr_give_ups, 0u);
@@ -1007,7 +1016,7 @@ TEST(ReliabilitySessionTest, RestartTxForgetsWhatWasInFlight) {
   rig.ctx.now = 1'000 + rig.config.rto_initial_ns;
   uint64_t next = UINT64_MAX;
   rig.reliability.RunTimers(pi, &next);
-  ASSERT_EQ(rig.reliability.tx(pi).retx_queued, 1u);
+  ASSERT_EQ(rig.reliability.tx_active(pi).retx_queued, 1u);
   // As FailPeer: the started op goes, the session ends, the stream restarts.
   rig.reliability.Unqueue(pi, oa);
   rig.ops.Free(oa);
@@ -1018,13 +1027,15 @@ TEST(ReliabilitySessionTest, RestartTxForgetsWhatWasInFlight) {
   const Psn isn = rig.session[pi].tx_isn;
   ASSERT_NE(isn.value(), old_isn.value());
   const TxStream& t = rig.reliability.tx(pi);
+  // Read afresh: the record is the peer's only while it is busy.
+  const auto busy = [&]() -> const TxActive& { return rig.reliability.tx_active(pi); };
   EXPECT_EQ(t.next_psn.value(), isn.value());
   EXPECT_EQ(t.snd_una.value(), isn.value());
   EXPECT_EQ(t.inflight(), 0u);
-  EXPECT_EQ(t.retx_queued, 0u);
-  EXPECT_EQ(t.rto_deadline, 0u);
-  EXPECT_EQ(t.backoff, 0u);
-  EXPECT_EQ(t.cursor_op, ob);
+  EXPECT_EQ(busy().retx_queued, 0u);
+  EXPECT_EQ(busy().rto_deadline, 0u);
+  EXPECT_EQ(busy().backoff, 0u);
+  EXPECT_EQ(busy().cursor_op, ob);
   EXPECT_FALSE(rig.reliability.HasWork(pi)) << "not before the new handshake";
   // A new handshake: B goes first, at the new initial PSN.
   wire::View hello = rig.FromPeer(wire::PacketType::kHelloAck, Psn(5000));
@@ -1052,7 +1063,7 @@ TEST(ReliabilitySessionTest, ResetRxReleasesWhatWasHeld) {
   rig.reliability.Refused(pi);
   ASSERT_TRUE(rig.reliability.HasWork(pi));
   rig.reliability.ResetRx(pi);
-  EXPECT_EQ(rig.reliability.rx(pi).held_count, 0u);
+  EXPECT_EQ(rig.reliability.rx_active(pi).held_count, 0u);
   const absl::Span<driver::Packet* const> released = rig.ctx.released();
   EXPECT_EQ(std::vector<driver::Packet*>(released.begin(), released.end()),
             (std::vector<driver::Packet*>{p2, p3}));
@@ -1147,7 +1158,7 @@ TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
   EXPECT_TRUE(rig.reliability.tx(pi).cc.in_recovery());
   // The RTO: the minimum window.
   next = UINT64_MAX;
-  rig.ctx.now = rig.reliability.tx(pi).rto_deadline;
+  rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
   rig.reliability.RunTimers(pi, &next);
   EXPECT_EQ(rig.reliability.tx(pi).cc.cwnd(), CongestionWindow::kMinWindow);
   EXPECT_EQ(rig.reliability.tx(pi).cc.ssthresh(), 8u);

@@ -692,7 +692,7 @@ TEST(RmaAnswerTest, ReadDataFillsTheBufferAndCompletesTheRead) {
   ASSERT_NE(o, kNone);
   const uint32_t id = rig.ops.RmaId(o);
   ASSERT_EQ(rig.ops[o].state, OpState::kWaiting);
-  ASSERT_EQ(rig.reliability.tx(pi).waiting.front(), o);
+  ASSERT_EQ(rig.reliability.tx_active(pi).waiting.front(), o);
 
   const std::vector<uint8_t> data = Bytes(3000, 21);
   const absl::Span<const uint8_t> all(data);
@@ -707,7 +707,7 @@ TEST(RmaAnswerTest, ReadDataFillsTheBufferAndCompletesTheRead) {
   EXPECT_EQ(c.flags, kCompRma | kCompRead);
   EXPECT_EQ(c.len, 3000u);
   EXPECT_EQ(c.source, rig.Id(pi));
-  EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
+  EXPECT_TRUE(rig.reliability.tx_active(pi).waiting.empty());
   EXPECT_EQ(rig.ops.FromRmaId(id), kNone) << "the op ended";
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 0u);
 }
@@ -727,7 +727,7 @@ TEST(RmaAnswerTest, AnOkResponseCompletesAWrite) {
   const Completion c = rig.ExpectOneCompletion(&context);
   EXPECT_EQ(c.flags, kCompRma | kCompWrite);
   EXPECT_EQ(c.len, 8u);
-  EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
+  EXPECT_TRUE(rig.reliability.tx_active(pi).waiting.empty());
   EXPECT_EQ(rig.ops.user_free(), rig.config.max_send_ops);
 }
 
@@ -767,7 +767,7 @@ TEST(RmaAnswerTest, ARefusedWriteCompletesInErrorWithTheStatusErrno) {
     EXPECT_NE(m.find(k.words), std::string::npos) << m;
     EXPECT_EQ(rig.ctx.counters.rma_errors, 1u);
     EXPECT_EQ(rig.ctx.counters.ops_failed, 1u);
-    EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
+    EXPECT_TRUE(rig.reliability.tx_active(pi).waiting.empty());
   }
 }
 
@@ -790,7 +790,7 @@ TEST(RmaAnswerTest, AnInjectWriteCompletesNowhereAndItsRefusalIsStillReported) {
                           Answer(rig, q[1], wire::RmaOp::kResponse, 0, wire::RmaStatus::kBadKey));
   rig.ExpectOneError(EKEYREJECTED, nullptr);
   EXPECT_EQ(rig.ctx.counters.rma_errors, 1u);
-  EXPECT_TRUE(rig.reliability.tx(pi).waiting.empty());
+  EXPECT_TRUE(rig.reliability.tx_active(pi).waiting.empty());
   EXPECT_EQ(rig.ops.user_free(), rig.config.max_send_ops);
 }
 
@@ -841,7 +841,7 @@ TEST(RmaAnswerTest, ReadDataThatDoesNotMatchItsReadIsAProtocolError) {
   EXPECT_EQ(buf, std::vector<uint8_t>(16, 0));
   EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
   EXPECT_EQ(rig.ops[o].state, OpState::kWaiting);
-  EXPECT_EQ(rig.reliability.tx(pi).waiting.front(), o);
+  EXPECT_EQ(rig.reliability.tx_active(pi).waiting.front(), o);
 }
 
 // A RESPONSE naming a stale op, another key or another length, an OK one
@@ -874,7 +874,7 @@ TEST(RmaAnswerTest, AResponseThatDoesNotMatchItsOpIsAProtocolError) {
   EXPECT_EQ(rig.ctx.counters.protocol_errors, 5u);
   EXPECT_EQ(rig.completions.ready() + rig.completions.errors_ready(), 0u);
   EXPECT_EQ(rig.ctx.counters.rma_errors, 0u);
-  EXPECT_EQ(rig.reliability.tx(pi).waiting.size(), 2u);
+  EXPECT_EQ(rig.reliability.tx_active(pi).waiting.size(), 2u);
 }
 
 }  // namespace

@@ -144,7 +144,7 @@ struct StageRig {
   // The ops queued on pi's stream, oldest first.
   std::vector<uint32_t> Queued(uint32_t pi) const {
     std::vector<uint32_t> out;
-    for (uint32_t o = reliability.tx(pi).ops.front(); o != kNone; o = ops[o].next) {
+    for (uint32_t o = reliability.tx_active(pi).ops.front(); o != kNone; o = ops[o].next) {
       out.push_back(o);
     }
     return out;
