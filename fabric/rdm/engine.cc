@@ -178,7 +178,7 @@ std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   s.srtt_ns = t.rtt.srtt();
   s.rttvar_ns = t.rtt.rttvar();
   const TxActive& a = reliability.tx_active(pi);
-  s.rto_ns = t.rtt.rto(a.backoff);
+  s.rto_ns = reliability.Rto(pi, a.backoff);
   s.inflight = t.inflight();
   s.send_window = static_cast<uint32_t>(t.window_end - t.snd_una);
   s.cwnd = reliability.CcOn(pi) ? t.cc.cwnd() : 0;
@@ -651,7 +651,7 @@ size_t Engine::BuildForPeer(uint32_t pi, absl::Span<driver::Packet* const> bufs)
   size_t n = 0;
   if (session.HandshakeOwed(pi)) {
     const wire::Common c = reliability.Header(pi, wire::PacketType::kHello, 0);
-    const uint64_t retry = reliability.tx(pi).rtt.rto(session.hello_tries(pi));
+    const uint64_t retry = reliability.Rto(pi, session.hello_tries(pi));
     n = session.BuildHandshake(pi, c, reliability.Grant(pi), retry, bufs);
     if (n > 0) reliability.NoteAckSent(pi, /*standalone=*/false);
   }

@@ -20,31 +20,32 @@ Reliability::Reliability(Context& ctx, Session& session, OpTable& ops, Completio
       completions_(completions),
       ring_mask_(ring_size - 1),
       held_budget_(held_budget),
+      rto_bounds_{ctx.config.rto_initial_ns, ctx.config.rto_min_ns, ctx.config.rto_max_ns},
       peers_(new PeerStreams[ctx.config.max_peers]),
-      active_pool_(ctx.config.ActivePeers()),
+      active_pool_(ctx.config.ActivePeers(), 1),
       tx_pool_(ctx.config.ActivePeers(), ring_size),
       held_pool_(ctx.config.ActivePeers(), ring_size) {}
 
 Reliability::~Reliability() {
   for (uint32_t pi = 0; pi < ctx_.config.max_peers; ++pi) {
-    if (peers_[pi].active == kNone) continue;
-    ActiveStreams& a = active_pool_[peers_[pi].active];
-    if (a.tx.ring != nullptr) GiveTxRing(a.tx);
-    if (a.rx.held != nullptr) GiveHeldRing(a.rx);
+    ActiveStreams* a = peers_[pi].active;
+    if (a == nullptr) continue;
+    if (a->tx.ring != nullptr) GiveTxRing(a->tx);
+    if (a->rx.held != nullptr) GiveHeldRing(a->rx);
+    active_pool_.Give(a);
   }
 }
 
 bool Reliability::Idle(const ActiveStreams& a) {
-  // As a fresh record (RecordPool::Take makes one), so that giving it back
-  // loses nothing; but for highest_held, which is set whenever the first
-  // packet is held. The first five decide; the rest are so whenever
-  // nothing is queued or in flight, and are checked so that giving back
-  // never depends on it.
+  // Then the record reads as a fresh one (ActiveStreams{}), so that giving
+  // it back loses nothing and the next peer takes a fresh one: with no op
+  // queued the cursor is at none; with no ring nothing is in flight, and the
+  // ACK that ended the flight (or RestartTx) cleared the retransmissions
+  // queued, the backoff and the RNR state; with no held ring nothing is
+  // held (highest_held is set again with the first packet held).
   const TxActive& t = a.tx;
   return t.ops.empty() && t.waiting.empty() && t.ring == nullptr && a.rx.held == nullptr &&
-         t.rto_deadline == 0 && t.tlp_deadline == 0 && t.cursor_op == kNone &&
-         t.cursor_offset == 0 && t.retx_queued == 0 && t.backoff == 0 && !t.rnr.waiting &&
-         t.rnr.until == 0 && t.rnr.delay == 0 && t.rnr.since == 0 && a.rx.held_count == 0;
+         t.rto_deadline == 0 && t.tlp_deadline == 0;
 }
 
 // ---- Peers and sessions.
@@ -52,15 +53,15 @@ bool Reliability::Idle(const ActiveStreams& a) {
 void Reliability::AddPeer(uint32_t pi) {
   const EndpointConfig& c = ctx_.config;
   PeerStreams& p = peers_[pi];
-  if (p.active != kNone) {
-    ActiveStreams& a = active_pool_[p.active];
+  if (p.active != nullptr) {
+    ActiveStreams& a = *p.active;
     if (a.tx.ring != nullptr) GiveTxRing(a.tx);
     if (a.rx.held != nullptr) GiveHeldRing(a.rx);
+    a = ActiveStreams{};  // as fresh as the pool's others (Idle)
     active_pool_.Give(p.active);
   }
   p = PeerStreams{};
   TxStream& t = p.tx;
-  t.rtt = RttEstimator(c.rto_initial_ns, c.rto_min_ns, c.rto_max_ns);
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.cc.Reset(c.cc_initial_window, c.window_packets, t.next_psn);
 }
@@ -77,7 +78,7 @@ void Reliability::GiveHeldRing(RxActive& a) {
 
 void Reliability::RestartTx(uint32_t pi) {
   TxStream& t = tx(pi);
-  if (peers_[pi].active != kNone) {
+  if (peers_[pi].active != nullptr) {
     TxActive& a = Act(pi).tx;
     for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) entry(a, q) = TxEntry{};
     if (a.ring != nullptr) GiveTxRing(a);
@@ -98,7 +99,7 @@ void Reliability::RestartTx(uint32_t pi) {
 }
 
 void Reliability::Rewind(uint32_t pi) {
-  if (peers_[pi].active == kNone) return;  // nothing queued: the cursor is at none already
+  if (peers_[pi].active == nullptr) return;  // nothing queued: the cursor is at none already
   TxActive& a = Act(pi).tx;
   a.cursor_op = a.ops.front();
   a.cursor_offset = 0;
@@ -111,7 +112,7 @@ void Reliability::StartRx(uint32_t pi, uint16_t credit) {
 }
 
 void Reliability::DropAllHeld(uint32_t pi) {
-  if (peers_[pi].active == kNone) return;
+  if (peers_[pi].active == nullptr) return;
   RxActive& a = Act(pi).rx;
   for (uint32_t k = 0; k <= ring_mask_ && a.held_count > 0; ++k) {
     if (a.held[k].pkt != nullptr) Unhold(pi, &a.held[k]);
@@ -224,9 +225,10 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
   TxStream& t = tx(pi);
   if (session_[pi].tx_ready) {
     if (t.pace_wait && !Paced(pi, t)) t.pace_wait = false;
-    // Nothing to send has no record to change: a itself changes only if
-    // the peer has one (Build takes none).
-    const TxActive& a = tx_active(pi);
+    // A peer with nothing to send has no record, and Build takes none: it
+    // changes `busy`, which is there whenever anything is to be sent.
+    ActiveStreams* busy = peers_[pi].active;
+    const TxActive& a = busy != nullptr ? busy->tx : kIdle.tx;
     for (Psn q = t.snd_una; a.retx_queued > 0 && q.Before(t.next_psn) && n < bufs.size() &&
                             !Paced(pi, t);
          ++q) {
@@ -234,8 +236,8 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
     }
     while (!a.rnr.waiting && a.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
            CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t, a)) {
-      NeedRing(Act(pi).tx);
-      BuildSegment(pi, bufs[n++]);
+      NeedRing(busy->tx);
+      BuildSegment(pi, busy->tx, bufs[n++]);
     }
     // Data waiting and a closed window: count the stall once per closing.
     const bool stalled = a.cursor_op != kNone && !WindowOpen(t);
@@ -244,7 +246,7 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
       ctx_.Count(pi, PeerCount::kCreditStalls);
     }
     t.window_stalled = stalled;
-    if (CcOn(pi)) NoteCongestionLimits(pi);
+    if (CcOn(pi)) NoteCongestionLimits(pi, a);
   }
   const RxStream& r = rx(pi);
   if (session_[pi].rx_known && (r.ack_standalone || r.rnr_owed || r.ack_now || *probe_owed) &&
@@ -252,6 +254,7 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
     BuildAck(pi, *probe_owed, bufs[n++]);
     *probe_owed = false;
   }
+  Settle(pi);
   return n;
 }
 
@@ -276,9 +279,8 @@ void Reliability::BuildAck(uint32_t pi, bool probe, driver::Packet* pkt) {
   ++ctx_.counters.tx_acks;
 }
 
-void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
+void Reliability::BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt) {
   TxStream& t = tx(pi);
-  TxActive& a = Act(pi).tx;
   const uint32_t o = a.cursor_op;
   SendOp& op = ops_[o];
   op.started = true;
@@ -314,7 +316,7 @@ void Reliability::BuildSegment(uint32_t pi, driver::Packet* pkt) {
     a.cursor_op = op.next;
     a.cursor_offset = 0;
   }
-  if (a.rto_deadline == 0 && !a.rnr.waiting) ArmFlight(pi, /*start=*/true);
+  if (a.rto_deadline == 0 && !a.rnr.waiting) ArmFlight(pi, a, /*start=*/true);
   if (CcOn(pi)) t.cc.OnSent(ctx_.now);
 }
 
@@ -396,7 +398,7 @@ void Reliability::Acknowledged(uint32_t pi, const wire::Common& c,
     return;
   }
   if (ack.Before(t.snd_una) || ack.After(t.next_psn)) return;  // stale or bogus
-  if (peers_[pi].active == kNone) {
+  if (peers_[pi].active == nullptr) {
     // Nothing in flight (packets in flight hold a ring, and so a record):
     // the ACK brings credit alone.
     t.window_end = ack + c.credit;
@@ -427,9 +429,9 @@ void Reliability::Acknowledged(uint32_t pi, const wire::Common& c,
     t.snd_una = ack;
     a.backoff = 0;
     a.rnr = RnrState{};
-    CompleteAcked(pi);
+    CompleteAcked(pi, a);
     if (t.inflight() > 0) {
-      ArmFlight(pi, /*start=*/false);
+      ArmFlight(pi, a, /*start=*/false);
     } else {
       a.rto_deadline = a.tlp_deadline = 0;
       if (a.ring != nullptr) GiveTxRing(a);
@@ -506,9 +508,8 @@ void Reliability::ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack)
   if (a.retx_queued > 0) ctx_.Enqueue(pi);
 }
 
-void Reliability::CompleteAcked(uint32_t pi) {
-  TxStream& t = tx(pi);
-  TxActive& a = Act(pi).tx;
+void Reliability::CompleteAcked(uint32_t pi, TxActive& a) {
+  const TxStream& t = tx(pi);
   while (!a.ops.empty()) {
     const uint32_t o = a.ops.front();
     SendOp& op = ops_[o];
@@ -780,14 +781,14 @@ void Reliability::RunDeadlines(uint32_t pi, uint64_t* next, uint64_t* floor) {
     t.pace_wait = false;
     ctx_.Enqueue(pi);
   }
-  if (peers_[pi].active == kNone) return;  // no RNR retry, probe or RTO
+  if (peers_[pi].active == nullptr) return;  // no RNR retry, probe or RTO
   TxActive& a = Act(pi).tx;
   if (a.rnr.waiting && due(a.rnr.until)) {
     // Try the refused packet again; the RTO guards the try.
     a.rnr.waiting = false;
     if (t.inflight() > 0) {
       MarkRetx(a, t.snd_una, /*fast=*/false);
-      a.rto_deadline = now + t.rtt.rto(a.backoff);
+      a.rto_deadline = now + Rto(t, a.backoff);
       ctx_.Enqueue(pi);
     }
   }
@@ -799,9 +800,8 @@ void Reliability::RunDeadlines(uint32_t pi, uint64_t* next, uint64_t* floor) {
 
 // ---- Congestion control (congestion.h; only where CcOn).
 
-void Reliability::NoteCongestionLimits(uint32_t pi) {
+void Reliability::NoteCongestionLimits(uint32_t pi, const TxActive& a) {
   TxStream& t = tx(pi);
-  const TxActive& a = tx_active(pi);
   // New data the credit would let go but the congestion window or pacing
   // holds: the window is in use (it may grow), and a stall is counted once
   // per filling.
@@ -828,7 +828,7 @@ void Reliability::CcLoss(uint32_t pi) {
 void Reliability::ArmRto(uint32_t pi) {
   const TxStream& t = tx(pi);
   TxActive& a = Act(pi).tx;
-  a.rto_deadline = ctx_.now + t.rtt.rto(a.backoff);
+  a.rto_deadline = ctx_.now + Rto(t, a.backoff);
   ctx_.ArmExactTimer(pi, a.rto_deadline);
 }
 
@@ -855,10 +855,9 @@ uint64_t Reliability::TailProbeAt(const TxStream& t, const TxActive& a) const {
 // ping-pong, always), and a fire there would only find nothing due. The
 // delayed ACK is the other deadline Reliability keeps exactly; the rest
 // are not before the peer's timer floor (Context::MoveTimer).
-void Reliability::ArmFlight(uint32_t pi, bool start) {
+void Reliability::ArmFlight(uint32_t pi, TxActive& a, bool start) {
   const TxStream& t = tx(pi);
-  TxActive& a = Act(pi).tx;
-  a.rto_deadline = ctx_.now + t.rtt.rto(a.backoff);
+  a.rto_deadline = ctx_.now + Rto(t, a.backoff);
   a.tlp_deadline = TailProbeAt(t, a);
   const uint64_t at = a.tlp_deadline != 0 ? a.tlp_deadline : a.rto_deadline;
   if (start) {
@@ -893,7 +892,7 @@ void Reliability::OnRto(uint32_t pi) {
   }
   // The oldest unacknowledged packet always goes; later ones that were not
   // SACKed and have waited a whole RTO too (a lost tail).
-  const uint64_t rto = t.rtt.rto(a.backoff);
+  const uint64_t rto = Rto(t, a.backoff);
   for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) {
     TxEntry& e = entry(a, q);
     if (e.state & kTxNeedsRetx) {
@@ -905,7 +904,7 @@ void Reliability::OnRto(uint32_t pi) {
     }
   }
   a.backoff = std::min<uint32_t>(a.backoff + 1, 30);
-  a.rto_deadline = ctx_.now + t.rtt.rto(a.backoff);
+  a.rto_deadline = ctx_.now + Rto(t, a.backoff);
   if (CcOn(pi)) {
     t.cc.OnRto(t.next_psn);
     SetPacing(t);

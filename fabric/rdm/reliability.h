@@ -24,7 +24,6 @@
 #include "fabric/rdm/index_list.h"
 #include "fabric/rdm/ops.h"
 #include "fabric/rdm/psn.h"
-#include "fabric/rdm/record_pool.h"
 #include "fabric/rdm/rtt.h"
 #include "fabric/rdm/session.h"
 #include "fabric/rdm/wire.h"
@@ -71,6 +70,8 @@ struct RnrState {
 // of ours in flight; packets of theirs held out of order) and give back
 // when done: an idle peer holds none, and the rings' memory is the
 // endpoint's, sized by EndpointConfig::max_active_peers, not per peer.
+// (Of size 1, the pool lends the streams' active parts: a record stays
+// where it is while lent, so a peer's slot points at it.)
 // Take never fails: with every pooled ring taken, a ring is allocated for
 // the peer and freed when it gives it back (send rings: PROTOCOL.md,
 // "Scale": a ring comes back only when its peer acknowledges, and a peer
@@ -188,15 +189,15 @@ struct RxActive {
   HeldPacket* held = nullptr;  // while packets are held (RingPool), else null
 };
 
-// A peer's slot, and the record it holds while busy.
-struct PeerStreams {
-  TxStream tx;
-  RxStream rx;
-  uint32_t active = kNone;  // its ActiveStreams in the pool; kNone: idle
-};
+// A peer's busy part, and its slot (which points at it while busy).
 struct ActiveStreams {
   TxActive tx;
   RxActive rx;
+};
+struct PeerStreams {
+  TxStream tx;
+  RxStream rx;
+  ActiveStreams* active = nullptr;  // lent from the pool while busy
 };
 
 // What became of a sequenced packet that arrived.
@@ -215,7 +216,7 @@ class Reliability {
               uint32_t ring_size, uint32_t held_budget);
   Reliability(const Reliability&) = delete;
   Reliability& operator=(const Reliability&) = delete;
-  ~Reliability();  // gives back the rings peers still hold (the pools free only theirs)
+  ~Reliability();  // gives back the rings and records peers hold (the pools free only theirs)
 
   TxStream& tx(uint32_t pi) { return peers_[pi].tx; }
   const TxStream& tx(uint32_t pi) const { return peers_[pi].tx; }
@@ -226,8 +227,6 @@ class Reliability {
   // goes back to the pool when the peer is idle again.
   const TxActive& tx_active(uint32_t pi) const { return Peek(pi).tx; }
   const RxActive& rx_active(uint32_t pi) const { return Peek(pi).rx; }
-  // Records lent now (peers busy), and made in all (pooled and beyond).
-  uint32_t active_peers() const { return active_pool_.taken(); }
 
   // A new peer in slot pi: fresh streams (our initial PSN is the session's).
   void AddPeer(uint32_t pi);
@@ -295,7 +294,14 @@ class Reliability {
   // Builds retransmissions, then new packets, then an ACK into bufs;
   // returns how many. An ACK goes if one is owed or *probe_owed (the
   // session's liveness probe: it asks for one back, and is then cleared).
+  // A record the peer no longer needs goes back.
   size_t Build(uint32_t pi, bool* probe_owed, absl::Span<driver::Packet* const> bufs);
+  // The RTO of pi's stream after `backoff` expirations (a HELLO's retry
+  // too: backoff is its tries).
+  uint64_t Rto(uint32_t pi, uint32_t backoff) const { return Rto(tx(pi), backoff); }
+  uint64_t Rto(const TxStream& t, uint32_t backoff) const {
+    return t.rtt.rto(rto_bounds_, backoff);
+  }
   // Congestion control applies to pi (config, and pi not on this host).
   bool CcOn(uint32_t pi) const { return ctx_.config.congestion_control && !session_[pi].local; }
   // Something of ours to pi is unfinished: queued, unacknowledged, held or waiting.
@@ -311,9 +317,13 @@ class Reliability {
   // ---- Acknowledgements (of our stream, on any packet from pi; sack on ACKs).
   // Completes what they acknowledge (kOpTraits' after_ack), and on a
   // refusal backs off or, after rnr_give_up_ns, gives the message up.
+  // A packet with data keeps the peer's record (fresh, if the ACK made it
+  // idle) for the answer it owes, which settles it (Build, or the delayed
+  // ACK's timer): a ping-pong keeps its record across round trips rather
+  // than give it back and take it again on every one.
   void OnAck(uint32_t pi, const wire::Common& c, const wire::AckFields* sack) {
     Acknowledged(pi, c, sack);
-    Settle(pi);
+    if (c.type == wire::PacketType::kAck) Settle(pi);
   }
   // An ACK asking for one back (a probe): answer at once.
   void AckRequested(uint32_t pi);
@@ -378,7 +388,7 @@ class Reliability {
   }
   // After Build: counts a full congestion window, notes that it is in use,
   // and arms the pacing timer if packets wait for it.
-  void NoteCongestionLimits(uint32_t pi);
+  void NoteCongestionLimits(uint32_t pi, const TxActive& a);
   // A loss signal: the window halves, once per round trip.
   void CcLoss(uint32_t pi);
   // Pacing spreads a window over SRTT, but never over more than twice the
@@ -391,24 +401,23 @@ class Reliability {
   bool CursorHeld(const TxStream& t, const TxActive& a) const;
   // Peer pi's busy part to read: its record, or kIdle.
   const ActiveStreams& Peek(uint32_t pi) const {
-    const uint32_t i = peers_[pi].active;
-    return i == kNone ? kIdle : active_pool_[i];
+    const ActiveStreams* a = peers_[pi].active;
+    return a != nullptr ? *a : kIdle;
   }
-  // ... to change: its record, taken from the pool if it had none. Good
-  // until the next Act of another peer (the pool may move its records).
+  // ... to change: its record, taken from the pool if it had none.
   ActiveStreams& Act(uint32_t pi) {
-    uint32_t& i = peers_[pi].active;
-    if (i == kNone) i = active_pool_.Take();
-    return active_pool_[i];
+    ActiveStreams*& a = peers_[pi].active;
+    if (a == nullptr) a = active_pool_.Take();
+    return *a;
   }
   // The record of a peer that no longer needs it (nothing queued, waiting,
   // in flight, timed or held) goes back to the pool. Called where a peer
   // may have become idle, after the call's last use of the record.
   void Settle(uint32_t pi) {
-    const uint32_t i = peers_[pi].active;
-    if (i != kNone && Idle(active_pool_[i])) {
-      active_pool_.Give(i);
-      peers_[pi].active = kNone;
+    ActiveStreams* a = peers_[pi].active;
+    if (a != nullptr && Idle(*a)) {
+      active_pool_.Give(a);
+      peers_[pi].active = nullptr;
     }
   }
   static bool Idle(const ActiveStreams& a);
@@ -426,19 +435,19 @@ class Reliability {
   TxEntry& entry(const TxActive& a, Psn p) { return a.ring[p.value() & ring_mask_]; }
   HeldPacket& held_at(const RxActive& a, Psn p) const { return a.held[p.value() & ring_mask_]; }
 
-  void BuildSegment(uint32_t pi, driver::Packet* pkt);
+  void BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt);
   void BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt);
   void BuildAck(uint32_t pi, bool probe, driver::Packet* pkt);
   void WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t flags, driver::Packet* pkt);
   void ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack);
-  void CompleteAcked(uint32_t pi);
+  void CompleteAcked(uint32_t pi, TxActive& a);
   bool GiveUpRefused(uint32_t pi);
   void MarkRetx(TxActive& a, Psn psn, bool fast);
   void ArmRto(uint32_t pi);
   // A flight starts (or, not start, an ACK moved it on): the RTO from now
   // and the tail-loss probe, the peer's timer armed once (at a start, moved
   // later too: Context::MoveTimer).
-  void ArmFlight(uint32_t pi, bool start);
+  void ArmFlight(uint32_t pi, TxActive& a, bool start);
   // When the tail-loss probe of t's flight is due from now; 0: none (nothing
   // in flight, no RTT sample yet, backing off, refused, or not before the RTO).
   uint64_t TailProbeAt(const TxStream& t, const TxActive& a) const;
@@ -458,12 +467,13 @@ class Reliability {
   Completions& completions_;
   const uint32_t ring_mask_;
   const uint32_t held_budget_;
+  const RtoBounds rto_bounds_;
   uint32_t held_total_ = 0;
   uint32_t refused_peers_ = 0;
   // What an idle peer's record reads as.
   static const ActiveStreams kIdle;
   std::unique_ptr<PeerStreams[]> peers_;
-  RecordPool<ActiveStreams> active_pool_;
+  RingPool<ActiveStreams> active_pool_;
   RingPool<TxEntry> tx_pool_;
   RingPool<HeldPacket> held_pool_;
   // Peers whose ACK is deferred (RxStream::ack_deferred when they went in;

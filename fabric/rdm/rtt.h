@@ -10,11 +10,16 @@
 namespace bypass::rdm {
 
 // SRTT/RTTVAR estimator and the RTO derived from it.
+// The RTO's bounds: the endpoint's (EndpointConfig::rto_*_ns), kept once
+// rather than in every peer's estimator.
+struct RtoBounds {
+  uint64_t initial = 1'000'000;
+  uint64_t min = 100'000;
+  uint64_t max = 100'000'000;
+};
+
 class RttEstimator {
  public:
-  RttEstimator() = default;
-  RttEstimator(uint64_t initial_ns, uint64_t min_ns, uint64_t max_ns)
-      : initial_(initial_ns), min_(min_ns), max_(max_ns) {}
 
   // One round trip of a packet that was sent once (Karn: never of a
   // retransmitted one).
@@ -33,15 +38,15 @@ class RttEstimator {
 
   // The timeout before backoff: SRTT + 4 RTTVAR within [min, max], or the
   // initial value before any sample.
-  uint64_t rto() const {
-    if (!has_sample_) return initial_;
-    return std::clamp(srtt_ + 4 * rttvar_, min_, max_);
+  uint64_t rto(const RtoBounds& b) const {
+    if (!has_sample_) return b.initial;
+    return std::clamp(srtt_ + 4 * rttvar_, b.min, b.max);
   }
   // The timeout after `backoff` expirations in a row: doubled each time.
-  uint64_t rto(uint32_t backoff) const {
-    const uint64_t base = rto();
-    if (backoff >= 32 || base > (max_ >> std::min<uint32_t>(backoff, 63))) return max_;
-    return std::min(base << backoff, max_);
+  uint64_t rto(const RtoBounds& b, uint32_t backoff) const {
+    const uint64_t base = rto(b);
+    if (backoff >= 32 || base > (b.max >> std::min<uint32_t>(backoff, 63))) return b.max;
+    return std::min(base << backoff, b.max);
   }
 
   bool has_sample() const { return has_sample_; }
@@ -50,9 +55,6 @@ class RttEstimator {
   uint64_t min_rtt() const { return min_rtt_; }  // the smallest sample (0 before any)
 
  private:
-  uint64_t initial_ = 1'000'000;
-  uint64_t min_ = 100'000;
-  uint64_t max_ = 100'000'000;
   uint64_t srtt_ = 0;
   uint64_t rttvar_ = 0;
   uint64_t min_rtt_ = 0;
