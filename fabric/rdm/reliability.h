@@ -127,7 +127,8 @@ class RingPool {
 // (PSNs, the RTT estimate, the congestion window, flags: TxStream and
 // RxStream), and a record lent from a pool while anything is in flight,
 // queued, waiting, held or timed (TxActive and RxActive) holds the rest.
-// An idle peer's record reads as a fresh one (Reliability::tx_active).
+// An idle peer has none: what it would hold reads as fresh
+// (Reliability::tx_active).
 
 // Our stream to one peer: what stays while the peer is idle.
 struct TxStream {
