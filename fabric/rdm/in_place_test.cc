@@ -249,6 +249,68 @@ TEST(InPlaceTest, MixedWithEagerInSendOrder) {
   EXPECT_EQ(net.ep(1).counters().rendezvous_pulled, 0u);
 }
 
+// A request to send holds the sender's later messages until its receiver
+// answers, so that pulled bytes never wait behind a refused message
+// (PROTOCOL.md, Rendezvous). Once the peer has read one of our offers in
+// place and vouched for it, nothing will be pulled: the requests of a
+// window go together, not one per round trip.
+TEST(InPlaceTest, AReaderThatVouchedIsNotWaitedFor) {
+  Net net(SameHost());
+  Watch w;
+  WatchReceiver(net, &w);
+  // How many requests ep(1) had seen when ep(0) got the first READ_REQ of
+  // a batch (the first answer to any of its requests).
+  uint64_t seen_at_first_answer = 0;
+  bool answered = false;
+  net.tap(0).set_filter([&](const wire::View* v) {
+    if (v != nullptr && v->common.type == wire::PacketType::kRma &&
+        v->rma.op == wire::RmaOp::kReadReq && !answered) {
+      answered = true;
+      seen_at_first_answer = w.requests;
+    }
+    return true;
+  });
+  const PeerId to_b = net.Peer(0, 1);
+  constexpr int kBatch = 3;
+  constexpr size_t kSize = 64 * 1024;  // above in_place_threshold, below kThreshold too
+  uint64_t expect_copied = 0;
+  for (int batch = 0; batch < 2; ++batch) {
+    SCOPED_TRACE(batch);
+    std::vector<std::vector<uint8_t>> out(kBatch, std::vector<uint8_t>(kSize)),
+        in(kBatch, std::vector<uint8_t>(kSize, 0xee));
+    int sctx[kBatch], rctx[kBatch];
+    const uint64_t before = w.requests;
+    answered = false;
+    for (int k = 0; k < kBatch; ++k) {
+      testing::FillPattern(10 * batch + k, absl::MakeSpan(out[k]));
+      ASSERT_EQ(net.ep(1).PostRecv({.buf = in[k].data(), .len = kSize, .context = &rctx[k]}),
+                Result::kOk);
+    }
+    for (int k = 0; k < kBatch; ++k) {
+      ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = out[k].data(), .len = kSize,
+                                .context = &sctx[k]}),
+                Result::kOk);
+    }
+    Transfer t;
+    ASSERT_TRUE(RunTransfer(net, t, kBatch, kBatch));
+    ASSERT_TRUE(t.send_err.empty()) << t.send_err[0].message;
+    ASSERT_TRUE(t.recv_err.empty()) << t.recv_err[0].message;
+    for (int k = 0; k < kBatch; ++k) {
+      EXPECT_EQ(t.got[k].context, &rctx[k]) << "in send order";
+      EXPECT_EQ(testing::CheckPattern(10 * batch + k, in[k]), -1) << k;
+    }
+    EXPECT_EQ(w.requests - before, uint64_t{kBatch});
+    // The first batch: one request at a time until the peer vouched (and
+    // where the guard does not vouch, always).
+    const uint64_t together = batch == 1 && kVouches ? kBatch : 1;
+    EXPECT_EQ(seen_at_first_answer - before, together);
+    expect_copied += w.offers > 0 ? kBatch : 0;
+  }
+  EXPECT_EQ(w.read_data, 0u) << "nothing pulled";
+  EXPECT_EQ(net.ep(1).counters().rendezvous_copied_in_place, expect_copied);
+  EXPECT_EQ(w.offers, uint64_t{2 * kBatch});
+}
+
 // A read that fails, whatever the reason, falls back to the pull silently.
 TEST(InPlaceTest, FailedReadFallsBackToThePull) {
   for (const int64_t result : {int64_t{-EPERM}, int64_t{-ESRCH}, int64_t{-EFAULT},

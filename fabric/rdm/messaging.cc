@@ -773,7 +773,9 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
   ops_.SetKind(o, OpKind::kRndvData);
   op.type = wire::PacketType::kRma;
   if (copied && (r.flags & wire::kRmaFlagVouched) != 0) {
-    // Read in place and already received: the send completes now.
+    // Read in place and already received: the send completes now, and the
+    // peer has shown that it reads us (its next requests are not waited for).
+    session_[pi].reads_in_place = true;
     ++ctx_.counters.rendezvous_read_by_peer;
     completions_.OpDone(op);
     ops_.Free(o);
@@ -794,6 +796,7 @@ bool Messaging::ConsumePullRequest(uint32_t pi, const wire::RmaFields& r) {
     // to the general threshold, where an extra round trip buys nothing.
     session_[pi].same_host = false;
     session_[pi].in_place_refused = true;
+    session_[pi].reads_in_place = false;
   }
   op.rma.op = wire::RmaOp::kReadData;
   op.rma.flags = wire::kRmaFlagMessage;
@@ -896,6 +899,7 @@ void Messaging::EndSession(uint32_t pi, int err, const char* why) {
   // is learned again from its frames.
   session_[pi].same_host = false;
   session_[pi].in_place_refused = false;
+  session_[pi].reads_in_place = false;
   // The messages still queued (none started) open the next session.
   p.next_msg_id = 0;
   for (uint32_t o = reliability_.tx_active(pi).ops.front(); o != kNone; o = ops_[o].next) {

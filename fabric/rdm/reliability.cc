@@ -306,7 +306,14 @@ void Reliability::BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt) {
   WritePacket(pi, psn, e, fills || completes ? wire::kFlagAckReq : 0, pkt);
   ++t.next_psn;
   a.cursor_offset += seg;
-  if (Traits(op.kind).holds_stream) {
+  // A request to send holds our later messages until the peer answers, so
+  // that the bytes it pulls never queue behind a message it refuses
+  // (PROTOCOL.md, Rendezvous). A peer that reads our offers in place pulls
+  // nothing: its answer comes after the copy, and waiting for it would
+  // leave one message in flight at a time (the offer went on the wire:
+  // WritePacket above keeps offer_pid only then).
+  if (Traits(op.kind).holds_stream &&
+      !(op.msg.offer_pid != 0 && session_[pi].reads_in_place)) {
     t.hold = true;
     t.hold_id = op.msg.msg_id;
   }

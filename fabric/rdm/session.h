@@ -99,6 +99,11 @@ struct SessionPeer {
   // another pid namespace), for the rest of the session.
   bool same_host : 1 = false;
   bool in_place_refused : 1 = false;
+  // It has read a message of ours in place and vouched for it (a COPIED,
+  // VOUCHED READ_REQ) in this session: our rendezvous requests that offer
+  // to be read in place no longer hold our later messages back until it
+  // answers (Reliability::BuildSegment; PROTOCOL.md, "Reading in place").
+  bool reads_in_place : 1 = false;
   // Its handshake said our frames reach it through memory only
   // (wire::kCapUnchecked): our DATA, RMA and ACKs go without a CRC.
   bool sends_unchecked : 1 = false;
