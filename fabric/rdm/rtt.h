@@ -20,7 +20,6 @@ struct RtoBounds {
 
 class RttEstimator {
  public:
-
   // One round trip of a packet that was sent once (Karn: never of a
   // retransmitted one).
   void Sample(uint64_t rtt_ns) {
