@@ -188,7 +188,11 @@ TEST(RdmMemif, TwoProcessesExchangeTaggedAndUntagged) {
   unlink((sock + ".lock").c_str());
   EXPECT_TRUE(s.ok()) << s;
   ASSERT_TRUE(exited) << "the peer did not finish";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the peer failed (see its stderr)";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the peer failed: "
+      << (WIFSIGNALED(status) ? absl::StrCat("killed by signal ", WTERMSIG(status))
+                              : absl::StrCat("exit status ", WEXITSTATUS(status)))
+      << " (see its stderr above)";
 }
 
 }  // namespace
