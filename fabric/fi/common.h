@@ -104,6 +104,9 @@ class DomainMutex {
     depth_ = 1;
     return true;
   }
+  // Held, and another thread may be waiting for it (for the owner to ask
+  // before it unlocks: ProgressDomain).
+  bool waited_for() const { return state_.load(std::memory_order_relaxed) == 2; }
   void unlock() {
     if (--depth_ > 0) return;
     owner_.store(0, std::memory_order_relaxed);

@@ -384,7 +384,7 @@ void ProgressAll(const std::vector<Ep*>& eps) {
   for (Ep* ep : eps) ProgressEp(ep);
 }
 
-size_t ProgressDomain(Domain* d) {
+size_t ProgressDomain(Domain* d, bool* waited) {
   // The domain's lock keeps d->eps; a slot of a scalable endpoint on a
   // queue of its own is progressed under its own lock too (taken after the
   // domain's, the order every path keeps).
@@ -394,6 +394,8 @@ size_t ProgressDomain(Domain* d) {
     DomainGuard q(*ep->lock);
     n += ProgressEp(ep);
   }
+  DomainLock& l = d->lock;
+  *waited = l.Target().mu.waited_for();
   return n;
 }
 

@@ -44,7 +44,11 @@ void ProgressAll(const std::vector<Ep*>& eps);
 // pass sends the ACK its peer's transmit completion waits for.
 class AckWatch {
  public:
-  explicit AckWatch(Domain* d) : d_(d) {}
+  // Notes the call as the application's (ProgressThread::NoteAppPass),
+  // whether or not it goes on to progress: a read that finds completions
+  // waiting returns them without a pass, and a thread that took such an
+  // application for gone made the completions itself, pass after pass.
+  explicit AckWatch(Domain* d);
   ~AckWatch();
   AckWatch(const AckWatch&) = delete;
   AckWatch& operator=(const AckWatch&) = delete;
@@ -55,8 +59,9 @@ class AckWatch {
 
 // The domain-wide pass of the progress thread (progress_thread.h): takes
 // the domain lock and progresses every endpoint of d. Returns what
-// ProgressEp returned, summed.
-size_t ProgressDomain(Domain* d);
+// ProgressEp returned, summed; *waited: another thread waited for the
+// domain lock during the pass (an application call).
+size_t ProgressDomain(Domain* d, bool* waited);
 
 }  // namespace bypass::fi
 

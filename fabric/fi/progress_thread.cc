@@ -89,7 +89,15 @@ void ProgressThread::Run() {
     const uint64_t app = app_passes_.load(std::memory_order_relaxed);
     const bool app_polls = !kicked && app != seen_app;
     seen_app = app;
-    const size_t n = app_polls ? 0 : ProgressDomain(d_);
+    // An application call waited for the domain lock during our pass: the
+    // application is calling in, and stands aside as if its pass showed.
+    // (The lock's waiter is only woken at our unlock, and this thread,
+    // running, took the lock again first, pass after pass while it found
+    // work: measured, it did a receiver's in-place copies of 1 MiB
+    // messages while the application's one call slept on the lock, 2.9 M
+    // passes in 3 s against the application's 220 calls.)
+    bool app_waited = false;
+    const size_t n = app_polls ? 0 : ProgressDomain(d_, &app_waited);
     // A pass (ours or the application's) deferred an ACK: watch from now
     // on, as AckWatch would have made us (our own pass may be the one that
     // deferred it, and the demand that woke us may go with the signal).
@@ -103,10 +111,10 @@ void ProgressThread::Run() {
     if (n > 0) {
       last_active = now;
       nap = 0;
-      continue;
+      if (!app_waited) continue;
     }
     uint64_t sleep_ns;
-    if (app_polls) {
+    if (app_polls || app_waited) {
       sleep_ns = kAppNapNs;
     } else if (now - last_active < kBusyNs) {
       continue;
@@ -116,6 +124,10 @@ void ProgressThread::Run() {
     }
     cv_.wait_for(l, std::chrono::nanoseconds(sleep_ns), [&] { return stop_ || kicked_; });
   }
+}
+
+AckWatch::AckWatch(Domain* d) : d_(d) {
+  if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
 }
 
 AckWatch::~AckWatch() {
