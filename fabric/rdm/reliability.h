@@ -174,7 +174,7 @@ struct TxActive {
 struct RxStream {
   uint64_t ack_deadline = 0;    // delayed ACK due; 0: none
   Psn rcv_nxt;
-  uint16_t unacked = 0;         // consumed since we last acknowledged (at most the window, 256)
+  uint16_t unacked = 0;         // consumed since we last acknowledged (< the window, 256)
   bool ack_now : 1 = false;         // acknowledge this pass (a DATA may carry it)
   bool ack_standalone : 1 = false;  // an ACK packet is needed (SACK, window update, probe)
   bool rnr_owed : 1 = false;        // an ACK with kFlagRnr is needed
