@@ -54,7 +54,7 @@ void DrainInterruptThread() {
   auto mark = [](void* arg) { static_cast<std::atomic<bool>*>(arg)->store(true); };
   if (rte_eal_alarm_set(1, mark, &ran) != 0) return;
   for (int i = 0; i < 10000 && !ran.load(); ++i) usleep(100);
-  if (!ran.load()) rte_eal_alarm_cancel(mark, &ran);  // -1: all alarms with this arg
+  if (!ran.load()) rte_eal_alarm_cancel(mark, &ran);  // waits if it is running now
 }
 
 }  // namespace

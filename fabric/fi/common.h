@@ -87,7 +87,9 @@ class DomainMutex {
     // 0 free, 1 held, 2 held and maybe waited for (Drepper, "Futexes Are
     // Tricky", mutex 2).
     if (state_.exchange(1, std::memory_order_acquire) != 0) {
+      waiters_.fetch_add(1, std::memory_order_relaxed);  // the slow path only
       while (state_.exchange(2, std::memory_order_acquire) != 0) Futex(FUTEX_WAIT_PRIVATE, 2);
+      waiters_.fetch_sub(1, std::memory_order_relaxed);
     }
     owner_.store(me, std::memory_order_relaxed);
     depth_ = 1;
@@ -104,9 +106,10 @@ class DomainMutex {
     depth_ = 1;
     return true;
   }
-  // Held, and another thread may be waiting for it (for the owner to ask
-  // before it unlocks: ProgressDomain).
-  bool waited_for() const { return state_.load(std::memory_order_relaxed) == 2; }
+  // Another thread is waiting for it now (for the owner to ask before it
+  // unlocks: ProgressDomain). Not state_ == 2, which the owner also reads
+  // when it was the one that waited.
+  bool waited_for() const { return waiters_.load(std::memory_order_relaxed) != 0; }
   void unlock() {
     if (--depth_ > 0) return;
     owner_.store(0, std::memory_order_relaxed);
@@ -124,6 +127,7 @@ class DomainMutex {
   std::atomic<uint32_t> state_{0};
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   std::atomic<uintptr_t> owner_{0};
+  std::atomic<uint32_t> waiters_{0};  // threads in lock()'s slow path
   uint32_t depth_ = 0;  // the owner's
 };
 
