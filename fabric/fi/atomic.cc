@@ -16,6 +16,7 @@
 #include "fabric/fi/hmem.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/msg_ep.h"
+#include "fabric/fi/progress.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
@@ -157,6 +158,7 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
   const size_t bytes = n * size;
   if (a.inject_call && bytes > ep->config.inject_size) return -FI_EMSGSIZE;
 
+  CallWatch w(ep->domain, /*app_pass=*/false);  // after the guard: what the post left
   DomainGuard g(*ep->lock);
   rdm::AtomicRequest r;
   fi_addr_t dest = a.dest;  // a connected endpoint's is its peer (msg_ep.h)
@@ -181,6 +183,7 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
     r.flags = rdm::kAtomicInject;
     r.context = nullptr;
     const rdm::Result res = ep->rdm->Atomic(r);
+    NoteUnfinished(ep);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.write);
       ep->peers.NoteBuffered(AvEntry(ep->av, a.dest));
@@ -210,6 +213,7 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
     r.result = a.result[0].addr;
   }
   const rdm::Result res = ep->rdm->Atomic(r);
+  NoteUnfinished(ep);
   if (res == rdm::Result::kOk) StxTake(ep);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return static_cast<int>(res);

@@ -52,7 +52,7 @@ fi_ops g_cntr_fi_ops = {
 uint64_t CntrRead(fid_cntr* f) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return 0;
-  AckWatch w(c->domain);
+  CallWatch w(c->domain);
   DomainGuard g(*c->lock.load());
   ProgressAll(c->eps);
   const uint64_t v = c->value.load();
@@ -63,7 +63,7 @@ uint64_t CntrRead(fid_cntr* f) {
 uint64_t CntrReadErr(fid_cntr* f) {
   Cntr* c = AsCntr(f);
   if (c == nullptr) return 0;
-  AckWatch w(c->domain);
+  CallWatch w(c->domain);
   DomainGuard g(*c->lock.load());
   ProgressAll(c->eps);
   const uint64_t v = c->errors.load();
@@ -123,7 +123,7 @@ int CntrWait(fid_cntr* f, uint64_t threshold, int timeout) {
   if (c == nullptr) return BadFid(f, FI_CLASS_CNTR);
   const uint64_t errors = c->errors.load();
   int ret = -FI_ETIMEDOUT;
-  AckWatch w(c->domain);
+  CallWatch w(c->domain);
   SleepUntil(&c->wait, &c->fid.fid, DeadlineAfterMs(timeout), [&] {
     {
       DomainGuard g(*c->lock.load());

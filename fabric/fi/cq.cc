@@ -96,7 +96,7 @@ ssize_t CqReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src) {
   Cq* cq = AsCq(f);
   if (cq == nullptr) return ReadOfClosedCq(f);
   if (buf == nullptr && count > 0) return -FI_EINVAL;
-  AckWatch w(cq->domain);
+  CallWatch w(cq->domain);
   DomainGuard g(*cq->lock.load());
   if (count == 0) {
     ProgressAll(cq->eps);
@@ -112,7 +112,7 @@ ssize_t CqReadErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t flags) {
   if (cq == nullptr) return ReadOfClosedCq(f);
   if (buf == nullptr) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
-  AckWatch w(cq->domain);
+  CallWatch w(cq->domain);
   DomainGuard g(*cq->lock.load());
   if (cq->errors.empty()) ProgressAll(cq->eps);
   if (cq->errors.empty()) return -FI_EAGAIN;
@@ -147,7 +147,7 @@ ssize_t CqSReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src, const vo
     want = std::clamp<size_t>(reinterpret_cast<uintptr_t>(cond), 1, count);
   }
   ssize_t ret = -FI_EAGAIN;
-  AckWatch w(cq->domain);
+  CallWatch w(cq->domain);
   SleepUntil(&cq->wait, &cq->fid.fid, DeadlineAfterMs(timeout), [&] {
     if (cq->signaled.exchange(false)) return true;  // ret stays -FI_EAGAIN
     DomainGuard g(*cq->lock.load());

@@ -73,12 +73,15 @@ struct Domain {
   // scalable endpoint's context on a queue of its own: ProgressAll), set
   // once it is running: `progress` is written under the domain's lock.
   std::atomic<ProgressThread*> progress_running{nullptr};
-  // An endpoint deferred an ACK to the application's next call (progress.h,
-  // AckWatch): the progress thread is wanted, and then watches (started in
-  // demand mode and kept in demand until close) so that the ACK leaves even
-  // if the application never calls again.
-  std::atomic<bool> ack_watch_wanted{false};
-  std::atomic<bool> ack_watched{false};
+  // The watch (progress.h, CallWatch): an application call or a pass left
+  // an endpoint with something only a later pass finishes (an ACK deferred
+  // to the application's next call, packets in flight, data queued behind
+  // the window: rdm::Endpoint::Unfinished), and the application may never
+  // call again. watch_wanted: set under the lock by such a call or pass;
+  // watched: the progress thread holds a demand for it, which it drops
+  // after a pass of its own found every endpoint finished.
+  std::atomic<bool> watch_wanted{false};
+  std::atomic<bool> watched{false};
   // Triggered operations and deferred work (trigger.h).
   std::shared_ptr<TriggerQueue> triggers;
 };

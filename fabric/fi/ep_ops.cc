@@ -25,6 +25,7 @@
 #include "fabric/fi/ep.h"
 #include "fabric/fi/info/info.h"
 #include "fabric/fi/msg_ep.h"
+#include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 #include "fabric/fi/shared_ctx.h"
 #include "fabric/fi/trigger.h"
@@ -172,6 +173,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   const uint64_t multicast = ep->type == FI_EP_DGRAM ? FI_MULTICAST : 0;  // mcast.h
   if ((a.flags & ~(kSendFlags | multicast)) != 0) return -FI_EBADFLAGS;
+  CallWatch w(ep->domain, /*app_pass=*/false);  // after the guard: what the send left
   DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) {
     if (a.tagged) return -FI_ENOSYS;  // FI_EP_DGRAM offers FI_MSG only
@@ -205,6 +207,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Send(r);
+    NoteUnfinished(ep);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.send);
       ep->peers.NoteBuffered(AvEntry(ep->av, dest));
@@ -259,6 +262,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   }
   r.len = len;
   const rdm::Result res = ep->rdm->Send(r);
+  NoteUnfinished(ep);
   if (res == rdm::Result::kOk) StxTake(ep);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
@@ -432,6 +436,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   if (!ValidIov(a.iov, a.count, &len)) return -FI_EINVAL;
   if ((a.flags & ~kSendFlags) != 0) return -FI_EBADFLAGS;
   if (a.read && (a.flags & (FI_INJECT | FI_REMOTE_CQ_DATA))) return -FI_EINVAL;
+  CallWatch w(ep->domain, /*app_pass=*/false);  // after the guard: what the post left
   DomainGuard g(*ep->lock);
   if (ep->dgram != nullptr) return -FI_ENOSYS;  // no RMA on datagrams
   rdm::RmaRequest r;
@@ -461,6 +466,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Write(r);
+    NoteUnfinished(ep);
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.write);
       ep->peers.NoteBuffered(AvEntry(ep->av, dest));
@@ -492,6 +498,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   }
   r.len = len;
   const rdm::Result res = a.read ? ep->rdm->Read(r) : ep->rdm->Write(r);
+  NoteUnfinished(ep);
   if (res == rdm::Result::kOk) StxTake(ep);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);

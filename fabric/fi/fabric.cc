@@ -99,7 +99,7 @@ Settings ReadSettings() {
   // that call sends it. Applications may stop calling once they have what
   // they waited for (fi_pingpong does, before its TCP handshakes), and a
   // peer waiting for FI_TRANSMIT_COMPLETE would then wait for nothing: the
-  // domain's progress thread watches for that (AckWatch, progress.h).
+  // domain's progress thread watches for that (CallWatch, progress.h).
   // FI_BYPASS_DEFER_ACKS=0: at once, in the pass that received the message.
   c.defer_requested_acks = true;
   if (auto v = ParamInt("defer_acks", FI_PARAM_BOOL)) c.defer_requested_acks = *v != 0;

@@ -55,14 +55,14 @@ Obj* MemberObj(fid* f) {
 // baseline moves to what fi_poll saw).
 bool Polled(fid* f) {
   if (Cq* cq = AsCq(f)) {
-    AckWatch w(cq->domain);
+    CallWatch w(cq->domain);
     DomainGuard g(*cq->lock.load());
     ProgressAll(cq->eps);
     return !cq->entries.empty() || !cq->errors.empty();
   }
   Cntr* c = AsCntr(f);
   {
-    AckWatch w(c->domain);
+    CallWatch w(c->domain);
     DomainGuard g(*c->lock.load());
     ProgressAll(c->eps);
   }

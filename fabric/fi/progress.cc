@@ -316,13 +316,10 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
   // One pass. What a peer waits for to complete a send (its last packet
   // asks, see ep_ops.cc) is acknowledged at the application's next call:
   // the reply it sends carries the ACK, else that call's pass sends it, or
-  // the progress thread if the application stops calling (AckWatch).
+  // the progress thread if the application stops calling (CallWatch).
   size_t done = e.Progress();
   if constexpr (std::is_same_v<E, rdm::Endpoint>) {
-    // The ACK this pass deferred needs a watch (AckWatch), asked for once.
-    if (e.HasDeferredAcks() && !ep->domain->ack_watch_wanted.load(std::memory_order_relaxed)) {
-      ep->domain->ack_watch_wanted.store(true, std::memory_order_relaxed);
-    }
+    NoteUnfinished(ep);  // what this pass left (an ACK deferred, packets in flight)
     if (ep->buffered != nullptr) ScanBuffered(ep);  // before the poll: its peeks complete at once
   }
   rdm::Completion* const comps = ep->drain->completions;
@@ -384,15 +381,28 @@ void ProgressAll(const std::vector<Ep*>& eps) {
   for (Ep* ep : eps) ProgressEp(ep);
 }
 
-size_t ProgressDomain(Domain* d, bool* waited) {
+void NoteUnfinished(Ep* ep) {
+  Domain* d = ep->domain;
+  // One load while the thread watches (an application that keeps calling).
+  if (d->watched.load(std::memory_order_relaxed) ||
+      d->watch_wanted.load(std::memory_order_relaxed) || ep->rdm == nullptr ||
+      !ep->rdm->Unfinished()) {
+    return;
+  }
+  d->watch_wanted.store(true, std::memory_order_relaxed);
+}
+
+size_t ProgressDomain(Domain* d, bool* waited, bool* unfinished) {
   // The domain's lock keeps d->eps; a slot of a scalable endpoint on a
   // queue of its own is progressed under its own lock too (taken after the
   // domain's, the order every path keeps).
   DomainGuard g(d->lock);
   size_t n = 0;
+  *unfinished = false;
   for (Ep* ep : d->eps) {
     DomainGuard q(*ep->lock);
     n += ProgressEp(ep);
+    if (ep->rdm != nullptr && ep->rdm->Unfinished()) *unfinished = true;
   }
   DomainLock& l = d->lock;
   *waited = l.Target().mu.waited_for();

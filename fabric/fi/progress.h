@@ -35,33 +35,46 @@ size_t ProgressEp(Ep* ep);
 // the application (a read or a wait: the progress thread stands aside).
 // REQUIRES: the domain guard is held.
 void ProgressAll(const std::vector<Ep*>& eps);
-// Declared before a read's DomainGuard, so that it ends after it: when a
-// pass of the call deferred an ACK to the application's next call
-// (rdm::EndpointConfig::defer_requested_acks, set on FI_EP_RDM endpoints)
-// and the domain's progress thread does not watch yet, starts it and
-// keeps it in demand until the domain closes: should the application not
-// call again (fi_pingpong's TCP handshake between sizes), the thread's next
-// pass sends the ACK its peer's transmit completion waits for.
-class AckWatch {
+// Declared before a call's DomainGuard, so that it ends after it: when the
+// call (a read, a wait, a send, an RMA or atomic) left an endpoint with
+// something only a later pass finishes (Domain::watch_wanted: a deferred
+// ACK, packets in flight, data queued behind the congestion window) and
+// the domain's progress thread does not watch yet, starts it and puts it
+// in demand until a pass of its own finds the domain's endpoints finished:
+// should the application not call again (fi_pingpong's TCP handshake
+// between sizes; a thread that injects and then waits on another
+// endpoint's fd), the thread's passes send the ACK its peer's transmit
+// completion waits for, take the ACKs of what was sent and send what the
+// window held back.
+class CallWatch {
  public:
-  // Notes the call as the application's (ProgressThread::NoteAppPass),
-  // whether or not it goes on to progress: a read that finds completions
-  // waiting returns them without a pass, and a thread that took such an
-  // application for gone made the completions itself, pass after pass.
-  explicit AckWatch(Domain* d);
-  ~AckWatch();
-  AckWatch(const AckWatch&) = delete;
-  AckWatch& operator=(const AckWatch&) = delete;
+  // app_pass: notes the call as the application's progress
+  // (ProgressThread::NoteAppPass), whether or not it goes on to progress:
+  // a read that finds completions waiting returns them without a pass, and
+  // a thread that took such an application for gone made the completions
+  // itself, pass after pass. Not for posting calls: an application that
+  // only posts (fi_inject after fi_inject) progresses nothing, and the
+  // thread must not stand aside for it.
+  explicit CallWatch(Domain* d, bool app_pass = true);
+  ~CallWatch();
+  CallWatch(const CallWatch&) = delete;
+  CallWatch& operator=(const CallWatch&) = delete;
 
  private:
   Domain* const d_;
 };
 
+// An endpoint's call left ep with something only a later pass finishes:
+// the watch is wanted (CallWatch). REQUIRES: ep's guard is held.
+void NoteUnfinished(Ep* ep);
+
 // The domain-wide pass of the progress thread (progress_thread.h): takes
 // the domain lock and progresses every endpoint of d. Returns what
 // ProgressEp returned, summed; *waited: another thread waited for the
-// domain lock during the pass (an application call).
-size_t ProgressDomain(Domain* d, bool* waited);
+// domain lock during the pass (an application call); *unfinished: an
+// endpoint has something only a later pass finishes (rdm::Endpoint::
+// Unfinished).
+size_t ProgressDomain(Domain* d, bool* waited, bool* unfinished);
 
 }  // namespace bypass::fi
 

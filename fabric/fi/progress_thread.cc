@@ -42,6 +42,12 @@ void ProgressThread::AddDemand() {
 
 void ProgressThread::DropDemand() { demand_.fetch_sub(1); }
 
+void ProgressThread::AddWatch() {
+  demand_.fetch_add(1);
+  std::lock_guard<std::mutex> l(mu_);  // not a sleeper: no kick, the application may be polling
+  cv_.notify_all();
+}
+
 void ProgressThread::OweNative(WaitObject* w) {
   std::lock_guard<std::mutex> l(natives_mu_);
   if (std::find(natives_.begin(), natives_.end(), w) == natives_.end()) natives_.push_back(w);
@@ -68,9 +74,13 @@ void ProgressThread::Run() {
   uint64_t seen_app = app_passes_.load(std::memory_order_relaxed);
   uint64_t last_active = clock.NowNs();
   uint64_t nap = 0;
+  // The watch was just dropped: one more pass looks again before the
+  // thread may sleep without demand (an application call that left work
+  // while the watch was still held did not ask for it).
+  bool recheck = false;
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
-    if (!auto_ && demand_.load() == 0) {
+    if (!auto_ && demand_.load() == 0 && !recheck) {
       cv_.wait(l, [&] { return stop_ || demand_.load() > 0; });
       kicked_ = false;
       last_active = clock.NowNs();
@@ -87,8 +97,9 @@ void ProgressThread::Run() {
     // The application polls if it progressed since the last look, unless
     // a thread just went to sleep (its last polls are over).
     const uint64_t app = app_passes_.load(std::memory_order_relaxed);
-    const bool app_polls = !kicked && app != seen_app;
+    const bool app_polls = !kicked && !recheck && app != seen_app;
     seen_app = app;
+    recheck = false;
     // An application call waited for the domain lock during our pass: the
     // application is calling in, and stands aside as if its pass showed.
     // (The lock's waiter is only woken at our unlock, and this thread,
@@ -97,14 +108,9 @@ void ProgressThread::Run() {
     // messages while the application's one call slept on the lock, 2.9 M
     // passes in 3 s against the application's 220 calls.)
     bool app_waited = false;
-    const size_t n = app_polls ? 0 : ProgressDomain(d_, &app_waited);
-    // A pass (ours or the application's) deferred an ACK: watch from now
-    // on, as AckWatch would have made us (our own pass may be the one that
-    // deferred it, and the demand that woke us may go with the signal).
-    if (d_->ack_watch_wanted.load(std::memory_order_relaxed) &&
-        !d_->ack_watched.load(std::memory_order_relaxed) && !d_->ack_watched.exchange(true)) {
-      demand_.fetch_add(1);
-    }
+    bool unfinished = false;
+    const size_t n = app_polls ? 0 : ProgressDomain(d_, &app_waited, &unfinished);
+    if (!app_polls) recheck = Watch(unfinished);
     RetryNatives();
     const uint64_t now = clock.NowNs();
     l.lock();
@@ -113,6 +119,7 @@ void ProgressThread::Run() {
       nap = 0;
       if (!app_waited) continue;
     }
+    if (recheck) continue;
     uint64_t sleep_ns;
     if (app_polls || app_waited) {
       sleep_ns = kAppNapNs;
@@ -126,18 +133,44 @@ void ProgressThread::Run() {
   }
 }
 
-AckWatch::AckWatch(Domain* d) : d_(d) {
+bool ProgressThread::Watch(bool unfinished) {
+  if (unfinished) {
+    // Our own pass may be the one that left the work (and the demand that
+    // woke us may go with the signal): watch from now on.
+    if (!d_->watched.load(std::memory_order_relaxed) && !d_->watched.exchange(true)) {
+      demand_.fetch_add(1);
+    }
+    return false;
+  }
+  if (!d_->watched.load()) return false;
+  // Every endpoint finished: the watch goes. A call that left work after
+  // our look saw it still held and asked for nothing: the next pass (which
+  // the caller makes before sleeping) looks again, under the locks that
+  // call held, and takes the watch back if so.
+  d_->watch_wanted.store(false);
+  d_->watched.store(false);
+  demand_.fetch_sub(1);
+  return true;
+}
+
+CallWatch::CallWatch(Domain* d, bool app_pass) : d_(d) {
+  if (!app_pass) return;
   if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
 }
 
-AckWatch::~AckWatch() {
-  if (!d_->ack_watch_wanted.load(std::memory_order_relaxed) ||
-      d_->ack_watched.load(std::memory_order_relaxed) || d_->ack_watched.exchange(true)) {
+CallWatch::~CallWatch() {
+  if (!d_->watch_wanted.load(std::memory_order_relaxed) ||
+      d_->watched.load(std::memory_order_relaxed) || d_->watched.exchange(true)) {
     return;
   }
-  // The demand is never dropped: a watch until close (naps of up to
-  // kMaxWaitedNapNs; standing aside while the application polls).
-  if (ProgressThread* t = EnsureProgressThread(d_)) t->AddDemand();
+  // Dropped by the thread once a pass of its own finds every endpoint
+  // finished (ProgressThread::Watch); naps of up to kMaxWaitedNapNs
+  // meanwhile, standing aside while the application polls.
+  if (ProgressThread* t = EnsureProgressThread(d_)) {
+    t->AddWatch();
+  } else {
+    d_->watched.store(false);  // no thread: waits poll (wait.h), and so does nothing else
+  }
 }
 
 void LockEveryQueue(Domain* d) {

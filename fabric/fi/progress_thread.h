@@ -57,6 +57,11 @@ class ProgressThread {
   // A sleeper or armed object wants progress until DropDemand.
   void AddDemand();
   void DropDemand();
+  // The domain's watch (progress.h, CallWatch): a demand, without the kick
+  // a new sleeper gives (the thread wakes if it slept without demand, and
+  // still stands aside while the application polls). The thread drops it
+  // itself (Watch).
+  void AddWatch();
   // A MUTEX_COND wait object whose signal found the application's mutex
   // busy: retried after every pass until it goes through (wait.h), or
   // forgotten when the object is disarmed.
@@ -72,6 +77,11 @@ class ProgressThread {
  private:
   void Run();
   void RetryNatives();
+  // After a pass of the thread's own: takes the domain's watch if an
+  // endpoint is unfinished and nobody holds it, drops it if every
+  // endpoint finished. True when dropped (the caller passes once more
+  // before sleeping).
+  bool Watch(bool unfinished);
 
   Domain* const d_;
   const bool auto_;

@@ -138,6 +138,7 @@ uint32_t Endpoint::SendSlotsFree() const { return engine_->SendSlotsFree(); }
 uint32_t Endpoint::RecvSlotsFree() const { return engine_->RecvSlotsFree(); }
 bool Endpoint::HasTxWork() const { return backlog_n_ > 0 || engine_->HasTxWork(); }
 bool Endpoint::HasDeferredAcks() const { return engine_->HasDeferredAcks(); }
+bool Endpoint::Unfinished() const { return backlog_n_ > 0 || engine_->Unfinished(); }
 size_t Endpoint::PollCompletions(absl::Span<Completion> out) {
   return engine_->PollCompletions(out);
 }

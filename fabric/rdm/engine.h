@@ -84,6 +84,9 @@ class Engine : private Stages {
     if (ctx.now >= ctx.next_timer_ns) RunDueTimers();
   }
   bool HasTxWork() const { return ctx.queued_peers() > 0 || session.HasResets(); }
+  // Something only a later pass finishes (rdm.h, Unfinished): a peer busy
+  // or owed a delayed ACK, an ACK deferred, a frame to build.
+  bool Unfinished() const { return reliability.AnyBusy() || HasDeferredAcks() || HasTxWork(); }
   // ACKs deferred to the owner's next call (defer_requested_acks): due now.
   bool HasDeferredAcks() const { return reliability.HasDeferredAcks(); }
   void ReleaseDeferredAcks() {

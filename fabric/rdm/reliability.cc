@@ -59,7 +59,9 @@ void Reliability::AddPeer(uint32_t pi) {
     if (a.rx.held != nullptr) GiveHeldRing(a.rx);
     a = ActiveStreams{};  // as fresh as the pool's others (Idle)
     active_pool_.Give(p.active);
+    --busy_peers_;
   }
+  ClearAckDeadline(p.rx);
   p = PeerStreams{};
   TxStream& t = p.tx;
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
@@ -127,7 +129,7 @@ void Reliability::ResetRx(uint32_t pi) {
     --refused_peers_;
   }
   r.unacked = 0;
-  r.ack_deadline = 0;
+  ClearAckDeadline(r);
   r.ack_now = r.ack_standalone = r.rnr_owed = r.ack_deferred = false;
   Settle(pi);
 }
@@ -210,7 +212,7 @@ void Reliability::NoteAckSent(uint32_t pi, bool standalone) {
   if (!session_[pi].rx_known) return;
   RxStream& r = rx(pi);
   r.unacked = 0;
-  r.ack_deadline = 0;
+  ClearAckDeadline(r);
   r.ack_now = false;
   r.ack_deferred = false;
   if (standalone) {
@@ -732,6 +734,7 @@ void Reliability::AfterReceive(uint32_t pi, uint16_t flags) {
     ctx_.Enqueue(pi);
   } else if (r.unacked > 0 && r.ack_deadline == 0) {
     r.ack_deadline = ctx_.now + ctx_.config.ack_delay_ns;
+    ++acks_delayed_;
     ctx_.ArmExactTimer(pi, r.ack_deadline);
   }
 }
@@ -777,7 +780,7 @@ void Reliability::RunDeadlines(uint32_t pi, uint64_t* next, uint64_t* floor) {
   if (r.ack_deadline > now) {
     *next = std::min(*next, r.ack_deadline);
   } else if (r.ack_deadline != 0) {
-    r.ack_deadline = 0;
+    ClearAckDeadline(r);
     if (r.unacked > 0) {
       r.ack_now = true;
       if (rx_active(pi).held_count > 0) r.ack_standalone = true;

@@ -310,6 +310,12 @@ class Reliability {
     const ActiveStreams& a = Peek(pi);
     return !a.tx.ops.empty() || !a.tx.waiting.empty() || a.rx.held_count > 0;
   }
+  // Some peer is Busy (or has a record not settled yet), or is owed a
+  // delayed ACK: the endpoint has something of its own unfinished that
+  // only a later pass moves on (acknowledgements to take or to send,
+  // retransmissions, queued data). Not a probe of a peer whose messages
+  // are awaited: nothing is lost if nobody makes it.
+  bool AnyBusy() const { return busy_peers_ > 0 || acks_delayed_ > 0; }
   // Only answers are awaited (nothing queued in flight): liveness probes.
   bool OnlyWaiting(uint32_t pi) const {
     return !tx_active(pi).waiting.empty() && tx(pi).inflight() == 0;
@@ -408,7 +414,10 @@ class Reliability {
   // ... to change: its record, taken from the pool if it had none.
   ActiveStreams& Act(uint32_t pi) {
     ActiveStreams*& a = peers_[pi].active;
-    if (a == nullptr) a = active_pool_.Take();
+    if (a == nullptr) {
+      a = active_pool_.Take();
+      ++busy_peers_;
+    }
     return *a;
   }
   // The record of a peer that no longer needs it (nothing queued, waiting,
@@ -419,9 +428,14 @@ class Reliability {
     if (a != nullptr && Idle(*a)) {
       active_pool_.Give(a);
       peers_[pi].active = nullptr;
+      --busy_peers_;
     }
   }
   static bool Idle(const ActiveStreams& a);
+  void ClearAckDeadline(RxStream& r) {
+    if (r.ack_deadline != 0) --acks_delayed_;
+    r.ack_deadline = 0;
+  }
   // New data needs a tx ring: peer pi's, or one from the pool.
   void NeedRing(TxActive& a) {
     if (a.ring != nullptr) return;
@@ -471,6 +485,8 @@ class Reliability {
   const RtoBounds rto_bounds_;
   uint32_t held_total_ = 0;
   uint32_t refused_peers_ = 0;
+  uint32_t busy_peers_ = 0;    // peers holding a record of active_pool_
+  uint32_t acks_delayed_ = 0;  // peers whose RxStream::ack_deadline is set
   // What an idle peer's record reads as.
   static const ActiveStreams kIdle;
   std::unique_ptr<PeerStreams[]> peers_;
