@@ -183,7 +183,7 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
     r.flags = rdm::kAtomicInject;
     r.context = nullptr;
     const rdm::Result res = ep->rdm->Atomic(r);
-    NoteUnfinished(ep);
+    NoteUnfinished(ep->domain, ep->rdm.get());
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.write);
       ep->peers.NoteBuffered(AvEntry(ep->av, a.dest));
@@ -213,7 +213,7 @@ ssize_t PostAtomic(fid_ep* fep, AtomicArgs a) {
     r.result = a.result[0].addr;
   }
   const rdm::Result res = ep->rdm->Atomic(r);
-  NoteUnfinished(ep);
+  NoteUnfinished(ep->domain, ep->rdm.get());
   if (res == rdm::Result::kOk) StxTake(ep);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return static_cast<int>(res);

@@ -74,7 +74,7 @@ int BadFid(const void* fid, size_t fclass);
 // futex), where std::recursive_mutex costs about 50
 // instructions a pair in glibc (fabric/fi/README.md, "Cost of the
 // facade"): every call takes one once a progress thread (a blocking
-// wait's, or the ACK watch) shares the domain.
+// wait's, or the watch) shares the domain.
 class DomainMutex {
  public:
   void lock() {

@@ -207,7 +207,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Send(r);
-    NoteUnfinished(ep);
+    NoteUnfinished(ep->domain, ep->rdm.get());
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.send);
       ep->peers.NoteBuffered(AvEntry(ep->av, dest));
@@ -262,7 +262,7 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   }
   r.len = len;
   const rdm::Result res = ep->rdm->Send(r);
-  NoteUnfinished(ep);
+  NoteUnfinished(ep->domain, ep->rdm.get());
   if (res == rdm::Result::kOk) StxTake(ep);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);
@@ -466,7 +466,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
     }
     r.len = len;
     const rdm::Result res = ep->rdm->Write(r);
-    NoteUnfinished(ep);
+    NoteUnfinished(ep->domain, ep->rdm.get());
     if (res == rdm::Result::kOk) {
       CountEvent(ep->cntrs.write);
       ep->peers.NoteBuffered(AvEntry(ep->av, dest));
@@ -498,7 +498,7 @@ ssize_t PostRma(const Target& t, const RmaArgs& a) {
   }
   r.len = len;
   const rdm::Result res = a.read ? ep->rdm->Read(r) : ep->rdm->Write(r);
-  NoteUnfinished(ep);
+  NoteUnfinished(ep->domain, ep->rdm.get());
   if (res == rdm::Result::kOk) StxTake(ep);
   if (res != rdm::Result::kOk && rec != nullptr) ep->records.Free(rec);
   return Map(res);

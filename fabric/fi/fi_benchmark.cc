@@ -56,7 +56,7 @@ void BM_FiIdleCqRead(benchmark::State& state) {
 BENCHMARK(BM_FiIdleCqRead);
 
 // A clock that moves step_ns at every reading (BYPASS_BENCH_STEP_NS; see
-// the top). Atomic: a domain's progress thread (the ACK watch) may read it
+// the top). Atomic: a domain's progress thread (the watch) may read it
 // beside the benchmark's thread.
 class SteppingClock final : public driver::Clock {
  public:

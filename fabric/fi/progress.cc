@@ -319,7 +319,7 @@ size_t ProgressAndDrain(Ep* ep, E& e) {
   // the progress thread if the application stops calling (CallWatch).
   size_t done = e.Progress();
   if constexpr (std::is_same_v<E, rdm::Endpoint>) {
-    NoteUnfinished(ep);  // what this pass left (an ACK deferred, packets in flight)
+    NoteUnfinished(ep->domain, &e);  // what this pass left (an ACK deferred, packets in flight)
     if (ep->buffered != nullptr) ScanBuffered(ep);  // before the poll: its peeks complete at once
   }
   rdm::Completion* const comps = ep->drain->completions;
@@ -379,17 +379,6 @@ void ProgressAll(const std::vector<Ep*>& eps) {
   Domain* d = eps.front()->domain;
   if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
   for (Ep* ep : eps) ProgressEp(ep);
-}
-
-void NoteUnfinished(Ep* ep) {
-  Domain* d = ep->domain;
-  // One load while the thread watches (an application that keeps calling).
-  if (d->watched.load(std::memory_order_relaxed) ||
-      d->watch_wanted.load(std::memory_order_relaxed) || ep->rdm == nullptr ||
-      !ep->rdm->Unfinished()) {
-    return;
-  }
-  d->watch_wanted.store(true, std::memory_order_relaxed);
 }
 
 size_t ProgressDomain(Domain* d, bool* waited, bool* unfinished) {

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "fabric/fi/domain.h"
+#include "fabric/fi/progress_thread.h"
 #include "fabric/rdm/rdm.h"
 #include "fabric/rdm/types.h"
 
@@ -55,18 +57,35 @@ class CallWatch {
   // itself, pass after pass. Not for posting calls: an application that
   // only posts (fi_inject after fi_inject) progresses nothing, and the
   // thread must not stand aside for it.
-  explicit CallWatch(Domain* d, bool app_pass = true);
-  ~CallWatch();
+  explicit CallWatch(Domain* d, bool app_pass = true) : d_(d) {
+    if (!app_pass) return;
+    if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
+  }
+  ~CallWatch() {
+    if (d_->watch_wanted.load(std::memory_order_relaxed) &&
+        !d_->watched.load(std::memory_order_relaxed)) {
+      Start();
+    }
+  }
   CallWatch(const CallWatch&) = delete;
   CallWatch& operator=(const CallWatch&) = delete;
 
  private:
+  void Start();
   Domain* const d_;
 };
 
-// An endpoint's call left ep with something only a later pass finishes:
-// the watch is wanted (CallWatch). REQUIRES: ep's guard is held.
-void NoteUnfinished(Ep* ep);
+// A call or pass left e, an endpoint of d, with something only a later
+// pass finishes: the watch is wanted (CallWatch). One load while the
+// thread watches (an application that keeps calling). REQUIRES: the
+// endpoint's guard is held.
+inline void NoteUnfinished(Domain* d, const rdm::Endpoint* e) {
+  if (d->watched.load(std::memory_order_relaxed) ||
+      d->watch_wanted.load(std::memory_order_relaxed) || e == nullptr || !e->Unfinished()) {
+    return;
+  }
+  d->watch_wanted.store(true, std::memory_order_relaxed);
+}
 
 // The domain-wide pass of the progress thread (progress_thread.h): takes
 // the domain lock and progresses every endpoint of d. Returns what

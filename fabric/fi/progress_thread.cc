@@ -153,16 +153,8 @@ bool ProgressThread::Watch(bool unfinished) {
   return true;
 }
 
-CallWatch::CallWatch(Domain* d, bool app_pass) : d_(d) {
-  if (!app_pass) return;
-  if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
-}
-
-CallWatch::~CallWatch() {
-  if (!d_->watch_wanted.load(std::memory_order_relaxed) ||
-      d_->watched.load(std::memory_order_relaxed) || d_->watched.exchange(true)) {
-    return;
-  }
+void CallWatch::Start() {
+  if (d_->watched.exchange(true)) return;
   // Dropped by the thread once a pass of its own finds every endpoint
   // finished (ProgressThread::Watch); naps of up to kMaxWaitedNapNs
   // meanwhile, standing aside while the application polls.
@@ -175,7 +167,7 @@ CallWatch::~CallWatch() {
 
 void LockEveryQueue(Domain* d) {
   // Written only while false: once a thread runs (an earlier wait, or the
-  // ACK watch) it reads these, and a second write would race with it.
+  // watch) it reads these, and a second write would race with it.
   const auto on = [](DomainLock& l) {
     if (!l.Target().thread_safe) l.Target().thread_safe = true;
   };

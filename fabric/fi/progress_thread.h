@@ -40,8 +40,8 @@ class ProgressThread {
   static constexpr uint64_t kMaxNapNs = 5'000'000;
   static constexpr uint64_t kMaxWaitedNapNs = 1'000'000;
   // Standing aside while the application polls: its own passes progress
-  // the domain, and the thread only looks whether it stopped (an ACK watch,
-  // progress.h, runs for as long as the domain is open). A look wakes the
+  // the domain, and the thread only looks whether it stopped (the watch,
+  // progress.h, runs while an endpoint has anything unfinished). A look wakes the
   // thread on a core a busy-polling process wants: 1 ms, 1,000 wakes a
   // second, where 200 us made 5,000 (a new sleeper kicks the thread at
   // once, whatever the nap).
