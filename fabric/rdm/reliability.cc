@@ -65,7 +65,7 @@ void Reliability::AddPeer(uint32_t pi) {
   p = PeerStreams{};
   TxStream& t = p.tx;
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
-  t.cc.Reset(c.cc_initial_window, c.window_packets, t.next_psn);
+  t.cc.Reset(c.cc_initial_window, c.window_packets);
 }
 
 void Reliability::GiveTxRing(TxActive& a) {
@@ -89,11 +89,12 @@ void Reliability::RestartTx(uint32_t pi) {
     a.rto_deadline = 0;
     a.tlp_deadline = 0;
     a.rnr = RnrState{};
+    a.cc = CcFlight{};
   }
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.acks_on_data = false;
   t.window_stalled = false;
-  t.cc.Reset(ctx_.config.cc_initial_window, ctx_.config.window_packets, t.next_psn);
+  t.cc.Reset(ctx_.config.cc_initial_window, ctx_.config.window_packets);
   t.cwnd_stalled = false;
   t.pace_wait = false;
   t.hold = false;
@@ -226,18 +227,18 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
   size_t n = 0;
   TxStream& t = tx(pi);
   if (session_[pi].tx_ready) {
-    if (t.pace_wait && !Paced(pi, t)) t.pace_wait = false;
+    if (t.pace_wait && !Paced(pi)) t.pace_wait = false;
     // A peer with nothing to send has no record, and Build takes none: it
     // changes `busy`, which is there whenever anything is to be sent.
     ActiveStreams* busy = peers_[pi].active;
     const TxActive& a = busy != nullptr ? busy->tx : kIdle.tx;
     for (Psn q = t.snd_una; a.retx_queued > 0 && q.Before(t.next_psn) && n < bufs.size() &&
-                            !Paced(pi, t);
+                            !Paced(pi);
          ++q) {
       if (entry(a, q).state & kTxNeedsRetx) BuildRetransmit(pi, q, bufs[n++]);
     }
     while (!a.rnr.waiting && a.cursor_op != kNone && n < bufs.size() && WindowOpen(t) &&
-           CwndOpen(pi, t) && !Paced(pi, t) && !CursorHeld(t, a)) {
+           CwndOpen(pi, t) && !Paced(pi) && !CursorHeld(t, a)) {
       NeedRing(busy->tx);
       BuildSegment(pi, busy->tx, bufs[n++]);
     }
@@ -326,7 +327,7 @@ void Reliability::BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt) {
     a.cursor_offset = 0;
   }
   if (a.rto_deadline == 0 && !a.rnr.waiting) ArmFlight(pi, a, /*start=*/true);
-  if (CcOn(pi)) t.cc.OnSent(ctx_.now);
+  if (CcOn(pi)) CcSent(t, a, psn);
 }
 
 void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
@@ -345,7 +346,7 @@ void Reliability::BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt) {
       static_cast<uint8_t>((e.state | kTxRetransmitted) & ~(kTxNeedsRetx | kTxFast | kTxSacked));
   --a.retx_queued;
   if (a.rto_deadline == 0 && !a.rnr.waiting) ArmRto(pi);
-  if (CcOn(pi)) t.cc.OnSent(ctx_.now);
+  if (CcOn(pi)) CcSent(t, a, psn);
 }
 
 void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t flags,
@@ -432,8 +433,8 @@ void Reliability::Acknowledged(uint32_t pi, const wire::Common& c,
     if (sampled) t.rtt.Sample(sample);
     t.acks_on_data = c.type != wire::PacketType::kAck;
     if (CcOn(pi)) {
-      t.cc.OnAcked(static_cast<uint32_t>(ack - t.snd_una), ack, t.next_psn);
-      SetPacing(t);
+      t.cc.OnAcked(a.cc, static_cast<uint32_t>(ack - t.snd_una), ack, t.next_psn);
+      SetPacing(t, a);
     }
     t.snd_una = ack;
     a.backoff = 0;
@@ -787,7 +788,7 @@ void Reliability::RunDeadlines(uint32_t pi, uint64_t* next, uint64_t* floor) {
       ctx_.Enqueue(pi);
     }
   }
-  if (t.pace_wait && due(t.cc.next_send_ns())) {
+  if (t.pace_wait && due(Peek(pi).tx.cc.next_send_ns)) {
     t.pace_wait = false;
     ctx_.Enqueue(pi);
   }
@@ -816,23 +817,26 @@ void Reliability::NoteCongestionLimits(uint32_t pi, const TxActive& a) {
   // holds: the window is in use (it may grow), and a stall is counted once
   // per filling.
   const bool fresh = !a.rnr.waiting && a.cursor_op != kNone && WindowOpen(t) && !CursorHeld(t, a);
-  if (fresh && (!CwndOpen(pi, t) || Paced(pi, t))) t.cc.NoteLimited();
+  // (Data to send: the peer has a record.)
+  if (fresh && (!CwndOpen(pi, t) || Paced(pi))) CongestionWindow::NoteLimited(Act(pi).tx.cc);
   const bool cwnd_full = fresh && !CwndOpen(pi, t);
   if (cwnd_full && !t.cwnd_stalled) ++ctx_.counters.cwnd_stalls;
   t.cwnd_stalled = cwnd_full;
   // Packets held back only by pacing: a timer lets them go.
-  if ((a.retx_queued > 0 || (fresh && CwndOpen(pi, t))) && Paced(pi, t) && !t.pace_wait) {
+  if ((a.retx_queued > 0 || (fresh && CwndOpen(pi, t))) && Paced(pi) && !t.pace_wait) {
     t.pace_wait = true;
     ++ctx_.counters.pacing_waits;
-    ctx_.ArmTimer(pi, t.cc.next_send_ns());
+    ctx_.ArmTimer(pi, a.cc.next_send_ns);
   }
 }
 
 void Reliability::CcLoss(uint32_t pi) {
   TxStream& t = tx(pi);
-  if (!CcOn(pi) || !t.cc.OnLoss(t.snd_una, t.next_psn)) return;
+  if (!CcOn(pi)) return;
+  TxActive& a = Act(pi).tx;  // a loss: packets in flight, so a record
+  if (!t.cc.OnLoss(a.cc, t.snd_una, t.next_psn)) return;
   ++ctx_.counters.cwnd_reductions;
-  SetPacing(t);
+  SetPacing(t, a);
 }
 
 void Reliability::ArmRto(uint32_t pi) {
@@ -916,8 +920,8 @@ void Reliability::OnRto(uint32_t pi) {
   a.backoff = std::min<uint32_t>(a.backoff + 1, 30);
   a.rto_deadline = ctx_.now + Rto(t, a.backoff);
   if (CcOn(pi)) {
-    t.cc.OnRto(t.next_psn);
-    SetPacing(t);
+    t.cc.OnRto(a.cc, t.next_psn);
+    SetPacing(t, a);
   }
   ctx_.Enqueue(pi);
 }

@@ -125,7 +125,7 @@ class RingPool {
 // A peer's streams are split by what an idle peer needs (PROTOCOL.md,
 // "Memory per peer"): its slot keeps what persists across idle periods
 // (PSNs, the RTT estimate, the congestion window, flags: TxStream and
-// RxStream), and a record lent from a pool while anything is in flight,
+// RxStream; 64 B together), and a record lent from a pool while anything is in flight,
 // queued, waiting, held or timed (TxActive and RxActive) holds the rest.
 // An idle peer has none: what it would hold reads as fresh
 // (Reliability::tx_active).
@@ -139,8 +139,8 @@ struct TxStream {
   // peer answers hold_id (ReleaseHold).
   uint32_t hold_id = 0;
   RttEstimator rtt;
-  // Congestion control (only where CcOn): the window, pacing, and whether
-  // the sender waits for either.
+  // Congestion control (only where CcOn): the window (what its flight
+  // needs, pacing among it, is in TxActive::cc).
   CongestionWindow cc;
   bool acks_on_data : 1 = false;  // the last ACK that advanced came on a packet with data (a reply)
   bool window_stalled : 1 = false;
@@ -165,15 +165,16 @@ struct TxActive {
   // packet at about two round trips, before the RTO.
   uint64_t tlp_deadline = 0;
   RnrState rnr;
+  CcFlight cc;  // the congestion window's flight (fresh between flights)
 };
 
 // The peer's stream to us: what stays while the peer is idle. The
 // delayed ACK is here: a ping-pong owes one on every request, and would
 // otherwise take a record for it each round trip.
 struct RxStream {
-  Psn rcv_nxt;
-  uint32_t unacked = 0;         // consumed since we last acknowledged
   uint64_t ack_deadline = 0;    // delayed ACK due; 0: none
+  Psn rcv_nxt;
+  uint16_t unacked = 0;         // consumed since we last acknowledged (< the window, 256)
   bool ack_now : 1 = false;         // acknowledge this pass (a DATA may carry it)
   bool ack_standalone : 1 = false;  // an ACK packet is needed (SACK, window update, probe)
   bool rnr_owed : 1 = false;        // an ACK with kFlagRnr is needed
@@ -200,6 +201,8 @@ struct PeerStreams {
   RxStream rx;
   ActiveStreams* active = nullptr;  // lent from the pool while busy
 };
+static_assert(sizeof(TxStream) == 40 && sizeof(RxStream) == 16 && sizeof(PeerStreams) == 64,
+              "a peer's slot: PROTOCOL.md, Memory per peer");
 
 // What became of a sequenced packet that arrived.
 enum class Arrival : uint8_t {
@@ -390,8 +393,8 @@ class Reliability {
     return !CcOn(pi) || t.inflight() < t.cc.cwnd();
   }
   // A packet may leave now (pacing, where congestion control applies).
-  bool Paced(uint32_t pi, const TxStream& t) const {
-    return CcOn(pi) && !t.cc.PaceAllows(ctx_.now);
+  bool Paced(uint32_t pi) const {
+    return CcOn(pi) && !CongestionWindow::PaceAllows(Peek(pi).tx.cc, ctx_.now);
   }
   // After Build: counts a full congestion window, notes that it is in use,
   // and arms the pacing timer if packets wait for it.
@@ -402,8 +405,13 @@ class Reliability {
   // smallest RTT: more is queueing that pacing should not add to, or a
   // sample inflated by a repair (a packet held behind a hole is
   // acknowledged late, by backoff) that would stall the sender.
-  void SetPacing(TxStream& t) {
-    if (t.rtt.has_sample()) t.cc.SetRtt(std::min(t.rtt.srtt(), 2 * t.rtt.min_rtt()));
+  void SetPacing(const TxStream& t, TxActive& a) {
+    if (t.rtt.has_sample()) t.cc.SetRtt(a.cc, std::min(t.rtt.srtt(), 2 * t.rtt.min_rtt()));
+  }
+  // Packet psn left (where CcOn): the first of a flight sets its pacing.
+  void CcSent(const TxStream& t, TxActive& a, Psn psn) {
+    if (!a.cc.started) SetPacing(t, a);
+    CongestionWindow::OnSent(a.cc, psn, ctx_.now);
   }
   bool CursorHeld(const TxStream& t, const TxActive& a) const;
   // Peer pi's busy part to read: its record, or kIdle.
@@ -426,6 +434,7 @@ class Reliability {
   void Settle(uint32_t pi) {
     ActiveStreams* a = peers_[pi].active;
     if (a != nullptr && Idle(*a)) {
+      a->tx.cc = CcFlight{};  // the flight's congestion state ends with it
       active_pool_.Give(a);
       peers_[pi].active = nullptr;
       --busy_peers_;

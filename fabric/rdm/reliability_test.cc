@@ -1136,7 +1136,7 @@ TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
   EXPECT_EQ(rig.ctx.counters.pacing_waits, 1u);
   EXPECT_FALSE(rig.reliability.HasWork(pi)) << "its timer queues it";
   uint64_t next = UINT64_MAX;
-  rig.ctx.now = rig.reliability.tx(pi).cc.next_send_ns();
+  rig.ctx.now = rig.reliability.tx_active(pi).cc.next_send_ns;
   rig.reliability.RunTimers(pi, &next);
   EXPECT_TRUE(rig.reliability.HasWork(pi));
   size_t sent = burst;
@@ -1155,7 +1155,7 @@ TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
   AckAt(rig, pi, rig.ctx.now + 2'000, rig.PeerAck(isn + 16, 256), &gap2);
   EXPECT_EQ(rig.reliability.tx(pi).cc.cwnd(), 16u);
   EXPECT_EQ(rig.ctx.counters.cwnd_reductions, 1u);
-  EXPECT_TRUE(rig.reliability.tx(pi).cc.in_recovery());
+  EXPECT_TRUE(rig.reliability.tx_active(pi).cc.in_recovery);
   // The RTO: the minimum window.
   next = UINT64_MAX;
   rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
@@ -1167,44 +1167,65 @@ TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
 
 TEST(CongestionTest, WindowArithmetic) {
   CongestionWindow w;
-  w.Reset(10, 128, Psn(100));
+  CcFlight f;
+  w.Reset(10, 128);
   EXPECT_EQ(w.cwnd(), 10u);
-  w.OnAcked(10, Psn(110), Psn(110));
+  CongestionWindow::OnSent(f, Psn(100), 0);  // the flight starts at 100
+  w.OnAcked(f, 10, Psn(110), Psn(110));
   EXPECT_EQ(w.cwnd(), 10u) << "not in use: no growth (RFC 7661)";
-  w.NoteLimited();
-  w.OnAcked(5, Psn(115), Psn(125));
+  CongestionWindow::NoteLimited(f);
+  w.OnAcked(f, 5, Psn(115), Psn(125));
   EXPECT_EQ(w.cwnd(), 15u) << "slow start: +1 per packet";
-  EXPECT_TRUE(w.OnLoss(Psn(115), Psn(130)));
+  EXPECT_TRUE(w.OnLoss(f, Psn(115), Psn(130)));
   EXPECT_EQ(w.cwnd(), 7u);
-  EXPECT_FALSE(w.OnLoss(Psn(120), Psn(131))) << "same flight";
-  w.NoteLimited();
-  w.OnAcked(10, Psn(125), Psn(131));
+  EXPECT_FALSE(w.OnLoss(f, Psn(120), Psn(131))) << "same flight";
+  CongestionWindow::NoteLimited(f);
+  w.OnAcked(f, 10, Psn(125), Psn(131));
   EXPECT_EQ(w.cwnd(), 7u) << "no growth in recovery";
-  w.NoteLimited();
-  w.OnAcked(6, Psn(131), Psn(138));
+  CongestionWindow::NoteLimited(f);
+  w.OnAcked(f, 6, Psn(131), Psn(138));
   EXPECT_EQ(w.cwnd(), 7u) << "recovery ends; 6 of 7 acked in avoidance";
-  w.NoteLimited();
-  w.OnAcked(1, Psn(132), Psn(139));
+  CongestionWindow::NoteLimited(f);
+  w.OnAcked(f, 1, Psn(132), Psn(139));
   EXPECT_EQ(w.cwnd(), 8u) << "+1 per window acknowledged";
-  EXPECT_TRUE(w.OnLoss(Psn(132), Psn(139)));
+  EXPECT_TRUE(w.OnLoss(f, Psn(132), Psn(139)));
   EXPECT_EQ(w.cwnd(), 4u);
-  EXPECT_TRUE(w.OnLoss(Psn(139), Psn(140)));
+  EXPECT_TRUE(w.OnLoss(f, Psn(139), Psn(140)));
   EXPECT_EQ(w.cwnd(), CongestionWindow::kMinWindow) << "never below the minimum";
-  w.OnRto(Psn(140));
+  w.OnRto(f, Psn(140));
   EXPECT_EQ(w.cwnd(), CongestionWindow::kLossWindow);
-  w.Reset(1000, 64, Psn(0));
+  w.Reset(1000, 64);
   EXPECT_EQ(w.cwnd(), 64u) << "never above the credit's maximum";
   // Pacing: 64 packets over 640 us at gain 5/4 (not slow start: ssthresh
   // is the maximum): 8 us apart.
-  w.SetRtt(640'000);
-  EXPECT_TRUE(w.PaceAllows(0));
+  f = CcFlight{};
+  w.SetRtt(f, 640'000);
+  EXPECT_TRUE(CongestionWindow::PaceAllows(f, 0));
   for (uint32_t i = 0; i < CongestionWindow::kPacingBurst; ++i) {
-    ASSERT_TRUE(w.PaceAllows(1'000'000));
-    w.OnSent(1'000'000);
+    ASSERT_TRUE(CongestionWindow::PaceAllows(f, 1'000'000));
+    CongestionWindow::OnSent(f, Psn(i), 1'000'000);
   }
-  EXPECT_FALSE(w.PaceAllows(1'000'000)) << "the burst is bounded";
-  EXPECT_FALSE(w.PaceAllows(1'005'999));
-  EXPECT_TRUE(w.PaceAllows(1'006'000)) << "due within the slack";
+  EXPECT_FALSE(CongestionWindow::PaceAllows(f, 1'000'000)) << "the burst is bounded";
+  EXPECT_FALSE(CongestionWindow::PaceAllows(f, 1'005'999));
+  EXPECT_TRUE(CongestionWindow::PaceAllows(f, 1'006'000)) << "due within the slack";
+}
+
+// What persists while a peer is idle is the window; the flight's part
+// (recovery, pacing) starts fresh with the next flight, at its first PSN.
+TEST(CongestionTest, AFlightAfterIdleKeepsTheWindowAndStartsItsOwnRound) {
+  CongestionWindow w;
+  CcFlight f;
+  w.Reset(16, 256);
+  CongestionWindow::OnSent(f, Psn(0xfffffff0), 0);  // near the PSN space's wrap
+  CongestionWindow::NoteLimited(f);
+  w.OnAcked(f, 16, Psn(0), Psn(0));
+  EXPECT_EQ(w.cwnd(), 32u);
+  f = CcFlight{};  // idle: the record went back
+  CongestionWindow::OnSent(f, Psn(0x7ffffff0), 0);  // half the space away
+  EXPECT_EQ(w.cwnd(), 32u) << "the window persists";
+  EXPECT_TRUE(w.OnLoss(f, Psn(0x7ffffff0), Psn(0x80000000)))
+      << "a fresh flight may be cut whatever its PSNs";
+  EXPECT_EQ(w.cwnd(), 16u);
 }
 
 }  // namespace
