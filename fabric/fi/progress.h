@@ -48,6 +48,21 @@ void ProgressAll(const std::vector<Ep*>& eps);
 // endpoint's fd), the thread's passes send the ACK its peer's transmit
 // completion waits for, take the ACKs of what was sent and send what the
 // window held back.
+// Provider calls this thread is inside (CallWatch, and trigger.h's issue
+// of a triggered operation from within a pass): the watch starts only when
+// the outermost one ends, as starting the thread takes the domain's lock
+// and, under FI_THREAD_DOMAIN, switches locking on, which must not happen
+// under a guard taken without it. Initial-exec: one load off %fs, no call.
+inline thread_local int tls_call_depth __attribute__((tls_model("initial-exec"))) = 0;
+// Marks a scope as inside a provider call (see tls_call_depth).
+class NestedCall {
+ public:
+  NestedCall() { ++tls_call_depth; }
+  ~NestedCall() { --tls_call_depth; }
+  NestedCall(const NestedCall&) = delete;
+  NestedCall& operator=(const NestedCall&) = delete;
+};
+
 class CallWatch {
  public:
   // app_pass: notes the call as the application's progress
@@ -58,11 +73,14 @@ class CallWatch {
   // only posts (fi_inject after fi_inject) progresses nothing, and the
   // thread must not stand aside for it.
   explicit CallWatch(Domain* d, bool app_pass = true) : d_(d) {
+    ++tls_call_depth;
     if (!app_pass) return;
     if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
   }
+  // A nested call leaves the start to the outermost (tls_call_depth): a
+  // triggered send issued by a read's pass is watched when the read ends.
   ~CallWatch() {
-    if (d_->watch_wanted.load(std::memory_order_relaxed) &&
+    if (--tls_call_depth == 0 && d_->watch_wanted.load(std::memory_order_relaxed) &&
         !d_->watched.load(std::memory_order_relaxed)) {
       Start();
     }

@@ -22,6 +22,7 @@
 #include "fabric/fi/domain.h"
 #include "fabric/fi/ep.h"
 #include "fabric/fi/info/info.h"
+#include "fabric/fi/progress.h"
 #include "fabric/fi/services.h"
 
 namespace bypass::fi {
@@ -120,6 +121,7 @@ class IssueLock {
   bool held() const { return held_; }
 
  private:
+  NestedCall nested_;  // the issued call's watch waits for the caller's (progress.h)
   bool held_ = false;
   DomainMutex* mu_ = nullptr;
 };
