@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -679,6 +680,11 @@ bool CancelTriggered(Ep* ep, void* context) {
 }
 
 void FireTriggers(Cntr* c, bool may_block) {
+  // may_block: an application's call, holding no lock (fi_cntr_add, a
+  // triggered post, FI_QUEUE_WORK): what the work it issues leaves is
+  // watched once it ends (progress.h; the issue itself is a nested call).
+  std::optional<CallWatch> watch;
+  if (may_block) watch.emplace(c->domain, /*app_pass=*/false);
   TriggerQueue& q = *c->domain->triggers;
   {
     std::lock_guard<std::mutex> l(q.mu);
