@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "driver/clock.h"
 #include "driver/host.h"
 #include "driver/net_headers.h"
 
@@ -307,7 +308,9 @@ uint16_t ShmQueue::SendFrames(absl::Span<Packet* const> pkts, bool* unrouted) {
         p->stuck_count = 0;
         p->stuck = false;
       }
-      if (!p->stuck && ++p->stuck_count >= kStuckProbe) {
+      if (!p->stuck && p->stuck_count++ == 0) p->full_since_ns = SteadyClock::Get().NowNs();
+      if (!p->stuck && p->stuck_count >= kStuckProbe &&
+          SteadyClock::Get().NowNs() - p->full_since_ns >= kStuckNs) {
         p->stuck_count = 0;
         if (registry_->ReclaimIfDead(p->name)) {
           p->dead = true;

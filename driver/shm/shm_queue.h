@@ -103,11 +103,17 @@ class ShmQueue final : public QueuePair {
  private:
   static constexpr uint32_t kChunk = 64;
   static constexpr uint32_t kCacheEntries = 1024;  // power of two
-  // Full-lane retries with an unmoving head before the receiver's liveness
-  // is tested (a system call): a dead receiver is reclaimed, and a live one
-  // that stopped reading has its frames dropped until its head moves, so
-  // neither holds our TX to everyone else (the engine retransmits).
+  // Full-lane retries with an unmoving head, and how long it has not moved,
+  // before the receiver's liveness is tested (a system call): a dead
+  // receiver is reclaimed, and a live one that stopped reading has its
+  // frames dropped until its head moves, so neither holds our TX to
+  // everyone else (the engine retransmits). The time, not the count alone:
+  // a busy-polling sender makes 256 tries in tens of microseconds, less
+  // than a receiver that is only descheduled on a busy host waits for a
+  // CPU (a scheduler's time slice is milliseconds), and dropping its
+  // window there made every such wait a loss to repair.
   static constexpr uint32_t kStuckProbe = 256;
+  static constexpr uint64_t kStuckNs = 10'000'000;
   // Frames dropped (or Reaches calls answered false) for want of a lane
   // before the claim is tried again (a lane's owner may have closed, or
   // /dev/shm been freed, without the generation moving).
@@ -127,6 +133,7 @@ class ShmQueue final : public QueuePair {
     uint32_t cached_head = 0;
     uint32_t stuck_head = 0;
     uint32_t stuck_count = 0;
+    uint64_t full_since_ns = 0;  // the first of the stuck_count tries
     uint32_t no_lane_count = 0;  // drops for want of a lane; a claim is retried now and then
     bool no_memory = false;      // the last claim found no lane it could reserve
     bool stuck = false;          // alive but not reading: drop until its head moves

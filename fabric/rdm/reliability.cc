@@ -41,7 +41,8 @@ bool Reliability::Idle(const ActiveStreams& a) {
   // it back loses nothing and the next peer takes a fresh one: with no op
   // queued the cursor is at none; with no ring nothing is in flight, and the
   // ACK that ended the flight (or RestartTx) cleared the retransmissions
-  // queued, the backoff and the RNR state; with no held ring nothing is
+  // queued, the backoff, the RNR state and an RTO's episode (whose other
+  // fields are read only within one); with no held ring nothing is
   // held (highest_held is set again with the first packet held).
   const TxActive& t = a.tx;
   return t.ops.empty() && t.waiting.empty() && t.ring == nullptr && a.rx.held == nullptr &&
@@ -90,6 +91,7 @@ void Reliability::RestartTx(uint32_t pi) {
     a.tlp_deadline = 0;
     a.rnr = RnrState{};
     a.cc = CcFlight{};
+    a.rto_pending = false;
   }
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.acks_on_data = false;
@@ -418,6 +420,7 @@ void Reliability::Acknowledged(uint32_t pi, const wire::Common& c,
   TxActive& a = Act(pi).tx;
   const uint64_t now = ctx_.now;
   if (ack.After(t.snd_una)) {
+    if (a.rto_pending) OnRtoAnswered(pi, a, ack);
     bool sampled = false;
     uint64_t sample = 0;
     for (Psn q = t.snd_una; q.Before(ack); ++q) {
@@ -904,18 +907,34 @@ void Reliability::OnRto(uint32_t pi) {
     a.rto_deadline = 0;
     return;
   }
-  // The oldest unacknowledged packet always goes; later ones that were not
-  // SACKed and have waited a whole RTO too (a lost tail).
+  // The oldest unacknowledged packet goes again, and with it every packet
+  // not SACKed that has waited a whole RTO (a lost tail) -- except toward a
+  // peer whose frames come through this host's memory (the intra-host
+  // device, same-host loopback), where nothing is lost but to a receiver
+  // that stopped reading for long (driver/shm: 10 ms): there a timeout
+  // mostly means a receiver descheduled on a busy host (an RTO of 100 us
+  // is far shorter than a scheduler's time slice), so the oldest goes
+  // alone, as TCP's RTO, and the next ACK that advances decides the rest
+  // (OnRtoAnswered, as RFC 5682's F-RTO). Resending the whole window there
+  // made a descheduled receiver take it twice.
+  const bool probe_only = session_[pi].local;
   const uint64_t rto = Rto(t, a.backoff);
+  bool hole = false;  // the peer holds later packets: snd_una is lost, not late
   for (Psn q = t.snd_una; q.Before(t.next_psn); ++q) {
     TxEntry& e = entry(a, q);
     if (e.state & kTxNeedsRetx) {
       e.state &= static_cast<uint8_t>(~kTxFast);
-      continue;
-    }
-    if (q == t.snd_una || ((e.state & kTxSacked) == 0 && ctx_.now - e.last_sent_ns >= rto)) {
+    } else if (e.state & kTxSacked) {
+      hole = true;
+    } else if (q == t.snd_una || (!probe_only && ctx_.now - e.last_sent_ns >= rto)) {
       MarkRetx(a, q, /*fast=*/false);
     }
+  }
+  if (probe_only) {
+    a.rto_hole = a.rto_pending ? a.rto_hole || hole : hole;
+    a.rto_pending = true;
+    a.rto_psn = t.snd_una;
+    a.rto_end = t.next_psn;
   }
   a.backoff = std::min<uint32_t>(a.backoff + 1, 30);
   a.rto_deadline = ctx_.now + Rto(t, a.backoff);
@@ -924,6 +943,33 @@ void Reliability::OnRto(uint32_t pi) {
     SetPacing(t, a);
   }
   ctx_.Enqueue(pi);
+}
+
+// The first ACK that advances after an RTO that resent snd_una alone
+// (`ack`, before snd_una moves): one that stops right after the packet the
+// RTO resent says that the packets sent before the RTO after it are lost
+// too (a receiver that stopped reading had them dropped), and they go
+// again now (go-back-N, where SACKs do not say otherwise: ProcessSack runs
+// after this and clears the ones it reports held); one that passes it says
+// that they arrived, so the timeout was spurious (counted) and nothing more
+// goes again (RFC 5682's F-RTO, simplified: the receiver acknowledges a
+// burst at once). Unless the peer had reported holding later packets
+// before the RTO: then the resent packet filled a hole, and the ACK
+// passing it says nothing of a timeout that was needed. A loss the ACK
+// leaves ambiguous (it passes the resent packet, and stops at another
+// dropped one) costs one more RTO, which resends that one alone.
+void Reliability::OnRtoAnswered(uint32_t pi, TxActive& a, Psn ack) {
+  a.rto_pending = false;
+  if (!a.rto_end.After(ack)) return;  // every packet of the episode acknowledged
+  if (ack == a.rto_psn + 1) {
+    for (Psn q = ack; q.Before(a.rto_end); ++q) {
+      const TxEntry& e = entry(a, q);
+      if ((e.state & (kTxSacked | kTxNeedsRetx)) == 0) MarkRetx(a, q, /*fast=*/false);
+    }
+    ctx_.Enqueue(pi);
+    return;
+  }
+  if (!a.rto_hole) ++ctx_.counters.rto_spurious;
 }
 
 void Reliability::MarkRetx(TxActive& a, Psn psn, bool fast) {

@@ -166,6 +166,15 @@ struct TxActive {
   uint64_t tlp_deadline = 0;
   RnrState rnr;
   CcFlight cc;  // the congestion window's flight (fresh between flights)
+  // A timeout's episode toward a peer of this host (OnRto until the next
+  // ACK that advances): the RTO resent snd_una alone (rto_psn); the packets
+  // before rto_end were sent before it, and that ACK tells whether they were
+  // lost (it stops at rto_psn + 1: they go again) or only late (it passes
+  // it: the timeout was spurious).
+  bool rto_pending = false;
+  bool rto_hole = false;  // the peer held later packets (SACKed) at an RTO of the episode
+  Psn rto_psn;
+  Psn rto_end;
 };
 
 // The peer's stream to us: what stays while the peer is idle. The
@@ -477,6 +486,7 @@ class Reliability {
   uint64_t TailProbeAt(const TxStream& t, const TxActive& a) const;
   void OnTailProbe(uint32_t pi);
   void OnRto(uint32_t pi);
+  void OnRtoAnswered(uint32_t pi, TxActive& a, Psn ack);
   Arrival Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt);
   // OnAck, DropHeld and RunTimers but for settling the record.
   void Acknowledged(uint32_t pi, const wire::Common& c, const wire::AckFields* sack);

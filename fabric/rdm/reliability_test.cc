@@ -1165,6 +1165,92 @@ TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
   EXPECT_EQ(rig.ctx.counters.rto_expirations, 1u);
 }
 
+// Toward a peer of this host, the RTO resends snd_una alone; an ACK that
+// stops right after it says that the packets sent before the RTO are lost
+// too (a receiver that stopped reading had them dropped): they go again at
+// once, not one per (doubled) RTO; those the ACK's SACK reports held do not.
+TEST(ReliabilityTimerTest, OnThisHostAnAckThatStopsAfterTheRtosPacketResendsTheRest) {
+  auto [rig, pi] = RigWithPeer();
+  rig.session.NoteSameHost(pi);
+  const Psn isn = rig.session[pi].tx_isn;
+  const std::vector<uint8_t> a = Bytes(6 * size_t{StageRig::kSeg});
+  OpenAndQueue(rig, pi, 256, a);
+  rig.ctx.now = 1'000;
+  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 6u);
+  rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
+  uint64_t next = UINT64_MAX;
+  rig.reliability.RunTimers(pi, &next);
+  std::vector<wire::View> sent = rig.BuildPackets(pi, 256);
+  ASSERT_EQ(sent.size(), 1u) << "every packet has waited an RTO, but the oldest goes alone";
+  EXPECT_EQ(sent[0].common.psn.value(), isn.value());
+  // isn is acknowledged alone; isn + 4 is held by the peer (the SACK).
+  const wire::AckFields held = Sack({2});
+  AckAt(rig, pi, rig.ctx.now + 10'000, rig.PeerAck(isn + 1, 256), &held);
+  sent = rig.BuildPackets(pi, 256);
+  ASSERT_EQ(sent.size(), 4u);
+  const uint32_t want[] = {1, 2, 3, 5};
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(sent[i].common.psn.value(), (isn + want[i]).value()) << i;
+    EXPECT_TRUE(Retransmit(sent[i])) << i;
+  }
+  EXPECT_EQ(rig.ctx.counters.rto_expirations, 1u);
+  EXPECT_EQ(rig.ctx.counters.rto_spurious, 0u);
+}
+
+// Toward a peer of this host, an ACK past the packet the RTO resent says
+// that the packets sent before it arrived (a receiver descheduled on a
+// busy host): the timeout was spurious, and nothing more goes again.
+TEST(ReliabilityTimerTest, OnThisHostAnAckPastTheRtosPacketMakesItSpurious) {
+  auto [rig, pi] = RigWithPeer();
+  rig.session.NoteSameHost(pi);
+  const Psn isn = rig.session[pi].tx_isn;
+  const std::vector<uint8_t> a = Bytes(40 * size_t{StageRig::kSeg});
+  OpenAndQueue(rig, pi, 256, a);
+  rig.ctx.now = 1'000;
+  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 40u);
+  // The peer stops answering for a while: the RTO fires, and fires again.
+  uint64_t next = UINT64_MAX;
+  for (int k = 0; k < 2; ++k) {
+    rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
+    rig.reliability.RunTimers(pi, &next);
+    const std::vector<wire::View> sent = rig.BuildPackets(pi, 256);
+    ASSERT_EQ(sent.size(), 1u) << k;
+    EXPECT_EQ(sent[0].common.psn.value(), isn.value()) << k;
+  }
+  // It wakes and acknowledges a burst of what it had.
+  AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + 30, 256));
+  EXPECT_EQ(rig.ctx.counters.rto_expirations, 2u);
+  EXPECT_EQ(rig.ctx.counters.rto_spurious, 1u);
+  EXPECT_TRUE(rig.BuildPackets(pi, 256).empty()) << "isn + 30 and after are only late";
+  EXPECT_EQ(rig.ctx.counters.retransmits_timeout, 2u);
+  AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + 40, 256));
+  EXPECT_EQ(rig.reliability.tx(pi).snd_una, isn + 40);
+}
+
+// Toward a peer of this host that had reported holding later packets, the
+// ACK that passes the packet the RTO resent says it filled a hole, not
+// that the timeout was spurious.
+TEST(ReliabilityTimerTest, OnThisHostAnRtoThatFillsAReportedHoleIsNotSpurious) {
+  auto [rig, pi] = RigWithPeer();
+  rig.session.NoteSameHost(pi);
+  const Psn isn = rig.session[pi].tx_isn;
+  const std::vector<uint8_t> a = Bytes(5 * size_t{StageRig::kSeg});
+  OpenAndQueue(rig, pi, 256, a);
+  rig.ctx.now = 1'000;
+  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 5u);
+  const wire::AckFields held = Sack({0, 1});  // isn + 1 and isn + 2
+  AckAt(rig, pi, 2'000, rig.PeerAck(isn, 256), &held);
+  rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
+  uint64_t next = UINT64_MAX;
+  rig.reliability.RunTimers(pi, &next);
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 256);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].common.psn.value(), isn.value());
+  AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + 3, 256));
+  EXPECT_EQ(rig.ctx.counters.rto_spurious, 0u);
+  EXPECT_TRUE(rig.BuildPackets(pi, 256).empty()) << "isn + 3 and isn + 4 wait for their own ACK";
+}
+
 TEST(CongestionTest, WindowArithmetic) {
   CongestionWindow w;
   CcFlight f;

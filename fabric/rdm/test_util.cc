@@ -174,7 +174,8 @@ int64_t TransferAndVerify(Net& net, int a, int b, const std::vector<size_t>& siz
     net.Step();
   }
   for (const ErrorCompletion& e : errs) ADD_FAILURE() << "error completion: " << e.message;
-  EXPECT_EQ(sent.size(), sizes.size());
+  EXPECT_EQ(sent.size(), sizes.size()) << "sender: " << net.ep(a).counters().ToString()
+                                       << "\nreceiver: " << net.ep(b).counters().ToString();
   EXPECT_EQ(got.size(), sizes.size());
   for (size_t i = 0; i < got.size() && i < sizes.size(); ++i) {
     EXPECT_EQ(got[i].context, &in[i]) << "message " << i << " out of order";

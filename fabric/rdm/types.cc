@@ -44,7 +44,7 @@ std::string Counters::ToString() const {
   return absl::StrCat(
       "tx=", tx_packets, " (data ", tx_data_packets, ", acks ", tx_acks, ") rx=", rx_packets,
       " (data ", rx_data_packets, ", unchecked ", rx_unchecked, ") retx fast=", retransmits_fast,
-      " timeout=", retransmits_timeout, " rto=", rto_expirations,
+      " timeout=", retransmits_timeout, " rto=", rto_expirations, " (spurious ", rto_spurious, ")",
       " tlp=", tail_probes, " dup=", duplicates_dropped,
       " oow=", out_of_window_dropped, " reorder_full=", reorder_buffer_full,
       " malformed=", malformed_dropped, " checksum=", checksum_dropped,

@@ -280,6 +280,9 @@ struct Counters {
   uint64_t retransmits_fast = 0;     // on a SACK gap
   uint64_t retransmits_timeout = 0;  // by the retransmit timer
   uint64_t rto_expirations = 0;
+  // RTOs that the next ACK showed needless: the packets sent before it had
+  // arrived (a receiver descheduled, not a loss; PROTOCOL.md, Reliability).
+  uint64_t rto_spurious = 0;
   uint64_t tail_probes = 0;  // tail-loss probes sent (also in retransmits_timeout)
   uint64_t duplicates_dropped = 0;  // DATA already received
   uint64_t out_of_window_dropped = 0;

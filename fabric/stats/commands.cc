@@ -30,6 +30,7 @@ constexpr CounterField kCounterFields[] = {
     {"retransmits_fast", &rdm::Counters::retransmits_fast},
     {"retransmits_timeout", &rdm::Counters::retransmits_timeout},
     {"rto_expirations", &rdm::Counters::rto_expirations},
+    {"rto_spurious", &rdm::Counters::rto_spurious},
     {"tail_probes", &rdm::Counters::tail_probes},
     {"duplicates_dropped", &rdm::Counters::duplicates_dropped},
     {"out_of_window_dropped", &rdm::Counters::out_of_window_dropped},
