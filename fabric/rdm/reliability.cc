@@ -92,6 +92,7 @@ void Reliability::RestartTx(uint32_t pi) {
     a.rnr = RnrState{};
     a.cc = CcFlight{};
     a.rto_pending = false;
+    a.rto_second = false;
   }
   t.next_psn = t.snd_una = t.window_end = session_[pi].tx_isn;
   t.acks_on_data = false;
@@ -420,7 +421,7 @@ void Reliability::Acknowledged(uint32_t pi, const wire::Common& c,
   TxActive& a = Act(pi).tx;
   const uint64_t now = ctx_.now;
   if (ack.After(t.snd_una)) {
-    if (a.rto_pending) OnRtoAnswered(pi, a, ack);
+    if (a.rto_pending) OnRtoAnswered(a, ack);
     bool sampled = false;
     uint64_t sample = 0;
     for (Psn q = t.snd_una; q.Before(ack); ++q) {
@@ -916,7 +917,9 @@ void Reliability::OnRto(uint32_t pi) {
   // is far shorter than a scheduler's time slice), so the oldest goes
   // alone, as TCP's RTO, and the next ACK that advances decides the rest
   // (OnRtoAnswered, as RFC 5682's F-RTO). Resending the whole window there
-  // made a descheduled receiver take it twice.
+  // made a descheduled receiver take it twice. What such a receiver
+  // dropped (it stopped reading for 10 ms) is repaired by SACKs, the
+  // tail-loss probe and further RTOs, each resending the oldest.
   const bool probe_only = session_[pi].local;
   const uint64_t rto = Rto(t, a.backoff);
   bool hole = false;  // the peer holds later packets: snd_una is lost, not late
@@ -931,8 +934,9 @@ void Reliability::OnRto(uint32_t pi) {
     }
   }
   if (probe_only) {
-    a.rto_hole = a.rto_pending ? a.rto_hole || hole : hole;
+    a.rto_hole = a.rto_pending && !a.rto_second ? a.rto_hole || hole : hole;
     a.rto_pending = true;
+    a.rto_second = false;
     a.rto_psn = t.snd_una;
     a.rto_end = t.next_psn;
   }
@@ -946,30 +950,27 @@ void Reliability::OnRto(uint32_t pi) {
 }
 
 // The first ACK that advances after an RTO that resent snd_una alone
-// (`ack`, before snd_una moves): one that stops right after the packet the
-// RTO resent says that the packets sent before the RTO after it are lost
-// too (a receiver that stopped reading had them dropped), and they go
-// again now (go-back-N, where SACKs do not say otherwise: ProcessSack runs
-// after this and clears the ones it reports held); one that passes it says
-// that they arrived, so the timeout was spurious (counted) and nothing more
-// goes again (RFC 5682's F-RTO, simplified: the receiver acknowledges a
-// burst at once). Unless the peer had reported holding later packets
-// before the RTO: then the resent packet filled a hole, and the ACK
-// passing it says nothing of a timeout that was needed. A loss the ACK
-// leaves ambiguous (it passes the resent packet, and stops at another
-// dropped one) costs one more RTO, which resends that one alone.
-void Reliability::OnRtoAnswered(uint32_t pi, TxActive& a, Psn ack) {
-  a.rto_pending = false;
-  if (!a.rto_end.After(ack)) return;  // every packet of the episode acknowledged
-  if (ack == a.rto_psn + 1) {
-    for (Psn q = ack; q.Before(a.rto_end); ++q) {
-      const TxEntry& e = entry(a, q);
-      if ((e.state & (kTxSacked | kTxNeedsRetx)) == 0) MarkRetx(a, q, /*fast=*/false);
-    }
-    ctx_.Enqueue(pi);
+// (`ack`, before snd_una moves), toward a peer of this host: whether the
+// timeout was spurious (counted: a receiver descheduled, not a drop). One
+// that passes the resent packet says that packets sent before the RTO
+// arrived without being resent (as RFC 5682's F-RTO), unless the peer had
+// reported holding later packets before the RTO (then the resent packet
+// filled a hole). One that stops right after it says nothing yet: a
+// receiver that acknowledges every packet as it reads it (the fi facade's
+// sends ask for it) sent it for the original as often as for the resent
+// one; the next advance decides (a packet sent before the RTO and never
+// resent arriving), or the next RTO starts another episode.
+void Reliability::OnRtoAnswered(TxActive& a, Psn ack) {
+  if (!a.rto_second && ack == a.rto_psn + 1 && a.rto_end.After(ack)) {
+    a.rto_second = true;
+    a.rto_psn = ack;  // the first packet sent before the RTO and never resent
     return;
   }
-  if (!a.rto_hole) ++ctx_.counters.rto_spurious;
+  // Past a packet sent before the RTO and never resent?
+  const bool passed = a.rto_second || ack.After(a.rto_psn + 1);
+  a.rto_pending = false;
+  a.rto_second = false;
+  if (passed && !a.rto_hole) ++ctx_.counters.rto_spurious;
 }
 
 void Reliability::MarkRetx(TxActive& a, Psn psn, bool fast) {

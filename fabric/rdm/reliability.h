@@ -173,6 +173,7 @@ struct TxActive {
   // it: the timeout was spurious).
   bool rto_pending = false;
   bool rto_hole = false;  // the peer held later packets (SACKed) at an RTO of the episode
+  bool rto_second = false;  // the first answer stopped at rto_psn (now the one after it)
   Psn rto_psn;
   Psn rto_end;
 };
@@ -486,7 +487,7 @@ class Reliability {
   uint64_t TailProbeAt(const TxStream& t, const TxActive& a) const;
   void OnTailProbe(uint32_t pi);
   void OnRto(uint32_t pi);
-  void OnRtoAnswered(uint32_t pi, TxActive& a, Psn ack);
+  void OnRtoAnswered(TxActive& a, Psn ack);
   Arrival Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt);
   // OnAck, DropHeld and RunTimers but for settling the record.
   void Acknowledged(uint32_t pi, const wire::Common& c, const wire::AckFields* sack);
