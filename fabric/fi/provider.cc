@@ -201,7 +201,7 @@ extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void)
               "else they are pulled) (default 1; 0: always pull)");
   DefineParam("in_place_threshold", FI_PARAM_SIZE_T,
               "Messages longer than this to a process of this host are read in place "
-              "(one copy; with FI_BYPASS_CMA) (default 4096)");
+              "(one copy; with FI_BYPASS_CMA) (default 16384)");
   DefineParam("congestion_control", FI_PARAM_BOOL,
               "Congestion window and pacing toward peers on other hosts, so that many senders "
               "into one receiver do not collapse into drops and retransmissions (never toward "

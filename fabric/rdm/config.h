@@ -94,7 +94,7 @@ struct EndpointConfig {
   // this host (its frames came with kRxSameHost) go by rendezvous too: a
   // read in place costs a round trip and one copy, less than segmenting
   // and copying the bytes four times (PROTOCOL.md, "Reading in place").
-  uint64_t in_place_threshold = 4u << 10;
+  uint64_t in_place_threshold = 16u << 10;
   // RMA: regions registered at once, and the engine's own RMA work in flight
   // (answers to peers' reads and writes, pulls of rendezvous messages).
   // Reads and writes posted here take send operations (max_send_ops).
