@@ -913,10 +913,11 @@ void Reliability::OnRto(uint32_t pi) {
   // peer whose frames come through this host's memory (the intra-host
   // device, same-host loopback), where nothing is lost but to a receiver
   // that stopped reading for long (driver/shm: 10 ms): there a timeout
-  // mostly means a receiver descheduled on a busy host (an RTO of 100 us
-  // is far shorter than a scheduler's time slice), so the oldest goes
-  // alone, as TCP's RTO, and the next ACK that advances decides the rest
-  // (OnRtoAnswered, as RFC 5682's F-RTO). Resending the whole window there
+  // mostly means a receiver descheduled on a busy host (an RTO floor of
+  // 100 us, 1 ms in the fi provider, is shorter than what a process waits
+  // for a CPU there), so the oldest goes alone, as TCP's RTO, and the next
+  // ACK that advances tells whether the timeout was needed (OnRtoAnswered,
+  // as RFC 5682's F-RTO). Resending the whole window there
   // made a descheduled receiver take it twice. What such a receiver
   // dropped (it stopped reading for 10 ms) is repaired by SACKs, the
   // tail-loss probe and further RTOs, each resending the oldest.
