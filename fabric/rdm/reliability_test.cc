@@ -1165,6 +1165,30 @@ TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
   EXPECT_EQ(rig.ctx.counters.rto_expirations, 1u);
 }
 
+// A peer of this host (its frames came through shared memory) with
+// `packets` segments of one message in flight since 1 us.
+struct LocalFlight : RigWithPeer {
+  explicit LocalFlight(size_t packets) : bytes(Bytes(packets * size_t{StageRig::kSeg})) {
+    rig.session.NoteSameHost(pi);
+    OpenAndQueue(rig, pi, 256, bytes);
+    rig.ctx.now = 1'000;
+    EXPECT_EQ(rig.BuildPackets(pi, 256).size(), packets);
+  }
+  // The RTO fires: what goes.
+  std::vector<wire::View> Rto() {
+    rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
+    uint64_t next = UINT64_MAX;
+    rig.reliability.RunTimers(pi, &next);
+    return rig.BuildPackets(pi, 256);
+  }
+  void Ack(uint32_t past_isn, const wire::AckFields* sack = nullptr) {
+    AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + past_isn, 256), sack);
+  }
+  uint32_t Psn(const wire::View& v) const { return v.common.psn.value() - isn.value(); }
+  const std::vector<uint8_t> bytes;
+  const rdm::Psn isn = rig.session[pi].tx_isn;
+};
+
 // Toward a peer of this host, the RTO resends snd_una alone, every time:
 // an ACK that stops right after it says nothing (a receiver that
 // acknowledges every packet sent it for the original too), and the next
@@ -1172,112 +1196,77 @@ TEST(CongestionTest, SlowStartHalvingOncePerRoundTripAndRto) {
 // reading for 10 ms) is repaired by SACKs: the peer reports holding a
 // later packet, and the holes far enough below it go at once.
 TEST(ReliabilityTimerTest, OnThisHostEachRtoResendsTheOldestAlone) {
-  auto [rig, pi] = RigWithPeer();
-  rig.session.NoteSameHost(pi);
-  const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(8 * size_t{StageRig::kSeg});
-  OpenAndQueue(rig, pi, 256, a);
-  rig.ctx.now = 1'000;
-  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 8u);
-  rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
-  uint64_t next = UINT64_MAX;
-  rig.reliability.RunTimers(pi, &next);
-  std::vector<wire::View> sent = rig.BuildPackets(pi, 256);
+  LocalFlight f(8);
+  std::vector<wire::View> sent = f.Rto();
   ASSERT_EQ(sent.size(), 1u) << "every packet has waited an RTO, but the oldest goes alone";
-  EXPECT_EQ(sent[0].common.psn.value(), isn.value());
-  AckAt(rig, pi, rig.ctx.now + 10'000, rig.PeerAck(isn + 1, 256));
-  EXPECT_TRUE(rig.BuildPackets(pi, 256).empty()) << "one ACK past it says nothing";
-  rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
-  rig.reliability.RunTimers(pi, &next);
-  sent = rig.BuildPackets(pi, 256);
+  EXPECT_EQ(f.Psn(sent[0]), 0u);
+  f.Ack(1);
+  EXPECT_TRUE(f.rig.BuildPackets(f.pi, 256).empty()) << "one ACK past it says nothing";
+  sent = f.Rto();
   ASSERT_EQ(sent.size(), 1u);
-  EXPECT_EQ(sent[0].common.psn.value(), (isn + 1).value());
+  EXPECT_EQ(f.Psn(sent[0]), 1u);
   // The peer has isn + 7: isn + 2 to isn + 4 are far enough below it.
   const wire::AckFields held = Sack({4});
-  AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + 2, 256), &held);
-  sent = rig.BuildPackets(pi, 256);
+  f.Ack(2, &held);
+  sent = f.rig.BuildPackets(f.pi, 256);
   ASSERT_EQ(sent.size(), 3u);
-  for (uint32_t k = 0; k < 3; ++k) EXPECT_EQ(sent[k].common.psn.value(), (isn + 2 + k).value());
-  EXPECT_EQ(rig.ctx.counters.rto_expirations, 2u);
-  EXPECT_EQ(rig.ctx.counters.rto_spurious, 0u);
+  for (uint32_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(f.Psn(sent[k]), 2 + k);
+    EXPECT_TRUE(Retransmit(sent[k])) << k;
+  }
+  EXPECT_EQ(f.rig.ctx.counters.rto_expirations, 2u);
+  EXPECT_EQ(f.rig.ctx.counters.rto_spurious, 0u);
 }
 
 // Toward a peer of this host that acknowledges every packet as it reads
 // it: the RTO's packet answered alone, then the next packet acknowledged
 // without being resent: the timeout was spurious, and nothing more goes.
 TEST(ReliabilityTimerTest, OnThisHostAPacketByPacketReaderMakesTheRtoSpurious) {
-  auto [rig, pi] = RigWithPeer();
-  rig.session.NoteSameHost(pi);
-  const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(6 * size_t{StageRig::kSeg});
-  OpenAndQueue(rig, pi, 256, a);
-  rig.ctx.now = 1'000;
-  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 6u);
-  rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
-  uint64_t next = UINT64_MAX;
-  rig.reliability.RunTimers(pi, &next);
-  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 1u);
+  LocalFlight f(6);
+  ASSERT_EQ(f.Rto().size(), 1u);
   for (uint32_t k = 1; k <= 6; ++k) {
-    AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + k, 256));
-    EXPECT_TRUE(rig.BuildPackets(pi, 256).empty()) << k;
+    f.Ack(k);
+    EXPECT_TRUE(f.rig.BuildPackets(f.pi, 256).empty()) << k;
   }
-  EXPECT_EQ(rig.ctx.counters.rto_spurious, 1u);
-  EXPECT_EQ(rig.ctx.counters.retransmits_timeout, 1u);
-  EXPECT_EQ(rig.reliability.tx(pi).snd_una, isn + 6);
+  EXPECT_EQ(f.rig.ctx.counters.rto_spurious, 1u);
+  EXPECT_EQ(f.rig.ctx.counters.retransmits_timeout, 1u);
+  EXPECT_EQ(f.rig.reliability.tx(f.pi).snd_una, f.isn + 6);
 }
 
 // Toward a peer of this host, an ACK past the packet the RTO resent says
 // that the packets sent before it arrived (a receiver descheduled on a
 // busy host): the timeout was spurious, and nothing more goes again.
 TEST(ReliabilityTimerTest, OnThisHostAnAckPastTheRtosPacketMakesItSpurious) {
-  auto [rig, pi] = RigWithPeer();
-  rig.session.NoteSameHost(pi);
-  const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(40 * size_t{StageRig::kSeg});
-  OpenAndQueue(rig, pi, 256, a);
-  rig.ctx.now = 1'000;
-  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 40u);
+  LocalFlight f(40);
   // The peer stops answering for a while: the RTO fires, and fires again.
-  uint64_t next = UINT64_MAX;
   for (int k = 0; k < 2; ++k) {
-    rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
-    rig.reliability.RunTimers(pi, &next);
-    const std::vector<wire::View> sent = rig.BuildPackets(pi, 256);
+    const std::vector<wire::View> sent = f.Rto();
     ASSERT_EQ(sent.size(), 1u) << k;
-    EXPECT_EQ(sent[0].common.psn.value(), isn.value()) << k;
+    EXPECT_EQ(f.Psn(sent[0]), 0u) << k;
   }
   // It wakes and acknowledges a burst of what it had.
-  AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + 30, 256));
-  EXPECT_EQ(rig.ctx.counters.rto_expirations, 2u);
-  EXPECT_EQ(rig.ctx.counters.rto_spurious, 1u);
-  EXPECT_TRUE(rig.BuildPackets(pi, 256).empty()) << "isn + 30 and after are only late";
-  EXPECT_EQ(rig.ctx.counters.retransmits_timeout, 2u);
-  AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + 40, 256));
-  EXPECT_EQ(rig.reliability.tx(pi).snd_una, isn + 40);
+  f.Ack(30);
+  EXPECT_EQ(f.rig.ctx.counters.rto_expirations, 2u);
+  EXPECT_EQ(f.rig.ctx.counters.rto_spurious, 1u);
+  EXPECT_TRUE(f.rig.BuildPackets(f.pi, 256).empty()) << "isn + 30 and after are only late";
+  EXPECT_EQ(f.rig.ctx.counters.retransmits_timeout, 2u);
+  f.Ack(40);
+  EXPECT_EQ(f.rig.reliability.tx(f.pi).snd_una, f.isn + 40);
 }
 
 // Toward a peer of this host that had reported holding later packets, the
 // ACK that passes the packet the RTO resent says it filled a hole, not
 // that the timeout was spurious.
 TEST(ReliabilityTimerTest, OnThisHostAnRtoThatFillsAReportedHoleIsNotSpurious) {
-  auto [rig, pi] = RigWithPeer();
-  rig.session.NoteSameHost(pi);
-  const Psn isn = rig.session[pi].tx_isn;
-  const std::vector<uint8_t> a = Bytes(5 * size_t{StageRig::kSeg});
-  OpenAndQueue(rig, pi, 256, a);
-  rig.ctx.now = 1'000;
-  ASSERT_EQ(rig.BuildPackets(pi, 256).size(), 5u);
+  LocalFlight f(5);
   const wire::AckFields held = Sack({0, 1});  // isn + 1 and isn + 2
-  AckAt(rig, pi, 2'000, rig.PeerAck(isn, 256), &held);
-  rig.ctx.now = rig.reliability.tx_active(pi).rto_deadline;
-  uint64_t next = UINT64_MAX;
-  rig.reliability.RunTimers(pi, &next);
-  const std::vector<wire::View> sent = rig.BuildPackets(pi, 256);
+  f.Ack(0, &held);
+  const std::vector<wire::View> sent = f.Rto();
   ASSERT_EQ(sent.size(), 1u);
-  EXPECT_EQ(sent[0].common.psn.value(), isn.value());
-  AckAt(rig, pi, rig.ctx.now + 1'000, rig.PeerAck(isn + 3, 256));
-  EXPECT_EQ(rig.ctx.counters.rto_spurious, 0u);
-  EXPECT_TRUE(rig.BuildPackets(pi, 256).empty()) << "isn + 3 and isn + 4 wait for their own ACK";
+  EXPECT_EQ(f.Psn(sent[0]), 0u);
+  f.Ack(3);
+  EXPECT_EQ(f.rig.ctx.counters.rto_spurious, 0u);
+  EXPECT_TRUE(f.rig.BuildPackets(f.pi, 256).empty()) << "isn + 3 and isn + 4 wait for their own ACK";
 }
 
 TEST(CongestionTest, WindowArithmetic) {
