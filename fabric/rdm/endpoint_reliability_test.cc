@@ -3,6 +3,7 @@
 // the window, the RTT estimate and delayed ACKs.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <vector>
 
@@ -265,6 +266,89 @@ TEST(ReliabilityTest, RetransmitTimerBacksOffExponentially) {
     EXPECT_EQ(rtos[i], std::min<uint64_t>(2 * rtos[i - 1], o.config.rto_max_ns)) << i;
   }
   EXPECT_EQ(rtos.back(), o.config.rto_max_ns);
+}
+
+// A receiver that stops progressing for 20 ms (descheduled on a busy host)
+// while a sender's window is in flight: across hosts each RTO resends what
+// has waited an RTO (the whole window, then again on backoff); toward a
+// process of this host (same_host=1: frames come with kRxSameHost) each
+// RTO resends the oldest packet alone, and the ACK after the receiver wakes
+// makes the timeout spurious. Both deliver every message once, in order.
+TEST(ReliabilityTest, ADescheduledReceiverOfThisHostCostsOnePacketPerRto) {
+  for (const bool same_host : {false, true}) {
+    NetOptions o;
+    if (same_host) o.device_keys = ",same_host=1";
+    o.config.congestion_control = false;  // the credit window alone, either way
+    o.config.rendezvous_threshold = UINT64_MAX;
+    o.config.read_in_place = false;
+    Net net(o);
+    Endpoint& s = net.ep(0);
+    Endpoint& r = net.ep(1);
+    const PeerId to_r = net.Peer(0, 1);
+    constexpr int kMsgs = 100;
+    std::vector<std::vector<uint8_t>> out(kMsgs, std::vector<uint8_t>(1000)), in = out;
+    for (int i = 0; i < kMsgs; ++i) {
+      testing::FillPattern(i, absl::MakeSpan(out[i]));
+      ASSERT_EQ(r.PostRecv({.buf = in[i].data(), .len = in[i].size(), .context = &in[i]}),
+                Result::kOk);
+    }
+    // The handshake and the first message, with both progressing.
+    ASSERT_EQ(s.Send({.dest = to_r, .buf = out[0].data(), .len = out[0].size(), .context = &out[0]}),
+              Result::kOk);
+    std::vector<Completion> sent, got;
+    std::vector<ErrorCompletion> errs;
+    ASSERT_TRUE(net.RunUntil(
+        [&] {
+          testing::Drain(s, &sent, &errs);
+          testing::Drain(r, &got, &errs);
+          return sent.size() == 1 && got.size() == 1;
+        },
+        100'000));
+    for (int i = 1; i < kMsgs; ++i) {
+      ASSERT_EQ(s.Send({.dest = to_r, .buf = out[i].data(), .len = out[i].size(), .context = &out[i]}),
+                Result::kOk);
+    }
+    // The receiver sleeps 20 ms; the sender goes on calling.
+    for (int step = 0; step < 20'000; ++step) {
+      s.Progress();
+      net.clock().Advance(o.tick_ns);
+    }
+    const Counters asleep = s.counters();
+    ASSERT_TRUE(net.RunUntil(
+        [&] {
+          testing::Drain(s, &sent, &errs);
+          testing::Drain(r, &got, &errs);
+          return sent.size() == kMsgs && got.size() == kMsgs;
+        },
+        1'000'000))
+        << same_host << ": " << sent.size() << " sent, " << got.size() << " received";
+    ASSERT_TRUE(errs.empty()) << errs[0].message;
+    for (int i = 0; i < kMsgs; ++i) {
+      EXPECT_EQ(got[i].context, &in[i]) << i;
+      EXPECT_EQ(testing::CheckPattern(i, in[i]), -1) << i;
+    }
+    const Counters& c = s.counters();
+    std::fprintf(stderr,
+                 "%s: asleep %llu RTOs, %llu probes, %llu resent; in all %llu resent, %llu "
+                 "spurious, %llu duplicates at the receiver\n",
+                 same_host ? "same host" : "across hosts",
+                 static_cast<unsigned long long>(asleep.rto_expirations),
+                 static_cast<unsigned long long>(asleep.tail_probes),
+                 static_cast<unsigned long long>(asleep.retransmits_timeout),
+                 static_cast<unsigned long long>(c.retransmits_timeout + c.retransmits_fast),
+                 static_cast<unsigned long long>(c.rto_spurious),
+                 static_cast<unsigned long long>(r.counters().duplicates_dropped));
+    ASSERT_GT(asleep.rto_expirations, 2u) << same_host;
+    if (same_host) {
+      EXPECT_EQ(asleep.retransmits_timeout, asleep.rto_expirations + asleep.tail_probes)
+          << "one packet per RTO: " << c.ToString();
+      EXPECT_GE(c.rto_spurious, 1u) << c.ToString();
+      EXPECT_LE(r.counters().duplicates_dropped, c.retransmits_timeout);
+    } else {
+      EXPECT_GE(asleep.retransmits_timeout, uint64_t{kMsgs - 1}) << "the window, at least once";
+      EXPECT_EQ(c.rto_spurious, 0u);
+    }
+  }
 }
 
 TEST(ReliabilityTest, AcksRideOnRepliesAndAreDelayedOtherwise) {
