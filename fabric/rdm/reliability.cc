@@ -917,10 +917,10 @@ void Reliability::OnRto(uint32_t pi) {
   // 100 us, 1 ms in the fi provider, is shorter than what a process waits
   // for a CPU there), so the oldest goes alone, as TCP's RTO, and the next
   // ACK that advances tells whether the timeout was needed (OnRtoAnswered,
-  // as RFC 5682's F-RTO). Resending the whole window there
-  // made a descheduled receiver take it twice. What such a receiver
-  // dropped (it stopped reading for 10 ms) is repaired by SACKs, the
-  // tail-loss probe and further RTOs, each resending the oldest.
+  // as RFC 5682's F-RTO). Resending the whole window there made a
+  // descheduled receiver take it twice. What such a receiver dropped (it
+  // stopped reading for 10 ms) is repaired by SACKs, the tail-loss probe
+  // and further RTOs, each resending the oldest.
   const bool probe_only = session_[pi].local;
   const uint64_t rto = Rto(t, a.backoff);
   bool hole = false;  // the peer holds later packets: snd_una is lost, not late

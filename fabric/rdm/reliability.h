@@ -166,11 +166,10 @@ struct TxActive {
   uint64_t tlp_deadline = 0;
   RnrState rnr;
   CcFlight cc;  // the congestion window's flight (fresh between flights)
-  // A timeout's episode toward a peer of this host (OnRto until the next
-  // ACK that advances): the RTO resent snd_una alone (rto_psn); the packets
-  // before rto_end were sent before it, and that ACK tells whether they were
-  // lost (it stops at rto_psn + 1: they go again) or only late (it passes
-  // it: the timeout was spurious).
+  // A timeout's episode toward a peer of this host (OnRto until the ACK
+  // that decides it, OnRtoAnswered): the RTO resent snd_una alone
+  // (rto_psn); the packets before rto_end were sent before it, and an ACK
+  // that passes one of them never resent says the timeout was spurious.
   bool rto_pending = false;
   bool rto_hole = false;  // the peer held later packets (SACKed) at an RTO of the episode
   bool rto_second = false;  // the first answer stopped at rto_psn (now the one after it)
