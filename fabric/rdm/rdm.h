@@ -217,9 +217,10 @@ class Endpoint {
   // to take, retransmissions), data queued behind the window, an answer
   // awaited, packets held, an ACK owed (delayed or deferred), frames the
   // TX ring did not take. Not the liveness probe of a peer whose messages
-  // are awaited (a receiver that stops calling loses nothing by it). False once everything of the endpoint's is done: an owner that
-  // stops calling then loses nothing (the fi layer's progress thread
-  // watches while it is true).
+  // are awaited (a receiver that stops calling loses nothing by it).
+  // False once everything of the endpoint's is done: an owner that stops
+  // calling then loses nothing (the fi layer's progress thread watches
+  // while it is true).
   bool Unfinished() const;
   size_t PollCompletions(absl::Span<Completion> out);
   size_t PollErrors(absl::Span<ErrorCompletion> out);

@@ -951,24 +951,26 @@ void Reliability::OnRto(uint32_t pi) {
 }
 
 // The first ACK that advances after an RTO that resent snd_una alone
-// (`ack`, before snd_una moves), toward a peer of this host: whether the
-// timeout was spurious (counted: a receiver descheduled, not a drop). One
-// that passes the resent packet says that packets sent before the RTO
-// arrived without being resent (as RFC 5682's F-RTO), unless the peer had
-// reported holding later packets before the RTO (then the resent packet
-// filled a hole). One that stops right after it says nothing yet: a
+// (`ack`, before snd_una moves and its entries are cleared), toward a peer
+// of this host: whether the timeout was spurious (counted: a receiver
+// descheduled, not a drop). One that acknowledges the packet after the
+// resent one, sent before the RTO and never resent, says that it arrived
+// as first sent (as RFC 5682's F-RTO), unless the peer had reported
+// holding later packets before the RTO (then the resent packet filled a
+// hole). One that stops right after the resent packet says nothing yet: a
 // receiver that acknowledges every packet as it reads it (the fi facade's
 // sends ask for it) sent it for the original as often as for the resent
-// one; the next advance decides (a packet sent before the RTO and never
-// resent arriving), or the next RTO starts another episode.
+// one; the next advance decides, by the same test on the packet after it,
+// or the next RTO starts another episode.
 void Reliability::OnRtoAnswered(TxActive& a, Psn ack) {
   if (!a.rto_second && ack == a.rto_psn + 1 && a.rto_end.After(ack)) {
     a.rto_second = true;
-    a.rto_psn = ack;  // the first packet sent before the RTO and never resent
+    a.rto_psn = ack;
     return;
   }
-  // Past a packet sent before the RTO and never resent?
-  const bool passed = a.rto_second || ack.After(a.rto_psn + 1);
+  const Psn q = a.rto_second ? a.rto_psn : a.rto_psn + 1;
+  const bool passed = q.Before(ack) && q.Before(a.rto_end) &&
+                      (entry(a, q).state & kTxRetransmitted) == 0;
   a.rto_pending = false;
   a.rto_second = false;
   if (passed && !a.rto_hole) ++ctx_.counters.rto_spurious;

@@ -169,10 +169,10 @@ struct TxActive {
   // A timeout's episode toward a peer of this host (OnRto until the ACK
   // that decides it, OnRtoAnswered): the RTO resent snd_una alone
   // (rto_psn); the packets before rto_end were sent before it, and an ACK
-  // that passes one of them never resent says the timeout was spurious.
+  // of the one after it, never resent, says the timeout was spurious.
   bool rto_pending = false;
   bool rto_hole = false;  // the peer held later packets (SACKed) at an RTO of the episode
-  bool rto_second = false;  // the first answer stopped at rto_psn (now the one after it)
+  bool rto_second = false;  // the first answer stopped right after it; rto_psn moved on one
   Psn rto_psn;
   Psn rto_end;
 };

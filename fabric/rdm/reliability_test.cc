@@ -1216,6 +1216,11 @@ TEST(ReliabilityTimerTest, OnThisHostEachRtoResendsTheOldestAlone) {
   }
   EXPECT_EQ(f.rig.ctx.counters.rto_expirations, 2u);
   EXPECT_EQ(f.rig.ctx.counters.rto_spurious, 0u);
+  // The repairs arrive: the ACK passes isn + 2, which arrived resent, so
+  // the timeout was needed.
+  f.Ack(8);
+  EXPECT_EQ(f.rig.reliability.tx(f.pi).snd_una, f.isn + 8);
+  EXPECT_EQ(f.rig.ctx.counters.rto_spurious, 0u) << "isn + 2 arrived resent";
 }
 
 // Toward a peer of this host that acknowledges every packet as it reads
