@@ -5,6 +5,7 @@
 // over two loopback domains in one process (fi_test_util.h).
 #include <pthread.h>
 #include <rdma/fi_eq.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/poll.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <thread>
 #include <vector>
@@ -334,6 +336,95 @@ TEST_F(WaitTest, InjectsPastTheWindowArriveWhileTheSenderStopsCalling) {
     while (fi_cq_read(b_.rx, &e, 1) == 1) ++got;
   }
   EXPECT_EQ(got, kMessages);
+}
+
+// This process's progress threads (named "bypass-progress"): how many,
+// and their voluntary context switches (how often they slept and woke),
+// from /proc/self/task.
+struct ProgressThreads {
+  int threads = 0;
+  uint64_t wakes = 0;
+};
+ProgressThreads CountProgressThreads() {
+  ProgressThreads out;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  while (dirent* t = readdir(dir)) {
+    if (t->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + t->d_name;
+    char comm[32] = {};
+    FILE* f = std::fopen((task + "/comm").c_str(), "r");
+    if (f == nullptr) continue;
+    const bool named = std::fgets(comm, sizeof(comm), f) != nullptr &&
+                       std::strcmp(comm, "bypass-progress\n") == 0;
+    std::fclose(f);
+    if (!named || (f = std::fopen((task + "/status").c_str(), "r")) == nullptr) continue;
+    ++out.threads;
+    char line[256];
+    unsigned long long n = 0;
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1) out.wakes += n;
+    }
+    std::fclose(f);
+  }
+  closedir(dir);
+  return out;
+}
+
+// While the application polls, a domain's progress thread (the watch of
+// unfinished work) stands aside and only looks now and then whether the
+// application stopped; each look wakes a thread on a core the polling
+// process wants, so the interval doubles from 1 ms to 8 ms while the
+// application keeps polling (ProgressThread::kMaxAppNapNs). 400 ms of
+// polling wake the threads fewer than once per 2 ms each (a fixed 1 ms
+// made about one wake per millisecond each), and an application that then
+// stops calling is still watched: b takes a message in one read and stops,
+// and a's send completes on the ACK b's thread sends for it.
+TEST_F(WaitTest, APollingApplicationWakesTheWatchRarelyAndIsWatchedWhenItStops) {
+  Open({}, {});
+  char rbuf[16] = {}, sbuf[16] = "polled";
+  fi_cq_tagged_entry e;
+  const auto deadline = std::chrono::steady_clock::now() + kHang;
+  // One exchange leaves work in both domains (a's send awaits its ACK, b
+  // owes it), which starts their watch.
+  ASSERT_EQ(fi_recv(b_.ep, rbuf, sizeof(rbuf), nullptr, FI_ADDR_UNSPEC, rbuf), 0);
+  ASSERT_EQ(fi_send(a_.ep, sbuf, sizeof(sbuf), nullptr, a_.peer, sbuf), 0);
+  int done = 0;
+  while (done < 2 && std::chrono::steady_clock::now() < deadline) {
+    if (fi_cq_read(b_.rx, &e, 1) == 1) ++done;
+    if (fi_cq_read(a_.tx, &e, 1) == 1) ++done;
+  }
+  ASSERT_EQ(done, 2) << "hang: the first exchange did not complete";
+  const ProgressThreads before = CountProgressThreads();
+  ASSERT_GE(before.threads, 1) << "no progress thread named bypass-progress started";
+  constexpr auto kPolling = std::chrono::milliseconds(400);
+  const auto end = std::chrono::steady_clock::now() + kPolling;
+  while (std::chrono::steady_clock::now() < end) {
+    EXPECT_EQ(fi_cq_read(a_.rx, &e, 1), -FI_EAGAIN);
+    EXPECT_EQ(fi_cq_read(b_.rx, &e, 1), -FI_EAGAIN);
+  }
+  const ProgressThreads after = CountProgressThreads();
+  const uint64_t wakes = after.wakes - before.wakes;
+  std::printf("%d progress threads woke %llu times in %lld ms of polling\n", after.threads,
+              static_cast<unsigned long long>(wakes), static_cast<long long>(kPolling.count()));
+  EXPECT_LT(wakes, static_cast<uint64_t>(after.threads) * kPolling.count() / 2);
+
+  ASSERT_EQ(fi_recv(b_.ep, rbuf, sizeof(rbuf), nullptr, FI_ADDR_UNSPEC, rbuf), 0);
+  ASSERT_EQ(fi_send(a_.ep, sbuf, sizeof(sbuf), nullptr, a_.peer, sbuf), 0);
+  while (fi_cq_read(b_.rx, &e, 1) != 1) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "hang: the message did not arrive";
+  }
+  EXPECT_STREQ(rbuf, "polled");
+  // b is never called again: its thread sends the ACK it deferred.
+  const auto stopped = std::chrono::steady_clock::now();
+  while (fi_cq_read(a_.tx, &e, 1) != 1) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "hang: a's send was not acknowledged after b stopped calling";
+  }
+  EXPECT_EQ(e.op_context, sbuf);
+  std::printf("a's send completed %.1f ms after b stopped calling\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - stopped)
+                  .count());
 }
 
 // fi_cq_sread with a timeout and nothing to read: -FI_EAGAIN after about

@@ -4,6 +4,8 @@
 // nothing wants progress.
 #include "fabric/fi/progress_thread.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -20,6 +22,8 @@ namespace bypass::fi {
 
 ProgressThread::ProgressThread(Domain* d, bool auto_progress) : d_(d), auto_(auto_progress) {
   thread_ = std::thread([this] { Run(); });
+  // So that `top -H` and /proc/<pid>/task name it (15 characters at most).
+  pthread_setname_np(thread_.native_handle(), "bypass-progress");
 }
 
 ProgressThread::~ProgressThread() {
@@ -74,6 +78,7 @@ void ProgressThread::Run() {
   uint64_t seen_app = app_passes_.load(std::memory_order_relaxed);
   uint64_t last_active = clock.NowNs();
   uint64_t nap = 0;
+  uint64_t app_nap = kAppNapNs;  // the next stand-aside (see kMaxAppNapNs)
   // The watch was just dropped: one more pass looks again before the
   // thread may sleep without demand (an application call that left work
   // while the watch was still held did not ask for it).
@@ -99,6 +104,7 @@ void ProgressThread::Run() {
     const uint64_t app = app_passes_.load(std::memory_order_relaxed);
     const bool app_polls = !kicked && !recheck && app != seen_app;
     seen_app = app;
+    if (!app_polls) app_nap = kAppNapNs;
     recheck = false;
     // An application call waited for the domain lock during our pass: the
     // application is calling in, and stands aside as if its pass showed.
@@ -121,7 +127,10 @@ void ProgressThread::Run() {
     }
     if (recheck) continue;
     uint64_t sleep_ns;
-    if (app_polls || app_waited) {
+    if (app_polls) {
+      sleep_ns = app_nap;
+      app_nap = std::min(2 * app_nap, kMaxAppNapNs);
+    } else if (app_waited) {
       sleep_ns = kAppNapNs;
     } else if (now - last_active < kBusyNs) {
       continue;

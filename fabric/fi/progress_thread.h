@@ -41,11 +41,18 @@ class ProgressThread {
   static constexpr uint64_t kMaxWaitedNapNs = 1'000'000;
   // Standing aside while the application polls: its own passes progress
   // the domain, and the thread only looks whether it stopped (the watch,
-  // progress.h, runs while an endpoint has anything unfinished). A look wakes the
-  // thread on a core a busy-polling process wants: 1 ms, 1,000 wakes a
-  // second, where 200 us made 5,000 (a new sleeper kicks the thread at
-  // once, whatever the nap).
+  // progress.h, runs while an endpoint has anything unfinished). A look
+  // wakes the thread on a core a busy-polling process wants, so the nap
+  // doubles from kAppNapNs up to kMaxAppNapNs for as long as every look
+  // finds the application polling, and starts over at the first look that
+  // finds it stopped: 125 wakes a second once the application has polled
+  // for 15 ms, where a fixed 1 ms made 1,000, each preempting the polling
+  // thread on a machine whose cores all poll (README.md, "Cost of the
+  // facade": the p999 round trip went down). An application that stops
+  // calling after polling long is looked at within kMaxAppNapNs; a new
+  // sleeper kicks the thread at once, whatever the nap.
   static constexpr uint64_t kAppNapNs = 1'000'000;
+  static constexpr uint64_t kMaxAppNapNs = 8'000'000;
 
   // Starts the thread over d (auto_progress: always progressing).
   ProgressThread(Domain* d, bool auto_progress);
