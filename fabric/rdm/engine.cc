@@ -538,7 +538,8 @@ bool Engine::Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& 
       } else {
         rma.ConsumeResponse(pi, r);
       }
-      return true;    case wire::RmaOp::kAtomic:
+      return true;
+    case wire::RmaOp::kAtomic:
       return rma.ConsumeAtomic(pi, r, payload);
     case wire::RmaOp::kAtomicResp:
       rma.ConsumeAtomicResp(pi, r, payload);
