@@ -60,6 +60,9 @@ struct Domain {
   std::atomic<size_t> cqs{0};
   std::atomic<size_t> cntrs{0};
   std::vector<Ep*> eps;
+  // eps.size(), for the progress thread to read without the lock (written
+  // under it, wherever eps changes).
+  std::atomic<size_t> ep_count{0};
   std::vector<Mr*> mrs;
   // FI_SET_OPS_HMEM_OVERRIDE (hmem.h): the application's copy functions,
   // set (hmem_overridden) before the data paths read them.

@@ -171,6 +171,7 @@ void CloseEngineEp(Ep* ep) {
     ep->lock = &d->lock;
     ep->lane.reset();
     EraseOne(d->eps, ep);
+    d->ep_count.store(d->eps.size(), std::memory_order_relaxed);
     d->obj.refs.fetch_sub(1);
     CloseSharedPort(last);
     return;
@@ -216,6 +217,7 @@ void CloseEngineEp(Ep* ep) {
   ep->lock = &d->lock;
   ep->lane.reset();  // a slot's own queue closes (its lock with it)
   EraseOne(d->eps, ep);
+  d->ep_count.store(d->eps.size(), std::memory_order_relaxed);
   d->obj.refs.fetch_sub(1);
 }
 
@@ -1070,6 +1072,7 @@ int OpenEp(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
   std::unique_ptr<Ep> ep;
   if (int ret = NewEp(d, info, context, 1, &ep); ret != 0) return ret;
   d->eps.push_back(ep.get());
+  d->ep_count.store(d->eps.size(), std::memory_order_relaxed);
   d->obj.refs.fetch_add(1);
   *out = &ep.release()->fid;
   return 0;

@@ -427,6 +427,81 @@ TEST_F(WaitTest, APollingApplicationWakesTheWatchRarelyAndIsWatchedWhenItStops) 
                   .count());
 }
 
+// Two endpoints of one domain, and an application that polls one of them:
+// the other still answers its peers. p's endpoint a2 takes q's message m1
+// (and owes the ACK that completes q's send), then p polls only a's CQ for
+// m2, which q sends once m1's send completed (an application that waits for
+// each send's completion before the next). Under FI_PROGRESS_MANUAL
+// fi_domain(3) lets a provider progress only what the application calls
+// on; a provider that does so here never completes q's send, and both sides
+// wait forever (libfabric's shm completes an inject at once, and its tcp
+// provider a send once written to the socket). The domain's progress thread
+// progresses a2, whose unfinished work nobody polls.
+TEST_F(WaitTest, AnEndpointNobodyPollsStillAnswersWhileAnotherOfItsDomainIsPolled) {
+  Open({}, {});
+  // a2: a second endpoint of a's domain, with CQs of its own.
+  fid_cq *a2_tx = nullptr, *a2_rx = nullptr;
+  fid_ep* a2 = nullptr;
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_TAGGED;
+  ASSERT_EQ(fi_cq_open(a_.domain, &cq_attr, &a2_tx, nullptr), 0);
+  ASSERT_EQ(fi_cq_open(a_.domain, &cq_attr, &a2_rx, nullptr), 0);
+  ASSERT_EQ(fi_endpoint(a_.domain, a_.info, &a2, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(a2, &a_.av->fid, 0), 0);
+  ASSERT_EQ(fi_ep_bind(a2, &a2_tx->fid, FI_TRANSMIT), 0);
+  ASSERT_EQ(fi_ep_bind(a2, &a2_rx->fid, FI_RECV), 0);
+  ASSERT_EQ(fi_enable(a2), 0);
+  std::vector<char> n2 = NameOf(&a2->fid);
+  fi_addr_t to_a2 = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(b_.av, n2.data(), 1, &to_a2, 0, nullptr), 1);
+  char m1[16] = {}, m2[16] = {};
+  ASSERT_EQ(fi_recv(a2, m1, sizeof(m1), nullptr, FI_ADDR_UNSPEC, m1), 0);
+  ASSERT_EQ(fi_recv(a_.ep, m2, sizeof(m2), nullptr, FI_ADDR_UNSPEC, m2), 0);
+  const auto posted = std::chrono::steady_clock::now();
+  const auto deadline = posted + kHang;
+  std::atomic<bool> stop{false};
+  // q: m1 to a2, its completion, then m2 to a.
+  auto q = std::async(std::launch::async, [&]() -> std::string {
+    fi_cq_tagged_entry e;
+    static char s1[] = "to a2", s2[] = "to a";
+    if (fi_send(b_.ep, s1, sizeof(s1), nullptr, to_a2, s1) != 0) return "fi_send m1 failed";
+    ssize_t n;
+    while ((n = fi_cq_read(b_.tx, &e, 1)) != 1) {
+      if (n != -FI_EAGAIN) return "m1's send failed";
+      if (stop.load() || std::chrono::steady_clock::now() > deadline) {
+        return "m1's send never completed (a2 never acknowledged it)";
+      }
+    }
+    std::printf("m1's send completed %.2f ms after it was posted\n",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - posted)
+                    .count());
+    if (fi_send(b_.ep, s2, sizeof(s2), nullptr, b_.peer, s2) != 0) return "fi_send m2 failed";
+    // p stops calling once m2 is in: a's thread acknowledges it.
+    while ((n = fi_cq_read(b_.tx, &e, 1)) != 1) {
+      if (n != -FI_EAGAIN) return "m2's send failed";
+      if (std::chrono::steady_clock::now() > deadline) return "m2's send never completed";
+    }
+    return "";
+  });
+  fi_cq_tagged_entry e;
+  bool got_m1 = false, got_m2 = false;
+  while (!got_m1 && std::chrono::steady_clock::now() < deadline) got_m1 = fi_cq_read(a2_rx, &e, 1) == 1;
+  // From here on p calls only on a.
+  while (got_m1 && !got_m2 && std::chrono::steady_clock::now() < deadline) {
+    got_m2 = fi_cq_read(a_.rx, &e, 1) == 1;
+  }
+  stop.store(true);
+  const std::string q_error = q.get();
+  EXPECT_TRUE(got_m1) << "a2 never received m1";
+  EXPECT_TRUE(got_m2) << "hang: " << q_error;
+  EXPECT_EQ(q_error, "");
+  EXPECT_STREQ(m1, "to a2");
+  EXPECT_STREQ(m2, "to a");
+  EXPECT_EQ(fi_close(&a2->fid), 0);
+  EXPECT_EQ(fi_close(&a2_tx->fid), 0);
+  EXPECT_EQ(fi_close(&a2_rx->fid), 0);
+}
+
 // fi_cq_sread with a timeout and nothing to read: -FI_EAGAIN after about
 // the timeout, and the process sleeps meanwhile (a spin would take about
 // one CPU-second per second).

@@ -378,10 +378,16 @@ void ProgressAll(const std::vector<Ep*>& eps) {
   if (eps.empty()) return;
   Domain* d = eps.front()->domain;
   if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
-  for (Ep* ep : eps) ProgressEp(ep);
+  for (Ep* ep : eps) {
+    // A load and a store, not an atomic add: only "changed" is read, and a
+    // lost count between two application threads changes nothing.
+    ep->app_passes.store(ep->app_passes.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+    ProgressEp(ep);
+  }
 }
 
-size_t ProgressDomain(Domain* d, bool* waited, bool* unfinished) {
+size_t ProgressDomain(Domain* d, bool only_unpolled, bool* waited, bool* unfinished) {
   // The domain's lock keeps d->eps; a slot of a scalable endpoint on a
   // queue of its own is progressed under its own lock too (taken after the
   // domain's, the order every path keeps).
@@ -389,6 +395,13 @@ size_t ProgressDomain(Domain* d, bool* waited, bool* unfinished) {
   size_t n = 0;
   *unfinished = false;
   for (Ep* ep : d->eps) {
+    const uint64_t app = ep->app_passes.load(std::memory_order_relaxed);
+    const bool polled = app != ep->thread_seen_app_passes;
+    ep->thread_seen_app_passes = app;
+    if (only_unpolled && polled) {
+      *unfinished = true;  // not looked at: the watch stays
+      continue;
+    }
     DomainGuard q(*ep->lock);
     n += ProgressEp(ep);
     if (ep->rdm != nullptr && ep->rdm->Unfinished()) *unfinished = true;

@@ -106,12 +106,15 @@ inline void NoteUnfinished(Domain* d, const rdm::Endpoint* e) {
 }
 
 // The domain-wide pass of the progress thread (progress_thread.h): takes
-// the domain lock and progresses every endpoint of d. Returns what
-// ProgressEp returned, summed; *waited: another thread waited for the
-// domain lock during the pass (an application call); *unfinished: an
-// endpoint has something only a later pass finishes (rdm::Endpoint::
-// Unfinished).
-size_t ProgressDomain(Domain* d, bool* waited, bool* unfinished);
+// the domain lock and progresses every endpoint of d, or with
+// only_unpolled those the application did not progress since the
+// thread's last look (Ep::app_passes: while it polls some, the others
+// still answer their peers). Returns what ProgressEp returned, summed;
+// *waited: another thread waited for the domain lock during the pass (an
+// application call); *unfinished: an endpoint has something only a later
+// pass finishes (rdm::Endpoint::Unfinished; assumed of an endpoint passed
+// over).
+size_t ProgressDomain(Domain* d, bool only_unpolled, bool* waited, bool* unfinished);
 
 }  // namespace bypass::fi
 

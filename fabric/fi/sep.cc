@@ -427,6 +427,7 @@ int OpenSep(fid_domain* domain, fi_info* info, fid_ep** out, void* context) {
     s->loopback_name = sep->loopback_name;
     PlaceSlot(d, s.get());
     d->eps.push_back(s.get());
+    d->ep_count.store(d->eps.size(), std::memory_order_relaxed);
     d->obj.refs.fetch_add(1);
     sep->slots.push_back(s.release());
   }

@@ -114,4 +114,61 @@ CONFORMANCE_CASE(ack_pingpong_transmit_complete, kShm) {
   CHECK(!c.Poll(p.a.tx, &extra, 100) && !c.Poll(p.b.tx, &extra, 100), "a send completed twice");
 }
 
+// Two endpoints of one domain, a and a2, and an application that polls
+// one of them: a2 takes b's message (FI_TRANSMIT_COMPLETE), then the
+// application reads only a's receive CQ and b's transmit CQ (as one that
+// waits on a for what b sends once its send to a2 completed): b's send
+// completes (bounded by kHangSeconds, never timed). A provider that
+// progresses only what the application reads leaves a2's acknowledgement
+// unsent and both sides waiting.
+CONFORMANCE_CASE(ack_unpolled_endpoint_of_a_polled_domain, kShm) {
+  Pair p = c.OpenPair(c.Hints(FI_MSG));
+  EpOpts o;
+  o.av = p.a.av;
+  Ep a2 = c.OpenEp(p.a.domain, p.a.info, o);
+  const fi_addr_t b_to_a2 = c.Insert(p.b.av, a2.name);
+  char* out = c.Buf(kLen, 'm');
+  char* in = c.Buf(kLen, 0);
+  char* a_in = c.Buf(kLen, 0);
+  static fi_context2 rctx, a_ctx, sctx;
+  CHECK_RET(fi_recv(a2.ep, in, kLen, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+  CHECK_RET(fi_recv(p.a.ep, a_in, kLen, nullptr, FI_ADDR_UNSPEC, &a_ctx), 0);
+  iovec iov{out, kLen};
+  fi_msg m{};
+  m.msg_iov = &iov;
+  m.iov_count = 1;
+  m.addr = b_to_a2;
+  m.context = &sctx;
+  c.Post("the send to a2",
+         [&] { return fi_sendmsg(p.b.ep, &m, FI_TRANSMIT_COMPLETE | FI_COMPLETION); });
+  bool sent = false, received = false;
+  fi_cq_tagged_entry e;
+  const auto start = std::chrono::steady_clock::now();
+  while (!received) {
+    CHECK(!Expired(start), "hang: the message to a2 never arrived");
+    ssize_t n = fi_cq_read(a2.rx, &e, 1);
+    CHECK(n == 1 || n == -FI_EAGAIN, "fi_cq_read (a2) answered " << Err(n));
+    if (n == 1) {
+      CHECK(e.op_context == &rctx && std::memcmp(in, out, kLen) == 0, "a2's receive");
+      received = true;
+    }
+    n = fi_cq_read(p.b.tx, &e, 1);
+    CHECK(n == 1 || n == -FI_EAGAIN, "fi_cq_read (b) answered " << Err(n));
+    if (n == 1) sent = true;
+  }
+  // a2 is never called again; a is polled.
+  while (!sent) {
+    CHECK(!Expired(start), "hang: the send to a2 never completed while the application polled "
+                           "only a, an endpoint of a2's domain");
+    ssize_t n = fi_cq_read(p.a.rx, &e, 1);
+    CHECK(n == -FI_EAGAIN, "fi_cq_read (a) answered " << Err(n));
+    n = fi_cq_read(p.b.tx, &e, 1);
+    CHECK(n == 1 || n == -FI_EAGAIN, "fi_cq_read (b) answered " << Err(n));
+    if (n == 1) {
+      CHECK(e.op_context == &sctx, "the send's op_context");
+      sent = true;
+    }
+  }
+}
+
 }  // namespace bypass::fi::conformance
