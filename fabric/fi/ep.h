@@ -271,10 +271,11 @@ struct Ep {
   // Collectives (coll.h): its groups and their operations; null until the
   // first fi_join_collective, freed when its last group is closed.
   Coll* coll = nullptr;
-  // The application's progress passes of this endpoint (ProgressAll), and
-  // the count the domain's progress thread saw at its last look (written
-  // by that thread only, under the domain lock): while the application
-  // polls, the thread progresses only the endpoints it did not
+  // The application's progress passes of this endpoint's engine
+  // (ProgressAll; a connection's count on its listener, `shares`), and the
+  // count of its engine the domain's progress thread saw at its last look
+  // (written by that thread only, under the domain lock): while the
+  // application polls, the thread progresses only the endpoints it did not
   // (ProgressDomain).
   std::atomic<uint64_t> app_passes{0};
   uint64_t thread_seen_app_passes = 0;

@@ -379,10 +379,13 @@ void ProgressAll(const std::vector<Ep*>& eps) {
   Domain* d = eps.front()->domain;
   if (ProgressThread* t = d->progress_running.load(std::memory_order_acquire)) t->NoteAppPass();
   for (Ep* ep : eps) {
-    // A load and a store, not an atomic add: only "changed" is read, and a
-    // lost count between two application threads changes nothing.
-    ep->app_passes.store(ep->app_passes.load(std::memory_order_relaxed) + 1,
-                         std::memory_order_relaxed);
+    // Counted on the endpoint whose engine the pass progresses (a
+    // connection's is its listener's). A load and a store, not an atomic
+    // add: only "changed" is read, and a lost count between two
+    // application threads changes nothing.
+    Ep* engine = ep->shares != nullptr ? ep->shares : ep;
+    engine->app_passes.store(engine->app_passes.load(std::memory_order_relaxed) + 1,
+                             std::memory_order_relaxed);
     ProgressEp(ep);
   }
 }
@@ -395,7 +398,10 @@ size_t ProgressDomain(Domain* d, bool only_unpolled, bool* waited, bool* unfinis
   size_t n = 0;
   *unfinished = false;
   for (Ep* ep : d->eps) {
-    const uint64_t app = ep->app_passes.load(std::memory_order_relaxed);
+    // Polled: the engine it progresses was (a connection and its
+    // listener share one); each endpoint keeps its own last look.
+    const Ep* engine = ep->shares != nullptr ? ep->shares : ep;
+    const uint64_t app = engine->app_passes.load(std::memory_order_relaxed);
     const bool polled = app != ep->thread_seen_app_passes;
     ep->thread_seen_app_passes = app;
     if (only_unpolled && polled) {

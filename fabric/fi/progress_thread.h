@@ -9,7 +9,8 @@
 // demand at all, and with a growing nap (up to kMaxNapNs) once a short
 // busy spell after the last activity is over. When the application itself
 // progressed the domain since the last look (it is polling), the thread
-// stands aside for a nap instead of contending for the domain lock.
+// stands aside for a nap instead of contending for the domain lock, and
+// progresses only the endpoints the application did not (Ep::app_passes).
 //
 // Once a domain has the thread, every call takes the domain lock, even
 // under FI_THREAD_DOMAIN (EnsureProgressThread switches it on).
