@@ -1,6 +1,7 @@
 #include "driver/dpdk/eal.h"
 #include "driver/dpdk/pdump.h"
 
+#include <rte_alarm.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
@@ -8,6 +9,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -47,6 +50,22 @@ bool Free2MHugepages() {
     if (size.page_size == hugepage::Bytes::MiB(2) && size.free >= 64) return true;
   }
   return false;
+}
+
+// AwaitInterruptThread's alarms: each carries a token, and the highest token
+// that ran is kept (alarms set later run later). Static atomics, not a flag
+// on the caller's stack or heap: TSan cannot see the EAL's alarm list hand a
+// flag to the interrupt thread, and reported its initialising write.
+std::atomic<uint64_t> g_alarm_tokens{0};
+std::atomic<uint64_t> g_alarm_ran{0};
+
+void MarkAlarmRan(void* arg) {
+  const uint64_t token = reinterpret_cast<uintptr_t>(arg);
+  uint64_t seen = g_alarm_ran.load(std::memory_order_relaxed);
+  while (seen < token &&
+         !g_alarm_ran.compare_exchange_weak(seen, token, std::memory_order_release,
+                                            std::memory_order_relaxed)) {
+  }
 }
 
 }  // namespace
@@ -130,6 +149,24 @@ absl::Status EnsureEal(const EalRequest& req) {
   st.args = absl::StrJoin(args, " ");
   if (pdump) return StartPdump();
   return absl::OkStatus();
+}
+
+void AwaitInterruptThread() {
+  // Two alarms, the second set once the first ran: the thread handles one
+  // epoll batch before it rebuilds its list of sources (after a callback
+  // was unregistered), and the first alarm may run in the batch that asks
+  // for the rebuild; the second runs after it.
+  for (int round = 0; round < 2; ++round) {
+    const uint64_t n = g_alarm_tokens.fetch_add(1) + 1;
+    void* token = reinterpret_cast<void*>(static_cast<uintptr_t>(n));
+    if (rte_eal_alarm_set(1, MarkAlarmRan, token) != 0) return;
+    const auto ran = [n] { return g_alarm_ran.load(std::memory_order_acquire) >= n; };
+    for (int i = 0; i < 10000 && !ran(); ++i) usleep(100);
+    if (!ran()) {
+      rte_eal_alarm_cancel(MarkAlarmRan, token);  // waits if it is running now
+      return;
+    }
+  }
 }
 
 }  // namespace bypass::driver::dpdk

@@ -42,6 +42,21 @@ const EalState& CurrentEal();
 // (fabric/stats), and an EAL bypass starts runs DPDK's telemetry.
 bool StatsRequested();
 
+// Returns once DPDK's interrupt thread has finished the callback it was
+// running (an alarm set now runs on that thread after it), or after a second
+// (no interrupt thread, or it is stuck). memif's control-channel handler
+// runs there: on the peer's disconnect it marks the link down first and
+// then unmaps the shared regions and frees the queues' state; closing the
+// port meanwhile frees that state under it (a segfault in eal-intr-thread
+// when both ends of a memif closed at once). Call it after
+// rte_eth_dev_stop (which unregisters the handler) and before
+// rte_eth_dev_close, or after seeing the link go down, and again before
+// rte_eal_cleanup: DPDK 22.11's cleanup unmaps the heap without stopping
+// that thread, which may still be rebuilding its list of sources (kept in
+// the heap) after the close unregistered one (a segfault in the thread's
+// rte_intr_fd_get at exit).
+void AwaitInterruptThread();
+
 }  // namespace bypass::driver::dpdk
 
 #endif  // BYPASS_DRIVER_DPDK_EAL_H_

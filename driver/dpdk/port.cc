@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <rte_alarm.h>
 #include <rte_dev.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -21,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "driver/dpdk/af_xdp.h"
+#include "driver/dpdk/eal.h"
 #include "driver/dpdk/queue_pair.h"
 
 namespace bypass::driver::dpdk {
@@ -39,22 +39,6 @@ std::optional<Ipv4Address> KernelIpv4(const std::string& iface) {
   }
   close(fd);
   return out;
-}
-
-// Returns once DPDK's interrupt thread has finished whatever callback it was
-// running: an alarm set now runs on that thread after it. memif's control
-// channel handler runs there and, on the peer's disconnect, reads the port's
-// private data; closing the port while it runs frees that data under it (a
-// segfault in eal-intr-thread seen when both ends of a memif closed at
-// once). Stopping the port unregisters the handler, so after this barrier
-// no handler can touch the port. Gives up after a second (no interrupt
-// thread, or it is stuck): the close then proceeds as before.
-void DrainInterruptThread() {
-  std::atomic<bool> ran{false};
-  auto mark = [](void* arg) { static_cast<std::atomic<bool>*>(arg)->store(true); };
-  if (rte_eal_alarm_set(1, mark, &ran) != 0) return;
-  for (int i = 0; i < 10000 && !ran.load(); ++i) usleep(100);
-  if (!ran.load()) rte_eal_alarm_cancel(mark, &ran);  // waits if it is running now
 }
 
 }  // namespace
@@ -81,7 +65,7 @@ DpdkDevice::~DpdkDevice() {
   }
   if (info_.owns_port) {
     if (started_) rte_eth_dev_stop(port_);
-    DrainInterruptThread();
+    AwaitInterruptThread();
     rte_eth_dev_close(port_);
     if (!dev_name_.empty()) {  // bypass hotplugged it
       rte_eal_hotplug_remove(LooksLikePci(dev_name_) ? "pci" : "vdev", dev_name_.c_str());

@@ -31,6 +31,7 @@
 #include <rte_udp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +43,7 @@
 #include "absl/strings/numbers.h"
 #include "driver/clock.h"
 #include "driver/device.h"
+#include "driver/dpdk/eal.h"
 #include "fabric/rdm/rdm.h"
 #include "fabric/stats/stats.h"
 
@@ -498,6 +500,23 @@ bool SetUpPort() {
   return false;
 }
 
+// The peer leaves second. When one end of a memif disconnects, DPDK 22.11's
+// memif unmaps the shared regions from the other process's interrupt
+// thread, racing with any lcore of that process in rx or tx burst on the
+// port (a segfault in the app's lcores, seen in CI when the peer exited
+// while the app still served). So the peer, whose lcores have stopped,
+// keeps its end open until the app closed its own (the link goes down), or
+// until the deadline; then it waits for its interrupt thread to finish
+// handling the disconnect before it closes the port.
+void AwaitAppClose(uint64_t deadline) {
+  rte_eth_link link{};
+  while (rte_eth_link_get_nowait(kPort, &link) == 0 && link.link_status == RTE_ETH_LINK_UP &&
+         NowNs() < deadline) {
+    usleep(1000);
+  }
+  bypass::driver::dpdk::AwaitInterruptThread();
+}
+
 bool Finished() {
   if (g_opts.role == "peer") return g_pipeline_done && g_bypass_done;
   return g_pipeline_done && g_bypass_done &&
@@ -551,8 +570,11 @@ int main(int argc, char** argv) {
                 c.echoes_bad, c.errors, c.failure.c_str(), c.rdm.c_str());
   }
   std::fflush(stdout);
+  if (!app) AwaitAppClose(std::max(deadline, NowNs() + 1'000'000'000));
   rte_eth_dev_stop(kPort);
+  bypass::driver::dpdk::AwaitInterruptThread();
   rte_eth_dev_close(kPort);
+  bypass::driver::dpdk::AwaitInterruptThread();
   rte_eal_cleanup();
   return lost || c.errors > 0 || !c.failure.empty() ? 1 : 0;
 }

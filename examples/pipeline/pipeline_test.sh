@@ -37,7 +37,13 @@ for _ in $(seq 1 500); do [ -S "$sock" ] && break; sleep 0.01; done
 peer_pid=$!
 
 fail=0
-wait "$peer_pid"; peer_rc=$?; peer_pid=
+# The peer prints its counts when its traffic is done, then keeps its end of
+# the memif open until the app closed its own (pipeline.cc, AwaitAppClose).
+for _ in $(seq 1 3000); do
+  [ -s "$work/peer.out" ] && break
+  kill -0 "$peer_pid" 2>/dev/null || break
+  sleep 0.01
+done
 # The app runs until told to stop: its counters through DPDK's telemetry.
 tel=""
 if [ -x /usr/bin/dpdk-telemetry.py ]; then
@@ -45,6 +51,7 @@ if [ -x /usr/bin/dpdk-telemetry.py ]; then
 fi
 touch "$work/stop"
 wait "$app_pid"; app_rc=$?; app_pid=
+wait "$peer_pid"; peer_rc=$?; peer_pid=
 echo "app:  $(cat "$work/app.out")"
 echo "peer: $(cat "$work/peer.out")"
 echo "telemetry: $tel"
