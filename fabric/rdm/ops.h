@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "fabric/rdm/context.h"
 #include "fabric/rdm/index_list.h"
@@ -129,6 +131,9 @@ struct SendOp {
   uint32_t next = kNone;
 };
 
+static_assert(std::is_trivially_copyable_v<SendOp>);
+inline const SendOp kFreshOp{};  // what OpTable::Alloc starts every op from
+
 // The send's in-place offer stops standing: its guard word is cleared
 // before the application can learn that the send ended (and reuse the
 // buffer), so a receiver that reads the word after the bytes and still
@@ -174,7 +179,15 @@ class OpTable {
     FreeSlots& pool = user ? free_user_ : free_engine_;
     if (pool.empty()) return kNone;
     const uint32_t o = user ? pool.Pop() : user_slots_ + pool.Pop();
-    std::construct_at(&ops_[o]);  // in place: no temporary copied over it
+    // A fresh op, copied from kFreshOp by libc's memcpy: value-initialising
+    // in place (std::construct_at) compiled to `rep stosq` over the 264
+    // bytes (GCC's generic tuning for fixed sizes of 33 B to 8 KiB), 23-25 ns
+    // on this AMD machine against 6 ns for the call, and was the hottest
+    // instruction of Messaging::PostSend in a 64 B message-rate profile. The
+    // size goes through an empty asm so that GCC cannot inline the copy.
+    size_t bytes = sizeof(SendOp);
+    asm("" : "+r"(bytes));
+    std::memcpy(static_cast<void*>(&ops_[o]), &kFreshOp, bytes);
     ops_[o].kind = kind;
     ++live_[static_cast<size_t>(kind)];
     return o;

@@ -489,21 +489,29 @@ void Reliability::ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack)
   bool lost = false;
   Psn highest;
   uint64_t latest_sent = 0;  // of any packet the receiver holds
-  for (uint32_t i = 0; i < wire::kSackBits; ++i) {
-    const Psn q = ack + 1 + i;
-    if (!q.Before(t.next_psn)) break;
-    if (!sack.Has(i)) continue;
-    TxEntry& e = entry(a, q);
-    latest_sent = std::max(latest_sent, e.last_sent_ns);
-    if ((e.state & kTxSacked) == 0) {
-      e.state |= kTxSacked;
-      if (e.state & kTxNeedsRetx) {
-        e.state &= static_cast<uint8_t>(~(kTxNeedsRetx | kTxFast));
-        --a.retx_queued;
+  // The set bits only, in order: an ACK with no hole below what it holds
+  // (the usual one) has none, and costs no walk over the packets in flight.
+  bool beyond = false;
+  for (uint32_t w = 0; w < sack.sack.size() && !beyond; ++w) {
+    for (uint64_t bits = sack.sack[w]; bits != 0; bits &= bits - 1) {
+      const uint32_t i = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+      const Psn q = ack + 1 + i;
+      if (!q.Before(t.next_psn)) {  // never sent: nor is anything above it
+        beyond = true;
+        break;
       }
+      TxEntry& e = entry(a, q);
+      latest_sent = std::max(latest_sent, e.last_sent_ns);
+      if ((e.state & kTxSacked) == 0) {
+        e.state |= kTxSacked;
+        if (e.state & kTxNeedsRetx) {
+          e.state &= static_cast<uint8_t>(~(kTxNeedsRetx | kTxFast));
+          --a.retx_queued;
+        }
+      }
+      highest = q;
+      any = true;
     }
-    highest = q;
-    any = true;
   }
   if (!any) return;
   // A hole far enough below the highest SACKed PSN is lost. A hole already

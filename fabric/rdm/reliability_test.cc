@@ -545,6 +545,30 @@ TEST(ReliabilitySackTest, ARetransmittedHoleIsLostAgainOnlyWhenALaterPacketArriv
   EXPECT_EQ(rig.ctx.counters.retransmits_fast, 2u);
 }
 
+// Every word of the bitmap counts (bits 64 and up: a window past 64
+// packets), and a bit naming a PSN never sent is ignored.
+TEST(ReliabilitySackTest, BitsPastTheFirstWordCountAndBitsPastWhatWasSentAreIgnored) {
+  auto [rig, pi] = RigWithPeer(CreditOnly());
+  const Psn isn = rig.session[pi].tx_isn;
+  AckAt(rig, pi, 500, rig.PeerAck(isn, 200));  // credit for 200 packets
+  const std::vector<uint8_t> a = Bytes(80 * StageRig::kSeg);
+  ASSERT_EQ(SendAt(rig, pi, 1'000, a, 80), 80u);
+  // Held: isn+66..isn+69 (bits 65..68, the second word); bit 150 names
+  // isn+151, never sent.
+  const wire::AckFields sack = Sack({65, 66, 67, 68, 150});
+  AckAt(rig, pi, 2'000, rig.PeerAck(isn, 200), &sack);
+  // Lost: the holes 3 or more below isn+69, isn..isn+65; not isn+70..79,
+  // above every PSN held.
+  EXPECT_EQ(rig.reliability.tx_active(pi).retx_queued, 66u);
+  rig.ctx.now = 3'000;
+  const std::vector<wire::View> sent = rig.BuildPackets(pi, 100);
+  ASSERT_EQ(sent.size(), 66u);
+  for (uint32_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(sent[i].common.psn.value(), (isn + i).value()) << i;
+    EXPECT_TRUE(Retransmit(sent[i])) << i;
+  }
+}
+
 // ---- Timers.
 
 // A flight that starts moves the peer's timer off the probe deadline of the
