@@ -179,15 +179,11 @@ class OpTable {
     FreeSlots& pool = user ? free_user_ : free_engine_;
     if (pool.empty()) return kNone;
     const uint32_t o = user ? pool.Pop() : user_slots_ + pool.Pop();
-    // A fresh op, copied from kFreshOp by libc's memcpy: value-initialising
-    // in place (std::construct_at) compiled to `rep stosq` over the 264
-    // bytes (GCC's generic tuning for fixed sizes of 33 B to 8 KiB), 23-25 ns
-    // on this AMD machine against 6 ns for the call, and was the hottest
-    // instruction of Messaging::PostSend in a 64 B message-rate profile. The
-    // size goes through an empty asm so that GCC cannot inline the copy.
-    size_t bytes = sizeof(SendOp);
-    asm("" : "+r"(bytes));
-    std::memcpy(static_cast<void*>(&ops_[o]), &kFreshOp, bytes);
+    // A fresh op, copied from kFreshOp: value-initialising in place
+    // (std::construct_at) compiled to `rep stosq` over the 264 bytes, the
+    // hottest instruction of Messaging::PostSend in a 64 B message-rate
+    // profile (wire::LibcCopy says why).
+    wire::LibcCopy(static_cast<void*>(&ops_[o]), &kFreshOp, sizeof(SendOp));
     ops_[o].kind = kind;
     ++live_[static_cast<size_t>(kind)];
     return o;

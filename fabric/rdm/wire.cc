@@ -105,7 +105,7 @@ size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, siz
   uint8_t* b = frame.data() + kCommonOffset;
   const CommonHeader h = Encode(c, rest);
   std::memcpy(b, &h, sizeof(h));
-  std::memcpy(b + sizeof(h), ext, ext_len);
+  LibcCopy(b + sizeof(h), ext, ext_len);  // bounded: GCC would `rep movsq` the middle
   if (!payload.empty()) std::memcpy(b + sizeof(h) + ext_len, payload.data(), payload.size());
   if (key != nullptr) SealMac(flow, {b, datagram}, *key);
   if ((c.flags & kFlagUnchecked) == 0) {
