@@ -3,7 +3,8 @@
 // the engine's own parser (wire::Parse) logged for each packet endpoint A
 // sent and received: a handshake with cookie and MACs, tagged messages
 // with remote data, a lost DATA packet (a SACK, a retransmission), a
-// rendezvous message read in place, an RMA write and read, a fetching
+// rendezvous message read in place, small messages in one packet (a
+// bundle), an RMA write and read, a fetching
 // atomic, a connection-manager message of the fi provider, and a peer's
 // restart (a RESET).
 #include <algorithm>
@@ -45,7 +46,7 @@ const char* const kFields[] = {
     "bypass.hello.max_datagram", "bypass.hello.capabilities", "bypass.hello.nonce",
     "bypass.hello.echo",     "bypass.hello.cookie",    "bypass.hello.mac",
     "bypass.reset.reason",   "bypass.reset.incarnation", "bypass.reset.mac",
-    "bypass.ack.sack",       "bypass.msg.id",          "bypass.msg.flags",
+    "bypass.ack.sack",       "bypass.ack.next_msg_id", "bypass.msg.id",          "bypass.msg.flags",
     "bypass.msg.protocol",   "bypass.msg.total_length", "bypass.msg.offset",
     "bypass.msg.tag",        "bypass.msg.data",        "bypass.offer.pid",
     "bypass.offer.addr",     "bypass.offer.length",    "bypass.offer.guard_addr",
@@ -115,31 +116,54 @@ Row Expect(const wire::View& v) {
       break;
     case wire::PacketType::kAck:
       set("bypass.ack.sack", absl::StrJoin(v.ack.sack, ","));
+      num("bypass.ack.next_msg_id", v.ack.next_msg_id);
       break;
     case wire::PacketType::kData: {
-      const wire::MsgFields& m = v.msg;
-      num("bypass.msg.id", m.msg_id);
-      num("bypass.msg.flags", m.msg_flags);
-      num("bypass.msg.protocol", static_cast<uint8_t>(m.protocol));
-      num("bypass.msg.total_length", m.total_length);
-      num("bypass.msg.offset", m.offset);
-      num("bypass.msg.tag", m.tag);
-      num("bypass.msg.data", m.data);
-      if (m.offer_pid != 0) {
-        num("bypass.offer.pid", m.offer_pid);
-        num("bypass.offer.addr", m.offer_addr);
-        num("bypass.offer.length", m.total_length);
-        num("bypass.offer.guard_addr", m.offer_guard_addr);
-        num("bypass.offer.guard", m.offer_guard);
+      // Every message of a bundle, each field's values in order (tshark
+      // joins a field's occurrences with commas), its flags as on the wire.
+      std::vector<std::pair<wire::MsgFields, absl::Span<const uint8_t>>> msgs;
+      if (v.msg.msg_flags & wire::kMsgBundle) {
+        wire::BundleReader bundle(v.msg, v.payload);
+        wire::MsgFields m;
+        absl::Span<const uint8_t> bytes;
+        while (bundle.Next(&m, &bytes)) {
+          if (!msgs.empty()) msgs.back().first.msg_flags |= wire::kMsgBundle;
+          msgs.emplace_back(m, bytes);
+        }
+      } else {
+        msgs.emplace_back(v.msg, v.payload);
       }
-      if ((m.msg_flags & wire::kMsgTagged) != 0 && (m.tag & fi::kCmTagBit) != 0) {
-        if (std::optional<fi::CmMessage> cm = fi::ParseCm(v.payload.data(), v.payload.size())) {
-          num("bypass.cm.type", static_cast<uint8_t>(cm->type));
-          num("bypass.cm.conn_id", cm->conn_id);
-          set("bypass.cm.ip", cm->addr.ip.ToString());
-          num("bypass.cm.port", cm->addr.udp_port);
-          num("bypass.cm.incarnation", cm->addr.incarnation);
-          num("bypass.cm.data_len", cm->data_len);
+      const auto add = [&](const char* field, uint64_t value) {
+        for (size_t i = 0; i < kNumFields; ++i) {
+          if (std::string(kFields[i]) == field) {
+            r[i] = r[i].empty() ? absl::StrCat(value) : absl::StrCat(r[i], ",", value);
+          }
+        }
+      };
+      for (const auto& [m, bytes] : msgs) {
+        add("bypass.msg.id", m.msg_id);
+        add("bypass.msg.flags", m.msg_flags);
+        add("bypass.msg.protocol", static_cast<uint8_t>(m.protocol));
+        add("bypass.msg.total_length", m.total_length);
+        add("bypass.msg.offset", m.offset);
+        add("bypass.msg.tag", m.tag);
+        add("bypass.msg.data", m.data);
+        if (m.offer_pid != 0) {
+          num("bypass.offer.pid", m.offer_pid);
+          num("bypass.offer.addr", m.offer_addr);
+          num("bypass.offer.length", m.total_length);
+          num("bypass.offer.guard_addr", m.offer_guard_addr);
+          num("bypass.offer.guard", m.offer_guard);
+        }
+        if ((m.msg_flags & wire::kMsgTagged) != 0 && (m.tag & fi::kCmTagBit) != 0) {
+          if (std::optional<fi::CmMessage> cm = fi::ParseCm(bytes.data(), bytes.size())) {
+            num("bypass.cm.type", static_cast<uint8_t>(cm->type));
+            num("bypass.cm.conn_id", cm->conn_id);
+            set("bypass.cm.ip", cm->addr.ip.ToString());
+            num("bypass.cm.port", cm->addr.udp_port);
+            num("bypass.cm.incarnation", cm->addr.incarnation);
+            num("bypass.cm.data_len", cm->data_len);
+          }
         }
       }
       break;
@@ -338,6 +362,29 @@ TEST(CaptureDissectorTest, TsharkDecodesEveryFieldAsTheEngineDoes) {
     ASSERT_EQ((*a)->Send(s), Result::kOk);
     expected += 2;
   }
+  // Three small tagged messages, queued behind the handshake with the
+  // others: one packet carries them (a bundle).
+  constexpr int kSmall = 3;
+  std::vector<std::vector<uint8_t>> small_in(kSmall, std::vector<uint8_t>(64));
+  std::vector<std::vector<uint8_t>> small_out(kSmall);
+  for (int i = 0; i < kSmall; ++i) {
+    RecvRequest r;
+    r.buf = small_in[i].data();
+    r.len = small_in[i].size();
+    r.tagged = true;
+    r.tag = 0x2000 + i;
+    ASSERT_EQ((*b)->PostRecv(r), Result::kOk);
+    small_out[i].resize(16 + 8 * i);
+    testing::FillPattern(50 + i, absl::MakeSpan(small_out[i]));
+    SendRequest s;
+    s.dest = a_to_b;
+    s.buf = small_out[i].data();
+    s.len = small_out[i].size();
+    s.tag = 0x2000 + i;
+    s.flags = kSendTagged;
+    ASSERT_EQ((*a)->Send(s), Result::kOk);
+    expected += 2;
+  }
   {
     RecvRequest r;
     r.buf = in[kTagged].data();
@@ -428,6 +475,10 @@ TEST(CaptureDissectorTest, TsharkDecodesEveryFieldAsTheEngineDoes) {
   for (int i = 0; i < kTagged; ++i) {
     EXPECT_EQ(testing::CheckPattern(i, absl::MakeSpan(in[i]).first(2000)), -1) << i;
   }
+  for (int i = 0; i < kSmall; ++i) {
+    EXPECT_EQ(testing::CheckPattern(50 + i, absl::MakeSpan(small_in[i]).first(16 + 8 * i)), -1)
+        << i;
+  }
   EXPECT_EQ(result[0], 0u);
   EXPECT_EQ(region[4096], 5);
 
@@ -457,6 +508,9 @@ TEST(CaptureDissectorTest, TsharkDecodesEveryFieldAsTheEngineDoes) {
     return v.common.type == wire::PacketType::kAck && (v.ack.sack[0] | v.ack.sack[1]) != 0;
   }));
   EXPECT_TRUE(log->Saw([](const wire::View& v) { return v.msg.offer_pid != 0; }));
+  EXPECT_TRUE(log->Saw([](const wire::View& v) {
+    return v.common.type == wire::PacketType::kData && (v.msg.msg_flags & wire::kMsgBundle) != 0;
+  })) << "no bundle";
   for (uint8_t op = 1; op <= 6; ++op) {
     EXPECT_TRUE(log->Saw([op](const wire::View& v) {
       return v.common.type == wire::PacketType::kRma && static_cast<uint8_t>(v.rma.op) == op;

@@ -182,7 +182,11 @@ std::optional<PeerStats> Engine::peer_stats(PeerId id) const {
   s.inflight = t.inflight();
   s.send_window = static_cast<uint32_t>(t.window_end - t.snd_una);
   s.cwnd = reliability.CcOn(pi) ? t.cc.cwnd() : 0;
-  s.queued_ops = a.ops.size();
+  // Not those whose outcome is out (given up, or taken from a bundle)
+  // that wait only for their packet's ACK.
+  for (uint32_t o = a.ops.front(); o != kNone; o = ops[o].next) {
+    if (!ops[o].abandoned) ++s.queued_ops;
+  }
   s.waiting_ops = a.waiting.size();
   s.held_packets = reliability.rx_active(pi).held_count;
   s.unacked_packets = reliability.rx(pi).unacked;
@@ -511,7 +515,10 @@ bool Engine::OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt) 
 
 bool Engine::Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& m,
                      const wire::RmaFields& r, absl::Span<const uint8_t> payload) {
-  if (type == wire::PacketType::kData) return messaging.ConsumeData(pi, m, payload);
+  if (type == wire::PacketType::kData) {
+    return (m.msg_flags & wire::kMsgBundle) ? messaging.ConsumeBundle(pi, m, payload)
+                                           : messaging.ConsumeData(pi, m, payload);
+  }
   if (messaging.Receiving(pi)) {
     // Ops never interleave in a stream: a message's segments are
     // consecutive. That one will never end; this packet is the next op.
@@ -656,7 +663,8 @@ size_t Engine::BuildForPeer(uint32_t pi, absl::Span<driver::Packet* const> bufs)
     n = session.BuildHandshake(pi, c, reliability.Grant(pi), retry, bufs);
     if (n > 0) reliability.NoteAckSent(pi, /*standalone=*/false);
   }
-  return n + reliability.Build(pi, &session[pi].probe_owed, bufs.subspan(n));
+  return n + reliability.Build(pi, &session[pi].probe_owed, bufs.subspan(n),
+                               messaging.RxNextMsgId(pi));
 }
 
 // ---- Failure.

@@ -546,6 +546,20 @@ bool Messaging::ConsumeData(uint32_t pi, const wire::MsgFields& m,
   return true;
 }
 
+bool Messaging::ConsumeBundle(uint32_t pi, const wire::MsgFields& m,
+                              absl::Span<const uint8_t> payload) {
+  wire::BundleReader bundle(m, payload);
+  wire::MsgFields each;
+  absl::Span<const uint8_t> bytes;
+  while (bundle.Next(&each, &bytes)) {
+    const MsgPeer& p = peers_[pi];
+    // Taken from an earlier copy of this packet, refused after it.
+    if (p.rx == kNone && static_cast<int32_t>(each.msg_id - p.rx_next_msg_id) < 0) continue;
+    if (!ConsumeData(pi, each, bytes)) return false;
+  }
+  return true;
+}
+
 void Messaging::AbortReceive(uint32_t pi, int err, const char* why) {
   MsgPeer& p = peers_[pi];
   if (p.rx == kNone) return;

@@ -104,6 +104,13 @@ class Messaging {
   // ---- Sequenced packets from peer pi, in order. False: refused (not
   // consumed; no receive resources now; it comes again after an RNR).
   bool ConsumeData(uint32_t pi, const wire::MsgFields& m, absl::Span<const uint8_t> payload);
+  // A DATA packet that carries several whole messages (wire::kMsgBundle;
+  // m and payload as Parse left them), each taken as ConsumeData takes
+  // one. Refused at a message: the messages before it stay taken, and when
+  // the packet comes again they are passed over by their msg_id.
+  bool ConsumeBundle(uint32_t pi, const wire::MsgFields& m, absl::Span<const uint8_t> payload);
+  // The msg_id of the next message we take from peer pi.
+  uint32_t RxNextMsgId(uint32_t pi) const { return peers_[pi].rx_next_msg_id; }
   // A rendezvous pull of one of our messages (READ_REQ with kRmaFlagMessage).
   bool ConsumePullRequest(uint32_t pi, const wire::RmaFields& r);
   // The bytes of a message we pull (READ_DATA with kRmaFlagMessage).

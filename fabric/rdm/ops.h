@@ -95,7 +95,9 @@ struct SendOp {
   bool inject = false;      // no completion to come (inject, or buffered: it came at once)
   bool ack_now = false;     // kSendAckNow: its last packet asks for an ACK at once
   // Given up (the receiver refused it for rnr_give_up_ns): completed in
-  // error already; what is in flight goes as kMsgAbandoned, the rest never.
+  // error already; or taken by the receiver from a bundle it refused after
+  // it (Reliability::TakenFromBundle): completed already. What is in
+  // flight goes as kMsgAbandoned, the rest never.
   bool abandoned = false;
   uint32_t peer = kNone;
 

@@ -226,7 +226,7 @@ void Reliability::NoteAckSent(uint32_t pi, bool standalone) {
 }
 
 size_t Reliability::Build(uint32_t pi, bool* probe_owed,
-                         absl::Span<driver::Packet* const> bufs) {
+                         absl::Span<driver::Packet* const> bufs, uint32_t rx_next_msg_id) {
   size_t n = 0;
   TxStream& t = tx(pi);
   if (session_[pi].tx_ready) {
@@ -257,14 +257,15 @@ size_t Reliability::Build(uint32_t pi, bool* probe_owed,
   const RxStream& r = rx(pi);
   if (session_[pi].rx_known && (r.ack_standalone || r.rnr_owed || r.ack_now || *probe_owed) &&
       n < bufs.size()) {
-    BuildAck(pi, *probe_owed, bufs[n++]);
+    BuildAck(pi, *probe_owed, rx_next_msg_id, bufs[n++]);
     *probe_owed = false;
   }
   Settle(pi);
   return n;
 }
 
-void Reliability::BuildAck(uint32_t pi, bool probe, driver::Packet* pkt) {
+void Reliability::BuildAck(uint32_t pi, bool probe, uint32_t rx_next_msg_id,
+                           driver::Packet* pkt) {
   const RxStream& r = rx(pi);
   const RxActive& h = rx_active(pi);
   const wire::Common c =
@@ -277,12 +278,44 @@ void Reliability::BuildAck(uint32_t pi, bool probe, driver::Packet* pkt) {
       if (held_at(h, r.rcv_nxt + 1 + i).pkt != nullptr) a.Set(i);
     }
   }
+  a.next_msg_id = rx_next_msg_id;
   pkt->len = static_cast<uint32_t>(
       wire::BuildAck(session_.Flow(pi), c, a, {pkt->data, pkt->capacity}));
   NoteAckSent(pi, true);
   ++ctx_.counters.tx_packets;
   ctx_.Count(pi, PeerCount::kTxPackets);
   ++ctx_.counters.tx_acks;
+}
+
+// At most this many messages in one bundle (TxEntry::msgs is 8 bits).
+constexpr uint32_t kMaxBundleMsgs = 64;
+
+uint32_t Reliability::BundleFrom(uint32_t pi, const TxActive& a, uint32_t max_seg) const {
+  // Only to a peer that takes them, and not where a refused send may be
+  // given up (rnr_give_up_ns): the receiver may take the first messages of
+  // a bundle and refuse the next, and a sender that gave the packet up
+  // could not tell which of its messages were delivered.
+  if (!session_[pi].takes_bundles || ctx_.config.rnr_give_up_ns != 0 || a.cursor_offset != 0) {
+    return 1;
+  }
+  const auto whole = [&](const SendOp& op) {
+    return op.kind == OpKind::kMsg && op.msg.protocol == wire::MsgProtocol::kEager &&
+           !op.abandoned && op.wire_len <= max_seg;
+  };
+  const SendOp* op = &ops_[a.cursor_op];
+  if (!whole(*op)) return 1;
+  // The payload a packet carries: every message's header but the first
+  // (the extension header) and its bytes.
+  uint64_t bytes = op->wire_len;
+  uint32_t n = 1;
+  while (n < kMaxBundleMsgs && op->next != kNone) {
+    const SendOp& next = ops_[op->next];
+    if (!whole(next) || bytes + sizeof(wire::MsgHeader) + next.wire_len > max_seg) break;
+    bytes += sizeof(wire::MsgHeader) + next.wire_len;
+    ++n;
+    op = &next;
+  }
+  return n;
 }
 
 void Reliability::BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt) {
@@ -294,6 +327,7 @@ void Reliability::BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt) {
   const uint32_t dg = std::min<uint32_t>(ctx_.same_host_max_datagram, session_[pi].max_datagram);
   const uint32_t max_seg = op.type == wire::PacketType::kData ? wire::MaxDataPayload(dg)
                                                               : wire::MaxRmaPayload(dg);
+  const uint32_t msgs = op.type == wire::PacketType::kData ? BundleFrom(pi, a, max_seg) : 1;
   const uint64_t seg = std::min<uint64_t>(max_seg, op.wire_len - a.cursor_offset);
   const Psn psn = t.next_psn;
   TxEntry& e = entry(a, psn);
@@ -302,32 +336,48 @@ void Reliability::BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt) {
   e.offset = a.cursor_offset;
   e.first_sent_ns = e.last_sent_ns = ctx_.now;
   e.state = 0;
+  e.msgs = msgs > 1 ? static_cast<uint8_t>(msgs) : 0;
   // Ask for an ACK when this packet fills the window (the sender waits
   // next), or ends an op whose owner waits for its completion on the ACK
   // (kSendAckNow).
   const bool fills = !(psn + 1).Before(t.window_end) || t.inflight() + 1 > ring_mask_ ||
                      (CcOn(pi) && t.inflight() + 1 >= t.cc.cwnd());
-  const bool completes = op.ack_now && a.cursor_offset + seg == op.wire_len &&
-                         Traits(op.kind).after_ack == AfterAck::kComplete;
+  bool completes = op.ack_now && a.cursor_offset + seg == op.wire_len &&
+                   Traits(op.kind).after_ack == AfterAck::kComplete;
+  if (msgs > 1) {
+    // Every message of a bundle is sent whole in this packet.
+    uint32_t b = o;
+    for (uint32_t i = 0; i < msgs; ++i, b = ops_[b].next) {
+      SendOp& m = ops_[b];
+      m.started = m.all_sent = true;
+      m.last_psn = psn;
+      completes = completes || m.ack_now;
+      a.cursor_op = m.next;
+    }
+    a.cursor_offset = 0;
+    ctx_.counters.tx_bundled_msgs += msgs;
+  }
   WritePacket(pi, psn, e, fills || completes ? wire::kFlagAckReq : 0, pkt);
   ++t.next_psn;
-  a.cursor_offset += seg;
-  // A request to send holds our later messages until the peer answers, so
-  // that the bytes it pulls never queue behind a message it refuses
-  // (PROTOCOL.md, Rendezvous). A peer that reads our offers in place pulls
-  // nothing: its answer comes after the copy, and waiting for it would
-  // leave one message in flight at a time (the offer went on the wire:
-  // WritePacket above keeps offer_pid only then).
-  if (Traits(op.kind).holds_stream &&
-      !(op.msg.offer_pid != 0 && session_[pi].reads_in_place)) {
-    t.hold = true;
-    t.hold_id = op.msg.msg_id;
-  }
-  if (a.cursor_offset == op.wire_len) {
-    op.all_sent = true;
-    op.last_psn = psn;
-    a.cursor_op = op.next;
-    a.cursor_offset = 0;
+  if (msgs == 1) {
+    a.cursor_offset += seg;
+    // A request to send holds our later messages until the peer answers, so
+    // that the bytes it pulls never queue behind a message it refuses
+    // (PROTOCOL.md, Rendezvous). A peer that reads our offers in place pulls
+    // nothing: its answer comes after the copy, and waiting for it would
+    // leave one message in flight at a time (the offer went on the wire:
+    // WritePacket above keeps offer_pid only then).
+    if (Traits(op.kind).holds_stream &&
+        !(op.msg.offer_pid != 0 && session_[pi].reads_in_place)) {
+      t.hold = true;
+      t.hold_id = op.msg.msg_id;
+    }
+    if (a.cursor_offset == op.wire_len) {
+      op.all_sent = true;
+      op.last_psn = psn;
+      a.cursor_op = op.next;
+      a.cursor_offset = 0;
+    }
   }
   if (a.rto_deadline == 0 && !a.rnr.waiting) ArmFlight(pi, a, /*start=*/true);
   if (CcOn(pi)) CcSent(t, a, psn);
@@ -361,7 +411,9 @@ void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t f
       e.len > 0 ? absl::Span<const uint8_t>(op.src + e.offset, e.len) : absl::Span<const uint8_t>();
   const driver::UdpFlow flow = session_.Flow(pi);
   const absl::Span<uint8_t> frame(pkt->data, pkt->capacity);
-  if (op.type == wire::PacketType::kData) {
+  if (e.msgs > 1) {
+    pkt->len = static_cast<uint32_t>(WriteBundle(flow, c, e, pkt));
+  } else if (op.type == wire::PacketType::kData) {
     if (op.msg.offer_pid != 0 && !session_[pi].same_host) {
       // An offer to read in place goes only to a peer known to be on this
       // host; decided at the first send, so every copy of the request
@@ -387,6 +439,23 @@ void Reliability::WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t f
   ++ctx_.counters.tx_packets;
   ctx_.Count(pi, PeerCount::kTxPackets);
   ++ctx_.counters.tx_data_packets;
+}
+
+size_t Reliability::WriteBundle(const driver::UdpFlow& flow, const wire::Common& c,
+                                const TxEntry& e, driver::Packet* pkt) {
+  wire::BundleWriter w({pkt->data, pkt->capacity});
+  uint32_t o = e.op;
+  for (uint32_t i = 0; i < e.msgs; ++i, o = ops_[o].next) {
+    const SendOp& op = ops_[o];
+    if (op.abandoned) {  // given up: the message number goes, the bytes do not
+      wire::MsgFields m = op.msg;
+      m.msg_flags |= wire::kMsgAbandoned;
+      w.Add(m, {});
+    } else {
+      w.Add(op.msg, {op.src, op.wire_len});
+    }
+  }
+  return w.Finish(flow, c);
 }
 
 // ---- Acknowledgements.
@@ -459,6 +528,7 @@ void Reliability::Acknowledged(uint32_t pi, const wire::Common& c,
       // rnr_give_up_ns has passed since the first refusal.
       ++ctx_.counters.rnr_received;
       ctx_.Count(pi, PeerCount::kRnrReceived);
+      if (sack != nullptr && entry(a, t.snd_una).msgs != 0) TakenFromBundle(pi, a, sack->next_msg_id);
       if (a.rnr.since == 0) a.rnr.since = now;
       const uint64_t give_up = ctx_.config.rnr_give_up_ns;
       if (give_up != 0 && now - a.rnr.since >= give_up && GiveUpRefused(pi)) return;
@@ -565,11 +635,27 @@ void Reliability::CompleteAcked(uint32_t pi, TxActive& a) {
   }
 }
 
+void Reliability::TakenFromBundle(uint32_t pi, TxActive& a, uint32_t next_msg_id) {
+  const TxEntry& e = entry(a, tx(pi).snd_una);
+  uint32_t o = e.op;
+  for (uint32_t i = 0; i < e.msgs; ++i, o = ops_[o].next) {
+    SendOp& op = ops_[o];
+    if (op.abandoned || static_cast<int32_t>(op.msg.msg_id - next_msg_id) >= 0) continue;
+    // Delivered: its completion now; the packet, resent until the peer
+    // takes the rest, carries it as abandoned (no bytes; the peer passes
+    // over it by its msg_id), and the op goes at the packet's ACK.
+    completions_.OpDone(op);
+    op.abandoned = true;
+  }
+}
+
 bool Reliability::GiveUpRefused(uint32_t pi) {
   TxStream& t = tx(pi);
   TxActive& a = Act(pi).tx;
   const TxEntry& e = entry(a, t.snd_una);
-  if (e.op == kNone || e.offset != 0) return false;  // refusals only happen at an op's start
+  // Refusals only happen at an op's start; a bundle is never given up
+  // (BundleFrom).
+  if (e.op == kNone || e.offset != 0 || e.msgs != 0) return false;
   const uint32_t o = e.op;
   SendOp& op = ops_[o];
   // Only messages: RMA requests and answers, and a pulled message's bytes

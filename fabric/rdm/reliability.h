@@ -45,6 +45,10 @@ struct TxEntry {
   uint64_t first_sent_ns = 0;
   uint64_t last_sent_ns = 0;
   uint8_t state = 0;
+  // A bundle (PROTOCOL.md, "Bundles"): the packet carries this many whole
+  // messages, `op` and the ops after it in the peer's list; 0: one op's
+  // segment (len bytes at offset).
+  uint8_t msgs = 0;
 };
 
 // One packet received out of order, held until the gap before it fills.
@@ -307,8 +311,10 @@ class Reliability {
   // Builds retransmissions, then new packets, then an ACK into bufs;
   // returns how many. An ACK goes if one is owed or *probe_owed (the
   // session's liveness probe: it asks for one back, and is then cleared).
-  // A record the peer no longer needs goes back.
-  size_t Build(uint32_t pi, bool* probe_owed, absl::Span<driver::Packet* const> bufs);
+  // A record the peer no longer needs goes back. rx_next_msg_id: the next
+  // message we take from the peer (an RNR ACK says it: AckHeader).
+  size_t Build(uint32_t pi, bool* probe_owed, absl::Span<driver::Packet* const> bufs,
+               uint32_t rx_next_msg_id = 0);
   // The RTO of pi's stream after `backoff` expirations (a HELLO's retry
   // too: backoff is its tries).
   uint64_t Rto(uint32_t pi, uint32_t backoff) const { return Rto(tx(pi), backoff); }
@@ -469,8 +475,16 @@ class Reliability {
   HeldPacket& held_at(const RxActive& a, Psn p) const { return a.held[p.value() & ring_mask_]; }
 
   void BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt);
+  // How many whole messages from the cursor on go in one packet toward pi
+  // (1: no bundle), each within max_seg bytes of payload.
+  uint32_t BundleFrom(uint32_t pi, const TxActive& a, uint32_t max_seg) const;
+  size_t WriteBundle(const driver::UdpFlow& flow, const wire::Common& c, const TxEntry& e,
+                     driver::Packet* pkt);
   void BuildRetransmit(uint32_t pi, Psn psn, driver::Packet* pkt);
-  void BuildAck(uint32_t pi, bool probe, driver::Packet* pkt);
+  void BuildAck(uint32_t pi, bool probe, uint32_t rx_next_msg_id, driver::Packet* pkt);
+  // The peer refused the bundle at snd_una after taking its messages
+  // before next_msg_id: those sends complete now.
+  void TakenFromBundle(uint32_t pi, TxActive& a, uint32_t next_msg_id);
   void WritePacket(uint32_t pi, Psn psn, const TxEntry& e, uint16_t flags, driver::Packet* pkt);
   void ProcessSack(uint32_t pi, Psn ack, const wire::AckFields& sack);
   void CompleteAcked(uint32_t pi, TxActive& a);

@@ -304,6 +304,7 @@ bool Session::Accept(uint32_t pi, const wire::View& v) {
   // larger same-host limit only for a peer of this host).
   s.max_datagram = static_cast<uint16_t>(std::min<uint32_t>(v.hello.max_datagram, OwnLimit(pi)));
   s.sends_unchecked = (v.hello.capabilities & wire::kCapUnchecked) != 0;
+  s.takes_bundles = (v.hello.capabilities & wire::kCapBundle) != 0;
   MaybeEstablished(pi);
   return true;
 }
@@ -394,6 +395,8 @@ size_t Session::BuildHandshake(uint32_t pi, wire::Common c, uint16_t credit, uin
   h.max_datagram = static_cast<uint16_t>(local ? ctx_.same_host_max_datagram : ctx_.max_datagram);
   // Its frames reach us through memory only: it may skip the CRC.
   if (ctx_.dev.integrity || local) h.capabilities = wire::kCapUnchecked;
+  // We take bundles (Messaging::ConsumeBundle).
+  h.capabilities |= wire::kCapBundle;
   const wire::MacKey* key = KeyFor(local);
   size_t n = 0;
   const auto build = [&](wire::PacketType type) {

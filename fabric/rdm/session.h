@@ -107,6 +107,10 @@ struct SessionPeer {
   // Its handshake said our frames reach it through memory only
   // (wire::kCapUnchecked): our DATA, RMA and ACKs go without a CRC.
   bool sends_unchecked : 1 = false;
+  // Its handshake said it takes DATA packets of several messages
+  // (wire::kCapBundle): our small messages that wait together go in one
+  // (Reliability::BuildSegment).
+  bool takes_bundles : 1 = false;
 
   bool established() const { return rx_known && tx_ready; }
 };

@@ -42,7 +42,7 @@ const char* ResultName(Result r) {
 
 std::string Counters::ToString() const {
   return absl::StrCat(
-      "tx=", tx_packets, " (data ", tx_data_packets, ", acks ", tx_acks, ") rx=", rx_packets,
+      "tx=", tx_packets, " (data ", tx_data_packets, ", bundled msgs ", tx_bundled_msgs, ", acks ", tx_acks, ") rx=", rx_packets,
       " (data ", rx_data_packets, ", unchecked ", rx_unchecked, ") retx fast=", retransmits_fast,
       " timeout=", retransmits_timeout, " rto=", rto_expirations, " (spurious ", rto_spurious, ")",
       " tlp=", tail_probes, " dup=", duplicates_dropped,

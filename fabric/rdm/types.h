@@ -41,7 +41,7 @@ struct PeerId {
 inline constexpr PeerId kAnyPeer{UINT32_MAX};
 
 // The wire format's version (PROTOCOL.md; fi_info's protocol_version).
-inline constexpr uint8_t kWireVersion = 6;
+inline constexpr uint8_t kWireVersion = 7;
 
 // What a post call did: 0 or a negative errno, so the fi_* facade returns it
 // as is (-FI_EAGAIN == -EAGAIN).
@@ -270,6 +270,9 @@ struct Counters {
   // Traffic.
   uint64_t tx_packets = 0;
   uint64_t tx_data_packets = 0;
+  // Messages that went in a DATA packet with others (a bundle: PROTOCOL.md,
+  // "Bundles"), every message of it counted.
+  uint64_t tx_bundled_msgs = 0;
   uint64_t tx_acks = 0;          // standalone ACKs
   uint64_t rx_packets = 0;       // frames handed to the engine
   uint64_t rx_data_packets = 0;  // DATA accepted in order

@@ -1,5 +1,6 @@
 #include "fabric/rdm/wire.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -90,23 +91,18 @@ Mac ComputeMac(const driver::UdpFlow& flow, const uint8_t* bypass, size_t len, s
   return m;
 }
 
-// Writes common header + extension + payload after the UDP header, the MAC
-// (with a key, for the types that carry one), the CRC, then the
-// UDP/IPv4/Ethernet headers.
-size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, size_t ext_len,
-              absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame,
-              const MacKey* key = nullptr) {
-  const size_t rest = ext_len + payload.size();
+// Writes common header + extension after the UDP header (the payload's
+// `payload_len` bytes already follow them in the frame), the MAC (with a
+// key, for the types that carry one), the CRC, then the UDP/IPv4/Ethernet
+// headers. REQUIRES: Fits(ext_len, payload_len, frame).
+size_t Seal(const driver::UdpFlow& flow, const Common& c, const void* ext, size_t ext_len,
+            size_t payload_len, absl::Span<uint8_t> frame, const MacKey* key = nullptr) {
+  const size_t rest = ext_len + payload_len;
   const size_t datagram = sizeof(CommonHeader) + rest;
-  if (rest > UINT16_MAX || datagram > driver::kMaxUdpPayloadBytes ||
-      frame.size() < kUdpHeadersBytes + datagram) {
-    return 0;
-  }
   uint8_t* b = frame.data() + kCommonOffset;
   const CommonHeader h = Encode(c, rest);
   std::memcpy(b, &h, sizeof(h));
   LibcCopy(b + sizeof(h), ext, ext_len);  // bounded: GCC would `rep movsq` the middle
-  if (!payload.empty()) std::memcpy(b + sizeof(h) + ext_len, payload.data(), payload.size());
   if (key != nullptr) SealMac(flow, {b, datagram}, *key);
   if ((c.flags & kFlagUnchecked) == 0) {
     const uint32_t crc = Be32(PacketCrc(flow, b, datagram));
@@ -114,6 +110,111 @@ size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, siz
   }
   return driver::WriteUdpHeaders(flow, datagram, frame, driver::UdpChecksumFill::kNone);
 }
+
+// Whether a packet of this extension and payload fits the protocol's
+// limits and `frame`.
+bool Fits(size_t ext_len, size_t payload_len, absl::Span<uint8_t> frame) {
+  const size_t rest = ext_len + payload_len;
+  const size_t datagram = sizeof(CommonHeader) + rest;
+  return rest <= UINT16_MAX && datagram <= driver::kMaxUdpPayloadBytes &&
+         frame.size() >= kUdpHeadersBytes + datagram;
+}
+
+// Seal, with the payload copied into place first.
+size_t Finish(const driver::UdpFlow& flow, const Common& c, const void* ext, size_t ext_len,
+              absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame,
+              const MacKey* key = nullptr) {
+  if (!Fits(ext_len, payload.size(), frame)) return 0;
+  if (!payload.empty()) {
+    std::memcpy(frame.data() + kExtOffset + ext_len, payload.data(), payload.size());
+  }
+  return Seal(flow, c, ext, ext_len, payload.size(), frame, key);
+}
+
+MsgHeader EncodeMsg(const MsgFields& m) {
+  MsgHeader e;
+  e.msg_id = Be32(m.msg_id);
+  e.msg_flags = Be16(m.msg_flags);
+  e.protocol = static_cast<uint8_t>(m.protocol);
+  e.reserved = 0;
+  e.total_length = Be64(m.total_length);
+  e.offset = Be64(m.offset);
+  e.tag = Be64(m.tag);
+  e.data = Be64(m.data);
+  return e;
+}
+
+// Decodes a MsgHeader (no offer); false if a flag, the protocol or the
+// reserved byte is out of range.
+bool DecodeMsg(const MsgHeader& e, MsgFields* m) {
+  m->msg_id = Be32(e.msg_id);
+  m->msg_flags = Be16(e.msg_flags);
+  m->total_length = Be64(e.total_length);
+  m->offset = Be64(e.offset);
+  m->tag = Be64(e.tag);
+  m->data = Be64(e.data);
+  m->offer_pid = 0;
+  m->offer_addr = 0;
+  m->offer_guard_addr = 0;
+  m->offer_guard = 0;
+  if ((m->msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
+      e.protocol > static_cast<uint8_t>(MsgProtocol::kRendezvous)) {
+    return false;
+  }
+  m->protocol = static_cast<MsgProtocol>(e.protocol);
+  return true;
+}
+
+// The bytes a whole message of a bundle carries after its header.
+uint64_t BundledBytes(const MsgFields& m) {
+  return (m.msg_flags & kMsgAbandoned) ? 0 : m.total_length;
+}
+
+// Whether a message may be in a bundle (kMsgBundle).
+bool Bundleable(const MsgFields& m) {
+  return m.protocol == MsgProtocol::kEager && m.offset == 0;
+}
+
+// Whether `payload`, after the first message's header, holds that
+// message's bytes and then whole messages, each header valid, msg_ids
+// consecutive, the last without kMsgBundle, ending at the payload's end.
+bool ValidBundle(const MsgFields& first, absl::Span<const uint8_t> payload) {
+  MsgFields m = first;
+  size_t at = 0;
+  for (;;) {
+    if (!Bundleable(m) || BundledBytes(m) > payload.size() - at) return false;
+    at += BundledBytes(m);
+    if ((m.msg_flags & kMsgBundle) == 0) return at == payload.size();
+    if (payload.size() - at < sizeof(MsgHeader)) return false;
+    const uint32_t id = m.msg_id;
+    if (!DecodeMsg(Load<MsgHeader>(payload.data() + at), &m) || m.msg_id != id + 1) return false;
+    at += sizeof(MsgHeader);
+  }
+}
+
+}  // namespace
+
+bool BundleReader::Next(MsgFields* m, absl::Span<const uint8_t>* bytes) {
+  if (!more_) return false;
+  *m = next_;
+  more_ = (m->msg_flags & kMsgBundle) != 0;
+  m->msg_flags &= static_cast<uint16_t>(~kMsgBundle);
+  const size_t n = std::min<size_t>(BundledBytes(*m), rest_.size());
+  *bytes = rest_.first(n);
+  rest_.remove_prefix(n);
+  if (more_) {
+    // Parse checked the whole bundle; a short one ends here all the same.
+    if (rest_.size() < sizeof(MsgHeader) ||
+        !DecodeMsg(Load<MsgHeader>(rest_.data()), &next_)) {
+      more_ = false;
+      return true;
+    }
+    rest_.remove_prefix(sizeof(MsgHeader));
+  }
+  return true;
+}
+
+namespace {
 
 // The atomic fields of an ATOMIC or ATOMIC_RESP (r decoded, payload_len
 // its payload's size): one packet, known op and type, count elements in
@@ -268,27 +369,20 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact) {
     case PacketType::kAck: {
       const auto e = Load<AckHeader>(ext);
       for (size_t i = 0; i < 4; ++i) out->ack.sack[i] = Be64(e.sack[i]);
+      out->ack.next_msg_id = Be32(e.next_msg_id);
+      if (e.reserved != 0 || ((c.flags & kFlagRnr) == 0 && out->ack.next_msg_id != 0)) {
+        return ParseStatus::kBadField;
+      }
       if ((c.flags & kFlagAckValid) == 0) return ParseStatus::kBadField;
       break;
     }
     case PacketType::kData: {
-      const auto e = Load<MsgHeader>(ext);
       MsgFields& m = out->msg;
-      m.msg_id = Be32(e.msg_id);
-      m.msg_flags = Be16(e.msg_flags);
-      m.total_length = Be64(e.total_length);
-      m.offset = Be64(e.offset);
-      m.tag = Be64(e.tag);
-      m.data = Be64(e.data);
-      m.offer_pid = 0;
-      m.offer_addr = 0;
-      m.offer_guard_addr = 0;
-      m.offer_guard = 0;
-      if ((m.msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
-          e.protocol > static_cast<uint8_t>(MsgProtocol::kRendezvous)) {
-        return ParseStatus::kBadField;
+      if (!DecodeMsg(Load<MsgHeader>(ext), &m)) return ParseStatus::kBadField;
+      if (m.msg_flags & kMsgBundle) {
+        if (!ValidBundle(m, out->payload)) return ParseStatus::kBadField;
+        break;
       }
-      m.protocol = static_cast<MsgProtocol>(e.protocol);
       if (m.protocol == MsgProtocol::kRendezvous) {
         // A request to send is one packet: offset 0, no payload or an
         // InPlaceOffer naming the message's whole length.
@@ -398,20 +492,14 @@ size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a
                 absl::Span<uint8_t> frame) {
   AckHeader e;
   for (size_t i = 0; i < 4; ++i) e.sack[i] = Be64(a.sack[i]);
+  e.next_msg_id = Be32((c.flags & kFlagRnr) ? a.next_msg_id : 0);
+  e.reserved = 0;
   return Finish(flow, c, &e, sizeof(e), {}, frame);
 }
 
 size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& m,
                  absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame) {
-  MsgHeader e;
-  e.msg_id = Be32(m.msg_id);
-  e.msg_flags = Be16(m.msg_flags);
-  e.protocol = static_cast<uint8_t>(m.protocol);
-  e.reserved = 0;
-  e.total_length = Be64(m.total_length);
-  e.offset = Be64(m.offset);
-  e.tag = Be64(m.tag);
-  e.data = Be64(m.data);
+  const MsgHeader e = EncodeMsg(m);
   if (m.protocol == MsgProtocol::kRendezvous && m.offer_pid != 0) {
     InPlaceOfferWire o;
     o.pid = Be32(m.offer_pid);
@@ -424,6 +512,46 @@ size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& 
                   {reinterpret_cast<const uint8_t*>(&o), sizeof(o)}, frame);
   }
   return Finish(flow, c, &e, sizeof(e), payload, frame);
+}
+
+bool BundleWriter::Add(const MsgFields& m, absl::Span<const uint8_t> bytes) {
+  const size_t header = count_ > 0 ? sizeof(MsgHeader) : 0;
+  if (!Fits(sizeof(MsgHeader), end_ + header + bytes.size(), frame_)) return false;
+  MsgFields f = m;
+  f.msg_flags |= kMsgBundle;
+  const MsgHeader e = EncodeMsg(f);
+  uint8_t* payload = frame_.data() + kDataHeadersBytes;
+  if (count_ == 0) {
+    first_ = e;
+  } else {
+    last_ = end_;
+    std::memcpy(payload + end_, &e, sizeof(e));
+  }
+  end_ += header;
+  if (!bytes.empty()) LibcCopy(payload + end_, bytes.data(), bytes.size());
+  end_ += bytes.size();
+  ++count_;
+  return true;
+}
+
+size_t BundleWriter::Finish(const driver::UdpFlow& flow, const Common& c) {
+  if (count_ < 2) return 0;
+  // The last message has no kMsgBundle.
+  uint8_t* last = frame_.data() + kDataHeadersBytes + last_ + offsetof(MsgHeader, msg_flags);
+  uint16_t flags;
+  std::memcpy(&flags, last, sizeof(flags));
+  flags = Be16(static_cast<uint16_t>(Be16(flags) & ~kMsgBundle));
+  std::memcpy(last, &flags, sizeof(flags));
+  return Seal(flow, c, &first_, sizeof(first_), end_, frame_);
+}
+
+size_t BuildBundle(const driver::UdpFlow& flow, const Common& c,
+                   absl::Span<const BundledMsg> msgs, absl::Span<uint8_t> frame) {
+  BundleWriter w(frame);
+  for (const BundledMsg& b : msgs) {
+    if (!w.Add(b.m, b.bytes)) return 0;
+  }
+  return w.Finish(flow, c);
 }
 
 size_t BuildRma(const driver::UdpFlow& flow, const Common& c, const RmaFields& r,
@@ -457,6 +585,14 @@ std::string ToString(const View& v) {
                           v.msg.tag, v.msg.data, v.msg.msg_flags);
     if (v.msg.offer_pid != 0) {
       absl::StrAppendFormat(&s, " offer=%u@0x%x", v.msg.offer_pid, v.msg.offer_addr);
+    }
+    if (v.msg.msg_flags & kMsgBundle) {
+      BundleReader r(v.msg, v.payload);
+      MsgFields m;
+      absl::Span<const uint8_t> bytes;
+      size_t n = 0;
+      while (r.Next(&m, &bytes)) ++n;
+      absl::StrAppendFormat(&s, " bundle=%u msgs (to msg=%u)", n, m.msg_id);
     }
   } else if (c.type == PacketType::kRma) {
     absl::StrAppendFormat(&s, " rma op=%u id=%u key=0x%x addr=0x%x off=%u/%u len=%u status=%u rflags=0x%x",

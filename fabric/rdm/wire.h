@@ -64,7 +64,10 @@ inline constexpr uint16_t kKnownFlags =
 // DeviceInfo::integrity, or you are on this host): send me DATA, RMA and
 // ACK packets without their CRC, flagged kFlagUnchecked.
 inline constexpr uint32_t kCapUnchecked = 1u << 0;
-inline constexpr uint32_t kKnownCapabilities = kCapUnchecked;
+// I take DATA packets that carry several whole messages (kMsgBundle): send
+// me your small messages that wait at the same time in one packet.
+inline constexpr uint32_t kCapBundle = 1u << 1;
+inline constexpr uint32_t kKnownCapabilities = kCapUnchecked | kCapBundle;
 
 // Bits of MsgHeader::msg_flags.
 inline constexpr uint16_t kMsgTagged = 1u << 0;  // tag is meaningful: goes to the tagged queues
@@ -73,7 +76,15 @@ inline constexpr uint16_t kMsgRemoteData =
 // The sender gave this message up (its receiver refused it for too long):
 // no payload; the receiver consumes the PSN and delivers nothing.
 inline constexpr uint16_t kMsgAbandoned = 1u << 2;
-inline constexpr uint16_t kKnownMsgFlags = kMsgTagged | kMsgRemoteData | kMsgAbandoned;
+// (Only to a peer that announced kCapBundle.) Another whole message follows
+// this one's bytes in the packet: its MsgHeader, then its bytes; the last
+// message of the packet has no kMsgBundle. Every message of such a packet
+// (a bundle) is eager and whole: offset 0, its total_length bytes right
+// after its header (none if abandoned), and its msg_id one more than the
+// one before (PROTOCOL.md, "Bundles").
+inline constexpr uint16_t kMsgBundle = 1u << 3;
+inline constexpr uint16_t kKnownMsgFlags =
+    kMsgTagged | kMsgRemoteData | kMsgAbandoned | kMsgBundle;
 
 // MsgHeader::protocol.
 enum class MsgProtocol : uint8_t {
@@ -188,6 +199,11 @@ struct ResetHeader {
 // ACK: which PSNs after ack_psn are held by the receiver.
 struct AckHeader {
   uint64_t sack[4];  // bit i (word i/64, bit i%64) set: PSN ack_psn + 1 + i was received
+  // With kFlagRnr: the msg_id of the next message the receiver takes from
+  // the sender (it took every message before it: the first messages of a
+  // bundle refused at ack_psn). Else 0.
+  uint32_t next_msg_id;
+  uint32_t reserved;  // 0
 };
 // DATA: which message this segment belongs to and where it goes.
 struct MsgHeader {
@@ -219,7 +235,7 @@ static_assert(sizeof(CommonHeader) + sizeof(RmaHeader) == kAtomicHeaderBytes);
 static_assert(sizeof(CommonHeader) == 36);
 static_assert(sizeof(HelloHeader) == 56);
 static_assert(sizeof(ResetHeader) == 24);
-static_assert(sizeof(AckHeader) == 32);
+static_assert(sizeof(AckHeader) == 40);
 static_assert(sizeof(MsgHeader) == 40);
 static_assert(sizeof(InPlaceOfferWire) == 40);
 
@@ -297,6 +313,7 @@ struct ResetFields {
 // The SACK bitmap of an ACK: Has(i) means PSN ack_psn + 1 + i was received.
 struct AckFields {
   std::array<uint64_t, 4> sack{};
+  uint32_t next_msg_id = 0;  // with kFlagRnr (AckHeader)
   bool Has(uint32_t i) const { return (sack[i / 64] >> (i % 64)) & 1; }
   void Set(uint32_t i) { sack[i / 64] |= uint64_t{1} << (i % 64); }
 };
@@ -380,8 +397,11 @@ const char* ParseStatusName(ParseStatus s);
 // anything but kOk, *out is unspecified. On kOk it has set flow, common,
 // payload, datagram and the fields of the packet's type (hello for HELLO,
 // HELLO_ACK and COOKIE; reset; ack; msg for DATA; rma for RMA), and left
-// the other types' fields as they were (the engine reuses one View). `intact`: the frame came through
-// memory only (driver::kRxIntact), so a packet flagged kFlagUnchecked is
+// the other types' fields as they were (the engine reuses one View). A
+// DATA packet with kMsgBundle has its first message in msg and everything
+// after that header in payload (the first message's bytes, then each
+// further header and bytes), the whole bundle checked; BundleReader walks
+// it. `intact`: the frame came through memory only (driver::kRxIntact), so a packet flagged kFlagUnchecked is
 // taken without a CRC; without it such a packet is kUnchecked.
 ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact = false);
 
@@ -411,6 +431,50 @@ size_t BuildAck(const driver::UdpFlow& flow, const Common& c, const AckFields& a
 // send with m.offer_pid carries its InPlaceOffer as the payload instead.
 size_t BuildData(const driver::UdpFlow& flow, const Common& c, const MsgFields& m,
                  absl::Span<const uint8_t> payload, absl::Span<uint8_t> frame);
+
+// One message of a bundle: eager and whole (offset 0, total_length its
+// bytes' size, or no bytes with kMsgAbandoned).
+struct BundledMsg {
+  MsgFields m;
+  absl::Span<const uint8_t> bytes;
+};
+// Writes a DATA packet of several whole messages into `frame`, one message
+// at a time: Add each (at least two; consecutive msg_ids, eager, offset 0),
+// then Finish. kMsgBundle goes on every header but the last.
+class BundleWriter {
+ public:
+  explicit BundleWriter(absl::Span<uint8_t> frame) : frame_(frame) {}
+  // Appends a message and its bytes (none with kMsgAbandoned); false, and
+  // nothing written, if the packet would not fit.
+  bool Add(const MsgFields& m, absl::Span<const uint8_t> bytes);
+  // The frame's length; 0 if fewer than two messages were added.
+  size_t Finish(const driver::UdpFlow& flow, const Common& c);
+
+ private:
+  absl::Span<uint8_t> frame_;
+  size_t end_ = 0;          // bytes written after the first header
+  size_t last_ = 0;         // where the last added header is, after the first header
+  MsgHeader first_{};       // the extension header, written by Finish
+  size_t count_ = 0;
+};
+// The same for messages in an array (tests, fuzzing).
+size_t BuildBundle(const driver::UdpFlow& flow, const Common& c,
+                   absl::Span<const BundledMsg> msgs, absl::Span<uint8_t> frame);
+
+// The messages of a DATA packet that Parse accepted with kMsgBundle (its
+// View's msg and payload), in order, each without kMsgBundle.
+class BundleReader {
+ public:
+  BundleReader(const MsgFields& first, absl::Span<const uint8_t> payload)
+      : next_(first), rest_(payload) {}
+  // The next message and its bytes; false after the last.
+  bool Next(MsgFields* m, absl::Span<const uint8_t>* bytes);
+
+ private:
+  MsgFields next_;
+  absl::Span<const uint8_t> rest_;
+  bool more_ = true;
+};
 
 // `payload` (WRITE, READ_DATA only) is copied into the frame.
 size_t BuildRma(const driver::UdpFlow& flow, const Common& c, const RmaFields& r,

@@ -23,6 +23,7 @@ using driver::dpdk::TelemetryDict;
 constexpr CounterField kCounterFields[] = {
     {"tx_packets", &rdm::Counters::tx_packets},
     {"tx_data_packets", &rdm::Counters::tx_data_packets},
+    {"tx_bundled_msgs", &rdm::Counters::tx_bundled_msgs},
     {"tx_acks", &rdm::Counters::tx_acks},
     {"rx_packets", &rdm::Counters::rx_packets},
     {"rx_data_packets", &rdm::Counters::rx_data_packets},

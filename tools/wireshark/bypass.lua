@@ -1,4 +1,4 @@
--- Wireshark / tshark dissector for the bypass RDM wire protocol, version 6
+-- Wireshark / tshark dissector for the bypass RDM wire protocol, version 7
 -- (fabric/rdm/PROTOCOL.md; fabric/rdm/wire.h is the implementation), and for
 -- the fi provider's connection-manager messages (fabric/fi/cm.h) that ride
 -- inside DATA packets.
@@ -24,7 +24,7 @@ local bypass = Proto("bypass", "bypass RDM protocol")
 local cm = Proto("bypass_cm", "bypass fi connection manager")
 
 local MAGIC = 0x4259
-local VERSION = 6
+local VERSION = 7
 local COMMON_LEN = 36
 local CM_MAGIC_LE = 0x4d435942 -- "BYCM", little-endian
 local CM_TAG_BIT_HI = 0x80000000 -- bit 63 of a tag, in its high 32 bits
@@ -34,7 +34,7 @@ local packet_types = {
   [7] = "COOKIE",
 }
 -- Extension header size per type.
-local ext_len = { [1] = 56, [2] = 56, [3] = 24, [4] = 32, [5] = 40, [6] = 48, [7] = 56 }
+local ext_len = { [1] = 56, [2] = 56, [3] = 24, [4] = 40, [5] = 40, [6] = 48, [7] = 56 }
 
 -- { bit mask, abbreviation suffix, label }: one line per flag. A header
 -- flag that says the packet carries no CRC-32C adds `no_crc = true`, e.g.
@@ -51,6 +51,7 @@ local msg_flags = {
   { 0x0001, "tagged", "TAGGED" },
   { 0x0002, "remote_data", "REMOTE_DATA" },
   { 0x0004, "abandoned", "ABANDONED: the sender gave the message up" },
+  { 0x0008, "bundle", "BUNDLE: another whole message follows this one's bytes" },
 }
 local rma_flags = {
   { 0x01, "remote_data", "REMOTE_DATA" },
@@ -62,6 +63,7 @@ local rma_flags = {
 -- HelloHeader::capabilities (HELLO and HELLO_ACK; 0 in a COOKIE).
 local hello_capabilities = {
   { 0x00000001, "unchecked_ok", "UNCHECKED_OK: send me DATA, RMA and ACK without a CRC" },
+  { 0x00000002, "bundle", "BUNDLE: send me several whole messages in one DATA packet" },
 }
 
 local msg_protocols = { [0] = "EAGER", [1] = "RENDEZVOUS" }
@@ -122,6 +124,8 @@ local f = {
 
   ack_sack = F.uint64("bypass.ack.sack", "SACK word", base.HEX),
   ack_sacked = F.uint32("bypass.ack.sacked_psn", "Held PSN", base.DEC),
+  ack_next_msg_id = F.uint32("bypass.ack.next_msg_id", "Next message id taken (RNR)", base.DEC),
+  ack_reserved = F.uint32("bypass.ack.reserved", "Reserved", base.HEX),
 
   msg_id = F.uint32("bypass.msg.id", "Message id", base.DEC),
   msg_flags = F.uint16("bypass.msg.flags", "Message flags", base.HEX),
@@ -302,10 +306,10 @@ local function dissect_cm(tvb, pinfo, tree)
   return true
 end
 
-local function dissect_data(tvb, pinfo, t, payload_off)
-  local e = tvb(COMMON_LEN, 40)
-  local st = t:add(bypass, e, "Message header")
-  st:set_text("Message header")
+-- One MsgHeader (40 bytes at e) under t; returns its flags and protocol.
+local function add_msg_header(t, e, label)
+  local st = t:add(bypass, e, label)
+  st:set_text(label)
   st:add(f.msg_id, e(0, 4))
   local mflags = add_flags(st, f.msg_flags, e(4, 2), msg_flags)
   local proto = e(6, 1):uint()
@@ -315,6 +319,24 @@ local function dissect_data(tvb, pinfo, t, payload_off)
   st:add(f.msg_offset, e(16, 8))
   st:add(f.msg_tag, e(24, 8))
   st:add(f.msg_data, e(32, 8))
+  return mflags, proto
+end
+
+-- A message's bytes p (a TvbRange, or nil) under its header e.
+local function add_msg_bytes(tvb, pinfo, t, e, mflags, p)
+  if p == nil then return end
+  -- The fi provider's connection manager: tagged injects with tag bit 63.
+  local tag_hi = e(24, 4):uint()
+  if bit32.band(mflags, 1) ~= 0 and bit32.band(tag_hi, CM_TAG_BIT_HI) ~= 0 and
+      e(16, 8):uint64() == UInt64(0) and dissect_cm(p:tvb(), pinfo, t) then
+    return
+  end
+  t:add(f.payload, p)
+end
+
+local function dissect_data(tvb, pinfo, t, payload_off)
+  local e = tvb(COMMON_LEN, 40)
+  local mflags, proto = add_msg_header(t, e, "Message header")
   local info = string.format(" msg=%d off=%s/%s", e(0, 4):uint(), tostring(e(16, 8):uint64()),
                              tostring(e(8, 8):uint64()))
   if bit32.band(mflags, 1) ~= 0 then info = info .. " tag=0x" .. e(24, 8):uint64():tohex() end
@@ -333,16 +355,34 @@ local function dissect_data(tvb, pinfo, t, payload_off)
     ot:add(f.offer_guard, o(32, 8))
     return
   end
-  if rest > 0 then
-    local p = tvb(payload_off, rest)
-    -- The fi provider's connection manager: tagged injects with tag bit 63.
-    local tag_hi = e(24, 4):uint()
-    if bit32.band(mflags, 1) ~= 0 and bit32.band(tag_hi, CM_TAG_BIT_HI) ~= 0 and
-        e(16, 8):uint64() == UInt64(0) and dissect_cm(p:tvb(), pinfo, t) then
+  if bit32.band(mflags, 8) == 0 then
+    add_msg_bytes(tvb, pinfo, t, e, mflags, rest > 0 and tvb(payload_off, rest) or nil)
+    return
+  end
+  -- A bundle: each message's bytes (total_length, none if abandoned),
+  -- then the next header, up to one without BUNDLE.
+  local at, n = payload_off, 1
+  while true do
+    local len = 0
+    if bit32.band(mflags, 4) == 0 then len = e(8, 8):uint64():tonumber() end
+    if len > tvb:len() - at then
+      t:add_proto_expert_info(e_malformed, "a bundled message runs past the packet")
       return
     end
-    t:add(f.payload, p)
+    add_msg_bytes(tvb, pinfo, t, e, mflags, len > 0 and tvb(at, len) or nil)
+    at = at + len
+    if bit32.band(mflags, 8) == 0 then break end
+    if tvb:len() - at < 40 then
+      t:add_proto_expert_info(e_malformed, "a bundle ends inside a message header")
+      return
+    end
+    e = tvb(at, 40)
+    at = at + 40
+    n = n + 1
+    mflags = add_msg_header(t, e, "Bundled message header")
   end
+  if at ~= tvb:len() then t:add_proto_expert_info(e_malformed, "bytes after a bundle's last message") end
+  pinfo.cols.info:append(string.format(" bundle=%d msgs (to msg=%d)", n, e(0, 4):uint()))
 end
 
 local function dissect_rma(tvb, pinfo, t)
@@ -409,7 +449,7 @@ local function dissect_reset(tvb, pinfo, t)
 end
 
 local function dissect_ack(tvb, pinfo, t, ack_psn)
-  local e = tvb(COMMON_LEN, 32)
+  local e = tvb(COMMON_LEN, 40)
   local st = t:add(bypass, e, "ACK header")
   st:set_text("SACK bitmap")
   local held = {}
@@ -427,6 +467,8 @@ local function dissect_ack(tvb, pinfo, t, ack_psn)
       end
     end
   end
+  st:add(f.ack_next_msg_id, e(32, 4))
+  nonzero_reserved(st:add(f.ack_reserved, e(36, 4)), e(36, 4))
   if #held > 0 then
     pinfo.cols.info:append(" sack=" .. table.concat(held, ",", 1, math.min(#held, 8)) ..
                            (#held > 8 and ",..." or ""))
