@@ -192,6 +192,9 @@ ssize_t PostSend(const Target& t, const SendArgs& a) {
   r.context = a.context;
   if (a.tagged) r.flags |= rdm::kSendTagged;
   if (a.flags & FI_REMOTE_CQ_DATA) r.flags |= rdm::kSendRemoteData;
+  // The application posts more at once (fi_msg(3)): this one waits for
+  // them, or for the next progress, and small ones share a packet.
+  if (a.flags & FI_MORE) r.flags |= rdm::kSendMore;
   if (a.inject_call) {
     if (len > ep->config.inject_size) return -FI_EMSGSIZE;
     r.flags |= rdm::kSendInject;

@@ -105,7 +105,11 @@ void Endpoint::SetMinMultiRecv(size_t bytes) { engine_->SetMinMultiRecv(bytes); 
 size_t Endpoint::min_multi_recv() const { return engine_->min_multi_recv(); }
 
 Result Endpoint::Send(const SendRequest& r) {
-  return AfterPost(engine_->PostSend(r));
+  const Result res = engine_->PostSend(r);
+  // More follow at once: they go together (a bundle), at the first send
+  // without kSendMore or the next Progress.
+  if (res == Result::kOk && (r.flags & kSendMore) != 0) return res;
+  return AfterPost(res);
 }
 
 Result Endpoint::PostRecv(const RecvRequest& r) {

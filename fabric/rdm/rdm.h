@@ -177,7 +177,8 @@ class Endpoint {
   void SetMinMultiRecv(size_t bytes);
   size_t min_multi_recv() const;
 
-  // Hot path. Posts a send of any kind; what can go out at once does.
+  // Hot path. Posts a send of any kind; what can go out at once does
+  // (with kSendMore: at the next send without it, or the next Progress).
   // kAgain: no send slot or completion entry free (progress and retry).
   Result Send(const SendRequest& r);
   Result PostRecv(const RecvRequest& r);

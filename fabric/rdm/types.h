@@ -70,6 +70,11 @@ inline constexpr uint32_t kSendBuffered = 1u << 3;
 // stops progressing as soon as it has a message would otherwise leave its
 // sender waiting; without the flag the ACK rides on the next packet back.)
 inline constexpr uint32_t kSendAckNow = 1u << 4;
+// More sends follow at once (libfabric's FI_MORE): this one waits to go
+// with them, so that small messages to one peer share a packet (a bundle:
+// PROTOCOL.md, "Bundles"). It goes at the next send without the flag, or
+// the next Progress, whichever is first.
+inline constexpr uint32_t kSendMore = 1u << 5;
 
 // One send of any kind (send, tsend, senddata, inject, ...): every variant
 // funnels into this and one engine call.

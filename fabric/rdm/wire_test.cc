@@ -256,7 +256,9 @@ TEST(WireTest, FieldsOutOfRangeAreRejectedEvenWithAGoodChecksum) {
   EXPECT_EQ(Parse(WithField(f, c + 28, {0, 139}), &v), ParseStatus::kBadLength);
   EXPECT_EQ(Parse(WithField(f, c + 28, {0, 141}), &v), ParseStatus::kBadLength);
   EXPECT_EQ(Parse(WithField(f, c + 30, {0, 1}), &v), ParseStatus::kBadField) << "reserved";
-  EXPECT_EQ(Parse(WithField(f, m + 4, {0, 8}), &v), ParseStatus::kBadField) << "msg flag";
+  EXPECT_EQ(Parse(WithField(f, m + 4, {0, 0x10}), &v), ParseStatus::kBadField) << "msg flag";
+  EXPECT_EQ(Parse(WithField(f, m + 4, {0, 8}), &v), ParseStatus::kBadField)
+      << "BUNDLE on a segment (offset 900) is not a bundle";
   EXPECT_EQ(Parse(WithField(f, m + 6, {2}), &v), ParseStatus::kBadField) << "protocol";
   EXPECT_EQ(Parse(WithField(f, m + 6, {1}), &v), ParseStatus::kBadField)
       << "a rendezvous request carries no payload but an InPlaceOffer";
@@ -343,14 +345,138 @@ TEST(WireTest, HelloCapabilities) {
     EXPECT_EQ(v.hello.capabilities, kCapUnchecked);
     EXPECT_EQ(f[kExtOffset + 7], 1) << "capabilities at offset 4, big-endian";
   }
-  h.capabilities = 2;
-  size_t k = BuildHello(TestFlow(), TestCommon(PacketType::kHello), h, nullptr,
+  h.capabilities = kCapUnchecked | kCapBundle;
+  size_t k = BuildHello(TestFlow(), TestCommon(PacketType::kHelloAck), h, nullptr,
+                        absl::MakeSpan(f));
+  ASSERT_EQ(Parse({f.data(), k}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.hello.capabilities, kCapUnchecked | kCapBundle);
+  EXPECT_EQ(f[kExtOffset + 7], 3) << "BUNDLE is bit 1";
+  h.capabilities = 4;
+  k = BuildHello(TestFlow(), TestCommon(PacketType::kHello), h, nullptr,
                         absl::MakeSpan(f));
   EXPECT_EQ(Parse({f.data(), k}, &v), ParseStatus::kBadField) << "unknown capability";
   h.capabilities = kCapUnchecked;
   h.nonce = 0;
   k = BuildHello(TestFlow(), TestCommon(PacketType::kCookie), h, nullptr, absl::MakeSpan(f));
   EXPECT_EQ(Parse({f.data(), k}, &v), ParseStatus::kBadField) << "a COOKIE has none";
+}
+
+// Three whole messages in one DATA packet: tagged with remote data, empty,
+// and abandoned (no bytes); then what the parser refuses of a bundle.
+std::vector<BundledMsg> TestBundle(std::vector<std::vector<uint8_t>>* bytes) {
+  *bytes = {std::vector<uint8_t>(64), {}, {}};
+  for (size_t i = 0; i < 64; ++i) (*bytes)[0][i] = static_cast<uint8_t>(i * 3);
+  std::vector<BundledMsg> msgs(3);
+  msgs[0].m.msg_id = 0xffffffff;  // the ids wrap
+  msgs[0].m.msg_flags = kMsgTagged | kMsgRemoteData;
+  msgs[0].m.total_length = 64;
+  msgs[0].m.tag = 0x77;
+  msgs[0].m.data = 0x88;
+  msgs[0].bytes = (*bytes)[0];
+  msgs[1].m.msg_id = 0;
+  msgs[2].m.msg_id = 1;
+  msgs[2].m.msg_flags = kMsgAbandoned;
+  msgs[2].m.total_length = 5000;  // abandoned: none of its bytes go
+  return msgs;
+}
+
+TEST(WireTest, BundleRoundTripsEveryMessage) {
+  std::vector<std::vector<uint8_t>> bytes;
+  const std::vector<BundledMsg> msgs = TestBundle(&bytes);
+  std::vector<uint8_t> f(2048);
+  const size_t n = BuildBundle(TestFlow(), TestCommon(PacketType::kData), msgs, absl::MakeSpan(f));
+  ASSERT_EQ(n, kDataHeadersBytes + 64 + 2 * sizeof(MsgHeader));
+  View v;
+  ASSERT_EQ(Parse({f.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.msg.msg_id, 0xffffffffu);
+  EXPECT_EQ(v.msg.msg_flags, kMsgTagged | kMsgRemoteData | kMsgBundle);
+  EXPECT_EQ(v.payload.size(), 64 + 2 * sizeof(MsgHeader));
+  BundleReader r(v.msg, v.payload);
+  MsgFields m;
+  absl::Span<const uint8_t> b;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    ASSERT_TRUE(r.Next(&m, &b)) << i;
+    EXPECT_EQ(m.msg_id, msgs[i].m.msg_id) << i;
+    EXPECT_EQ(m.msg_flags, msgs[i].m.msg_flags) << i << ": BUNDLE is the packet's, not the message's";
+    EXPECT_EQ(m.total_length, msgs[i].m.total_length) << i;
+    EXPECT_EQ(m.tag, msgs[i].m.tag) << i;
+    EXPECT_EQ(m.data, msgs[i].m.data) << i;
+    EXPECT_EQ(m.offset, 0u) << i;
+    EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.end()), bytes[i]) << i;
+  }
+  EXPECT_FALSE(r.Next(&m, &b));
+  EXPECT_NE(ToString(v).find("bundle=3 msgs (to msg=1)"), std::string::npos) << ToString(v);
+  // One message is no bundle; nor is a bundle larger than the frame.
+  EXPECT_EQ(BuildBundle(TestFlow(), TestCommon(PacketType::kData), {msgs.data(), 1},
+                        absl::MakeSpan(f)),
+            0u);
+  EXPECT_EQ(BuildBundle(TestFlow(), TestCommon(PacketType::kData), msgs,
+                        absl::MakeSpan(f).first(n - 1)),
+            0u);
+}
+
+TEST(WireTest, BundlesOutOfShapeAreRejected) {
+  std::vector<std::vector<uint8_t>> bytes;
+  const std::vector<BundledMsg> good = TestBundle(&bytes);
+  std::vector<uint8_t> f(2048);
+  const size_t n = BuildBundle(TestFlow(), TestCommon(PacketType::kData), good, absl::MakeSpan(f));
+  f.resize(n);
+  View v;
+  ASSERT_EQ(Parse(f, &v), ParseStatus::kOk);
+  const size_t second = kDataHeadersBytes + 64;        // the second message's header
+  const size_t third = second + sizeof(MsgHeader);     // ... the third's (no bytes before it)
+  EXPECT_EQ(Parse(WithField(f, second + 3, {2}), &v), ParseStatus::kBadField)
+      << "msg_ids not consecutive";
+  EXPECT_EQ(Parse(WithField(f, second + 6, {1}), &v), ParseStatus::kBadField)
+      << "a request to send in a bundle";
+  EXPECT_EQ(Parse(WithField(f, second + 23, {1}), &v), ParseStatus::kBadField)
+      << "a segment (offset 1) in a bundle";
+  EXPECT_EQ(Parse(WithField(f, second + 15, {1}), &v), ParseStatus::kBadField)
+      << "its bytes run past the packet";
+  EXPECT_EQ(Parse(WithField(f, third + 5, {kMsgAbandoned | kMsgBundle}), &v),
+            ParseStatus::kBadField)
+      << "the last message says another follows";
+  EXPECT_EQ(Parse(WithField(f, second + 5, {0}), &v), ParseStatus::kBadField)
+      << "bytes after the last message";
+  EXPECT_EQ(Parse(WithField(f, third + 7, {1}), &v), ParseStatus::kBadField) << "reserved";
+  EXPECT_EQ(Parse(WithField(f, kExtOffset + 15, {65}), &v), ParseStatus::kBadField)
+      << "the first message's bytes overlap the next header";
+  EXPECT_EQ(Parse(WithField(f, kExtOffset + 6, {1}), &v), ParseStatus::kBadField)
+      << "a bundle that starts with a request to send";
+  // Cut anywhere inside (a well-formed packet otherwise): refused.
+  ASSERT_EQ(Parse(f, &v), ParseStatus::kOk);
+  const MsgFields first = v.msg;
+  const std::vector<uint8_t> payload(v.payload.begin(), v.payload.end());
+  std::vector<uint8_t> g(2048);
+  for (size_t cut = 0; cut < payload.size(); ++cut) {
+    const size_t k = BuildData(TestFlow(), TestCommon(PacketType::kData), first,
+                               absl::MakeConstSpan(payload).first(cut), absl::MakeSpan(g));
+    ASSERT_GT(k, 0u);
+    const ParseStatus st = Parse({g.data(), k}, &v);
+    EXPECT_EQ(st, ParseStatus::kBadField) << "cut at " << cut << ": " << ParseStatusName(st);
+  }
+}
+
+TEST(WireTest, RnrAckNamesTheNextMessageTaken) {
+  std::vector<uint8_t> f(512);
+  View v;
+  Common c = TestCommon(PacketType::kAck);
+  c.flags |= kFlagRnr;
+  AckFields a;
+  a.next_msg_id = 0x01020304;
+  size_t n = BuildAck(TestFlow(), c, a, absl::MakeSpan(f));
+  ASSERT_EQ(n, kExtOffset + sizeof(AckHeader));
+  ASSERT_EQ(Parse({f.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.ack.next_msg_id, 0x01020304u);
+  EXPECT_EQ(f[kExtOffset + 32], 1) << "after the SACK words, big-endian";
+  // Without RNR the field is 0, and a packet that says otherwise is malformed.
+  c.flags &= static_cast<uint16_t>(~kFlagRnr);
+  n = BuildAck(TestFlow(), c, a, absl::MakeSpan(f));
+  ASSERT_EQ(Parse({f.data(), n}, &v), ParseStatus::kOk);
+  EXPECT_EQ(v.ack.next_msg_id, 0u);
+  f.resize(n);
+  EXPECT_EQ(Parse(WithField(f, kExtOffset + 35, {1}), &v), ParseStatus::kBadField);
+  EXPECT_EQ(Parse(WithField(f, kExtOffset + 39, {1}), &v), ParseStatus::kBadField) << "reserved";
 }
 
 TEST(WireTest, OtherFramesAreNotBypass) {

@@ -89,9 +89,33 @@ struct FiEndpoint {
     return tagged ? fi_trecv(ep, buf, len, desc, FI_ADDR_UNSPEC, kTag, 0, ctx)
                   : fi_recv(ep, buf, len, desc, FI_ADDR_UNSPEC, ctx);
   }
-  ssize_t Send(const void* buf, size_t len, fi_addr_t dest, void* ctx) {
-    return tagged ? fi_tsend(ep, buf, len, desc, dest, kTag, ctx)
-                  : fi_send(ep, buf, len, desc, dest, ctx);
+  // more: FI_MORE (fi_msg(3)), through fi_sendmsg with the endpoint's
+  // default flags.
+  ssize_t Send(const void* buf, size_t len, fi_addr_t dest, void* ctx, bool more = false) {
+    if (!more) {
+      return tagged ? fi_tsend(ep, buf, len, desc, dest, kTag, ctx)
+                    : fi_send(ep, buf, len, desc, dest, ctx);
+    }
+    iovec iov{const_cast<void*>(buf), len};
+    void* d = desc;
+    const uint64_t flags = info->tx_attr->op_flags | FI_MORE;
+    if (tagged) {
+      fi_msg_tagged m{};
+      m.msg_iov = &iov;
+      m.desc = &d;
+      m.iov_count = 1;
+      m.addr = dest;
+      m.tag = kTag;
+      m.context = ctx;
+      return fi_tsendmsg(ep, &m, flags);
+    }
+    fi_msg m{};
+    m.msg_iov = &iov;
+    m.desc = &d;
+    m.iov_count = 1;
+    m.addr = dest;
+    m.context = ctx;
+    return fi_sendmsg(ep, &m, flags);
   }
   // Reads completions: how many, or an error for a failed operation.
   absl::StatusOr<size_t> Poll(fi_cq_msg_entry* out, size_t n) {
@@ -458,11 +482,12 @@ class FiLink {
   absl::StatusOr<bool> PostRecv(uint8_t* buf, size_t len, uint32_t slot) {
     return Posted(ep_.PostRecv(buf, len, &ctx_[slot]), "fi_recv");
   }
-  absl::StatusOr<bool> Send(const uint8_t* buf, size_t len, fi_addr_t to, uint32_t slot) {
+  absl::StatusOr<bool> Send(const uint8_t* buf, size_t len, fi_addr_t to, uint32_t slot,
+                            bool more = false) {
     // A reply queued before the client's hello goes once the hello names it.
     const fi_addr_t dest = to != FI_ADDR_UNSPEC ? to : peer_;
     if (dest == FI_ADDR_UNSPEC) return false;
-    return Posted(ep_.Send(buf, len, dest, &ctx_[slot]), "fi_send");
+    return Posted(ep_.Send(buf, len, dest, &ctx_[slot], more), more ? "fi_sendmsg" : "fi_send");
   }
   absl::StatusOr<size_t> Poll(SlotCompletion<Peer>* out, size_t max) {
     absl::StatusOr<size_t> n = ep_.Poll(comps_, std::min(max, kMaxPoll));

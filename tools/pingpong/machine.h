@@ -140,7 +140,9 @@ struct Received {
 //   absl::StatusOr<bool> ArmReply()          readies the receive of one reply
 //   uint8_t* Buffer(size_t len)              a buffer for the next message
 //   bool Data(uint64_t size, uint64_t seq)   readies kData seq of size as the next message
-//   absl::StatusOr<bool> Send(size_t len)    sends the next message
+//   absl::StatusOr<bool> Send(size_t len, bool more)
+//                                            sends the next message (more: others follow
+//                                            at once, and it may wait for them)
 //   void Flush()                             sends what Send held back (raw's burst)
 //   absl::StatusOr<size_t> Poll(Received*)   what arrived, valid until Release()
 //   void Release()
@@ -153,6 +155,7 @@ class PingClient final : public PhaseDriver {
 
   // The hello where the layer has one, the phases opts asks for, the kFin.
   absl::Status Run(const PingOptions& opts, RunResult* result) {
+    more_ = opts.more;
     if constexpr (T::kHello) {
       if (absl::Status s = Hello(); !s.ok()) return s;
     }
@@ -207,7 +210,10 @@ class PingClient final : public PhaseDriver {
     for (uint64_t i = 0; i < n; ++i) {
       if (absl::Status s = Until(room, "no send buffer came free"); !s.ok()) return s;
       ++data_seq_;
-      if (absl::Status s = Send(bytes); !s.ok()) return s;
+      // The window's last send, or the run's, goes without `more`; a
+      // window that fills is progressed (Until), which sends what waits.
+      const bool more = more_ && i + 1 < n && t_.InFlight() + 1 < limit;
+      if (absl::Status s = Send(bytes, more); !s.ok()) return s;
     }
     t_.Flush();
     return absl::OkStatus();
@@ -344,8 +350,8 @@ class PingClient final : public PhaseDriver {
   }
 
   // Sends the message Buffer or Data readied.
-  absl::Status Send(size_t bytes) {
-    return Until([&] { return t_.Send(bytes); }, "the endpoint refuses sends");
+  absl::Status Send(size_t bytes, bool more = false) {
+    return Until([&] { return t_.Send(bytes, more); }, "the endpoint refuses sends");
   }
 
   // Calls op (returning absl::StatusOr<bool>) until it returns true, with a
@@ -372,6 +378,7 @@ class PingClient final : public PhaseDriver {
   Received msgs_[T::kBurst];
   uint64_t data_seq_ = 0;  // kData messages never repeat a sequence number within a run
   uint64_t resent_ = 0;
+  bool more_ = false;  // PingOptions::more
 };
 
 }  // namespace bypass::tools

@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, mode, "latency",
           "(both, every size, in one run)");
 ABSL_FLAG(uint32_t, burst, 32, "raw: frames per burst in rate mode");
 ABSL_FLAG(uint32_t, window, 32, "rdm, fi: messages outstanding in rate mode");
+ABSL_FLAG(bool, more, false,
+          "rdm, fi rate mode: post each run of sends (up to the window) with FI_MORE (rdm: "
+          "kSendMore) on all but the last, so that they may go together");
 ABSL_FLAG(uint64_t, duration_ms, 0,
           "measure each size (and mode) for this long instead of --iters; a latency warm-up stops "
           "after a quarter of it (at least 50 ms)");
@@ -82,6 +85,7 @@ absl::StatusOr<PingOptions> OptionsFromFlags() {
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.burst = absl::GetFlag(FLAGS_burst);
   o.window = absl::GetFlag(FLAGS_window);
+  o.more = absl::GetFlag(FLAGS_more);
   o.duration_ms = absl::GetFlag(FLAGS_duration_ms);
   const std::string mode = absl::GetFlag(FLAGS_mode);
   o.latency = mode == "latency" || mode == "latency,rate" || mode == "rate,latency";

@@ -24,6 +24,9 @@ struct PingOptions {
   bool rate = false;            // one-way messages, `window` outstanding
   uint32_t burst = 32;     // raw rate mode: frames per TxBurst
   uint32_t window = 32;    // rdm and fi rate mode: messages outstanding (and the server's receives)
+  // rdm and fi rate mode: every send but the last of a run of them (up to
+  // the window) posted with kSendMore / FI_MORE: they go together.
+  bool more = false;
   // Called now and then (at most every 200 ms) with a line of progress;
   // may be empty.
   std::function<void(const std::string&)> progress;

@@ -174,7 +174,7 @@ class RawClient {
     data_ = true;
     return true;
   }
-  absl::StatusOr<bool> Send(size_t /*len*/) {
+  absl::StatusOr<bool> Send(size_t /*len*/, bool /*more: raw holds a burst anyway*/ = false) {
     pending_[npending_++] = next_;
     if (!data_) {
       SendPending(false);  // at once, and the ring keeps its reply

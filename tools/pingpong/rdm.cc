@@ -93,8 +93,10 @@ class RdmLink {
   absl::StatusOr<bool> PostRecv(uint8_t* buf, size_t len, uint32_t slot) {
     return Posted(ep_.PostRecv({.buf = buf, .len = len, .context = Context(slot)}), "a receive");
   }
-  absl::StatusOr<bool> Send(const uint8_t* buf, size_t len, Peer to, uint32_t slot) {
-    return Posted(ep_.Send({.dest = to, .buf = buf, .len = len, .context = Context(slot)}),
+  absl::StatusOr<bool> Send(const uint8_t* buf, size_t len, Peer to, uint32_t slot,
+                            bool more = false) {
+    return Posted(ep_.Send({.dest = to, .buf = buf, .len = len, .context = Context(slot),
+                            .flags = more ? rdm::kSendMore : 0u}),
                   "a send");
   }
   absl::StatusOr<size_t> Poll(SlotCompletion<Peer>* out, size_t max) {

@@ -4,7 +4,8 @@
 //   using Peer                             the layer's address of a peer
 //   static constexpr bool kHello           the server learns its client from a kHello
 //   absl::StatusOr<bool> PostRecv(uint8_t* buf, size_t len, uint32_t slot)
-//   absl::StatusOr<bool> Send(const uint8_t* buf, size_t len, Peer to, uint32_t slot)
+//   absl::StatusOr<bool> Send(const uint8_t* buf, size_t len, Peer to, uint32_t slot,
+//                             bool more = false)   (more: kSendMore / FI_MORE)
 //                                          false: refused for now (progress, then again)
 //   absl::StatusOr<size_t> Poll(SlotCompletion<Peer>* out, size_t max)
 //                                          a progress pass, then completions
@@ -229,7 +230,9 @@ class SlotClient {
     next_ = data;
     return true;
   }
-  absl::StatusOr<bool> Send(size_t len) { return link_.Send(next_, len, server_, slot_); }
+  absl::StatusOr<bool> Send(size_t len, bool more) {
+    return link_.Send(next_, len, server_, slot_, more);
+  }
   void Flush() {}
   absl::StatusOr<size_t> Poll(Received* out) {
     if (!got_reply_) {

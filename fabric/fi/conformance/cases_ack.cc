@@ -171,4 +171,56 @@ CONFORMANCE_CASE(ack_unpolled_endpoint_of_a_polled_domain, kShm) {
   }
 }
 
+// fi_tsendmsg with FI_MORE (fi_msg(3): the application posts more requests
+// at once): 16 small tagged sends, all but the last with FI_MORE, each
+// received once, in order, with its bytes and tag, and each send completed
+// once; then 4 sends all with FI_MORE and nothing after them: they arrive
+// once the sender reads its CQ (a provider may wait for the next request,
+// never for ever).
+CONFORMANCE_CASE(send_more_batches_in_order, kShm) {
+  Pair p = c.OpenPair(c.Hints(FI_TAGGED));
+  constexpr int kMsgs = 16;
+  static fi_context2 rctx[kMsgs], sctx[kMsgs];
+  char* out = c.Buf(kMsgs * kLen);
+  char* in = c.Buf(kMsgs * kLen, 0);
+  for (int i = 0; i < kMsgs * static_cast<int>(kLen); ++i) out[i] = static_cast<char>(i * 7 + 1);
+  const auto post = [&](int first, int n, bool last_more) {
+    for (int i = first; i < first + n; ++i) {
+      CHECK_RET(fi_trecv(p.b.ep, in + i * kLen, kLen, nullptr, FI_ADDR_UNSPEC, 0x500 + i, 0,
+                         &rctx[i]),
+                0);
+    }
+    for (int i = first; i < first + n; ++i) {
+      iovec iov{out + i * kLen, static_cast<size_t>(8 + i)};
+      fi_msg_tagged m{};
+      m.msg_iov = &iov;
+      m.iov_count = 1;
+      m.addr = p.a_to_b;
+      m.tag = 0x500 + i;
+      m.context = &sctx[i];
+      const uint64_t more = (i + 1 < first + n || last_more) ? FI_MORE : 0;
+      c.Post("fi_tsendmsg", [&] { return fi_tsendmsg(p.a.ep, &m, FI_COMPLETION | more); });
+    }
+  };
+  const auto check = [&](int first, int n, const char* what) {
+    for (int i = first; i < first + n; ++i) {
+      Completion r = c.Wait(p.b.rx, what);
+      CHECK(!r.error && r.entry.op_context == &rctx[i] && r.entry.len == static_cast<size_t>(8 + i) &&
+                r.entry.tag == static_cast<uint64_t>(0x500 + i),
+            what << ": receive " << i << " is not the message sent " << i << "th");
+      CHECK(std::memcmp(in + i * kLen, out + i * kLen, 8 + i) == 0, what << ": the bytes of " << i);
+    }
+    for (int i = first; i < first + n; ++i) {
+      Completion s = c.Wait(p.a.tx, what);
+      CHECK(!s.error && s.entry.op_context == &sctx[i], what << ": the send " << i);
+    }
+  };
+  post(0, 12, false);
+  check(0, 12, "FI_MORE then a last send");
+  post(12, 4, true);
+  check(12, 4, "FI_MORE with no request after it");
+  Completion extra;
+  CHECK(!c.Poll(p.a.tx, &extra, 100) && !c.Poll(p.b.rx, &extra, 100), "a completion came twice");
+}
+
 }  // namespace bypass::fi::conformance
