@@ -112,7 +112,10 @@ TEST(FiCaptureTest, TheDefaultDomainCapturesToTheFileItsUriNames) {
   ASSERT_EQ(r.status, 0) << r.command;
   // The handshake (HELLO, COOKIE, HELLO again, HELLO_ACK) both ways round
   // (each endpoint sends and receives through the one device), then the
-  // message: every packet twice, once sent and once received.
+  // message: every packet twice, once sent and once received. A process
+  // descheduled for longer than the first retransmission timeout (1 ms)
+  // between the DATA's arrival and its ACK sends the DATA again, so the
+  // message shows at least twice, not exactly (a loaded CI host did).
   int hellos = 0, data = 0, bad = 0;
   size_t pos = 0;
   while (pos < r.out.size()) {
@@ -126,7 +129,7 @@ TEST(FiCaptureTest, TheDefaultDomainCapturesToTheFileItsUriNames) {
     if (line.size() < 2 || line.substr(line.size() - 2) == "\t0") ++bad;
   }
   EXPECT_GE(hellos, 2) << r.out;
-  EXPECT_EQ(data, 2) << r.out;
+  EXPECT_GE(data, 2) << r.out;
   EXPECT_EQ(bad, 0) << "CRC-32C Bad:\n" << r.out;
   std::remove(path.c_str());
 }
