@@ -162,6 +162,47 @@ TEST(BundleTest, ARefusedBundleDeliversWhatItTookOnceAndItsSendsCompleteEarly) {
   EXPECT_TRUE(err.empty());
 }
 
+// The receiver counts a bundle as the messages it carries toward
+// ack_every_packets: one packet of 16 messages is acknowledged at once, as
+// 16 packets would be, not after the delayed ACK (here far beyond the run),
+// so its sender's completions (and its next window) do not wait. Fewer
+// messages wait for the delayed ACK as one packet does.
+TEST(BundleTest, ABundleOfAckEveryMessagesIsAcknowledgedAtOnce) {
+  for (const int n : {16, 15}) {
+    SCOPED_TRACE(n);
+    NetOptions o;
+    o.mtu = 9000;  // one bundle holds them all
+    o.config.ack_every_packets = 16;
+    o.config.ack_delay_ns = 1'000'000'000;
+    o.config.rto_initial_ns = o.config.rto_max_ns = 2'000'000'000;
+    Net net(o);
+    Traffic t(n);
+    t.PostRecvs(net.ep(1), n);
+    t.Send(net.ep(0), net.Peer(0, 1), n);
+    std::vector<Completion> sent, got;
+    std::vector<ErrorCompletion> err;
+    const bool done = net.RunUntil(
+        [&] {
+          Drain(net.ep(0), &sent, &err);
+          Drain(net.ep(1), &got, &err);
+          return static_cast<int>(sent.size()) == n;
+        },
+        50'000);  // 50 ms of the test clock
+    EXPECT_EQ(static_cast<int>(got.size()), n);
+    EXPECT_EQ(net.ep(0).counters().tx_data_packets, 1u);
+    EXPECT_EQ(net.ep(0).counters().tx_bundled_msgs, static_cast<uint64_t>(n));
+    if (n >= 16) {
+      EXPECT_TRUE(done) << sent.size() << " of " << n << " sends completed";
+      EXPECT_EQ(net.ep(1).peer_stats(net.Peer(1, 0))->unacked_packets, 0u);
+    } else {
+      EXPECT_FALSE(done) << "fewer messages than ack_every_packets wait for the delayed ACK";
+      EXPECT_EQ(net.ep(1).peer_stats(net.Peer(1, 0))->unacked_packets, static_cast<uint32_t>(n));
+    }
+    EXPECT_EQ(net.ep(0).counters().retransmits_timeout, 0u);
+    EXPECT_TRUE(err.empty());
+  }
+}
+
 TEST(BundleTest, NoBundlesWhereRefusedSendsMayBeGivenUp) {
   NetOptions o;
   o.config.rnr_give_up_ns = 1'000'000'000;

@@ -145,7 +145,7 @@ struct EndpointConfig {
 
   // Acknowledgement.
   uint64_t ack_delay_ns = 5'000;           // delayed ACK when no reply carries it
-  uint32_t ack_every_packets = 16;         // or after this many packets
+  uint32_t ack_every_packets = 16;         // or after this many packets (a bundle: its messages)
   // An ACK asked for (ACK_REQ: the sender waits for it, kSendAckNow) goes
   // at once (false), or (true) waits for the owner's next calls into the
   // endpoint: a packet it sends to that peer carries it (a reply: no

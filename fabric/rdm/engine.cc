@@ -497,7 +497,7 @@ bool Engine::OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt) 
     reliability.Refused(pi);
     return false;
   }
-  reliability.Consumed(pi);
+  reliability.Consumed(pi, v.common.type == wire::PacketType::kData ? v.msg.messages : 1);
   // What was held behind it, as far as it is contiguous. Taken or refused,
   // a held copy goes: a refused one is sent again.
   for (HeldPacket* h = reliability.NextHeld(pi); h != nullptr; h = reliability.NextHeld(pi)) {
@@ -507,7 +507,7 @@ bool Engine::OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt) 
       reliability.Refused(pi);
       break;
     }
-    reliability.Consumed(pi);
+    reliability.Consumed(pi, h->type == wire::PacketType::kData ? h->msg.messages : 1);
   }
   reliability.AfterReceive(pi, v.common.flags);
   return false;

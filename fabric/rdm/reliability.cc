@@ -776,9 +776,10 @@ Arrival Reliability::Hold(uint32_t pi, const wire::View& v, driver::Packet* pkt)
   return Arrival::kHeld;
 }
 
-void Reliability::Consumed(uint32_t pi) {
-  ++rx(pi).rcv_nxt;
-  ++rx(pi).unacked;
+void Reliability::Consumed(uint32_t pi, uint32_t messages) {
+  RxStream& r = rx(pi);
+  ++r.rcv_nxt;
+  r.unacked = static_cast<uint16_t>(std::min<uint32_t>(r.unacked + messages, UINT16_MAX));
   ++ctx_.counters.rx_data_packets;
 }
 

@@ -187,7 +187,9 @@ struct TxActive {
 struct RxStream {
   uint64_t ack_deadline = 0;    // delayed ACK due; 0: none
   Psn rcv_nxt;
-  uint16_t unacked = 0;         // consumed since we last acknowledged (< the window, 256)
+  // Packets consumed since we last acknowledged, a bundle counting as its
+  // messages (< the window, 256, times 255).
+  uint16_t unacked = 0;
   bool ack_now : 1 = false;         // acknowledge this pass (a DATA may carry it)
   bool ack_standalone : 1 = false;  // an ACK packet is needed (SACK, window update, probe)
   bool rnr_owed : 1 = false;        // an ACK with kFlagRnr is needed
@@ -357,8 +359,9 @@ class Reliability {
   // Files a sequenced packet (parsed into v, in pkt) by its PSN.
   Arrival Arrive(uint32_t pi, const wire::View& v, driver::Packet* pkt);
   // The packet at rcv_nxt was taken (consumed) or refused (not ready: it
-  // comes again after an RNR).
-  void Consumed(uint32_t pi);
+  // comes again after an RNR). A bundle counts as the messages it carries
+  // toward ack_every_packets: its sender waits for that many completions.
+  void Consumed(uint32_t pi, uint32_t messages = 1);
   void Refused(uint32_t pi);
   // The held packet at rcv_nxt, if there is one: consume it, then DropHeld.
   HeldPacket* NextHeld(uint32_t pi);

@@ -420,7 +420,8 @@ struct PeerStats {
   uint32_t queued_ops = 0;    // send operations not yet complete
   uint32_t waiting_ops = 0;   // ... and those sent, acknowledged, awaiting the peer's answer
   uint32_t held_packets = 0;  // out-of-order DATA from it we hold
-  uint32_t unacked_packets = 0;  // DATA from it consumed and not yet acknowledged
+  uint32_t unacked_packets = 0;  // DATA from it consumed and not yet acknowledged (a bundle
+                                 // counts as its messages)
 };
 
 // One peer of an endpoint, for telemetry (rdm.h, EndpointSnapshot).

@@ -157,6 +157,7 @@ bool DecodeMsg(const MsgHeader& e, MsgFields* m) {
   m->offer_addr = 0;
   m->offer_guard_addr = 0;
   m->offer_guard = 0;
+  m->messages = 1;
   if ((m->msg_flags & ~kKnownMsgFlags) != 0 || e.reserved != 0 ||
       e.protocol > static_cast<uint8_t>(MsgProtocol::kRendezvous)) {
     return false;
@@ -178,16 +179,17 @@ bool Bundleable(const MsgFields& m) {
 // Whether `payload`, after the first message's header, holds that
 // message's bytes and then whole messages, each header valid, msg_ids
 // consecutive, the last without kMsgBundle, ending at the payload's end.
-bool ValidBundle(const MsgFields& first, absl::Span<const uint8_t> payload) {
+// How many messages a well-formed bundle carries (0: it is not one).
+uint32_t ValidBundle(const MsgFields& first, absl::Span<const uint8_t> payload) {
   MsgFields m = first;
   size_t at = 0;
-  for (;;) {
-    if (!Bundleable(m) || BundledBytes(m) > payload.size() - at) return false;
+  for (uint32_t n = 1;; ++n) {
+    if (!Bundleable(m) || BundledBytes(m) > payload.size() - at) return 0;
     at += BundledBytes(m);
-    if ((m.msg_flags & kMsgBundle) == 0) return at == payload.size();
-    if (payload.size() - at < sizeof(MsgHeader)) return false;
+    if ((m.msg_flags & kMsgBundle) == 0) return at == payload.size() ? n : 0;
+    if (payload.size() - at < sizeof(MsgHeader)) return 0;
     const uint32_t id = m.msg_id;
-    if (!DecodeMsg(Load<MsgHeader>(payload.data() + at), &m) || m.msg_id != id + 1) return false;
+    if (!DecodeMsg(Load<MsgHeader>(payload.data() + at), &m) || m.msg_id != id + 1) return 0;
     at += sizeof(MsgHeader);
   }
 }
@@ -199,6 +201,7 @@ bool BundleReader::Next(MsgFields* m, absl::Span<const uint8_t>* bytes) {
   *m = next_;
   more_ = (m->msg_flags & kMsgBundle) != 0;
   m->msg_flags &= static_cast<uint16_t>(~kMsgBundle);
+  m->messages = 1;
   const size_t n = std::min<size_t>(BundledBytes(*m), rest_.size());
   *bytes = rest_.first(n);
   rest_.remove_prefix(n);
@@ -380,7 +383,9 @@ ParseStatus Parse(absl::Span<const uint8_t> frame, View* out, bool intact) {
       MsgFields& m = out->msg;
       if (!DecodeMsg(Load<MsgHeader>(ext), &m)) return ParseStatus::kBadField;
       if (m.msg_flags & kMsgBundle) {
-        if (!ValidBundle(m, out->payload)) return ParseStatus::kBadField;
+        const uint32_t n = ValidBundle(m, out->payload);
+        if (n == 0) return ParseStatus::kBadField;
+        m.messages = static_cast<uint8_t>(std::min<uint32_t>(n, 255));
         break;
       }
       if (m.protocol == MsgProtocol::kRendezvous) {

@@ -322,6 +322,9 @@ struct MsgFields {
   uint32_t msg_id = 0;
   uint16_t msg_flags = 0;
   MsgProtocol protocol = MsgProtocol::kEager;
+  // Set by Parse: how many messages a bundle (kMsgBundle) carries, at most
+  // 255 (more counts as 255); 1 for any other DATA packet.
+  uint8_t messages = 1;
   uint64_t total_length = 0;
   uint64_t offset = 0;
   uint64_t tag = 0;

@@ -391,6 +391,7 @@ TEST(WireTest, BundleRoundTripsEveryMessage) {
   EXPECT_EQ(v.msg.msg_id, 0xffffffffu);
   EXPECT_EQ(v.msg.msg_flags, kMsgTagged | kMsgRemoteData | kMsgBundle);
   EXPECT_EQ(v.payload.size(), 64 + 2 * sizeof(MsgHeader));
+  EXPECT_EQ(v.msg.messages, 3u) << "the receiver's ACK counts a bundle as its messages";
   BundleReader r(v.msg, v.payload);
   MsgFields m;
   absl::Span<const uint8_t> b;
@@ -402,6 +403,7 @@ TEST(WireTest, BundleRoundTripsEveryMessage) {
     EXPECT_EQ(m.tag, msgs[i].m.tag) << i;
     EXPECT_EQ(m.data, msgs[i].m.data) << i;
     EXPECT_EQ(m.offset, 0u) << i;
+    EXPECT_EQ(m.messages, 1u) << i;
     EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.end()), bytes[i]) << i;
   }
   EXPECT_FALSE(r.Next(&m, &b));

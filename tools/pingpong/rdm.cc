@@ -184,7 +184,11 @@ absl::StatusOr<RunResult> RunRdmClient(std::unique_ptr<driver::Device> dev, cons
                   ",\"retransmits_timeout\":", c.retransmits_timeout,
                   ",\"tail_probes\":", c.tail_probes,
                   ",\"duplicates_dropped\":", c.duplicates_dropped, ",\"srtt_ns\":", srtt,
-                  ",\"tx_packets\":", c.tx_packets, ",\"tx_acks\":", c.tx_acks);
+                  ",\"tx_packets\":", c.tx_packets, ",\"tx_acks\":", c.tx_acks,
+                  ",\"tx_data_packets\":", c.tx_data_packets,
+                  ",\"tx_bundled_msgs\":", c.tx_bundled_msgs,
+                  ",\"rto_expirations\":", c.rto_expirations, ",\"rto_spurious\":",
+                  c.rto_spurious, ",\"rnr_received\":", c.rnr_received);
   absl::StrAppend(&result.extra_text, "retransmits fast ", c.retransmits_fast, ", timed ",
                   c.retransmits_timeout, " (tail probes ", c.tail_probes,
                   "); duplicates dropped ", c.duplicates_dropped,
