@@ -663,8 +663,10 @@ size_t Engine::BuildForPeer(uint32_t pi, absl::Span<driver::Packet* const> bufs)
     n = session.BuildHandshake(pi, c, reliability.Grant(pi), retry, bufs);
     if (n > 0) reliability.NoteAckSent(pi, /*standalone=*/false);
   }
-  return n + reliability.Build(pi, &session[pi].probe_owed, bufs.subspan(n),
-                               messaging.RxNextMsgId(pi));
+  // Only an RNR ACK names the next message we take (a bundle refused part
+  // way); any other Build leaves Messaging's peer record alone.
+  const uint32_t next_msg = reliability.rx(pi).rnr_owed ? messaging.RxNextMsgId(pi) : 0;
+  return n + reliability.Build(pi, &session[pi].probe_owed, bufs.subspan(n), next_msg);
 }
 
 // ---- Failure.

@@ -327,7 +327,10 @@ void Reliability::BuildSegment(uint32_t pi, TxActive& a, driver::Packet* pkt) {
   const uint32_t dg = std::min<uint32_t>(ctx_.same_host_max_datagram, session_[pi].max_datagram);
   const uint32_t max_seg = op.type == wire::PacketType::kData ? wire::MaxDataPayload(dg)
                                                               : wire::MaxRmaPayload(dg);
-  const uint32_t msgs = op.type == wire::PacketType::kData ? BundleFrom(pi, a, max_seg) : 1;
+  // A bundle needs another op queued behind this one (a ping-pong never
+  // has one: it pays only this test).
+  const uint32_t msgs =
+      op.type == wire::PacketType::kData && op.next != kNone ? BundleFrom(pi, a, max_seg) : 1;
   const uint64_t seg = std::min<uint64_t>(max_seg, op.wire_len - a.cursor_offset);
   const Psn psn = t.next_psn;
   TxEntry& e = entry(a, psn);

@@ -314,7 +314,8 @@ class Reliability {
   // returns how many. An ACK goes if one is owed or *probe_owed (the
   // session's liveness probe: it asks for one back, and is then cleared).
   // A record the peer no longer needs goes back. rx_next_msg_id: the next
-  // message we take from the peer (an RNR ACK says it: AckHeader).
+  // message we take from the peer, needed only when an RNR ACK is owed
+  // (rx(pi).rnr_owed; the ACK says it: AckHeader).
   size_t Build(uint32_t pi, bool* probe_owed, absl::Span<driver::Packet* const> bufs,
                uint32_t rx_next_msg_id = 0);
   // The RTO of pi's stream after `backoff` expirations (a HELLO's retry

@@ -94,8 +94,11 @@ Mac ComputeMac(const driver::UdpFlow& flow, const uint8_t* bypass, size_t len, s
 // Writes common header + extension after the UDP header (the payload's
 // `payload_len` bytes already follow them in the frame), the MAC (with a
 // key, for the types that carry one), the CRC, then the UDP/IPv4/Ethernet
-// headers. REQUIRES: Fits(ext_len, payload_len, frame).
-size_t Seal(const driver::UdpFlow& flow, const Common& c, const void* ext, size_t ext_len,
+// headers. REQUIRES: Fits(ext_len, payload_len, frame). Inlined into each
+// builder, where ext_len is a constant: the extension's copy is then a few
+// moves, not a call (callgrind: 126 instructions a 64 B round trip when
+// it was not).
+__attribute__((always_inline)) inline size_t Seal(const driver::UdpFlow& flow, const Common& c, const void* ext, size_t ext_len,
             size_t payload_len, absl::Span<uint8_t> frame, const MacKey* key = nullptr) {
   const size_t rest = ext_len + payload_len;
   const size_t datagram = sizeof(CommonHeader) + rest;
