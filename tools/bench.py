@@ -549,6 +549,8 @@ class Bench:
             cmd = [self.tools["bare"], "--local", size_arg] + run_args
             return run_one(cmd, self.env(col), t, "memif_pingpong"), parse_runs
         common = ["--layer=" + col.layer, size_arg, "--window=%d" % self.a.window]
+        if self.a.more:
+            common.append("--more")
         if col.provider:
             common.append("--provider=" + col.provider)
         if where["name"] == "local":
@@ -836,7 +838,7 @@ def short(reason, width):
     return reason if len(reason) <= width else reason[:width - 3] + "..."
 
 
-def render(sec, rows, reps, markdown):
+def render(sec, rows, reps, markdown, more=True):
     """The section's two tables as text lines (or Markdown)."""
     out = []
     b, r = sec["baseline"], sec["reference"]
@@ -922,8 +924,9 @@ def render(sec, rows, reps, markdown):
     table("Round trip: medians of %d alternating repetition%s.\n%s"
           % (reps, "" if reps == 1 else "s", "\n".join(lead + n for n in notes)), lat_head, lat_body)
     table("Message rate and bandwidth, medians.\n" + lead +
-          "windowed: pingpong --mode=rate, --window messages outstanding (raw and bare DPDK: "
-          "bursts of 32 frames); ping-pong: one message in flight, "
+          "windowed: pingpong --mode=rate, --window messages outstanding, " +
+          ("all but a window's last send with FI_MORE (--more)" if more else "every send alone") +
+          " (raw and bare DPDK: bursts of 32 frames); ping-pong: one message in flight, "
           "a transfer is one message one way (as fi_pingpong counts them).", rate_head, rate_body)
     return out
 
@@ -1171,6 +1174,10 @@ def parse_args(argv):
                    "(default 1000)")
     p.add_argument("--window", type=int, default=32,
                    help="messages in flight for the windowed rate (default 32)")
+    p.add_argument("--no_more", action="store_false", dest="more",
+                   help="windowed rate: post every send alone (by default every send of a window "
+                   "but its last goes with FI_MORE, rdm's kSendMore, as bare DPDK and raw send "
+                   "bursts of 32 frames; pingpong --more)")
     p.add_argument("--timeout", type=float, help="seconds per tool invocation (default 60, --quick 20)")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help="write the results as JSON to FILE (or stdout: then the tables go to stderr)")
@@ -1472,12 +1479,14 @@ def main(argv):
             text.append(sec["skipped"])
             text.append("")
             continue
-        text += render(sec, rows, a.reps, a.markdown)
+        text += render(sec, rows, a.reps, a.markdown, a.more)
     rate_rows, rate_why = rate_table(results[0][1], a.sizes) if results[0][1] else (
         None, local["skipped"] or "no local rows")
     text.append(("## " if a.markdown else "== ") + "rate at %d B: windowed messages per second "
-                "(pingpong --mode=rate, --window %d; bare DPDK and raw: bursts of 32 frames), "
-                "medians; ratios are rates, ours / theirs" % (RATE_SIZE, a.window))
+                "(pingpong --mode=rate, --window %d%s; bare DPDK and raw: bursts of 32 frames), "
+                "medians; ratios are rates, ours / theirs"
+                % (RATE_SIZE, a.window, ", FI_MORE on all but a window's last send (--more)"
+                   if a.more else ", every send alone (--no_more)"))
     text.append("")
     text += render_rate(rate_rows, a.markdown) if rate_rows else [rate_why]
     text.append("")
@@ -1499,7 +1508,8 @@ def main(argv):
             "seconds": round(elapsed, 1),
             "config": {"quick": a.quick, "selftest": a.selftest, "reps": a.reps, "sizes": a.sizes,
                        "seconds_per_run": a.seconds, "min_iters": a.min_iters, "warmup": a.warmup,
-                       "window": a.window, "timeout_s": a.timeout, "fi_lib": FI_LIB_USED},
+                       "window": a.window, "more": a.more, "timeout_s": a.timeout,
+                       "fi_lib": FI_LIB_USED},
             "sections": [],
             "plot": a.plot if a.plot and not plot_note else None,
             "scale": {"rows": scale_rows, "skipped": None if scale_rows else scale_why},
