@@ -314,7 +314,7 @@ void BM_RawRate(benchmark::State& state) {
 BENCHMARK(BM_RawRate);
 
 __attribute__((noinline)) void RdmRateWindow(Pair& p, uint8_t (*out)[64], uint8_t (*in)[64],
-                                             uint32_t flags) {
+                                             uint32_t flags, bool more) {
   for (size_t i = 0; i < kRateWindow; ++i) p.eb->PostRecv({.buf = in[i], .len = 64});
   Completion c[kRateWindow];
   // Injected sends complete with no completion entry.
@@ -322,7 +322,8 @@ __attribute__((noinline)) void RdmRateWindow(Pair& p, uint8_t (*out)[64], uint8_
   size_t posted = 0, received = 0, sent = 0;
   while (posted < kRateWindow || received < kRateWindow || sent < completions) {
     while (posted < kRateWindow &&
-           p.ea->Send({.dest = p.to_b, .buf = out[posted], .len = 64, .flags = flags}) ==
+           p.ea->Send({.dest = p.to_b, .buf = out[posted], .len = 64,
+                       .flags = flags | (more && posted + 1 < kRateWindow ? kSendMore : 0u)}) ==
                Result::kOk) {
       ++posted;
     }
@@ -334,19 +335,21 @@ __attribute__((noinline)) void RdmRateWindow(Pair& p, uint8_t (*out)[64], uint8_
 }
 
 // arg 0: the send flags (0: completion on the peer's ACK, as the pingpong
-// tool's rate mode; 1: kSendInject).
+// tool's rate mode; 1: kSendInject; 2: as 0, with kSendMore on all but the
+// window's last send, as pingpong --more: bundles, PROTOCOL.md "Bundles").
 void BM_RdmRate(benchmark::State& state) {
   Pair p;
-  const uint32_t flags = state.range(0) != 0 ? kSendInject : 0;
+  const uint32_t flags = state.range(0) == 1 ? kSendInject : 0;
+  const bool more = state.range(0) == 2;
   uint8_t out[kRateWindow][64] = {}, in[kRateWindow][64];
   // The handshake first, outside what callgrind counts.
   RdmRoundTrip<64>(p, out[0], in[0], in[1]);
-  for (auto _ : state) RdmRateWindow(p, out, in, flags);
+  for (auto _ : state) RdmRateWindow(p, out, in, flags, more);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kRateWindow));
   const double msgs = static_cast<double>(state.iterations() * kRateWindow);
   state.counters["tx_acks_per_msg"] = static_cast<double>(p.eb->counters().tx_acks) / msgs;
 }
-BENCHMARK(BM_RdmRate)->Arg(0)->Arg(1);
+BENCHMARK(BM_RdmRate)->Arg(0)->Arg(1)->Arg(2);
 
 // Eager against rendezvous at one size: arg 0 the size, arg 1 the protocol
 // (0 eager, 1 rendezvous), arg 2 messages outstanding (1: each message's
