@@ -24,7 +24,12 @@ namespace {
 constexpr int kSenders = 3;
 constexpr int kPerSender = 300;
 
-TEST(ThreadSafeTest, ConcurrentSendersAndAReceiver) {
+// more: each sender posts seven of every eight sends with FI_MORE
+// (fi_tsendmsg), so the sends of one thread wait for its next (or anyone's
+// progress) among the others' sends into the same engine, and a bundle
+// may hold several threads' sends: each thread's order is kept, each
+// message arrives and completes once.
+void ConcurrentSendersAndAReceiver(bool more) {
   Pair p;
   fi_info* hints = RdmHints();
   hints->domain_attr->threading = FI_THREAD_SAFE;
@@ -49,11 +54,17 @@ TEST(ThreadSafeTest, ConcurrentSendersAndAReceiver) {
         payload[1] = static_cast<uint64_t>(i);
         for (;;) {
           // Tag = sender, so each sender's messages stay in its order.
-          const ssize_t r = fi_tsend(p.a.ep, payload, 2 * sizeof(uint64_t), nullptr, p.a.peer,
-                                     static_cast<uint64_t>(t), nullptr);
+          iovec iov{payload, 2 * sizeof(uint64_t)};
+          fi_msg_tagged m{};
+          m.msg_iov = &iov;
+          m.iov_count = 1;
+          m.addr = p.a.peer;
+          m.tag = static_cast<uint64_t>(t);
+          const uint64_t flag = more && i % 8 != 7 && i + 1 < kPerSender ? FI_MORE : 0;
+          const ssize_t r = fi_tsendmsg(p.a.ep, &m, FI_COMPLETION | flag);
           if (r == 0) break;
           if (r != -FI_EAGAIN) {
-            ADD_FAILURE() << "fi_tsend: " << fi_strerror(static_cast<int>(-r));
+            ADD_FAILURE() << "fi_tsendmsg: " << fi_strerror(static_cast<int>(-r));
             failed = true;
             return;
           }
@@ -119,6 +130,12 @@ TEST(ThreadSafeTest, ConcurrentSendersAndAReceiver) {
   ASSERT_FALSE(failed);
   EXPECT_EQ(send_completions, kSenders * kPerSender);
   p.Close();
+}
+
+TEST(ThreadSafeTest, ConcurrentSendersAndAReceiver) { ConcurrentSendersAndAReceiver(false); }
+
+TEST(ThreadSafeTest, ConcurrentSendersWithFiMoreAndAReceiver) {
+  ConcurrentSendersAndAReceiver(true);
 }
 
 // One side of a thread's conversation: an endpoint with its own CQ.
