@@ -280,9 +280,19 @@ class Reliability {
   // for (stale, misdirected, forged) counts a protocol error.
   uint32_t LandReadData(uint32_t pi, const wire::RmaFields& r, absl::Span<const uint8_t> payload,
                         OpKind kind);
-  // Takes op o off the stream (FailPeer). REQUIRES: queued on pi.
+  // Takes op o off the stream (FailPeer). REQUIRES: queued on pi. The
+  // cursor never names an op off the stream: one that took every op off
+  // left it on a freed op, and an idle record keeps its cursor (Idle) for
+  // the next op queued, which then went in before the freed one (a packet
+  // built from a freed op's slot: packet_fuzz, seed
+  // fail_peer_then_answer).
   void Unqueue(uint32_t pi, uint32_t o) {
-    Act(pi).tx.ops.Remove(ops_.base(), o);
+    TxActive& t = Act(pi).tx;
+    if (t.cursor_op == o) {
+      t.cursor_op = ops_[o].next;
+      t.cursor_offset = 0;
+    }
+    t.ops.Remove(ops_.base(), o);
     ops_[o].state = OpState::kIdle;
   }
   // After FailPeer took what failed off: the cursor restarts at the front
