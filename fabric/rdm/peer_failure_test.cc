@@ -12,6 +12,7 @@
 
 #include "fabric/rdm/rdm.h"
 #include "fabric/rdm/test_util.h"
+#include "fabric/rdm/wire.h"
 #include "gtest/gtest.h"
 
 namespace bypass::rdm {
@@ -82,6 +83,56 @@ TEST(PeerFailureTest, DeadPeerFailsDirectedReceivesOnceAndIsReported) {
   EXPECT_EQ(net.ep(0).PollPeerFailures(f), 0u) << "reported once";
   // The receive from any source still waits (another peer may send).
   EXPECT_TRUE(net.ep(0).CancelRecv(&any_ctx));
+}
+
+// A peer that never answered: the sends queued behind its handshake fail
+// (ETIMEDOUT), every one taken off its stream. When it answers later, the
+// next send to it is the one sent, and delivered. (The stream's cursor was
+// left on the first failed op, whose freed slot the next packet was built
+// from, and the new send never went: packet_fuzz found it.)
+TEST(PeerFailureTest, ASendAfterTheQueuedOnesTimedOutIsTheOneDelivered) {
+  Net net(ShortPeerTimeout());
+  bool cut = true;
+  net.tap(1).set_filter([&](const wire::View*) { return !cut; });
+  const PeerId to_b = net.Peer(0, 1);
+  constexpr int kQueued = 5;
+  uint32_t old_msgs[kQueued];
+  int old_ctx[kQueued];
+  for (int i = 0; i < kQueued; ++i) {
+    old_msgs[i] = 0xdead0000u + i;
+    ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = &old_msgs[i], .len = 4, .context = &old_ctx[i]}),
+              Result::kOk);
+  }
+  std::vector<Completion> ok0, ok1;
+  std::vector<ErrorCompletion> err0, err1;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &ok0, &err0);
+        return err0.size() == kQueued;
+      },
+      100'000));
+  for (const ErrorCompletion& e : err0) EXPECT_EQ(e.err, ETIMEDOUT);
+  EXPECT_TRUE(ok0.empty());
+  cut = false;
+  uint32_t in = 0, out = 0x600d;
+  int ctx = 0;
+  ASSERT_EQ(net.ep(1).PostRecv({.buf = &in, .len = 4}), Result::kOk);
+  ASSERT_EQ(net.ep(0).Send({.dest = to_b, .buf = &out, .len = 4, .context = &ctx}), Result::kOk);
+  EXPECT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &ok0, &err0);
+        Drain(net.ep(1), &ok1, &err1);
+        return !ok0.empty() && !ok1.empty();
+      },
+      100'000))
+      << "the send after the timeout never completed";
+  ASSERT_EQ(ok1.size(), 1u);
+  EXPECT_EQ(in, 0x600du) << "another message than the one sent was delivered";
+  ASSERT_EQ(ok0.size(), 1u);
+  EXPECT_EQ(ok0[0].context, &ctx);
+  EXPECT_EQ(err0.size(), static_cast<size_t>(kQueued));
+  EXPECT_TRUE(err1.empty());
+  EXPECT_EQ(net.ep(1).counters().protocol_errors, 0u);
 }
 
 // A peer that is alive but has nothing to send for many timeouts: the

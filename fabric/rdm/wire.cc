@@ -98,8 +98,10 @@ Mac ComputeMac(const driver::UdpFlow& flow, const uint8_t* bypass, size_t len, s
 // builder, where ext_len is a constant: the extension's copy is then a few
 // moves, not a call (callgrind: 126 instructions a 64 B round trip when
 // it was not).
-__attribute__((always_inline)) inline size_t Seal(const driver::UdpFlow& flow, const Common& c, const void* ext, size_t ext_len,
-            size_t payload_len, absl::Span<uint8_t> frame, const MacKey* key = nullptr) {
+__attribute__((always_inline)) inline size_t Seal(const driver::UdpFlow& flow, const Common& c,
+                                                  const void* ext, size_t ext_len,
+                                                  size_t payload_len, absl::Span<uint8_t> frame,
+                                                  const MacKey* key = nullptr) {
   const size_t rest = ext_len + payload_len;
   const size_t datagram = sizeof(CommonHeader) + rest;
   uint8_t* b = frame.data() + kCommonOffset;
@@ -179,10 +181,10 @@ bool Bundleable(const MsgFields& m) {
   return m.protocol == MsgProtocol::kEager && m.offset == 0;
 }
 
-// Whether `payload`, after the first message's header, holds that
-// message's bytes and then whole messages, each header valid, msg_ids
-// consecutive, the last without kMsgBundle, ending at the payload's end.
-// How many messages a well-formed bundle carries (0: it is not one).
+// How many messages the bundle carries, or 0 unless `payload`, after the
+// first message's header, holds that message's bytes and then whole
+// messages, each header valid, msg_ids consecutive, the last without
+// kMsgBundle, ending at the payload's end.
 uint32_t ValidBundle(const MsgFields& first, absl::Span<const uint8_t> payload) {
   MsgFields m = first;
   size_t at = 0;
