@@ -166,6 +166,8 @@ struct PeerRange {
   void* dst = nullptr;
   size_t len = 0;
 };
+// The most ranges one ReadPeerMemoryV takes (more: -EINVAL).
+inline constexpr size_t kMaxPeerRanges = 64;
 
 class QueuePair {
  public:

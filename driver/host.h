@@ -54,7 +54,6 @@ int64_t ReadProcessMemory(uint32_t pid, uint64_t addr, void* dst, size_t len);
 // The same for up to kMaxPeerRanges ranges in one process_vm_readv, copied
 // in order (each range completely before the next); bytes copied (a short
 // count stops at a range boundary) or a negative errno.
-inline constexpr size_t kMaxPeerRanges = 4;
 int64_t ReadProcessMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges);
 
 // The network namespace this process is in, as the inode number of

@@ -230,6 +230,7 @@ Result Engine::PostAtomic(const AtomicRequest& r) { return rma.PostAtomic(r); }
 
 void Engine::HandleRx(absl::Span<driver::Packet* const> pkts) {
   for (driver::Packet* p : pkts) HandleFrame(p);
+  messaging.FlushReads();
   AfterFreeing();
 }
 
@@ -290,6 +291,11 @@ void Engine::HandleFrame(driver::Packet* pkt) {
   if (pi != kNone) {
     ctx.Count(pi, PeerCount::kRxPackets);
     if (same_host) session.NoteSameHost(pi);
+  }
+  // Reads in place gathered from the frames before this one are done
+  // before anything but an ACK or more DATA (Consume) can act on a peer.
+  if (c.type != wire::PacketType::kData && c.type != wire::PacketType::kAck) {
+    messaging.FlushReads();
   }
   bool held = false;
   // The dispatcher: the one switch over packet types in the engine.
@@ -515,6 +521,13 @@ bool Engine::OnSequenced(uint32_t pi, const wire::View& v, driver::Packet* pkt) 
 
 bool Engine::Consume(uint32_t pi, wire::PacketType type, const wire::MsgFields& m,
                      const wire::RmaFields& r, absl::Span<const uint8_t> payload) {
+  // Only another request to send offered in place joins the reads gathered
+  // (Messaging::StartPull); anything else is taken after they complete.
+  if (messaging.ReadsPending() &&
+      (type != wire::PacketType::kData || m.protocol != wire::MsgProtocol::kRendezvous ||
+       m.offer_pid == 0)) {
+    messaging.FlushReads();
+  }
   if (type == wire::PacketType::kData) {
     return (m.msg_flags & wire::kMsgBundle) ? messaging.ConsumeBundle(pi, m, payload)
                                            : messaging.ConsumeData(pi, m, payload);

@@ -616,7 +616,9 @@ bool Messaging::ConsumeRequestToSend(uint32_t pi, const wire::MsgFields& m) {
     StartPull(pi, slot, m.msg_id, InfoOf(m.total_length, m.msg_flags, m.tag, m.data),
               m.msg_flags, m);
   } else {
-    // Unexpected: an entry, no bytes (the sender keeps them).
+    // Unexpected: an entry, no bytes (the sender keeps them). The answer
+    // goes after those of the reads gathered before it.
+    FlushReads();
     const uint32_t e = matcher_.AdmitRendezvous(src, tagged, m.tag, m.data, m.msg_flags,
                                                 m.total_length, m.msg_id, RxSessionId(pi));
     if (e == kNone) return false;
@@ -659,7 +661,29 @@ void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const Mes
   op.rma.key = msg_id;
   op.rma.total_length = op.len;
   op.wire_len = 0;  // the request is one packet
-  const InPlace read = offer.offer_pid != 0 ? ReadInPlace(op, offer) : InPlace::kNotRead;
+  if (offer.offer_pid == 0 || !ReadsInPlace()) {
+    FlushReads();  // gathered ones first: their READ_REQs go ahead of this one
+    FinishPull(pi, o, InPlace::kNotRead);
+    return;
+  }
+  // Read in place, with the other messages of this burst offered by the
+  // same process (FlushReads), unless this one would make the call too big.
+  if (n_reads_ != 0 && (offer.offer_pid != reads_pid_ || n_reads_ == kMaxBatchedReads ||
+                        reads_bytes_ + op.len > kMaxBatchedReadBytes)) {
+    FlushReads();
+  }
+#if defined(__x86_64__)
+  const uint64_t guard = offer.offer_guard;
+#else
+  const uint64_t guard = 0;  // only x86's load order lets the guard vouch
+#endif
+  reads_[n_reads_++] = PendingRead{o, pi, offer.offer_addr, offer.offer_guard_addr, guard};
+  reads_pid_ = offer.offer_pid;
+  reads_bytes_ += op.len;
+}
+
+void Messaging::FinishPull(uint32_t pi, uint32_t o, InPlace read) {
+  SendOp& op = ops_[o];
   if (read != InPlace::kNotRead) {
     // Copied: the READ_REQ tells the sender so; its RESPONSE completes us,
     // unless the guard vouched for the bytes: then the receive completes
@@ -682,37 +706,61 @@ void Messaging::StartPull(uint32_t pi, uint32_t slot, uint32_t msg_id, const Mes
   reliability_.Queue(pi, o);
 }
 
-Messaging::InPlace Messaging::ReadInPlace(const SendOp& op, const wire::MsgFields& offer) {
+void Messaging::ReadGathered() {
+  // For each message, its bytes and then its guard word: the kernel copies
+  // the ranges in order, the sender clears the word before its send can
+  // end, and stores (its clear, then the application's writes to the
+  // buffer) are seen in order, as are our loads (x86's TSO; elsewhere the
+  // guard is not read and the RESPONSE decides). Still the offer's value:
+  // every byte read was the message's. A read that stops short stops at
+  // the message it failed in: that one is pulled, and the next ones are
+  // read by another call.
+  uint64_t guards[kMaxBatchedReads];
+  driver::PeerRange ranges[2 * kMaxBatchedReads];
   const DeviceParams& dev = ctx_.dev;
-  if (!ctx_.config.read_in_place || dev.read_peer_memory == nullptr) return InPlace::kNotRead;
-  // The bytes, then the guard word, in one read (the kernel copies the
-  // ranges in order): the sender clears the word before its send can end,
-  // and stores (its clear, then the application's writes to the buffer)
-  // are seen in order, as are our loads (x86's TSO; elsewhere the guard is
-  // not read and the RESPONSE decides). Still the offer's value: every
-  // byte read was the message's.
-  uint64_t guard = 0;
-  driver::PeerRange ranges[2];
-  size_t n = 0;
-  if (op.len > 0) ranges[n++] = {offer.offer_addr, op.dst, op.len};
-#if defined(__x86_64__)
-  const bool guarded = offer.offer_guard != 0;
-#else
-  const bool guarded = false;
-#endif
-  if (guarded) ranges[n++] = {offer.offer_guard_addr, &guard, sizeof(guard)};
-  const int64_t got =
-      n == 0 ? 0 : dev.read_peer_memory(dev.read_peer_memory_arg, offer.offer_pid, {ranges, n});
-  if (got < static_cast<int64_t>(op.len)) {
-    // Not permitted (ptrace scope), gone, a bad address or short: pulled.
-    ++ctx_.counters.rendezvous_in_place_failed;
-    return InPlace::kNotRead;
+  uint32_t first = 0;
+  while (first < n_reads_) {
+    size_t n = 0;
+    for (uint32_t i = first; i < n_reads_; ++i) {
+      const PendingRead& r = reads_[i];
+      const SendOp& op = ops_[r.o];
+      if (op.len > 0) ranges[n++] = {r.addr, op.dst, op.len};
+      if (r.guard != 0) ranges[n++] = {r.guard_addr, &guards[i], sizeof(guards[i])};
+    }
+    int64_t got = 0;
+    if (n != 0) {
+      got = dev.read_peer_memory(dev.read_peer_memory_arg, reads_pid_, {ranges, n});
+      ++ctx_.counters.rendezvous_in_place_reads;
+    }
+    uint32_t i = first;
+    for (; i < n_reads_; ++i) {
+      const PendingRead& r = reads_[i];
+      const uint64_t len = ops_[r.o].len;
+      InPlace read = InPlace::kCopied;
+      bool whole = true;
+      if (got < static_cast<int64_t>(len)) {
+        // Not permitted (ptrace scope), gone, a bad address or short: pulled.
+        ++ctx_.counters.rendezvous_in_place_failed;
+        read = InPlace::kNotRead;
+        whole = false;
+      } else if (r.guard != 0) {
+        got -= static_cast<int64_t>(len);
+        if (got >= static_cast<int64_t>(sizeof(uint64_t))) {
+          got -= static_cast<int64_t>(sizeof(uint64_t));
+          if (guards[i] == r.guard) read = InPlace::kVouched;
+        } else {
+          whole = false;  // its guard not read: the RESPONSE vouches
+        }
+      } else {
+        got -= static_cast<int64_t>(len);
+      }
+      FinishPull(r.pi, r.o, read);
+      if (!whole) break;
+    }
+    first = i + 1;
   }
-  if (guarded && got == static_cast<int64_t>(op.len + sizeof(guard)) &&
-      guard == offer.offer_guard) {
-    return InPlace::kVouched;
-  }
-  return InPlace::kCopied;
+  n_reads_ = 0;
+  reads_bytes_ = 0;
 }
 
 Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
@@ -751,6 +799,7 @@ Result Messaging::PullUnexpected(uint32_t e, const RecvRequest& r) {
   offer.offer_guard = m.rndv_guard;
   StartPull(pi, slot, m.rndv_msg_id, InfoOf(m.total, m.msg_flags, m.tag, m.data), m.msg_flags,
             offer);
+  FlushReads();  // an application's call: read now
   matcher_.Release(e);
   NoteUnexpectedDepth();
   NoteFreed();

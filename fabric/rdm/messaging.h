@@ -120,6 +120,16 @@ class Messaging {
   void ConsumePullResponse(uint32_t pi, const wire::RmaFields& r);
   // A message from pi is between its first and last segment.
   bool Receiving(uint32_t pi) const { return peers_[pi].rx != kNone; }
+  // Reads in place of matched requests to send, gathered while a burst is
+  // handled so that one system call copies several messages (StartPull);
+  // none is pending outside Engine::HandleRx.
+  bool ReadsPending() const { return n_reads_ != 0; }
+  // Reads every gathered message (one process_vm_readv for as many as it
+  // can) and completes them in the order their requests arrived. Before
+  // anything else is consumed, so nothing overtakes them.
+  void FlushReads() {
+    if (n_reads_ != 0) ReadGathered();
+  }
   // A posted receive is directed to pi (FI_DIRECTED_RECV): pi is awaited.
   bool AwaitsFrom(uint32_t pi) const { return matcher_.HasPostedFrom(peers_[pi].match_source); }
   // Ends the message from pi being received (err, why) and spends its number.
@@ -192,10 +202,29 @@ class Messaging {
     kCopied,   // read; the sender's RESPONSE vouches for them
     kVouched,  // read, and the sender's guard word still held the offer's value after
   };
-  // Copies pull op's bytes (op.len into op.dst) from the offer's process
-  // and address through the device (DeviceParams::read_peer_memory), then
-  // reads back the offer's guard word.
-  InPlace ReadInPlace(const SendOp& op, const wire::MsgFields& offer);
+  // Whether this endpoint reads offers in place (its config and device).
+  bool ReadsInPlace() const {
+    return ctx_.config.read_in_place && ctx_.dev.read_peer_memory != nullptr;
+  }
+  // Pull o (of peer pi) after its read in place (or its failure): its
+  // READ_REQ is queued, and its receive completes if the guard vouched.
+  void FinishPull(uint32_t pi, uint32_t o, InPlace read);
+  void ReadGathered();  // FlushReads with reads gathered
+  // A read in place gathered by StartPull, done by FlushReads: pull op o
+  // of peer pi, and the offer's addresses in the sender's process.
+  struct PendingRead {
+    uint32_t o;
+    uint32_t pi;
+    uint64_t addr;
+    uint64_t guard_addr;
+    uint64_t guard;  // the value the offer's guard word holds (0: no guard read)
+  };
+  // At most this many messages, and this many bytes, per system call: the
+  // call's fixed cost (about 2 us on a paravirtualized host) is shared by
+  // the messages of one burst, and the first of them does not wait for
+  // much more than a megabyte of copying (PROTOCOL.md, "Reading in place").
+  static constexpr uint32_t kMaxBatchedReads = driver::kMaxPeerRanges / 2;
+  static constexpr uint64_t kMaxBatchedReadBytes = 1u << 20;
   // Pull o has its bytes: the receive completes (unless it did already),
   // o ends.
   void EndPull(uint32_t pi, uint32_t o);
@@ -222,6 +251,11 @@ class Messaging {
   // The messages of several segments arriving now, one per peer at most
   // (MsgPeer::rx): max_active_peers made up front.
   RecordPool<RxMessage> rx_;
+  // The reads gathered (FlushReads), all from one process.
+  PendingRead reads_[kMaxBatchedReads];
+  uint32_t n_reads_ = 0;
+  uint32_t reads_pid_ = 0;
+  uint64_t reads_bytes_ = 0;
 };
 
 }  // namespace bypass::rdm

@@ -69,7 +69,8 @@ std::string Counters::ToString() const {
       " rendezvous sent=", rendezvous_sent, " pulled=", rendezvous_pulled,
       " lost=", rendezvous_lost, " in_place=", rendezvous_copied_in_place,
       " in_place_failed=", rendezvous_in_place_failed, " read_by_peer=", rendezvous_read_by_peer,
-      " in_place_vouched=", rendezvous_in_place_vouched);
+      " in_place_vouched=", rendezvous_in_place_vouched,
+      " in_place_reads=", rendezvous_in_place_reads);
 }
 
 }  // namespace bypass::rdm

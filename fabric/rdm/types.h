@@ -372,6 +372,9 @@ struct Counters {
   // Of rendezvous_copied_in_place: completed at the read, the sender's
   // guard word vouching for the bytes (no wait for its RESPONSE).
   uint64_t rendezvous_in_place_vouched = 0;
+  // The system calls that read them: the messages of one burst offered by
+  // one process are read by one call (Messaging::FlushReads).
+  uint64_t rendezvous_in_place_reads = 0;
 
   std::string ToString() const;
 };

@@ -89,6 +89,7 @@ constexpr CounterField kCounterFields[] = {
     {"rendezvous_in_place_failed", &rdm::Counters::rendezvous_in_place_failed},
     {"rendezvous_read_by_peer", &rdm::Counters::rendezvous_read_by_peer},
     {"rendezvous_in_place_vouched", &rdm::Counters::rendezvous_in_place_vouched},
+    {"rendezvous_in_place_reads", &rdm::Counters::rendezvous_in_place_reads},
 };
 static_assert(sizeof(rdm::Counters) == sizeof(kCounterFields) / sizeof(CounterField) * 8,
               "a field of rdm::Counters is missing from kCounterFields");
