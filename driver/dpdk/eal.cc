@@ -68,6 +68,18 @@ void MarkAlarmRan(void* arg) {
   }
 }
 
+// RunOnInterruptThread's alarm: its argument carries the token (high 32
+// bits) and the value; the function waits in g_run_fn, set before the
+// alarm and read after it (one caller at a time: g_run_mu).
+std::mutex g_run_mu;
+std::atomic<void (*)(uint32_t)> g_run_fn{nullptr};
+
+void RunAlarm(void* arg) {
+  const uint64_t v = reinterpret_cast<uintptr_t>(arg);
+  g_run_fn.load(std::memory_order_acquire)(static_cast<uint32_t>(v));
+  MarkAlarmRan(reinterpret_cast<void*>(static_cast<uintptr_t>(v >> 32)));
+}
+
 }  // namespace
 
 bool StatsRequested() {
@@ -167,6 +179,21 @@ void AwaitInterruptThread() {
       return;
     }
   }
+}
+
+void RunOnInterruptThread(void (*fn)(uint32_t), uint32_t value) {
+  std::lock_guard<std::mutex> one_at_a_time(g_run_mu);
+  g_run_fn.store(fn, std::memory_order_release);
+  const uint64_t n = g_alarm_tokens.fetch_add(1) + 1;
+  void* arg = reinterpret_cast<void*>(static_cast<uintptr_t>(n << 32 | value));
+  const auto ran = [n] { return g_alarm_ran.load(std::memory_order_acquire) >= n; };
+  if (rte_eal_alarm_set(1, RunAlarm, arg) == 0) {
+    for (int i = 0; i < 10000 && !ran(); ++i) usleep(100);
+    if (ran()) return;
+    rte_eal_alarm_cancel(RunAlarm, arg);  // waits if it is running now
+    if (ran()) return;
+  }
+  fn(value);
 }
 
 }  // namespace bypass::driver::dpdk

@@ -57,6 +57,17 @@ bool StatsRequested();
 // rte_intr_fd_get at exit).
 void AwaitInterruptThread();
 
+// Runs fn(value) on DPDK's interrupt thread (as an alarm) and returns once
+// it ran; if that thread does not take it within a second (none, or
+// stuck), runs it here instead. A PMD whose control-channel handler runs
+// there is then never entered by both threads at once: memif's handler
+// disconnects the port when its peer goes (memif_disconnect frees the
+// channel and unregisters its interrupt), and so does rte_eth_dev_stop;
+// run on two threads at once they freed the channel twice (a segfault in
+// the EAL's interrupt code under rte_eth_dev_stop when the peer closed as
+// we stopped, about one run in fifteen of fi_pingpong_memif_test).
+void RunOnInterruptThread(void (*fn)(uint32_t), uint32_t value);
+
 }  // namespace bypass::driver::dpdk
 
 #endif  // BYPASS_DRIVER_DPDK_EAL_H_

@@ -64,7 +64,15 @@ DpdkDevice::~DpdkDevice() {
     rte_flow_destroy(port_, f, &err);
   }
   if (info_.owns_port) {
-    if (started_) rte_eth_dev_stop(port_);
+    if (started_) {
+      if (info_.driver == "net_memif") {
+        // On the thread memif's own disconnect runs on (RunOnInterruptThread).
+        RunOnInterruptThread([](uint32_t port) { rte_eth_dev_stop(static_cast<uint16_t>(port)); },
+                             port_);
+      } else {
+        rte_eth_dev_stop(port_);
+      }
+    }
     AwaitInterruptThread();
     rte_eth_dev_close(port_);
     if (!dev_name_.empty()) {  // bypass hotplugged it

@@ -157,7 +157,8 @@ absl::StatusOr<std::unique_ptr<Device>> DpdkDevice::OpenOwned(const std::string&
         usleep(1000);
       }
       if (link.link_status == RTE_ETH_LINK_UP) break;
-      rte_eth_dev_stop(port);
+      // On the thread memif's handshake runs on (RunOnInterruptThread).
+      RunOnInterruptThread([](uint32_t p) { rte_eth_dev_stop(static_cast<uint16_t>(p)); }, port);
       rc = -ETIMEDOUT;
     }
     if (clock.NowNs() >= deadline) {
