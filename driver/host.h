@@ -51,9 +51,10 @@ inline bool IsLoopbackIpv4(Ipv4Address ip) { return (ip.value >> 24) == 127; }
 // the bytes copied or a negative errno (-EPERM when ptrace rules, such as
 // Yama's ptrace_scope, forbid it; -ESRCH for a process that is gone).
 int64_t ReadProcessMemory(uint32_t pid, uint64_t addr, void* dst, size_t len);
-// The same for up to kMaxPeerRanges ranges in one process_vm_readv, copied
-// in order (each range completely before the next); bytes copied (a short
-// count stops at a range boundary) or a negative errno.
+// The same for up to kMaxPeerRanges ranges (device.h) in one
+// process_vm_readv, copied in order (each range completely before the
+// next); the bytes copied (a short count stops at the first range that
+// failed, possibly inside it) or a negative errno.
 int64_t ReadProcessMemoryV(uint32_t pid, absl::Span<const PeerRange> ranges);
 
 // The network namespace this process is in, as the inode number of

@@ -162,6 +162,58 @@ TEST(BundleTest, ARefusedBundleDeliversWhatItTookOnceAndItsSendsCompleteEarly) {
   EXPECT_TRUE(err.empty());
 }
 
+// A receiver that dies while a bundle is refused part way: the messages it
+// took completed at their sender on the refusal; the rest (what the
+// bundle carried beyond them, and what waited behind it) fail once each,
+// ETIMEDOUT, in order, none completed twice; the peer is reported dead.
+TEST(BundleTest, ARefusedBundleWhoseReceiverDiesFailsTheRestOnce) {
+  NetOptions o;
+  o.tick_ns = 10'000;
+  o.config.peer_timeout_ns = 50'000'000;
+  o.configure = [](int node, EndpointConfig* c) {
+    if (node == 1) c->max_unexpected_msgs = 4;  // takes 4 of a bundle, refuses the 5th
+  };
+  Net net(o);
+  Traffic t(12);
+  t.Send(net.ep(0), net.Peer(0, 1), 12);
+  std::vector<Completion> sent;
+  std::vector<ErrorCompletion> err;
+  net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &sent, &err);
+        return false;
+      },
+      300);
+  ASSERT_GT(net.ep(0).counters().tx_bundled_msgs, 0u);
+  ASSERT_GT(net.ep(1).counters().rnr_sent, 0u);
+  ASSERT_EQ(sent.size(), 4u) << "the four it took completed on the refusal";
+  net.Kill(1);
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &sent, &err);
+        return sent.size() + err.size() >= 12;
+      },
+      100'000))
+      << sent.size() << " sent, " << err.size() << " failed: a send waits for ever";
+  ASSERT_EQ(sent.size(), 4u);
+  ASSERT_EQ(err.size(), 8u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(sent[i].context, &t.ctx[i]);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(err[i].op.context, &t.ctx[4 + i]) << "in order, each once";
+    EXPECT_EQ(err[i].err, ETIMEDOUT) << err[i].message;
+  }
+  net.RunUntil(
+      [&] {
+        Drain(net.ep(0), &sent, &err);
+        return false;
+      },
+      2'000);
+  EXPECT_EQ(sent.size() + err.size(), 12u) << "nothing completes twice";
+  PeerFailure f[2];
+  ASSERT_EQ(net.ep(0).PollPeerFailures(f), 1u);
+  EXPECT_EQ(f[0].err, ETIMEDOUT);
+}
+
 // The receiver counts a bundle as the messages it carries toward
 // ack_every_packets: one packet of 16 messages is acknowledged at once, as
 // 16 packets would be, not after the delayed ACK (here far beyond the run),
