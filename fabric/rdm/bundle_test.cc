@@ -1,6 +1,7 @@
 // Bundles (PROTOCOL.md, "Bundles"): small whole messages that wait to be
 // sent at the same time go in one DATA packet; each arrives once and in
 // order when the packet is lost, held out of order, or refused part way.
+#include <cerrno>
 #include <cstdint>
 #include <vector>
 
@@ -130,24 +131,36 @@ TEST(BundleTest, ABundleHeldOutOfOrderIsTakenWhenTheGapFills) {
   EXPECT_TRUE(held_bundle);
 }
 
-TEST(BundleTest, ARefusedBundleDeliversWhatItTookOnceAndItsSendsCompleteEarly) {
+// A net whose receiver (node 1) buffers at most 4 unexpected messages: it
+// takes 4 of a bundle and refuses the 5th.
+NetOptions RefusesAfterFour() {
   NetOptions o;
   o.tick_ns = 10'000;
   o.config.peer_timeout_ns = 50'000'000;
   o.configure = [](int node, EndpointConfig* c) {
-    if (node == 1) c->max_unexpected_msgs = 4;  // takes 4 of a bundle, refuses the 5th
+    if (node == 1) c->max_unexpected_msgs = 4;
   };
-  Net net(o);
+  return o;
+}
+
+// Runs `steps` steps, draining ep(0)'s completions into sent and err.
+void DrainSender(Net& net, uint64_t steps, std::vector<Completion>* sent,
+                 std::vector<ErrorCompletion>* err) {
+  net.RunUntil(
+      [&] {
+        Drain(net.ep(0), sent, err);
+        return false;
+      },
+      steps);
+}
+
+TEST(BundleTest, ARefusedBundleDeliversWhatItTookOnceAndItsSendsCompleteEarly) {
+  Net net(RefusesAfterFour());
   Traffic t(12);
   t.Send(net.ep(0), net.Peer(0, 1), 12);
   std::vector<Completion> sent, got;
   std::vector<ErrorCompletion> err;
-  net.RunUntil(
-      [&] {
-        Drain(net.ep(0), &sent, &err);
-        return false;
-      },
-      3'000);
+  DrainSender(net, 3'000, &sent, &err);
   EXPECT_GT(net.ep(0).counters().tx_bundled_msgs, 0u);
   EXPECT_GT(net.ep(1).counters().rnr_sent, 0u);
   EXPECT_EQ(net.ep(1).counters().unexpected_depth, 4u);
@@ -167,23 +180,12 @@ TEST(BundleTest, ARefusedBundleDeliversWhatItTookOnceAndItsSendsCompleteEarly) {
 // bundle carried beyond them, and what waited behind it) fail once each,
 // ETIMEDOUT, in order, none completed twice; the peer is reported dead.
 TEST(BundleTest, ARefusedBundleWhoseReceiverDiesFailsTheRestOnce) {
-  NetOptions o;
-  o.tick_ns = 10'000;
-  o.config.peer_timeout_ns = 50'000'000;
-  o.configure = [](int node, EndpointConfig* c) {
-    if (node == 1) c->max_unexpected_msgs = 4;  // takes 4 of a bundle, refuses the 5th
-  };
-  Net net(o);
+  Net net(RefusesAfterFour());
   Traffic t(12);
   t.Send(net.ep(0), net.Peer(0, 1), 12);
   std::vector<Completion> sent;
   std::vector<ErrorCompletion> err;
-  net.RunUntil(
-      [&] {
-        Drain(net.ep(0), &sent, &err);
-        return false;
-      },
-      300);
+  DrainSender(net, 300, &sent, &err);
   ASSERT_GT(net.ep(0).counters().tx_bundled_msgs, 0u);
   ASSERT_GT(net.ep(1).counters().rnr_sent, 0u);
   ASSERT_EQ(sent.size(), 4u) << "the four it took completed on the refusal";
@@ -202,12 +204,7 @@ TEST(BundleTest, ARefusedBundleWhoseReceiverDiesFailsTheRestOnce) {
     EXPECT_EQ(err[i].op.context, &t.ctx[4 + i]) << "in order, each once";
     EXPECT_EQ(err[i].err, ETIMEDOUT) << err[i].message;
   }
-  net.RunUntil(
-      [&] {
-        Drain(net.ep(0), &sent, &err);
-        return false;
-      },
-      2'000);
+  DrainSender(net, 2'000, &sent, &err);
   EXPECT_EQ(sent.size() + err.size(), 12u) << "nothing completes twice";
   PeerFailure f[2];
   ASSERT_EQ(net.ep(0).PollPeerFailures(f), 1u);
